@@ -1,0 +1,7 @@
+"""sbx: run AI agents inside locked-down Docker containers."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

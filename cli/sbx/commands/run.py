@@ -1,0 +1,54 @@
+"""`sbx run WORKLOAD [WORKSPACE] [-- ARGS...]`: adapter from flags to :func:`sbx.core.run.run`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def run(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Argument(help="The workload kit: a local kit directory.")],
+    workspace: Annotated[str | None, typer.Argument(
+        help="Host directory to use as the workspace (default: a private tmpfs).")] = None,
+    access: Annotated[str | None, typer.Option(
+        "--access", metavar="none|ro|rw",
+        help="How the sandbox sees WORKSPACE (default rw when given).")] = None,
+    mount: Annotated[list[str] | None, typer.Option(
+        "--mount", metavar="SRC:DST[:ro|rw]",
+        help="Extra host mount, checked by the mount policy (repeatable).")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", metavar="SECONDS",
+        help="Kill the workload after this long (exit 124).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
+) -> int:
+    """Run a workload kit in a hardened sandbox. Arguments after `--` replace the image's CMD."""
+    from sbx.core.run import RunRequest
+    from sbx.core.run import run as run_core
+    from sbx.render import Envelope
+
+    app = ctx.obj
+    request = RunRequest(
+        workload=workload,
+        workspace=workspace,
+        access=access,
+        mounts=tuple(mount or ()),
+        timeout_s=timeout,
+        command=app.passthrough,
+        capture_output=as_json,
+    )
+    renderer = app.renderer
+    result = run_core(app, request, on_output=renderer.workload_output,
+                      progress=renderer.progress)
+    if as_json:
+        renderer.envelope(Envelope(
+            command="run", status="ok" if result.exit_code == 0 else "workload_exit",
+            exit_code=result.exit_code, data=result.as_dict()))
+    for problem in result.cleanup_errors:
+        renderer.note(f"cleanup: {problem}")
+    return result.exit_code
+
+
+__all__ = ["run"]

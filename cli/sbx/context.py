@@ -1,0 +1,58 @@
+"""One context object per invocation, built by the CLI callback and passed explicitly.
+
+The engine driver is created lazily, on first use, so commands that do not need the engine
+(``--help``, ``explain REASON``, config checks) never import the docker SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sbx import paths
+
+if TYPE_CHECKING:
+    from sbx.config import Config
+    from sbx.driver import Driver
+    from sbx.render import Renderer
+
+
+def _docker_driver(env: Mapping[str, str]) -> Driver:
+    from sbx.driver import DockerDriver
+
+    return DockerDriver(env)
+
+
+@dataclass(frozen=True)
+class AppContext:
+    env: Mapping[str, str]
+    cwd: Path
+    renderer: Renderer
+    as_json: bool = False
+    verbose: int = 0
+    traceback: bool = False
+    driver_factory: Callable[[Mapping[str, str]], Driver] = field(default=_docker_driver)
+
+    @cached_property
+    def driver(self) -> Driver:
+        return self.driver_factory(self.env)
+
+    @cached_property
+    def state_home(self) -> Path:
+        return paths.state_home(self.env)
+
+    @cached_property
+    def home_hash(self) -> str:
+        return paths.home_hash(self.state_home)
+
+    def load_config(self) -> Config:
+        # Read afresh by every command (no daemon), so an edit applies to the next run.
+        from sbx.config import load_config
+
+        return load_config(self.env)
+
+
+__all__ = ["AppContext"]

@@ -1,0 +1,423 @@
+"""The Docker driver: the only module that imports the docker SDK.
+
+Everything sbx asks of the engine goes through :class:`DockerDriver`, which returns sbx-owned
+dataclasses and translates every SDK or transport exception into a reason-coded
+:class:`~sbx.errors.SbxError` at one boundary (:func:`_engine_errors`). The SDK is imported
+lazily inside the factory so that ``sbx --help`` and ``sbx explain`` never pay for it.
+
+Two SDK conveniences are avoided on purpose: ``containers.run`` (it pulls a missing image — sbx
+never pulls at run time) and ``auto_remove`` (sbx needs the exit status before removal and removes
+explicitly on every path).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import struct
+import tarfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from sbx.errors import EngineUnavailable, SbxError
+from sbx.reasons import Reason
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from sbx.hardening import ContainerSpec
+
+_LOGGER = logging.getLogger(__name__)
+
+# Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
+# wait for a workload uses its own deadline.
+API_TIMEOUT_S: Final = 60
+MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    version: str
+    api_version: str
+    os: str
+    cgroup_version: str
+    cgroup_driver: str
+    rootless: bool
+    security_options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    user: str
+    workdir: str
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    env: tuple[str, ...]
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class OwnedObject:
+    kind: str  # container | network | volume
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    state: str  # containers: created/running/exited/dead...; others: ""
+
+
+class Driver(Protocol):
+    """What sbx needs from an engine. A second backend (e.g. Kubernetes) would implement this."""
+
+    def info(self) -> EngineInfo: ...
+    def image(self, ref: str) -> ImageInfo | None: ...
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None]) -> ImageInfo: ...
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None: ...
+    def create(self, spec: ContainerSpec) -> str: ...
+    def start(self, container_id: str) -> None: ...
+    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]: ...
+    def wait(self, container_id: str, timeout_s: float) -> int | None: ...
+    def kill(self, container_id: str) -> None: ...
+    def remove_container(self, container_id: str) -> bool: ...
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
+
+
+def _situation_hint(env: Mapping[str, str], detail: str) -> str:
+    """A hint that depends on what is actually wrong (STYLE item 9)."""
+    host = env.get("DOCKER_HOST")
+    if host:
+        return (f"DOCKER_HOST is set to {host!r}: check that an engine listens there, or unset "
+                "it to use the local socket.")
+    lowered = detail.lower()
+    if "permission denied" in lowered:
+        return ("This user may not open /var/run/docker.sock: add it to the `docker` group "
+                "(then log in again) or run the engine rootless.")
+    if "no such file" in lowered or "filenotfound" in lowered:
+        return ("No engine socket at /var/run/docker.sock: start the engine (`dockerd`, or "
+                "`systemctl start docker`).")
+    return "Start the engine and check that `docker version` answers."
+
+
+class DockerDriver:
+    """The docker-SDK implementation of :class:`Driver`."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self._client_obj: docker.DockerClient | None = None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _client(self) -> docker.DockerClient:
+        if self._client_obj is None:
+            import docker
+
+            try:
+                self._client_obj = docker.DockerClient.from_env(
+                    environment=dict(self._env), timeout=API_TIMEOUT_S)
+                self._client_obj.ping()
+            except docker.errors.DockerException as exc:
+                raise EngineUnavailable(
+                    f"cannot reach the Docker engine: {_short(exc)}",
+                    hint=_situation_hint(self._env, str(exc)),
+                ) from exc
+        return self._client_obj
+
+    @property
+    def _api(self) -> Any:
+        # The low-level client. Typed as Any: its stubs lag the SDK, and the log reader needs
+        # two of its private helpers.
+        return self._client.api
+
+    @contextmanager
+    def _engine_errors(self, action: str, reason: Reason = Reason.CREATE_FAILED) -> Iterator[None]:
+        """Translate SDK and transport errors into reason-coded errors, at one place."""
+        import docker
+        import requests
+
+        try:
+            yield
+        except SbxError:
+            raise
+        except docker.errors.ImageNotFound as exc:
+            raise SbxError(
+                Reason.IMAGE_MISSING, f"{action}: image not found: {_short(exc)}",
+                hint="Build or `sbx pull` it first; sbx never pulls at run time.") from exc
+        except docker.errors.APIError as exc:
+            raise SbxError(reason, f"{action}: the engine answered {_short(exc)}") from exc
+        except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
+            raise EngineUnavailable(f"{action}: lost the Docker engine: {_short(exc)}",
+                                    hint=_situation_hint(self._env, str(exc))) from exc
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
+            info: dict[str, Any] = self._client.info()
+            version: dict[str, Any] = self._client.version()
+        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
+        return EngineInfo(
+            version=str(version.get("Version", "")),
+            api_version=str(version.get("ApiVersion", "")),
+            os=str(info.get("OSType", "")),
+            cgroup_version=str(info.get("CgroupVersion", "")),
+            cgroup_driver=str(info.get("CgroupDriver", "")),
+            rootless=any("rootless" in s for s in security),
+            security_options=security,
+        )
+
+    def image(self, ref: str) -> ImageInfo | None:
+        import docker
+
+        with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
+            try:
+                attrs: dict[str, Any] = self._api.inspect_image(ref)
+            except docker.errors.ImageNotFound:
+                return None
+            except docker.errors.APIError as exc:
+                # A malformed reference is "not present" as far as a run is concerned.
+                if exc.status_code in (400, 404):
+                    return None
+                raise
+        return _image_info(attrs)
+
+    # -- build -------------------------------------------------------------------------------
+
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None]) -> ImageInfo:
+        log: list[str] = []
+        with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED):
+            stream = self._api.build(
+                fileobj=io.BytesIO(context_tar), custom_context=True,
+                dockerfile=dockerfile, tag=tag, labels=dict(labels),
+                rm=True, forcerm=True, pull=False, decode=True, nocache=False,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = str(chunk.get("error", "")).strip()
+                    raise SbxError(
+                        Reason.BUILD_FAILED, f"building {tag} failed: {detail}",
+                        hint="Fix the dockerfile; its base image must be present locally.",
+                        details={"log_tail": log[-20:]})
+                text = str(chunk.get("stream", "")).strip()
+                if text:
+                    log.append(text)
+                    on_line(text)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.BUILD_FAILED, f"building {tag} produced no image",
+                           details={"log_tail": log[-20:]})
+        return image
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        """Read one file out of an image without starting anything (create, copy, remove)."""
+        import docker
+
+        with self._engine_errors(f"reading {path} from image {image_id[:19]}"):
+            container = self._api.create_container(
+                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                network_disabled=True)
+            cid = str(container["Id"])
+            try:
+                try:
+                    chunks, _stat = self._api.get_archive(cid, path)
+                except docker.errors.NotFound:
+                    return None
+                data = b"".join(chunks)
+            finally:
+                self._api.remove_container(cid, force=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                    extracted = archive.extractfile(member)
+                    return extracted.read() if extracted else None
+        return None
+
+    # -- containers --------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> str:
+        kwargs = create_kwargs(spec)
+        with self._engine_errors("creating the sandbox container", Reason.CREATE_FAILED):
+            host_config = self._api.create_host_config(**kwargs.pop("host_config"))
+            created = self._api.create_container(host_config=host_config, **kwargs)
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
+            self._api.start(container_id)
+
+    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]:
+        """The container's stdout/stderr from its start, live, as (stream, chunk) pairs.
+
+        Read from the followed log rather than an attach: an attach made before start can miss
+        the output of a workload that exits at once (seen on engine 20.10), while the log holds
+        everything from the first byte and a follow ends when the container stops.
+        """
+        api = self._api
+        with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+            response = api._get(
+                api._url("/containers/{0}/logs", container_id),
+                params={"stdout": 1, "stderr": 1, "follow": 1}, stream=True, timeout=None)
+            api._raise_for_status(response)
+
+        def chunks() -> Iterator[tuple[str, bytes]]:
+            # Docker's multiplexed framing: 8-byte header (stream id, 3 pad bytes, big-endian
+            # length), then the payload; read through urllib3 so chunked encoding is undone.
+            try:
+                with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+                    while True:
+                        header = response.raw.read(8)
+                        if len(header) < 8:
+                            return
+                        stream_id, length = struct.unpack(">BxxxL", header)
+                        data = response.raw.read(length) if length else b""
+                        if length and not data:
+                            return
+                        if data:
+                            yield ("stderr" if stream_id == 2 else "stdout"), data
+            finally:
+                response.close()
+
+        return chunks()
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        """The exit status, or None when the container still runs after ``timeout_s``."""
+        import requests
+
+        with self._engine_errors("waiting for the sandbox", Reason.START_FAILED):
+            try:
+                result: dict[str, Any] = self._api.wait(container_id,
+                                                              timeout=max(timeout_s, 0.001))
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+                if _is_read_timeout(exc):
+                    return None
+                raise
+        return int(result.get("StatusCode", -1))
+
+    def kill(self, container_id: str) -> None:
+        import docker
+
+        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.kill(container_id)
+            except docker.errors.APIError as exc:
+                # Already stopped or gone: nothing left to kill.
+                if exc.status_code not in (404, 409):
+                    raise
+
+    def remove_container(self, container_id: str) -> bool:
+        """Force-remove; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_container(container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "already in progress" in str(exc):
+                    return True
+                raise
+        return True
+
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
+        """Containers, networks and volumes carrying every given label (all states)."""
+        filters = [f"{k}={v}" for k, v in labels.items()]
+        objects: list[OwnedObject] = []
+        with self._engine_errors("listing sbx objects", Reason.CLEANUP_FAILED):
+            for c in self._api.containers(all=True, filters={"label": filters}):
+                names = c.get("Names") or [""]
+                objects.append(OwnedObject("container", str(c["Id"]), str(names[0]).lstrip("/"),
+                                           dict(c.get("Labels") or {}), str(c.get("State", ""))))
+            for n in self._api.networks(filters={"label": filters}):
+                objects.append(OwnedObject("network", str(n["Id"]), str(n.get("Name", "")),
+                                           dict(n.get("Labels") or {}), ""))
+            volumes = self._api.volumes(filters={"label": filters}) or {}
+            for v in volumes.get("Volumes") or []:
+                objects.append(OwnedObject("volume", str(v["Name"]), str(v["Name"]),
+                                           dict(v.get("Labels") or {}), ""))
+        return objects
+
+    def container(self, container_id: str) -> Container:
+        """The SDK object, for tests that inspect what was created (never used by sbx itself)."""
+        with self._engine_errors("inspecting the sandbox"):
+            return self._client.containers.get(container_id)
+
+
+def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """Translate the hardened spec into low-level ``create_container`` arguments (pure)."""
+    host_config: dict[str, Any] = {
+        "read_only": spec.read_only,
+        "cap_drop": list(spec.cap_drop),
+        "security_opt": list(spec.security_opt),
+        "mem_limit": spec.memory_bytes,
+        "memswap_limit": spec.memory_swap_bytes,
+        "pids_limit": spec.pids_limit,
+        "nano_cpus": spec.nano_cpus,
+        "tmpfs": dict(spec.tmpfs),
+        "binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'},rprivate"
+                  for m in spec.binds],
+        "network_mode": spec.network_mode,
+        "privileged": spec.privileged,
+        "init": spec.init,
+    }
+    return {
+        "image": spec.image,
+        "command": list(spec.command) if spec.command is not None else None,
+        "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
+        "user": spec.user,
+        "working_dir": spec.working_dir,
+        "environment": dict(spec.env),
+        "labels": dict(spec.labels),
+        "network_disabled": spec.network_mode == "none",
+        "host_config": host_config,
+        "stdin_open": False,
+        "tty": False,
+    }
+
+
+def _image_info(attrs: Mapping[str, Any]) -> ImageInfo:
+    config: Mapping[str, Any] = attrs.get("Config") or {}
+    entrypoint = config.get("Entrypoint")
+    cmd = config.get("Cmd")
+    return ImageInfo(
+        id=str(attrs.get("Id", "")),
+        tags=tuple(attrs.get("RepoTags") or ()),
+        user=str(config.get("User") or ""),
+        workdir=str(config.get("WorkingDir") or ""),
+        entrypoint=tuple(entrypoint) if entrypoint else None,
+        cmd=tuple(cmd) if cmd else None,
+        env=tuple(config.get("Env") or ()),
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    import requests
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, requests.exceptions.ReadTimeout):
+            return True
+        if "read timed out" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+__all__ = ["API_TIMEOUT_S", "DockerDriver", "Driver", "EngineInfo", "ImageInfo", "OwnedObject",
+           "create_kwargs"]

@@ -1,0 +1,154 @@
+"""The hardened container shape (SPEC §5), built in one pure function for every run path.
+
+:func:`build_spec` is the only producer of :class:`ContainerSpec`; the driver only translates it.
+The invariants are asserted by :func:`hardening_violations`, which the property test and the run
+path both use, so a spec that lost a protection can never reach the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+TMP_TARGET: Final = "/tmp"  # noqa: S108 - the container's /tmp, a size-capped tmpfs
+DEFAULT_WORKSPACE: Final = "/workspace"
+FORBIDDEN_NETWORK_MODES: Final = frozenset({"host"})
+DOCKER_SOCKETS: Final = ("/var/run/docker.sock", "/run/docker.sock")
+
+
+@dataclass(frozen=True)
+class BindMount:
+    source: str
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int
+    pids: int
+    cpu_millis: int
+    tmp_bytes: int
+    workspace_bytes: int
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    user: str  # "uid:gid", both non-zero
+    working_dir: str
+    command: tuple[str, ...] | None
+    entrypoint: tuple[str, ...] | None
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    memory_bytes: int
+    memory_swap_bytes: int
+    pids_limit: int
+    nano_cpus: int
+    tmpfs: Mapping[str, str]
+    binds: tuple[BindMount, ...] = ()
+    network_mode: str = "none"
+    read_only: bool = True
+    cap_drop: tuple[str, ...] = ("ALL",)
+    security_opt: tuple[str, ...] = ("no-new-privileges:true",)
+    privileged: bool = False
+    init: bool = True
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def tmpfs_options(size: int, *, mode: str, uid: int | None = None, gid: int | None = None) -> str:
+    # exec stays on: agents unpack helper binaries into /tmp and the workspace (PEERS A.1).
+    parts = ["rw", "exec", "nosuid", "nodev", f"size={size}", f"mode={mode}"]
+    if uid is not None and gid is not None:
+        parts += [f"uid={uid}", f"gid={gid}"]
+    return ",".join(parts)
+
+
+def build_spec(
+    *,
+    image: str,
+    uid: int,
+    gid: int,
+    limits: Limits,
+    workspace_target: str,
+    workspace_bind: BindMount | None,
+    extra_binds: Sequence[BindMount],
+    command: Sequence[str] | None,
+    entrypoint: Sequence[str] | None,
+    env: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> ContainerSpec:
+    """The one hardened shape. Every run path calls this; nothing else builds a spec.
+
+    Without a host workspace the workspace is a tmpfs owned by the sandbox user (mode 0700), so
+    nothing the workload writes reaches the host disk.
+    """
+    if uid == 0 or gid == 0:
+        raise ValueError("the sandbox user must not be uid or gid 0")
+    tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777")}
+    binds = list(extra_binds)
+    if workspace_bind is None:
+        tmpfs[workspace_target] = tmpfs_options(limits.workspace_bytes, mode="0700",
+                                                uid=uid, gid=gid)
+    else:
+        binds.insert(0, workspace_bind)
+    full_env = dict(env)
+    full_env["SBX_WORKSPACE"] = workspace_target
+    return ContainerSpec(
+        image=image,
+        user=f"{uid}:{gid}",
+        working_dir=workspace_target,
+        command=tuple(command) if command is not None else None,
+        entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+        env=full_env,
+        labels=dict(labels),
+        memory_bytes=limits.memory_bytes,
+        memory_swap_bytes=limits.memory_bytes,  # swap = memory: no swap beyond the limit
+        pids_limit=limits.pids,
+        nano_cpus=limits.cpu_millis * 1_000_000,
+        tmpfs=tmpfs,
+        binds=tuple(binds),
+    )
+
+
+def hardening_violations(spec: ContainerSpec, limits: Limits) -> list[str]:
+    """Every way ``spec`` falls short of SPEC §5; empty when the spec is hardened."""
+    problems: list[str] = []
+    if not spec.read_only:
+        problems.append("root filesystem is writable")
+    uid, _, gid = spec.user.partition(":")
+    if not uid.isdigit() or not gid.isdigit() or int(uid) == 0 or int(gid) == 0:
+        problems.append(f"user {spec.user!r} is not a non-root uid:gid")
+    if tuple(spec.cap_drop) != ("ALL",):
+        problems.append("capabilities are not all dropped")
+    if "no-new-privileges:true" not in spec.security_opt:
+        problems.append("no-new-privileges is not set")
+    if any("unconfined" in opt for opt in spec.security_opt):
+        problems.append("an unconfined security profile is requested")
+    if spec.memory_bytes != limits.memory_bytes or spec.memory_swap_bytes != spec.memory_bytes:
+        problems.append("memory limit missing or swap differs from memory")
+    if spec.pids_limit != limits.pids or spec.nano_cpus != limits.cpu_millis * 1_000_000:
+        problems.append("pids or cpu limit missing")
+    tmp = spec.tmpfs.get(TMP_TARGET, "")
+    if f"size={limits.tmp_bytes}" not in tmp or "nosuid" not in tmp or "nodev" not in tmp:
+        problems.append(f"{TMP_TARGET} is not a size-capped nosuid,nodev tmpfs")
+    if spec.working_dir not in spec.tmpfs and not any(b.target == spec.working_dir
+                                                      for b in spec.binds):
+        problems.append("workspace is neither a capped tmpfs nor a checked bind mount")
+    if spec.working_dir in spec.tmpfs and f"size={limits.workspace_bytes}" not in \
+            spec.tmpfs[spec.working_dir]:
+        problems.append("workspace tmpfs is not size-capped")
+    if spec.network_mode in FORBIDDEN_NETWORK_MODES or spec.network_mode.startswith("container:"):
+        problems.append(f"network mode {spec.network_mode!r} is forbidden")
+    if spec.privileged:
+        problems.append("privileged")
+    for bind in spec.binds:
+        if any(s in (bind.source, bind.target) for s in DOCKER_SOCKETS) or \
+                bind.source.endswith("docker.sock"):
+            problems.append(f"docker socket mounted from {bind.source}")
+    return problems
+
+
+__all__ = ["DEFAULT_WORKSPACE", "TMP_TARGET", "BindMount", "ContainerSpec", "Limits",
+           "build_spec", "hardening_violations", "tmpfs_options"]

@@ -1,0 +1,295 @@
+"""Strict decoding of kit descriptors (KIT-SPEC-V3 §1) with positioned diagnostics (§11).
+
+YAML is parsed as YAML 1.2 by ruamel (``yes``/``on`` stay strings, as in Go's yaml.v3) with
+duplicate keys rejected. The document is validated against sbx's own JSON Schema of the grammar;
+every violation becomes a :class:`Diagnostic` carrying the dotted path
+(``capabilities[2].config.runtime.allow[0]``) and ``file:line:col`` with the source line and a
+caret. All independent problems are collected and reported together, in a deterministic order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from sbx.errors import KitError
+
+SYNTAX_LINE: Final = "# syntax=docker/sandbox-kit:3"
+MAX_DESCRIPTOR_BYTES: Final = 512 * 1024  # KIT-SPEC-V3 §1.9 size budget
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    path: str  # dotted path, "" for the document itself
+    message: str
+    file: str
+    line: int  # 1-based; 0 when unknown
+    col: int  # 1-based; 0 when unknown
+    source_line: str = ""
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+        subject = f"{self.path}: " if self.path else ""
+        text = f"{where}: {subject}{self.message}"
+        if self.source_line:
+            text += f"\n    {self.source_line}\n    {' ' * max(self.col - 1, 0)}^"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "message": self.message, "file": self.file,
+                "line": self.line, "col": self.col}
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A decoded, grammar-valid descriptor as plain Python data."""
+
+    data: Mapping[str, Any]
+    file: str
+
+    @property
+    def kind(self) -> str:
+        # `sandbox` is the pre-rename spelling of `workload` (KIT-SPEC-V3 §1.3).
+        kind = str(self.data["kind"])
+        return "workload" if kind == "sandbox" else kind
+
+    @property
+    def capabilities(self) -> list[Mapping[str, Any]]:
+        return list(self.data.get("capabilities") or [])
+
+
+def format_path(parts: Iterable[str | int]) -> str:
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    raw = resources.files("sbx").joinpath("schema/kit.schema.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(raw)
+    return loaded
+
+
+def parse_descriptor_text(text: str, file: str) -> Descriptor:
+    """Decode and validate one descriptor; raise :class:`KitError` listing every problem."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    lines = text.splitlines()
+    if len(text.encode("utf-8")) > MAX_DESCRIPTOR_BYTES:
+        _fail([Diagnostic("", f"descriptor is larger than {MAX_DESCRIPTOR_BYTES} bytes",
+                          file, 1, 1)])
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        document = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = (mark.line + 1) if mark else 0
+        col = (mark.column + 1) if mark else 0
+        problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
+        if "duplicate key" in str(exc).lower():
+            problem = f"duplicate key: {problem}"
+        _fail([Diagnostic("", problem, file, line, col, _line_at(lines, line))])
+    except YAMLError as exc:
+        _fail([Diagnostic("", f"invalid YAML: {exc}", file, 0, 0)])
+    if not isinstance(document, Mapping):
+        _fail([Diagnostic("", "a descriptor must be a mapping of fields", file, 1, 1,
+                          _line_at(lines, 1))])
+    diagnostics = validate_document(document, file, lines)
+    if diagnostics:
+        _fail(diagnostics)
+    return Descriptor(data=to_plain(document), file=file)
+
+
+def validate_document(document: Any, file: str, lines: Sequence[str]) -> list[Diagnostic]:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(_schema())
+    found: dict[tuple[str, str], Diagnostic] = {}
+    for error in validator.iter_errors(document):
+        for diagnostic in _diagnostics_for(error, document, file, lines):
+            found.setdefault((diagnostic.path, diagnostic.message), diagnostic)
+    return sorted(found.values(), key=lambda d: (d.line, d.col, d.path, d.message))
+
+
+def _diagnostics_for(error: Any, document: Any, file: str,
+                     lines: Sequence[str]) -> list[Diagnostic]:
+    # if/then/else wraps the real error; descend to the leaves so messages name the field.
+    if error.validator in ("if", "then", "else", "$ref", "allOf") and error.context:
+        out: list[Diagnostic] = []
+        for sub in error.context:
+            out.extend(_diagnostics_for(sub, document, file, lines))
+        return out
+    parts = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = sorted((error.schema.get("properties") or {}).keys())
+        out = []
+        for key in _unexpected_keys(error):
+            line, col = _key_position(document, parts, key)
+            hint = difflib.get_close_matches(key, known, n=1)
+            suffix = f"; did you mean {hint[0]!r}?" if hint else ""
+            out.append(Diagnostic(format_path([*parts, key]), f"unknown field {key!r}{suffix}",
+                                  file, line, col, _line_at(lines, line)))
+        return out
+    line, col = _value_position(document, parts)
+    return [Diagnostic(format_path(parts), _message(error), file, line, col,
+                       _line_at(lines, line))]
+
+
+def _unexpected_keys(error: Any) -> list[str]:
+    allowed = set((error.schema.get("properties") or {}).keys())
+    instance = error.instance if isinstance(error.instance, Mapping) else {}
+    return sorted(str(k) for k in instance if k not in allowed)
+
+
+def _message(error: Any) -> str:
+    validator = error.validator
+    value = error.validator_value
+    if validator == "const":
+        return f"must be {json.dumps(value)} (got {_show(error.instance)})"
+    if validator == "enum":
+        choices = ", ".join(json.dumps(v) for v in value)
+        return f"must be one of {choices} (got {_show(error.instance)})"
+    if validator == "type":
+        return f"must be {_a(value)} (got {_json_type(error.instance)})"
+    if validator == "required":
+        missing = [k for k in value if k not in (error.instance or {})]
+        return "missing required field " + ", ".join(repr(k) for k in missing)
+    if validator == "pattern":
+        return f"{_show(error.instance)} does not match {value}"
+    if validator == "minItems":
+        return "must not be empty"
+    if validator == "minLength":
+        return "must not be empty"
+    if validator == "propertyNames":
+        return f"{error.message}"
+    return str(error.message)
+
+
+def _a(type_name: Any) -> str:
+    if isinstance(type_name, list):
+        return " or ".join(_a(t) for t in type_name)
+    names = {"object": "a mapping", "array": "a list", "string": "a string",
+             "boolean": "true or false", "integer": "an integer", "number": "a number"}
+    return names.get(str(type_name), str(type_name))
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(to_plain(value), default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _walk(document: Any, parts: Sequence[str | int]) -> tuple[Any, Any]:
+    """The deepest existing (parent, key) pair along ``parts``."""
+    parent: Any = None
+    key: Any = None
+    node: Any = document
+    for part in parts:
+        in_mapping = isinstance(node, Mapping) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not (in_mapping or in_list):
+            break
+        parent, key, node = node, part, node[part]
+    return parent, key
+
+
+def _value_position(document: Any, parts: Sequence[str | int]) -> tuple[int, int]:
+    parent, key = _walk(document, parts)
+    try:
+        if parent is None:
+            return 1, 1
+        # ruamel's round-trip nodes carry positions in `.lc` (0-based line and column).
+        positions: Any = parent.lc
+        line, col = positions.value(key) if isinstance(parent, Mapping) else positions.item(key)
+        return line + 1, col + 1
+    except (AttributeError, KeyError, TypeError):
+        return 0, 0
+
+
+def _key_position(document: Any, parts: Sequence[str | int], key: str) -> tuple[int, int]:
+    parent, last = _walk(document, parts)
+    node: Any = document if parent is None else parent[last]
+    try:
+        line, col = node.lc.key(key)
+        return line + 1, col + 1
+    except (AttributeError, KeyError, TypeError):
+        return _value_position(document, parts)
+
+
+def _line_at(lines: Sequence[str], line: int) -> str:
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def to_plain(value: Any) -> Any:
+    """ruamel's round-trip types → plain dict/list/str/int/float/bool/None."""
+    if isinstance(value, Mapping):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return str(value)
+
+
+def _fail(diagnostics: Sequence[Diagnostic]) -> Any:
+    count = len(diagnostics)
+    file = diagnostics[0].file if diagnostics else "descriptor"
+    head = f"{file} is not a valid kit descriptor ({count} problem{'s' if count != 1 else ''})"
+    body = "\n\n".join(d.render() for d in diagnostics)
+    raise KitError(head, body=body,
+                   hint="Fix each field at the path and position shown.",
+                   details={"diagnostics": [d.as_dict() for d in diagnostics]})
+
+
+def parse_descriptor_file(path: Path) -> Descriptor:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail([Diagnostic("", f"cannot read descriptor: {exc}", str(path), 0, 0)])
+    return parse_descriptor_text(text, str(path))
+
+
+def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
+    if diagnostics:
+        _fail(diagnostics)
+
+
+__all__ = ["MAX_DESCRIPTOR_BYTES", "SYNTAX_LINE", "Descriptor", "Diagnostic", "format_path",
+           "parse_descriptor_file", "parse_descriptor_text", "raise_diagnostics", "to_plain",
+           "validate_document"]

@@ -1,0 +1,161 @@
+"""Local kit directories: ``<stem>.yaml`` beside ``<stem>.dockerfile`` (KIT-SPEC-V3 §1.2).
+
+The recipe is one of: ``dockerfile: <relative path>`` (must exist and stay inside the directory),
+inline ``build: |`` text, or the conventional companion ``<stem>.dockerfile``. A missing
+conventional companion means a declaration-only kit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sbx.errors import KitError, SbxError
+from sbx.kits.descriptor import SYNTAX_LINE, Descriptor, Diagnostic, parse_descriptor_file
+from sbx.reasons import Reason
+
+# The recipe travels inside the build context under this name, whatever its origin (companion
+# file, `dockerfile:` path or inline `build:` text), so the builder reads exactly what was hashed.
+RECIPE_NAME: Final = ".sbx-recipe.dockerfile"
+# Directories never hashed into the build cache key nor sent as build context noise.
+_SKIP_DIRS: Final = frozenset({".git", "__pycache__", ".venv", "node_modules"})
+
+
+@dataclass(frozen=True)
+class LocalKit:
+    reference: str  # as the user wrote it
+    directory: Path
+    stem: str
+    descriptor: Descriptor
+    dockerfile_text: str | None  # None: declaration-only
+
+    @property
+    def descriptor_file(self) -> Path:
+        return Path(self.descriptor.file)
+
+
+def find_descriptor(directory: Path) -> Path:
+    """``<dirname>.yaml`` first; else the one ``*.yaml`` whose first line is the v3 syntax line."""
+    conventional = directory / f"{directory.name}.yaml"
+    if conventional.is_file():
+        return conventional
+    candidates = []
+    for entry in sorted(directory.glob("*.yaml")):
+        try:
+            with entry.open(encoding="utf-8") as handle:
+                first = handle.readline().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if first == SYNTAX_LINE:
+            candidates.append(entry)
+    if len(candidates) == 1:
+        return candidates[0]
+    found = ", ".join(c.name for c in candidates) or "none"
+    raise SbxError(
+        Reason.INVALID_KIT,
+        f"{directory} holds no single kit descriptor (expected {conventional.name}, or one "
+        f"*.yaml starting with {SYNTAX_LINE!r}; found: {found})",
+        hint="Name the descriptor after its directory, e.g. hello/hello.yaml.",
+    )
+
+
+def load_local_kit(reference: str, *, cwd: Path) -> LocalKit:
+    path = (cwd / reference).absolute() if not os.path.isabs(reference) else Path(reference)
+    if path.is_file() and path.suffix == ".yaml":
+        descriptor_path, directory = path, path.parent
+    elif path.is_dir():
+        directory = path
+        descriptor_path = find_descriptor(directory)
+    else:
+        raise SbxError(
+            Reason.IMAGE_MISSING,
+            f"kit {reference!r} is neither a local kit directory nor a pulled kit",
+            hint=f"Check the path, or fetch a registry kit first with `sbx pull {reference}`.",
+        )
+    descriptor = parse_descriptor_file(descriptor_path)
+    stem = descriptor_path.stem
+    return LocalKit(reference=reference, directory=directory, stem=stem, descriptor=descriptor,
+                    dockerfile_text=_recipe(descriptor, directory, stem))
+
+
+def _recipe(descriptor: Descriptor, directory: Path, stem: str) -> str | None:
+    data = descriptor.data
+    build = data.get("build")
+    named = data.get("dockerfile")
+    if build is not None and named is not None:
+        _refuse(descriptor, "build", "`build` and `dockerfile` are mutually exclusive")
+    if "kits" in data and (build is not None or named is not None):
+        _refuse(descriptor, "kits", "`kits` cannot be combined with `build` or `dockerfile`")
+    if isinstance(build, str):
+        return build
+    if isinstance(named, str):
+        target = (directory / named).resolve()
+        if not target.is_relative_to(directory.resolve()):
+            _refuse(descriptor, "dockerfile", f"{named!r} escapes the kit directory")
+        if not target.is_file():
+            _refuse(descriptor, "dockerfile", f"{named!r} does not exist")
+        return target.read_text(encoding="utf-8")
+    companion = directory / f"{stem}.dockerfile"
+    if companion.is_file():
+        return companion.read_text(encoding="utf-8")
+    return None
+
+
+def _refuse(descriptor: Descriptor, field: str, message: str) -> None:
+    raise KitError(
+        f"{descriptor.file}: {field}: {message}",
+        details={"diagnostics": [Diagnostic(field, message, descriptor.file, 0, 0).as_dict()]},
+    )
+
+
+def _context_files(kit: LocalKit) -> list[Path]:
+    files: list[Path] = []
+    for root, dirs, names in os.walk(kit.directory):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        files.extend(Path(root) / name for name in sorted(names))
+    return files
+
+
+def build_context(kit: LocalKit) -> bytes:
+    """The build context as a tar: the kit directory's files plus the recipe as RECIPE_NAME."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for full in _context_files(kit):
+            archive.add(full, arcname=full.relative_to(kit.directory).as_posix(),
+                        recursive=False)
+        recipe = (kit.dockerfile_text or "").encode("utf-8")
+        info = tarfile.TarInfo(RECIPE_NAME)
+        info.size = len(recipe)
+        info.mode = 0o644
+        archive.addfile(info, io.BytesIO(recipe))
+    return buffer.getvalue()
+
+
+def content_hash(kit: LocalKit) -> str:
+    """sha256 over every file in the kit directory (path, mode, bytes) and the recipe text.
+
+    The image built from a kit is cached under this hash, so any change to anything the build
+    could read rebuilds it, and nothing else does.
+    """
+    digest = hashlib.sha256()
+    digest.update(b"sbx-kit-build-v1\0")
+    digest.update((kit.dockerfile_text or "").encode("utf-8") + b"\0")
+    for full in _context_files(kit):
+        relative = full.relative_to(kit.directory).as_posix()
+        try:
+            stat = full.lstat()
+            payload = os.readlink(full).encode() if full.is_symlink() else full.read_bytes()
+        except OSError:
+            continue
+        digest.update(f"{relative}\0{stat.st_mode:o}\0{len(payload)}\0".encode())
+        digest.update(payload)
+    return digest.hexdigest()
+
+
+__all__ = ["RECIPE_NAME", "LocalKit", "build_context", "content_hash", "find_descriptor",
+           "load_local_kit"]

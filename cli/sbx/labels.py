@@ -1,0 +1,50 @@
+"""Labels on everything sbx creates (SPEC §7). gc and tests find objects by these, never by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from sbx import __version__
+
+PREFIX: Final = "dev.sbx"
+MANAGED: Final = f"{PREFIX}.managed"
+HOME: Final = f"{PREFIX}.home"
+RUN: Final = f"{PREFIX}.run"
+DEADLINE: Final = f"{PREFIX}.deadline"
+KITS: Final = f"{PREFIX}.kits"
+VERSION: Final = f"{PREFIX}.version"
+ROLE: Final = f"{PREFIX}.role"
+
+# Roles: the sandbox itself, and short-lived helper containers (reading a file out of an image,
+# doctor's limit probe) that are removed right after use.
+ROLE_SANDBOX: Final = "sandbox"
+ROLE_HELPER: Final = "helper"
+
+
+def home_selector(home_hash: str) -> dict[str, str]:
+    """The label filter selecting everything one state home owns."""
+    return {MANAGED: "true", HOME: home_hash}
+
+
+def object_labels(*, home_hash: str, run_id: str, deadline: int, kits: Sequence[str],
+                  role: str) -> dict[str, str]:
+    return {
+        MANAGED: "true",
+        HOME: home_hash,
+        RUN: run_id,
+        DEADLINE: str(deadline),
+        KITS: ",".join(kits),
+        VERSION: __version__,
+        ROLE: role,
+    }
+
+
+def deadline_of(labels: Mapping[str, str]) -> int | None:
+    """The deadline as unix seconds, or None when missing or unreadable (never guessed)."""
+    raw = labels.get(DEADLINE, "")
+    return int(raw) if raw.isdigit() else None
+
+
+__all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "PREFIX", "ROLE", "ROLE_HELPER",
+           "ROLE_SANDBOX", "RUN", "VERSION", "deadline_of", "home_selector", "object_labels"]

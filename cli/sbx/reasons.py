@@ -1,0 +1,242 @@
+"""The one registry of reason codes and exit statuses.
+
+Every refusal or failure sbx reports carries a :class:`Reason`. Its title, cause, fix and exit
+status live here and nowhere else: errors, ``sbx explain REASON``, the man page and the tests all
+read this table.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+
+@enum.unique
+class ExitStatus(enum.IntEnum):
+    """sbx's own exit statuses (SPEC §3).
+
+    A workload's own exit status is passed through unchanged; these values are the ones sbx
+    itself chooses. They follow ``docker run`` where it has a convention (125 = refused before
+    anything started, 126 = failed after the engine was asked to run something) so scripts that
+    already know Docker read them the same way. The ``--json`` envelope's ``status`` field
+    disambiguates when a workload happens to exit with one of these numbers itself.
+    """
+
+    OK = 0
+    DENIED = 1  # `sbx explain` of a request that the policy denies; doctor found a failure
+    USAGE = 2  # bad flags or arguments (click's convention)
+    INTERNAL = 70  # an unexpected crash inside sbx (EX_SOFTWARE); a report file was written
+    TIMEOUT = 124  # the run exceeded its time limit (like coreutils `timeout`)
+    REFUSED = 125  # refused before anything started: config, kit, mount, engine, image...
+    FAILED = 126  # the engine or sbx failed after sbx asked it to build, create or start
+    INTERRUPTED = 130  # Ctrl-C / SIGTERM; everything the run created was removed
+
+
+@dataclass(frozen=True)
+class ReasonInfo:
+    title: str
+    cause: str
+    fix: str
+    exit_status: ExitStatus
+
+
+class Reason(enum.StrEnum):
+    """Reason codes. Never rename a member's value: scripts depend on them (SPEC §3)."""
+
+    DOCKER_UNREACHABLE = "docker_unreachable"
+    IMAGE_MISSING = "image_missing"
+    RESOURCE_LIMITS_UNENFORCED = "resource_limits_unenforced"
+    ROOT_USER = "root_user"
+    UNSUPPORTED_PLATFORM = "unsupported_platform"
+    INVALID_CONFIG = "invalid_config"
+    INVALID_KIT = "invalid_kit"
+    KIT_INCOHERENT = "kit_incoherent"
+    UNSUPPORTED_CAPABILITY = "unsupported_capability"
+    CREDENTIAL_UNBOUND = "credential_unbound"
+    MOUNT_BLOCKED = "mount_blocked"
+    PERMISSION_WIDENED = "permission_widened"
+    BUILD_FAILED = "build_failed"
+    CREATE_FAILED = "create_failed"
+    START_FAILED = "start_failed"
+    PROXY_FAILED = "proxy_failed"
+    TIMEOUT = "timeout"
+    EGRESS_DENIED = "egress_denied"
+    CLEANUP_FAILED = "cleanup_failed"
+    INVALID_ARGUMENT = "invalid_argument"
+    INTERRUPTED = "interrupted"
+    INTERNAL_ERROR = "internal_error"
+
+    @property
+    def info(self) -> ReasonInfo:
+        return REGISTRY[self]
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return REGISTRY[self].exit_status
+
+
+_R = Reason
+_E = ExitStatus
+
+REGISTRY: Final[dict[Reason, ReasonInfo]] = {
+    _R.DOCKER_UNREACHABLE: ReasonInfo(
+        "Docker engine unreachable",
+        "sbx could not talk to a Docker engine: it is not running, its socket is missing, "
+        "this user may not open the socket, or DOCKER_HOST points somewhere else.",
+        "Start the engine (`dockerd`, or `systemctl start docker`), check `docker version`, "
+        "and make sure this user may use the socket (the `docker` group) or unset DOCKER_HOST.",
+        _E.REFUSED,
+    ),
+    _R.IMAGE_MISSING: ReasonInfo(
+        "Image not present locally",
+        "The image a kit needs is not in the local image store. sbx never pulls at run time, "
+        "so a missing image stops the run before anything starts.",
+        "Fetch it explicitly with `sbx pull REF` (or build it), then run again.",
+        _E.REFUSED,
+    ),
+    _R.RESOURCE_LIMITS_UNENFORCED: ReasonInfo(
+        "Resource limits not enforced",
+        "The engine accepted memory/pids/cpu limits but does not apply them, typically a "
+        "rootless engine without cgroup delegation.",
+        "Use a rootful engine, or enable cgroup v2 delegation for the rootless one; "
+        "`sbx doctor` names each limit that is not applied.",
+        _E.REFUSED,
+    ),
+    _R.ROOT_USER: ReasonInfo(
+        "Sandbox user would be root",
+        "The sandbox would run as uid 0 or gid 0 (the image's USER is root and the configured "
+        "fallback user is root, or the image's user resolves to uid/gid 0).",
+        "Give the image a non-root USER with a non-root group, or set `[sandbox] user` to a "
+        "non-zero uid (used as uid and gid) in the config file.",
+        _E.REFUSED,
+    ),
+    _R.UNSUPPORTED_PLATFORM: ReasonInfo(
+        "Unsupported platform",
+        "sbx runs only on unix hosts.",
+        "Run sbx on Linux (or another unix) with a Docker engine.",
+        _E.REFUSED,
+    ),
+    _R.INVALID_CONFIG: ReasonInfo(
+        "Invalid configuration",
+        "A config section has an unknown key or an out-of-range value. An invalid section is "
+        "never replaced by defaults: the sandbox is unavailable until it is fixed.",
+        "Fix the key named in the message (file:line), or remove it to use the default; "
+        "`sbx explain WORKLOAD` shows where every value came from.",
+        _E.REFUSED,
+    ),
+    _R.INVALID_KIT: ReasonInfo(
+        "Invalid kit descriptor",
+        "A kit descriptor failed strict validation (unknown field, wrong type, bad value).",
+        "Fix the field at the dotted path and file:line:col given in the message.",
+        _E.REFUSED,
+    ),
+    _R.KIT_INCOHERENT: ReasonInfo(
+        "Kit set does not resolve",
+        "The kits given together do not form one coherent composition (not exactly one "
+        "workload, an unmet requirement, a conflict, two owners of one name...).",
+        "Add or drop kits as each listed problem says.",
+        _E.REFUSED,
+    ),
+    _R.UNSUPPORTED_CAPABILITY: ReasonInfo(
+        "Required capability not supported",
+        "A kit requires a capability type that this sbx does not implement. Optional ones are "
+        "skipped and recorded; required ones refuse the run (fail closed).",
+        "Mark the capability `optional: true` in the kit if it can do without, or use a "
+        "version of sbx that implements the type.",
+        _E.REFUSED,
+    ),
+    _R.CREDENTIAL_UNBOUND: ReasonInfo(
+        "Required credential not bound",
+        "A kit requires a credential for a service that has no secret in sbx's store.",
+        "Store it with `printf %s \"$TOKEN\" | sbx secret set SERVICE`.",
+        _E.REFUSED,
+    ),
+    _R.MOUNT_BLOCKED: ReasonInfo(
+        "Mount blocked by the mount policy",
+        "A workspace or --mount source is a system path, a credential directory, a Docker "
+        "socket, a parent of one of those, outside the allowed roots, or otherwise unsafe.",
+        "Mount a narrower directory that holds only what the workload needs; the message "
+        "names the rule that blocked it.",
+        _E.REFUSED,
+    ),
+    _R.PERMISSION_WIDENED: ReasonInfo(
+        "Kit upgrade widens permissions",
+        "A new version of a locked kit asks for more than the version that was approved, and "
+        "the widening was not approved.",
+        "Review the listed widenings, then pull again on a terminal and confirm, or pass "
+        "`--accept`.",
+        _E.REFUSED,
+    ),
+    _R.BUILD_FAILED: ReasonInfo(
+        "Kit image build failed",
+        "The engine could not build the kit's dockerfile.",
+        "Read the build output above the error; fix the dockerfile or make its base image "
+        "present locally.",
+        _E.FAILED,
+    ),
+    _R.CREATE_FAILED: ReasonInfo(
+        "Engine refused to create the container",
+        "The engine rejected the sandbox container's configuration.",
+        "Read the engine's message; `sbx doctor` checks the engine's support for the "
+        "hardening options.",
+        _E.FAILED,
+    ),
+    _R.START_FAILED: ReasonInfo(
+        "Engine could not start the container",
+        "The container was created but the engine failed to start it (e.g. the entrypoint "
+        "does not exist in the image).",
+        "Check the image's ENTRYPOINT/CMD or the command given after `--`.",
+        _E.FAILED,
+    ),
+    _R.PROXY_FAILED: ReasonInfo(
+        "Egress proxy failed",
+        "The egress proxy for the sandbox could not start or died; the sandbox does not start "
+        "(or loses egress) without it.",
+        "Run `sbx doctor` to check that the proxy can bind; see the audit log for details.",
+        _E.FAILED,
+    ),
+    _R.TIMEOUT: ReasonInfo(
+        "Run timed out",
+        "The workload ran longer than its time limit and was killed.",
+        "Raise `--timeout SECONDS` or `[sandbox] timeout_ms` in the config file.",
+        _E.TIMEOUT,
+    ),
+    _R.EGRESS_DENIED: ReasonInfo(
+        "Egress denied at the boundary",
+        "A request from the sandbox matched no allow rule, or matched a deny rule, of the "
+        "kits' network policy.",
+        "Run the `sbx explain` command printed in the 403 body to see the deciding rule and "
+        "the smallest change that would allow it.",
+        _E.DENIED,
+    ),
+    _R.CLEANUP_FAILED: ReasonInfo(
+        "Cleanup failed",
+        "sbx could not remove something it created (a container, network, volume or run "
+        "directory).",
+        "Run `sbx gc` (it removes what crashed or failed runs left behind, by label only).",
+        _E.FAILED,
+    ),
+    _R.INVALID_ARGUMENT: ReasonInfo(
+        "Invalid argument",
+        "A command-line value is malformed or names something that does not exist.",
+        "Correct the value named in the message; `sbx COMMAND --help` lists the forms.",
+        _E.USAGE,
+    ),
+    _R.INTERRUPTED: ReasonInfo(
+        "Interrupted",
+        "sbx received Ctrl-C or SIGTERM; everything the run had created was removed.",
+        "Run again; `sbx gc` removes anything a hard kill left behind.",
+        _E.INTERRUPTED,
+    ),
+    _R.INTERNAL_ERROR: ReasonInfo(
+        "Unexpected error in sbx",
+        "sbx hit a bug. A report with versions and the traceback was written to a file.",
+        "Attach the report file named in the message to a bug report; rerun with "
+        "`--traceback` to see the traceback on screen.",
+        _E.INTERNAL,
+    ),
+}
+
+
+__all__ = ["REGISTRY", "ExitStatus", "Reason", "ReasonInfo"]

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the local base images sbx's examples and tests use. Nothing comes from Docker Hub:
+# every image is made here from Debian packages. Images are kept by tag and rebuilt only when
+# missing (pass --force to rebuild).
+set -euo pipefail
+
+BUSYBOX_TAG="sbx-test/busybox:1"
+BOOKWORM_TAG="sbx-base/bookworm:1"
+force=0
+[ "${1:-}" = "--force" ] && force=1
+
+have_image() { [ "$force" = 0 ] && docker image inspect "$1" >/dev/null 2>&1; }
+
+# The Debian mirror is read from this machine's own package sources at run time, never written
+# into the repository.
+debian_mirror() {
+  local uri=""
+  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+    uri=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  fi
+  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+    uri=$(awk '$1 == "deb" && $2 !~ /security/ && $3 !~ /security/ {print $2; exit}' /etc/apt/sources.list)
+  fi
+  [ -n "$uri" ] || { echo "build-images: no Debian mirror found in /etc/apt sources" >&2; exit 1; }
+  printf '%s\n' "$uri"
+}
+
+build_busybox() {
+  have_image "$BUSYBOX_TAG" && return 0
+  local dir
+  dir=$(mktemp -d)
+  mkdir -p "$dir/bin" "$dir/etc" "$dir/tmp" "$dir/home/agent"
+  cp /bin/busybox "$dir/bin/busybox"
+  for applet in $("$dir/bin/busybox" --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$dir/bin/$applet"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n' > "$dir/etc/passwd"
+  printf 'root:x:0:\nagent:x:1000:\n' > "$dir/etc/group"
+  chmod 1777 "$dir/tmp"
+  chown 1000:1000 "$dir/home/agent"
+  tar -C "$dir" -c . | docker import \
+    --change 'ENV PATH=/bin' --change 'CMD ["/bin/sh"]' - "$BUSYBOX_TAG" >/dev/null
+  rm -rf "$dir"
+  echo "build-images: built $BUSYBOX_TAG"
+}
+
+build_bookworm() {
+  have_image "$BOOKWORM_TAG" && return 0
+  local dir mirror
+  mirror=$(debian_mirror)
+  dir=$(mktemp -d)
+  echo "build-images: debootstrap bookworm (about a minute)..."
+  debootstrap --variant=minbase --include=bash,python3,curl,ca-certificates,git \
+    bookworm "$dir" "$mirror" >/tmp/sbx-debootstrap.log 2>&1 \
+    || { tail -20 /tmp/sbx-debootstrap.log >&2; exit 1; }
+  chroot "$dir" useradd --create-home --uid 1000 --user-group --shell /bin/bash agent
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]' - "$BOOKWORM_TAG" >/dev/null
+  rm -rf "$dir"
+  echo "build-images: built $BOOKWORM_TAG"
+}
+
+build_busybox
+build_bookworm
