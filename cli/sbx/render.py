@@ -119,6 +119,11 @@ class Renderer:
         if not self.as_json:
             self.err.print(f"[dim]sbx:[/] {escape(text)}")
 
+    def warn(self, text: str) -> None:
+        """A warning on stderr (under --json it travels in the envelope's data instead)."""
+        if not self.as_json:
+            self.err.print(f"[yellow]sbx: warning:[/] {escape(text)}")
+
     def crash(self, report_path: str | None) -> None:
         where = f" (report: {report_path})" if report_path else ""
         line = f"sbx hit an unexpected error{where}; rerun with --traceback for details " \

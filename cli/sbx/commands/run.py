@@ -41,7 +41,7 @@ def run(
     )
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,
-                      progress=renderer.progress)
+                      progress=renderer.progress, on_warning=renderer.warn)
     if as_json:
         renderer.envelope(Envelope(
             command="run", status="ok" if result.exit_code == 0 else "workload_exit",

@@ -78,6 +78,7 @@ class RunPlan:
     workspace_target: str
     workspace_host: str | None
     access: str
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -105,6 +106,7 @@ class RunResult:
                           "access": plan.access},
             "timeout_s": plan.timeout_s,
             "selection": plan.selection.as_dict(),
+            "warnings": list(plan.warnings),
         }
         if self.stdout or self.stderr or self.truncated:
             data["stdout"] = self.stdout.decode("utf-8", "replace")
@@ -118,7 +120,8 @@ ProgressFactory = Callable[[str], Any]
 
 
 def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
-        progress: ProgressFactory) -> RunResult:
+        progress: ProgressFactory,
+        on_warning: Callable[[str], None] = lambda _text: None) -> RunResult:
     run_id = uuid.uuid4().hex
     try:
         plan = prepare(ctx, request, run_id, progress)
@@ -126,6 +129,8 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
         raise
+    for warning in plan.warnings:
+        on_warning(warning)
     return _execute(ctx, plan, request, on_output)
 
 
@@ -201,10 +206,33 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
+    warnings = _workspace_warnings(workspace_host, access, user)
     return RunPlan(run_id=run_id, kit=kit, config=config, selection=selection, image=image,
                    image_tag=kit_image.tag, image_built=kit_image.built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
-                   workspace_host=workspace_host, access=access)
+                   workspace_host=workspace_host, access=access, warnings=warnings)
+
+
+def _workspace_warnings(host: str | None, access: str, user: SandboxUser) -> tuple[str, ...]:
+    """Say up front when the sandbox user will not be able to write its rw workspace.
+
+    The workspace is mounted as it is on the host (sbx never chowns a user's directory), so a
+    directory owned by someone else is read-only in practice; better to say so than to let the
+    agent discover it halfway through its task.
+    """
+    if host is None or access != "rw":
+        return ()
+    stat = os.stat(host)
+    writable = (
+        (stat.st_uid == user.uid and stat.st_mode & 0o200)
+        or (stat.st_gid == user.gid and stat.st_mode & 0o020)
+        or stat.st_mode & 0o002
+    )
+    if writable:
+        return ()
+    return (f"workspace {host} is owned by {stat.st_uid}:{stat.st_gid} with mode "
+            f"{stat.st_mode & 0o777:o}; the sandbox user {user.uid}:{user.gid} cannot write "
+            "to it (chown it, or pass --access ro to make that explicit)",)
 
 
 def _timeout_ms(seconds: float) -> int:

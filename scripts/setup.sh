@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up on a fresh Debian machine, as root: the Docker engine and the
+# tools the examples and tests use, a running dockerd, the Python environment, and the locally
+# built base images. Safe to run again: every step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+need_pkgs=()
+command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
+[ -x /bin/busybox ] || need_pkgs+=(busybox-static)
+command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
+command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  log "installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! timeout 10 docker version >/dev/null 2>&1; then
+  log "starting dockerd"
+  setsid nohup dockerd >/var/log/sbx-dockerd.log 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do
+    timeout 5 docker version >/dev/null 2>&1 && break
+    sleep 1
+  done
+  timeout 10 docker version >/dev/null 2>&1 || {
+    log "dockerd did not answer within 60 s; its log:"; tail -30 /var/log/sbx-dockerd.log >&2; exit 1; }
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import sbx, pytest, hypothesis, mypy' >/dev/null 2>&1 \
+    || [ pyproject.toml -nt .venv/.sbx-installed ]; then
+  log "installing sbx and its development tools into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  touch .venv/.sbx-installed
+fi
+
+bash scripts/build-images.sh
