@@ -39,11 +39,10 @@ class Launch:
     stderr_bytes: IO[bytes] | None
 
     def renderer(self) -> Any:
-        from sbx.render import Renderer, make_console
+        from sbx.render import Renderer
 
-        return Renderer(make_console(self.stdout, self.env), make_console(self.stderr, self.env),
-                        as_json=self.as_json, raw_out=self.stdout_bytes,
-                        raw_err=self.stderr_bytes)
+        return Renderer(self.stdout, self.stderr, as_json=self.as_json, env=self.env,
+                        raw_out=self.stdout_bytes, raw_err=self.stderr_bytes)
 
     def context(self, *, verbose: int, traceback: bool) -> Any:
         from sbx.context import AppContext

@@ -6,7 +6,9 @@ SDK) only inside the command function, so ``sbx --help`` stays fast.
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +16,8 @@ from sbx import __version__
 from sbx.commands import explain as explain_command
 from sbx.commands import run as run_command
 from sbx.commands import version as version_command
+from sbx.errors import SbxError
+from sbx.reasons import Reason
 
 app = typer.Typer(
     name="sbx",
@@ -27,9 +31,9 @@ app = typer.Typer(
 )
 
 
-def _version_callback(value: bool) -> None:
+def _version_callback(ctx: typer.Context, value: bool) -> None:
     if value:
-        typer.echo(f"sbx {__version__}")
+        ctx.obj.renderer().message(f"sbx {__version__}")
         raise typer.Exit(0)
 
 
@@ -50,8 +54,27 @@ def main_callback(
     ctx.obj = launch.context(verbose=verbose, traceback=traceback)
 
 
-app.command("run", context_settings={"allow_interspersed_args": True})(run_command.run)
-app.command("explain")(explain_command.explain)
-app.command("version")(version_command.version)
+def _interruptible(command: Callable[..., int]) -> Callable[..., int]:
+    """Turn Ctrl-C / SIGTERM into a reason-coded error at the command boundary.
+
+    typer would otherwise swallow KeyboardInterrupt into a bare exit status 130, which is
+    indistinguishable from a workload that exits 130 itself.
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise SbxError(Reason.INTERRUPTED,
+                           "interrupted; everything the run created was removed") from None
+
+    return wrapper
+
+
+app.command("run", context_settings={"allow_interspersed_args": True})(
+    _interruptible(run_command.run))
+app.command("explain")(_interruptible(explain_command.explain))
+app.command("version")(_interruptible(version_command.version))
 
 __all__ = ["app"]

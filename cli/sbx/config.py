@@ -30,17 +30,17 @@ from functools import cache
 from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar, cast
-
-import tomlkit
-import tomlkit.exceptions
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.protocols import Validator
-from jsonschema.validators import extend
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from sbx import paths
 from sbx.errors import ConfigError, SbxError
 from sbx.reasons import Reason
+
+if TYPE_CHECKING:
+    # tomlkit and jsonschema are imported where a config file is actually read: with no file,
+    # `sbx run` never pays for them (about 50 ms of its start-up).
+    from jsonschema import ValidationError
+    from jsonschema.protocols import Validator
 
 T = TypeVar("T")
 
@@ -242,6 +242,9 @@ def load_config_file(path: Path) -> Config:
     text = _read(path)
     if text is None:
         return _resolve(path, exists=False, data={}, lines={})
+    import tomlkit
+    import tomlkit.exceptions
+
     try:
         data: dict[str, Any] = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as exc:
@@ -459,6 +462,9 @@ def _key_path(key_text: str) -> tuple[str, ...]:
 
 
 def _parse_path(snippet: str, fallback: str) -> tuple[str, ...]:
+    import tomlkit
+    import tomlkit.exceptions
+
     try:
         node: object = tomlkit.parse(snippet).unwrap()
     except tomlkit.exceptions.TOMLKitError:
@@ -489,11 +495,17 @@ def _is_strict_integer(_checker: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-# The one type: ignore: types-jsonschema leaves extend() unannotated.
-_STRICT_VALIDATOR: Final[type[Validator]] = extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+@cache
+def _strict_validator_class() -> type[Validator]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    # The one type: ignore: types-jsonschema leaves extend() unannotated.
+    validator: type[Validator] = extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+    )
+    return validator
 
 
 @cache
@@ -509,7 +521,7 @@ def _file_validator() -> Validator:
 
 
 def _strict_validator(schema: Mapping[str, Any]) -> Validator:
-    return _STRICT_VALIDATOR(schema)
+    return _strict_validator_class()(schema)
 
 
 def _problems(data: Mapping[str, Any], lines: Mapping[tuple[str, ...], int]) -> list[_Problem]:

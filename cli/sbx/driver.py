@@ -119,9 +119,10 @@ class DockerDriver:
             import docker
 
             try:
+                # from_env negotiates the API version with one request, which also proves the
+                # engine answers; no separate ping.
                 self._client_obj = docker.DockerClient.from_env(
                     environment=dict(self._env), timeout=API_TIMEOUT_S)
-                self._client_obj.ping()
             except docker.errors.DockerException as exc:
                 raise EngineUnavailable(
                     f"cannot reach the Docker engine: {_short(exc)}",
@@ -160,11 +161,10 @@ class DockerDriver:
     def info(self) -> EngineInfo:
         with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
             info: dict[str, Any] = self._client.info()
-            version: dict[str, Any] = self._client.version()
         security = tuple(str(s) for s in info.get("SecurityOptions") or ())
         return EngineInfo(
-            version=str(version.get("Version", "")),
-            api_version=str(version.get("ApiVersion", "")),
+            version=str(info.get("ServerVersion", "")),
+            api_version=str(self._api.api_version),
             os=str(info.get("OSType", "")),
             cgroup_version=str(info.get("CgroupVersion", "")),
             cgroup_driver=str(info.get("CgroupDriver", "")),

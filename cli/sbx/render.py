@@ -12,14 +12,14 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from functools import cached_property
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from sbx.errors import SbxError
 from sbx.reasons import REGISTRY, ExitStatus, Reason
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ENVELOPE_VERSION: Final = 1
 
@@ -63,31 +63,52 @@ def status_for_error(error: SbxError) -> str:
 
 
 def make_console(file: IO[str], env: Mapping[str, str], *, width: int | None = None) -> Console:
-    no_color = "NO_COLOR" in env
-    return Console(
-        file=file,
-        width=width,
-        no_color=no_color,
-        highlight=False,
-        soft_wrap=True,
-        emoji=False,
-    )
+    from rich.console import Console
+
+    return Console(file=file, width=width, no_color="NO_COLOR" in env, highlight=False,
+                   soft_wrap=True, emoji=False)
 
 
 class Renderer:
-    def __init__(self, out: Console, err: Console, *, as_json: bool,
-                 raw_out: IO[bytes] | None = None, raw_err: IO[bytes] | None = None) -> None:
-        self.out = out
-        self.err = err
+    """Prints results. rich is imported only for a terminal that wants styling: piped and CI
+    output is plain text, which keeps rich's import off the non-interactive `sbx run` path."""
+
+    def __init__(self, out: IO[str], err: IO[str], *, as_json: bool,
+                 env: Mapping[str, str] | None = None,
+                 raw_out: IO[bytes] | None = None, raw_err: IO[bytes] | None = None,
+                 width: int | None = None) -> None:
+        self._out_file = out
+        self._err_file = err
+        self._env = dict(env or {})
         self.as_json = as_json
         self._raw_out = raw_out
         self._raw_err = raw_err
+        self._width = width
+
+    @cached_property
+    def out(self) -> Console:
+        return make_console(self._out_file, self._env, width=self._width)
+
+    @cached_property
+    def err(self) -> Console:
+        return make_console(self._err_file, self._env, width=self._width)
+
+    def _styled(self, file: IO[str]) -> bool:
+        return "NO_COLOR" not in self._env and _isatty(file)
+
+    def _line(self, file: IO[str], markup: str, plain: str) -> None:
+        if self._styled(file):
+            console = self.err if file is self._err_file else self.out
+            console.print(markup)
+        else:
+            file.write(plain + "\n")
+            file.flush()
 
     # -- results -----------------------------------------------------------------------------
 
     def envelope(self, envelope: Envelope) -> None:
-        self.out.file.write(json.dumps(envelope.as_dict(), sort_keys=True) + "\n")
-        self.out.file.flush()
+        self._out_file.write(json.dumps(envelope.as_dict(), sort_keys=True) + "\n")
+        self._out_file.flush()
 
     def error(self, error: SbxError, command: str, data: dict[str, Any] | None = None) -> None:
         if self.as_json:
@@ -103,32 +124,34 @@ class Renderer:
                                  or error.details.get("problems", [])),
             ))
             return
-        self.err.print(f"[bold red]sbx:[/] {escape(str(error))}")
+        self._line(self._err_file, f"[bold red]sbx:[/] {_escape(str(error))}", f"sbx: {error}")
         if error.body:
-            self.err.print(escape(error.body))
+            self._line(self._err_file, _escape(error.body), error.body)
         if error.hint:
-            self.err.print(f"  [dim]fix:[/] {escape(error.hint)}")
+            self._line(self._err_file, f"  [dim]fix:[/] {_escape(error.hint)}",
+                       f"  fix: {error.hint}")
 
     def message(self, text: str) -> None:
         """A line of human output on stdout (suppressed under --json)."""
         if not self.as_json:
-            self.out.print(escape(text))
+            self._line(self._out_file, _escape(text), text)
 
     def note(self, text: str) -> None:
         """Status for humans on stderr (suppressed under --json)."""
         if not self.as_json:
-            self.err.print(f"[dim]sbx:[/] {escape(text)}")
+            self._line(self._err_file, f"[dim]sbx:[/] {_escape(text)}", f"sbx: {text}")
 
     def warn(self, text: str) -> None:
         """A warning on stderr (under --json it travels in the envelope's data instead)."""
         if not self.as_json:
-            self.err.print(f"[yellow]sbx: warning:[/] {escape(text)}")
+            self._line(self._err_file, f"[yellow]sbx: warning:[/] {_escape(text)}",
+                       f"sbx: warning: {text}")
 
     def crash(self, report_path: str | None) -> None:
         where = f" (report: {report_path})" if report_path else ""
         line = f"sbx hit an unexpected error{where}; rerun with --traceback for details " \
                f"({Reason.INTERNAL_ERROR.value})"
-        self.err.print(escape(line))
+        self._line(self._err_file, _escape(line), line)
 
     # -- workload passthrough ----------------------------------------------------------------
 
@@ -144,13 +167,13 @@ class Renderer:
     @contextmanager
     def progress(self, title: str) -> Iterator[Callable[[str], None]]:
         """A transient status line for long work; yields a callback taking the latest line."""
-        if self.as_json or not self.err.is_terminal:
+        if self.as_json or not self._styled(self._err_file):
             self.note(title)
             yield lambda _line: None
             return
-        with self.err.status(escape(title)) as status:
+        with self.err.status(_escape(title)) as status:
             def update(line: str) -> None:
-                status.update(f"{escape(title)} [dim]{escape(line[-100:])}[/]")
+                status.update(f"{_escape(title)} [dim]{_escape(line[-100:])}[/]")
             yield update
 
     # -- reason registry ---------------------------------------------------------------------
@@ -161,16 +184,20 @@ class Renderer:
             self.envelope(Envelope(command="explain", status="ok", exit_code=0,
                                    data=reason_as_dict(reason)))
             return
-        self.out.print(f"[bold]{reason.value}[/] — {escape(info.title)}")
-        self.out.print(f"  cause: {escape(info.cause)}")
-        self.out.print(f"  fix:   {escape(info.fix)}")
-        self.out.print(f"  exit status: {int(info.exit_status)} ({info.exit_status.name.lower()})")
+        status = f"{int(info.exit_status)} ({info.exit_status.name.lower()})"
+        self._line(self._out_file, f"[bold]{reason.value}[/] — {_escape(info.title)}",
+                   f"{reason.value} — {info.title}")
+        self._line(self._out_file, f"  cause: {_escape(info.cause)}", f"  cause: {info.cause}")
+        self._line(self._out_file, f"  fix:   {_escape(info.fix)}", f"  fix:   {info.fix}")
+        self._line(self._out_file, f"  exit status: {status}", f"  exit status: {status}")
 
     def reason_list(self, reasons: Sequence[Reason]) -> None:
         if self.as_json:
             self.envelope(Envelope(command="explain", status="ok", exit_code=0,
                                    data={"reasons": [reason_as_dict(r) for r in reasons]}))
             return
+        from rich.table import Table
+
         table = Table(box=None, show_header=True, pad_edge=False)
         table.add_column("code")
         table.add_column("exit")
@@ -179,6 +206,19 @@ class Renderer:
             info = REGISTRY[reason]
             table.add_row(reason.value, str(int(info.exit_status)), info.title)
         self.out.print(table)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _isatty(file: IO[str]) -> bool:
+    try:
+        return file.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def reason_as_dict(reason: Reason) -> dict[str, Any]:

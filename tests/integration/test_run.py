@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import uuid
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -219,11 +219,12 @@ class _FailingWait:
 def test_engine_error_mid_run_still_removes_the_container(
         busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
         tmp_path: Path) -> None:
-    from sbx.render import Renderer, make_console
+    from sbx.render import Renderer
 
     failing = _FailingWait(DockerDriver(env))
-    console = make_console(io.StringIO(), env)
-    ctx = AppContext(env=env, cwd=tmp_path, renderer=Renderer(console, console, as_json=True),
+    console = io.StringIO()
+    renderer = Renderer(console, console, as_json=True, env=env)
+    ctx = AppContext(env=env, cwd=tmp_path, renderer=renderer,
                      driver_factory=lambda _env: failing)  # type: ignore[arg-type,return-value]
     with pytest.raises(SbxError) as raised:
         run(ctx, RunRequest(workload=str(busybox_kit), command=("sleep", "30")),

@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -51,7 +52,7 @@ def base_images(dockerfile: str) -> list[str]:
         words = [w for w in shlex.split(match.group(1)) if not w.startswith("--")]
         if not words:
             continue
-        ref = _VAR_RE.sub(lambda m: args.get(m.group(1), m.group(0)), words[0])
+        ref = _VAR_RE.sub(lambda m: args.get(m.group(1)) or m.group(0), words[0])
         if len(words) >= 3 and words[1].lower() == "as":
             stages.add(words[2].lower())
         if ref.lower() == "scratch" or ref.lower() in stages:
@@ -95,7 +96,12 @@ class KitImage:
 
 
 def ensure_kit_image(driver: Driver, kit: LocalKit,
-                     on_line: Callable[[str], None]) -> KitImage:
+                     progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
+                     ) -> KitImage:
+    """The kit's image: reused when an image with the kit's content hash exists, else built.
+
+    ``progress(title)`` is entered only when a build actually runs.
+    """
     if kit.dockerfile_text is None:
         raise SbxError(Reason.INVALID_KIT,
                        f"workload kit {kit.reference} has no recipe (no {kit.stem}.dockerfile, "
@@ -116,9 +122,10 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
             hint=f"Fetch it first: sbx pull {missing[0]}",
             details={"missing": missing},
         )
-    image = driver.build(build_context(kit), RECIPE_NAME, tag,
-                         {KIT_LABEL: kit.stem, HASH_LABEL: digest,
-                          label_keys.VERSION: _version()}, on_line)
+    with progress(f"building {kit.reference}") as on_line:
+        image = driver.build(build_context(kit), RECIPE_NAME, tag,
+                             {KIT_LABEL: kit.stem, HASH_LABEL: digest,
+                              label_keys.VERSION: _version()}, on_line)
     return KitImage(image, tag, built=True)
 
 

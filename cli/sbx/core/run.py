@@ -145,7 +145,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     if request.timeout_s is not None:
         config = config.with_sandbox_override(
             "timeout_ms", _timeout_ms(request.timeout_s), "flag --timeout")
-    kit = load_local_kit(request.workload, cwd=ctx.cwd)
+    kit = load_local_kit(request.workload, cwd=ctx.cwd,
+                         cache_dir=ctx.state_home / "cache" / "descriptors")
     if kit.descriptor.kind != "workload":
         raise SbxError(
             Reason.KIT_INCOHERENT,
@@ -164,8 +165,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
 
     driver = ctx.driver
     _check_engine(driver.info())
-    with progress(f"building {kit.reference}") as on_line:
-        kit_image = ensure_kit_image(driver, kit, on_line)
+    kit_image = ensure_kit_image(driver, kit, progress)
     image = kit_image.image
     workspace_target = image.workdir or DEFAULT_WORKSPACE
     extra_binds = [

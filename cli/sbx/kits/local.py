@@ -64,7 +64,7 @@ def find_descriptor(directory: Path) -> Path:
     )
 
 
-def load_local_kit(reference: str, *, cwd: Path) -> LocalKit:
+def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) -> LocalKit:
     path = (cwd / reference).absolute() if not os.path.isabs(reference) else Path(reference)
     if path.is_file() and path.suffix == ".yaml":
         descriptor_path, directory = path, path.parent
@@ -77,7 +77,7 @@ def load_local_kit(reference: str, *, cwd: Path) -> LocalKit:
             f"kit {reference!r} is neither a local kit directory nor a pulled kit",
             hint=f"Check the path, or fetch a registry kit first with `sbx pull {reference}`.",
         )
-    descriptor = parse_descriptor_file(descriptor_path)
+    descriptor = parse_descriptor_file(descriptor_path, cache_dir=cache_dir)
     stem = descriptor_path.stem
     return LocalKit(reference=reference, directory=directory, stem=stem, descriptor=descriptor,
                     dockerfile_text=_recipe(descriptor, directory, stem))

@@ -1,0 +1,72 @@
+"""The entry point: `--` splitting, the error edge, and the command dispatch table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx import __version__
+from sbx.__main__ import split_passthrough
+from sbx.core import run as run_core
+from sbx.errors import SbxError
+from sbx.reasons import Reason
+
+
+@pytest.mark.parametrize(("argv", "head", "tail"), [
+    (["run", "k"], ["run", "k"], None),
+    (["run", "k", "--", "echo", "--json"], ["run", "k"], ("echo", "--json")),
+    (["run", "k", "ws", "--"], ["run", "k", "ws"], ()),
+    (["run", "--", "a", "--", "b"], ["run"], ("a", "--", "b")),
+])
+def test_split_passthrough(argv: list[str], head: list[str],
+                           tail: tuple[str, ...] | None) -> None:
+    assert split_passthrough(argv) == (head, tail)
+
+
+def test_version_flag_and_command(sbx_cli: Any) -> None:
+    assert sbx_cli(["--version"]).stdout.strip() == f"sbx {__version__}"
+    envelope = sbx_cli(["version", "--json"]).envelope()
+    assert envelope["data"] == {"version": __version__}
+    assert envelope["sbx_result_version"] == 1
+
+
+def test_run_dispatches_one_typed_request(sbx_cli: Any, monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    seen: list[run_core.RunRequest] = []
+
+    def fake_run(ctx: Any, request: run_core.RunRequest, **_kw: Any) -> Any:
+        seen.append(request)
+        raise SbxError(Reason.IMAGE_MISSING, "stop here")
+
+    monkeypatch.setattr(run_core, "run", fake_run)
+    result = sbx_cli(["run", "./kit", "ws", "--access", "ro", "--mount", "/a:/b",
+                      "--mount", "/c:/d:ro", "--timeout", "5", "--", "echo", "--json"])
+    assert result.exit_code == 125 and "(image_missing)" in result.stderr
+    assert seen == [run_core.RunRequest(
+        workload="./kit", workspace="ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
+        timeout_s=5.0, command=("echo", "--json"), capture_output=False)]
+
+
+def test_errors_under_json_are_an_envelope(sbx_cli: Any, tmp_path: Path) -> None:
+    result = sbx_cli(["run", "--json", str(tmp_path / "nope")])
+    assert result.exit_code == 125
+    envelope = json.loads(result.stdout)
+    assert envelope["status"] == "refused" and envelope["reason"] == "image_missing"
+    assert envelope["exit_code"] == 125 and "sbx pull" in envelope["hint"]
+    assert result.stderr == ""
+
+
+def test_usage_error_under_json_is_an_envelope(sbx_cli: Any) -> None:
+    result = sbx_cli(["run", "--json", "--bogus", "x"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["reason"] == "invalid_argument"
+
+
+def test_every_refusal_message_ends_with_its_code(sbx_cli: Any) -> None:
+    result = sbx_cli(["explain", "no_such_code"])
+    assert result.exit_code == 2
+    first_line = result.stderr.splitlines()[0]
+    assert first_line.endswith("(invalid_argument)")
