@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
-import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -138,8 +137,8 @@ _SAFE_WORD = re.compile(r"[A-Za-z0-9_.:/@+%,=-]+")
 
 
 def scrub(text: str) -> str:
-    """Replace this machine's home and working directory in generated text (defaults, help)."""
-    for path, stand_in in sorted(((str(Path.home()), "~"), (os.getcwd(), ".")),
+    """Replace this machine's home and checkout paths in generated text (defaults, help)."""
+    for path, stand_in in sorted(((str(Path.home()), "~"), (str(ROOT), ".")),
                                  key=lambda pair: -len(pair[0])):
         if len(path) > 1:
             text = text.replace(path, stand_in)
@@ -312,6 +311,14 @@ def _fn(command: Command) -> str:
     return "_" + "_".join(re.sub(r"[^A-Za-z0-9_]", "_", part) for part in command.path)
 
 
+def _subcommand_names(command: Command) -> list[str]:
+    return [sub.path[-1] for sub in command.subcommands]
+
+
+def _value_option_names(command: Command) -> list[str]:
+    return [name for option in command.options if option.takes_value for name in option.names]
+
+
 # --------------------------------------------------------------------------------------------
 # bash
 
@@ -420,13 +427,12 @@ def render_bash(tree: Command) -> str:
     for command in tree.walk():
         out.append(f"        {_sq(command.name)})")
         if command.subcommands:
-            names = " ".join(sub.path[-1] for sub in command.subcommands)
+            names = " ".join(_subcommand_names(command))
             out.append(f"            __{prog}_subcommands={_sq(names)}")
         all_names = [name for option in command.options for name in option.names]
         if all_names:
             out.append(f"            __{prog}_options={_sq(' '.join(all_names))}")
-        value_names = [name for option in command.options if option.takes_value
-                       for name in option.names]
+        value_names = _value_option_names(command)
         if value_names:
             out.append(f"            __{prog}_value_options={_sq(' '.join(value_names))}")
         if command.arguments and not command.subcommands:
@@ -666,13 +672,12 @@ def _fish_dirs() -> str:
 def render_fish(tree: Command) -> str:
     prog = tree.path[0]
     out = [f"# {HEADER}", _FISH_PRELUDE.format(prog=prog)]
-    for table, pick in (("subcommands", lambda c: [s.path[-1] for s in c.subcommands]),
-                        ("value_options", lambda c: [n for o in c.options if o.takes_value
-                                                     for n in o.names])):
+    for table in ("subcommands", "value_options"):
         out.append(f"function __{prog}_{table} --argument-names node")
         out.append("    switch $node")
         for command in tree.walk():
-            words = pick(command)
+            words = (_subcommand_names(command) if table == "subcommands"
+                     else _value_option_names(command))
             if words:
                 out.append(f"        case {_fish_sq(command.name)}")
                 out.append("            printf '%s\\n' " + " ".join(words))

@@ -12,6 +12,10 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 [ -x /bin/busybox ] || need_pkgs+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(debootstrap)
 command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
+# Shells and groff let the completion and man-page tests run instead of skipping.
+command -v zsh >/dev/null 2>&1 || need_pkgs+=(zsh)
+command -v fish >/dev/null 2>&1 || need_pkgs+=(fish)
+command -v groff >/dev/null 2>&1 || need_pkgs+=(groff-base)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
