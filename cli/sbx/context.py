@@ -38,7 +38,13 @@ class AppContext:
 
     @cached_property
     def driver(self) -> Driver:
-        return self.driver_factory(self.env)
+        driver = self.driver_factory(self.env)
+        if self.verbose > 0:
+            from sbx.tracing import TracingDriver
+
+            traced: Driver = TracingDriver(driver, self.renderer.trace)
+            return traced
+        return driver
 
     @cached_property
     def state_home(self) -> Path:

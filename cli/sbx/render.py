@@ -147,6 +147,10 @@ class Renderer:
             self._line(self._err_file, f"[yellow]sbx: warning:[/] {_escape(text)}",
                        f"sbx: warning: {text}")
 
+    def trace(self, text: str) -> None:
+        """`-v` detail on stderr, also under --json (stdout stays the envelope alone)."""
+        self._line(self._err_file, f"[dim]sbx: {_escape(text)}[/]", f"sbx: {text}")
+
     def crash(self, report_path: str | None) -> None:
         where = f" (report: {report_path})" if report_path else ""
         line = f"sbx hit an unexpected error{where}; rerun with --traceback for details " \

@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sbx import labels
 from sbx.driver import DockerDriver
+from sbx.errors import SbxError
 from sbx.paths import home_hash
 
 SBX = shutil.which("sbx", path=str(Path(sys.executable).parent)) or "sbx"
@@ -23,6 +25,18 @@ BUSYBOX = "sbx-test/busybox:1"
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind(tmp_path: Path) -> Iterator[None]:
+    """After every refusal or run, no object labelled for this test's state home remains."""
+    yield
+    driver = DockerDriver(dict(os.environ))
+    try:
+        leftovers = driver.list_owned(labels.home_selector(home_hash(tmp_path / "state")))
+    except SbxError:
+        return  # no engine here: nothing could have been created
+    assert leftovers == []
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -180,3 +194,14 @@ def test_bundled_example_runs(tmp_path: Path) -> None:
     assert "hello from sbx: uid=1000" in result.stdout
     assert "root filesystem: read-only" in result.stdout
     assert "network: none" in result.stdout
+
+
+@pytest.mark.docker
+def test_verbose_traces_engine_calls_without_leaking_the_environment(tmp_path: Path) -> None:
+    result = _sbx(["-v", "run", str(_kit(tmp_path)), "--", "true"], _env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    traced = [line for line in result.stderr.splitlines() if "engine: " in line]
+    names = [line.split("engine: ", 1)[1].split("(", 1)[0] for line in traced]
+    assert names[:1] == ["info"] and "create" in names and names[-1] == "remove_container"
+    assert all(line.rstrip().endswith("ms]") for line in traced)
+    assert "SBX_RUN_ID" not in result.stderr  # specs are summarised, never dumped
