@@ -53,7 +53,7 @@ __sbx_values() {
         'sbx run --mount') __sbx_paths -f ;;
         'sbx run #0') __sbx_paths -d ;;
         'sbx run #1') __sbx_paths -d ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened build_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error' ;;
     esac
     return 0
 }

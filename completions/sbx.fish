@@ -110,6 +110,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Requi
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit upgrade widens permissions'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'start_failed' -d 'Engine could not start the container'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_failed' -d 'Egress proxy failed'

@@ -16,7 +16,7 @@ import io
 import logging
 import struct
 import tarfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -86,6 +86,13 @@ class Driver(Protocol):
     def kill(self, container_id: str) -> None: ...
     def remove_container(self, container_id: str) -> bool: ...
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
+    def path_exists(self, container_id: str, path: str) -> bool: ...
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]: ...
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str]) -> ImageInfo: ...
+    def remove_image(self, ref: str) -> bool: ...
 
 
 def _situation_hint(env: Mapping[str, str], detail: str) -> str:
@@ -344,6 +351,68 @@ class DockerDriver:
                 objects.append(OwnedObject("volume", str(v["Name"]), str(v["Name"]),
                                            dict(v.get("Labels") or {}), ""))
         return objects
+
+    # -- the create step (install hooks, kit files) ---------------------------------------------
+
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None:
+        with self._engine_errors(f"writing files into the sandbox at {path}"):
+            if not self._api.put_archive(container_id, path, tar):
+                raise SbxError(Reason.CREATE_FAILED, f"the engine refused files at {path}")
+
+    def path_exists(self, container_id: str, path: str) -> bool:
+        import docker
+
+        with self._engine_errors(f"checking {path} in the sandbox"):
+            try:
+                self._api.get_archive(container_id, path)
+            except docker.errors.NotFound:
+                return False
+        return True
+
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]:
+        """Run ``argv`` in a running container; (output pairs, a function giving the status)."""
+        with self._engine_errors("running a hook in the sandbox", Reason.START_FAILED):
+            created = self._api.exec_create(container_id, list(argv), stdout=True, stderr=True,
+                                            user=user, workdir=workdir)
+            exec_id = str(created["Id"])
+            stream = self._api.exec_start(exec_id, stream=True, demux=True)
+
+        def chunks() -> Iterator[tuple[str, bytes]]:
+            with self._engine_errors("reading a hook's output", Reason.START_FAILED):
+                for out, err in stream:
+                    if out:
+                        yield "stdout", out
+                    if err:
+                        yield "stderr", err
+
+        def status() -> int:
+            with self._engine_errors("reading a hook's status", Reason.START_FAILED):
+                code = self._api.exec_inspect(exec_id).get("ExitCode")
+            return -1 if code is None else int(code)
+
+        return chunks(), status
+
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str]) -> ImageInfo:
+        repository, _, version = tag.partition(":")
+        with self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
+            self._api.commit(container_id, repository=repository, tag=version or "latest",
+                             conf={"Labels": dict(labels)})
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
+        return image
+
+    def remove_image(self, ref: str) -> bool:
+        import docker
+
+        with self._engine_errors(f"removing image {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=True, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+        return True
 
     def container(self, container_id: str) -> Container:
         """The SDK object, for tests that inspect what was created (never used by sbx itself)."""

@@ -112,6 +112,29 @@ def build_spec(
     )
 
 
+def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
+                           labels: Mapping[str, str], keepalive: Sequence[str],
+                           cap_drop: Sequence[str]) -> ContainerSpec:
+    """The create step's container: writable root (its result is committed), root user for
+    install hooks, no network, no privileges, the same memory/pids/cpu limits as the sandbox."""
+    return ContainerSpec(
+        image=image,
+        user="0:0",
+        working_dir=workdir,
+        command=None,
+        entrypoint=tuple(keepalive),
+        env={},
+        labels=dict(labels),
+        memory_bytes=limits.memory_bytes,
+        memory_swap_bytes=limits.memory_bytes,
+        pids_limit=limits.pids,
+        nano_cpus=limits.cpu_millis * 1_000_000,
+        tmpfs={},
+        read_only=False,
+        cap_drop=tuple(cap_drop),
+    )
+
+
 def hardening_violations(spec: ContainerSpec, limits: Limits) -> list[str]:
     """Every way ``spec`` falls short of SPEC §5; empty when the spec is hardened."""
     problems: list[str] = []
@@ -151,4 +174,4 @@ def hardening_violations(spec: ContainerSpec, limits: Limits) -> list[str]:
 
 
 __all__ = ["DEFAULT_WORKSPACE", "TMP_TARGET", "BindMount", "ContainerSpec", "Limits",
-           "build_spec", "hardening_violations", "tmpfs_options"]
+           "build_create_step_spec", "build_spec", "hardening_violations", "tmpfs_options"]

@@ -57,6 +57,7 @@ class Reason(enum.StrEnum):
     MOUNT_BLOCKED = "mount_blocked"
     PERMISSION_WIDENED = "permission_widened"
     BUILD_FAILED = "build_failed"
+    HOOK_FAILED = "hook_failed"
     CREATE_FAILED = "create_failed"
     START_FAILED = "start_failed"
     PROXY_FAILED = "proxy_failed"
@@ -173,6 +174,14 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "The engine could not build the kit's dockerfile.",
         "Read the build output above the error; fix the dockerfile or make its base image "
         "present locally.",
+        _E.FAILED,
+    ),
+    _R.HOOK_FAILED: ReasonInfo(
+        "Kit lifecycle hook failed",
+        "An install or startup hook of a kit exited non-zero. The message names the kit and "
+        "the hook's position in its lifecycle@1 capability.",
+        "Read the hook's output above the error and fix the kit's command (or its inputs, "
+        "such as --arg values).",
         _E.FAILED,
     ),
     _R.CREATE_FAILED: ReasonInfo(
