@@ -27,17 +27,24 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain version'
+            __sbx_subcommands='run explain doctor gc version'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='--access --mount --timeout --json -h --help'
-            __sbx_value_options='--access --mount --timeout'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout --json -h --help'
+            __sbx_value_options='-k --kit --arg --access --mount --timeout'
             __sbx_nargs=2
             ;;
         'sbx explain')
             __sbx_options='--list --json -h --help'
             __sbx_nargs=1
+            ;;
+        'sbx doctor')
+            __sbx_options='--json -h --help'
+            ;;
+        'sbx gc')
+            __sbx_options='--dry-run --json --grace -h --help'
+            __sbx_value_options='--grace'
             ;;
         'sbx version')
             __sbx_options='--json -h --help'
@@ -49,11 +56,12 @@ __sbx_node() {
 # of the command PATH.
 __sbx_values() {
     case "$1 $2" in
+        'sbx run -k' | 'sbx run --kit') __sbx_paths -d ;;
         'sbx run --access') __sbx_words 'none ro rw' ;;
         'sbx run --mount') __sbx_paths -f ;;
         'sbx run #0') __sbx_paths -d ;;
         'sbx run #1') __sbx_paths -d ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error' ;;
     esac
     return 0
 }

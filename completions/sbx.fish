@@ -62,22 +62,26 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain version
+            printf '%s\n' run explain doctor gc version
     end
 end
 
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' --access --mount --timeout
+            printf '%s\n' -k --kit --arg --access --mount --timeout
+        case 'sbx gc'
+            printf '%s\n' --grace
     end
 end
 
 complete -c sbx -f
 
 # sbx
-complete -c sbx -n '__sbx_arg "sbx" 0' -a run -d 'Run a workload kit in a hardened sandbox'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a run -d 'Run a workload kit (plus mixins) in a hardened sandbox'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a explain -d 'Explain a reason code: what causes it and how to fix it'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a doctor -d 'Check that this machine can run sandboxes safely: platform, config, identity,...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback'
@@ -85,6 +89,9 @@ complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
 complete -c sbx -n '__sbx_in "sbx"' -s h -l help -d 'Show this message and exit'
 
 # sbx run
+complete -c sbx -n '__sbx_in "sbx run"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to compose on the workload (repeatable; order comes from the kits...'
+complete -c sbx -n '__sbx_in "sbx run"' -l arg -x -d 'A value for a kit arg, given to every kit that declares NAME (repeatable)'
+complete -c sbx -n '__sbx_in "sbx run"' -l allow-privileged -d 'Consent to run privileged when a kit requires privileged@1'
 complete -c sbx -n '__sbx_in "sbx run"' -l access -x -a 'none ro rw' -d 'How the sandbox sees WORKSPACE (default rw when given)'
 complete -c sbx -n '__sbx_in "sbx run"' -l mount -r -F -d 'Extra host mount, checked by the mount policy (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l timeout -x -d 'Kill the workload after this long (exit 124)'
@@ -109,6 +116,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_capability' -d 'R
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Required credential not bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit upgrade widens permissions'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
@@ -120,6 +128,16 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'cleanup_failed' -d 'Cleanup f
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'invalid_argument' -d 'Invalid argument'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'interrupted' -d 'Interrupted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'internal_error' -d 'Unexpected error in sbx'
+
+# sbx doctor
+complete -c sbx -n '__sbx_in "sbx doctor"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx doctor"' -s h -l help -d 'Show this message and exit'
+
+# sbx gc
+complete -c sbx -n '__sbx_in "sbx gc"' -l dry-run -d 'Only list what would be removed; change nothing'
+complete -c sbx -n '__sbx_in "sbx gc"' -l json -d 'Print one JSON envelope listing removed, kept and failed objects'
+complete -c sbx -n '__sbx_in "sbx gc"' -l grace -x -d 'Seconds past a deadline before a run\'s objects count as stale (default: [gc]...'
+complete -c sbx -n '__sbx_in "sbx gc"' -s h -l help -d 'Show this message and exit'
 
 # sbx version
 complete -c sbx -n '__sbx_in "sbx version"' -l json -d 'Print a JSON envelope'

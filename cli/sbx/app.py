@@ -13,7 +13,9 @@ from typing import Annotated, Any
 import typer
 
 from sbx import __version__
+from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
+from sbx.commands import gc as gc_command
 from sbx.commands import run as run_command
 from sbx.commands import version as version_command
 from sbx.errors import SbxError
@@ -75,6 +77,8 @@ def _interruptible(command: Callable[..., int]) -> Callable[..., int]:
 app.command("run", context_settings={"allow_interspersed_args": True})(
     _interruptible(run_command.run))
 app.command("explain")(_interruptible(explain_command.explain))
+app.command("doctor")(_interruptible(doctor_command.doctor))
+app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
 
 __all__ = ["app"]

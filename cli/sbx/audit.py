@@ -20,6 +20,8 @@ SANDBOX_STARTED: Final = "sandbox_started"
 SANDBOX_FINISHED: Final = "sandbox_finished"
 CAPABILITY_SKIPPED: Final = "capability_skipped"
 CLEANUP_FAILED: Final = "cleanup_failed"
+# sbx gc removed something: {container, network, volume, run_dir, proxy counts, grace_seconds}
+GC_REMOVED: Final = "gc_removed"
 
 
 def audit_path(state_home: Path) -> Path:
@@ -61,5 +63,5 @@ def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
                 yield event
 
 
-__all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "SANDBOX_FINISHED",
+__all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "GC_REMOVED", "SANDBOX_FINISHED",
            "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "audit_path", "read_events", "record"]

@@ -13,10 +13,11 @@ explicitly on every path).
 from __future__ import annotations
 
 import io
+import json
 import logging
 import struct
 import tarfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -70,13 +71,27 @@ class OwnedObject:
     state: str  # containers: created/running/exited/dead...; others: ""
 
 
+@dataclass(frozen=True)
+class RawListing:
+    """One label-filtered listing, entries exactly as the engine sent them (JSON objects).
+
+    Kept unparsed on purpose: ``sbx gc`` parses every entry strictly itself and deletes nothing
+    when one of them does not parse, which a lenient conversion here would hide.
+    """
+
+    containers: tuple[Any, ...]
+    networks: tuple[Any, ...]
+    volumes: tuple[Any, ...]
+
+
 class Driver(Protocol):
     """What sbx needs from an engine. A second backend (e.g. Kubernetes) would implement this."""
 
     def info(self) -> EngineInfo: ...
     def image(self, ref: str) -> ImageInfo | None: ...
     def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
-              on_line: Callable[[str], None]) -> ImageInfo: ...
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
     def read_image_file(self, image_id: str, path: str,
                         labels: Mapping[str, str]) -> bytes | None: ...
     def create(self, spec: ContainerSpec) -> str: ...
@@ -86,13 +101,25 @@ class Driver(Protocol):
     def kill(self, container_id: str) -> None: ...
     def remove_container(self, container_id: str) -> bool: ...
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
+    # gc and doctor (sbx.core.gc / sbx.core.doctor)
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
+    def object_users(self, kind: str, ident: str) -> list[str]: ...
+    def remove_network(self, network_id: str) -> bool: ...
+    def remove_volume(self, name: str) -> bool: ...
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
+    def local_images(self) -> list[tuple[str, int]]: ...
     def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
     def path_exists(self, container_id: str, path: str) -> bool: ...
     def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
                     workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
                                                   Callable[[], int]]: ...
-    def commit(self, container_id: str, tag: str, labels: Mapping[str, str]) -> ImageInfo: ...
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo: ...
     def remove_image(self, ref: str) -> bool: ...
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str: ...
+    # image assembly (sbx.core.assemble)
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
 
 
 def _situation_hint(env: Mapping[str, str], detail: str) -> str:
@@ -197,12 +224,14 @@ class DockerDriver:
     # -- build -------------------------------------------------------------------------------
 
     def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
-              on_line: Callable[[str], None]) -> ImageInfo:
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo:
         log: list[str] = []
         with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED):
             stream = self._api.build(
                 fileobj=io.BytesIO(context_tar), custom_context=True,
                 dockerfile=dockerfile, tag=tag, labels=dict(labels),
+                buildargs=dict(build_args or {}),
                 rm=True, forcerm=True, pull=False, decode=True, nocache=False,
             )
             for chunk in stream:
@@ -394,15 +423,30 @@ class DockerDriver:
 
         return chunks(), status
 
-    def commit(self, container_id: str, tag: str, labels: Mapping[str, str]) -> ImageInfo:
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo:
+        """Commit the container's filesystem with the run config of ``like`` (not the
+        container's own: the create step ran a keepalive as root)."""
         repository, _, version = tag.partition(":")
+        changes = [
+            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
+            f"CMD {json.dumps(list(like.cmd or []))}",
+            f"USER {like.user}" if like.user else "USER 0",
+            f"WORKDIR {like.workdir or '/'}",
+            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
+        ]
         with self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
             self._api.commit(container_id, repository=repository, tag=version or "latest",
-                             conf={"Labels": dict(labels)})
+                             changes=changes)
         image = self.image(tag)
         if image is None:
             raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
         return image
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str:
+        with self._engine_errors(f"creating volume {name}", Reason.CREATE_FAILED):
+            created = self._api.create_volume(name=name, driver="local", labels=dict(labels))
+        return str(created["Name"])
 
     def remove_image(self, ref: str) -> bool:
         import docker
@@ -418,6 +462,132 @@ class DockerDriver:
         """The SDK object, for tests that inspect what was created (never used by sbx itself)."""
         with self._engine_errors("inspecting the sandbox"):
             return self._client.containers.get(container_id)
+
+    # -- gc and doctor -------------------------------------------------------------------------
+
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing:
+        """Containers (all states), networks and volumes carrying every given label, raw."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with self._engine_errors("listing sbx objects", Reason.CLEANUP_FAILED):
+            containers = self._api.containers(all=True, filters=filters)
+            networks = self._api.networks(filters=filters)
+            volumes = self._api.volumes(filters=filters)
+        if not isinstance(containers, list) or not isinstance(networks, list) \
+                or not isinstance(volumes, dict | None):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx objects: the engine answered an unexpected shape")
+        raw_volumes = (volumes or {}).get("Volumes") or []
+        if not isinstance(raw_volumes, list):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx objects: the engine's volume list is not a list")
+        return RawListing(tuple(containers), tuple(networks), tuple(raw_volumes))
+
+    def object_users(self, kind: str, ident: str) -> list[str]:
+        """Ids of every container (any state, any owner) that uses a network or volume.
+
+        A network is matched by id *and* name: a created, never-started container is attached
+        by name only (its endpoint has no network id yet), and the id filter alone misses it.
+        """
+        import docker
+
+        with self._engine_errors(f"listing the users of {kind} {ident[:12]}",
+                                 Reason.CLEANUP_FAILED):
+            if kind == "network":
+                try:
+                    name = str(self._api.inspect_network(ident).get("Name") or ident)
+                except docker.errors.NotFound:
+                    return []
+                found = self._api.containers(all=True, filters={"network": [ident, name]})
+            else:
+                found = self._api.containers(all=True, filters={"volume": ident})
+        return [str(c.get("Id", "")) for c in found or []]
+
+    def remove_network(self, network_id: str) -> bool:
+        """Remove a network; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors(f"removing network {network_id[:12]}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_network(network_id)
+            except docker.errors.NotFound:
+                return True
+        return True
+
+    def remove_volume(self, name: str) -> bool:
+        """Remove a volume; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors(f"removing volume {name[:24]}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_volume(name)
+            except docker.errors.NotFound:
+                return True
+        return True
+
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]:
+        """Which of ``idents`` (full container/network ids, or volume names) still exist.
+
+        One listing per call, filtered by id (exact for full ids) or name (a substring filter,
+        so the answer is intersected exactly): this is how a removal is confirmed.
+        """
+        wanted = set(idents)
+        if not wanted:
+            return set()
+        with self._engine_errors(f"confirming removal of {len(wanted)} {kind}(s)",
+                                 Reason.CLEANUP_FAILED):
+            if kind == "container":
+                found = self._api.containers(all=True, filters={"id": sorted(wanted)})
+                names = {str(c.get("Id", "")) for c in found or []}
+            elif kind == "network":
+                found = self._api.networks(ids=sorted(wanted))
+                names = {str(n.get("Id", "")) for n in found or []}
+            else:
+                listing = self._api.volumes(filters={"name": sorted(wanted)}) or {}
+                names = {str(v.get("Name", "")) for v in listing.get("Volumes") or []}
+        return wanted & names
+
+    def local_images(self) -> list[tuple[str, int]]:
+        """``(reference, size in bytes)`` of every tagged local image, smallest first."""
+        with self._engine_errors("listing local images", Reason.IMAGE_MISSING):
+            images = self._api.images()
+        found: list[tuple[str, int]] = []
+        for image in images or []:
+            size = int(image.get("Size") or 0)
+            found.extend((str(tag), size) for tag in image.get("RepoTags") or ()
+                         if tag and tag != "<none>:<none>")
+        return sorted(found, key=lambda item: (item[1], item[0]))
+
+    # -- image assembly --------------------------------------------------------------------------
+
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]:
+        """An image's filesystem as a tar stream, in chunks, without running anything.
+
+        A helper container labelled ``labels`` is created (never started), exported and removed
+        when the stream ends or is closed: close it when stopping early
+        (``contextlib.closing``). Besides the image's own files the tar holds what the engine
+        adds to every container (``/.dockerenv``, ``/etc/hostname``, ``/etc/hosts``,
+        ``/etc/resolv.conf``, ``/etc/mtab``, ``/dev/console``, ``/dev/pts``, ``/dev/shm``).
+        """
+        import urllib3
+
+        action = f"exporting the files of image {image_id[:19]}"
+        with self._engine_errors(action, Reason.BUILD_FAILED):
+            created = self._api.create_container(
+                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                network_disabled=True)
+        cid = str(created["Id"])
+        try:
+            with self._engine_errors(action, Reason.BUILD_FAILED):
+                try:
+                    yield from self._api.export(cid)
+                except urllib3.exceptions.HTTPError as exc:
+                    # The SDK streams the body through urllib3, whose errors requests never
+                    # wraps once the response has started.
+                    raise EngineUnavailable(f"{action}: the stream broke: {_short(exc)}",
+                                            hint=_situation_hint(self._env, str(exc))) from exc
+        finally:
+            self.remove_container(cid)
 
 
 def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
@@ -489,4 +659,4 @@ def _short(exc: BaseException) -> str:
 
 
 __all__ = ["API_TIMEOUT_S", "DockerDriver", "Driver", "EngineInfo", "ImageInfo", "OwnedObject",
-           "create_kwargs"]
+           "RawListing", "create_kwargs"]

@@ -78,6 +78,8 @@ def build_spec(
     entrypoint: Sequence[str] | None,
     env: Mapping[str, str],
     labels: Mapping[str, str],
+    extra_tmpfs: Mapping[str, str] | None = None,
+    privileged: bool = False,
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
@@ -87,6 +89,7 @@ def build_spec(
     if uid == 0 or gid == 0:
         raise ValueError("the sandbox user must not be uid or gid 0")
     tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777")}
+    tmpfs.update(extra_tmpfs or {})
     binds = list(extra_binds)
     if workspace_bind is None:
         tmpfs[workspace_target] = tmpfs_options(limits.workspace_bytes, mode="0700",
@@ -109,12 +112,14 @@ def build_spec(
         nano_cpus=limits.cpu_millis * 1_000_000,
         tmpfs=tmpfs,
         binds=tuple(binds),
+        privileged=privileged,
     )
 
 
 def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
                            labels: Mapping[str, str], keepalive: Sequence[str],
-                           cap_drop: Sequence[str]) -> ContainerSpec:
+                           cap_drop: Sequence[str],
+                           binds: Sequence[BindMount] = ()) -> ContainerSpec:
     """The create step's container: writable root (its result is committed), root user for
     install hooks, no network, no privileges, the same memory/pids/cpu limits as the sandbox."""
     return ContainerSpec(
@@ -130,13 +135,18 @@ def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
         pids_limit=limits.pids,
         nano_cpus=limits.cpu_millis * 1_000_000,
         tmpfs={},
+        binds=tuple(binds),
         read_only=False,
         cap_drop=tuple(cap_drop),
     )
 
 
-def hardening_violations(spec: ContainerSpec, limits: Limits) -> list[str]:
-    """Every way ``spec`` falls short of SPEC §5; empty when the spec is hardened."""
+def hardening_violations(spec: ContainerSpec, limits: Limits, *,
+                         privileged_consented: bool = False) -> list[str]:
+    """Every way ``spec`` falls short of SPEC §5; empty when the spec is hardened.
+
+    ``privileged`` is a violation unless a kit required privileged@1 and the user consented.
+    """
     problems: list[str] = []
     if not spec.read_only:
         problems.append("root filesystem is writable")
@@ -164,8 +174,8 @@ def hardening_violations(spec: ContainerSpec, limits: Limits) -> list[str]:
         problems.append("workspace tmpfs is not size-capped")
     if spec.network_mode in FORBIDDEN_NETWORK_MODES or spec.network_mode.startswith("container:"):
         problems.append(f"network mode {spec.network_mode!r} is forbidden")
-    if spec.privileged:
-        problems.append("privileged")
+    if spec.privileged and not privileged_consented:
+        problems.append("privileged without the user's consent")
     for bind in spec.binds:
         if any(s in (bind.source, bind.target) for s in DOCKER_SOCKETS) or \
                 bind.source.endswith("docker.sock"):

@@ -56,6 +56,7 @@ class Reason(enum.StrEnum):
     CREDENTIAL_UNBOUND = "credential_unbound"
     MOUNT_BLOCKED = "mount_blocked"
     PERMISSION_WIDENED = "permission_widened"
+    CONSENT_REQUIRED = "consent_required"
     BUILD_FAILED = "build_failed"
     HOOK_FAILED = "hook_failed"
     CREATE_FAILED = "create_failed"
@@ -167,6 +168,14 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "the widening was not approved.",
         "Review the listed widenings, then pull again on a terminal and confirm, or pass "
         "`--accept`.",
+        _E.REFUSED,
+    ),
+    _R.CONSENT_REQUIRED: ReasonInfo(
+        "Explicit consent required",
+        "A kit asks for something that removes sandbox protections (privileged@1), which sbx "
+        "grants only when the user consents on the command line for that run.",
+        "Pass --allow-privileged if you accept running the sandbox privileged, or drop the "
+        "kit that asks for it.",
         _E.REFUSED,
     ),
     _R.BUILD_FAILED: ReasonInfo(

@@ -21,6 +21,9 @@ from sbx.reasons import REGISTRY, ExitStatus, Reason
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from sbx.core.doctor import DoctorReport
+    from sbx.core.gc import GcItem, GcResult
+
 ENVELOPE_VERSION: Final = 1
 
 
@@ -210,6 +213,83 @@ class Renderer:
             info = REGISTRY[reason]
             table.add_row(reason.value, str(int(info.exit_status)), info.title)
         self.out.print(table)
+
+    # -- doctor ------------------------------------------------------------------------------
+
+    def doctor_report(self, report: DoctorReport) -> None:
+        """One line per check, ``✓ / ! / ✗  title — detail``, a fix line under each non-ok
+        check, then a summary; or the envelope under --json."""
+        status = int(report.exit_status)
+        if self.as_json:
+            counts = report.counts()
+            self.envelope(Envelope(
+                command="doctor", status="failed" if report.failed else "ok", exit_code=status,
+                data=report.as_dict(),
+                message=f"{counts['fail']} check(s) failed" if report.failed else None))
+            return
+        for check in report.checks:
+            mark, style = _DOCTOR_MARKS[check.status.value]
+            self._line(self._out_file,
+                       f"[{style}]{mark}[/]  [bold]{_escape(check.title)}[/] — "
+                       f"{_escape(check.detail)}",
+                       f"{mark}  {check.title} — {check.detail}")
+            if check.status.value != "ok" and (check.fix or check.reason):
+                code = f" ({check.reason.value})" if check.reason else ""
+                fix = check.fix or ""
+                self._line(self._out_file, f"    [dim]fix:[/] {_escape(fix)}{code}",
+                           f"    fix: {fix}{code}")
+        counts = report.counts()
+        summary = (f"doctor: {counts['ok']} ok, {counts['warn']} warning"
+                   f"{'s' if counts['warn'] != 1 else ''}, {counts['fail']} failed")
+        self._line(self._out_file, f"[dim]{summary}[/]", summary)
+
+    # -- gc ----------------------------------------------------------------------------------
+
+    def gc_result(self, result: GcResult, *, verbose: int = 0) -> None:
+        """Silent when there was nothing to do or everything was removed (cron); one line per
+        failure and per object kept with an unreadable deadline; what went (or would go) with
+        -v or --dry-run; the envelope under --json."""
+        status = int(result.exit_status)
+        if self.as_json:
+            first = result.failed[0] if result.failed else None
+            self.envelope(Envelope(
+                command="gc", status="failed" if result.failed else "ok", exit_code=status,
+                data=result.as_dict(),
+                reason=first.reason.value if first else None,
+                message=(f"{len(result.failed)} cleanup failure(s); first: {first.message}"
+                         if first else result.note),
+                hint=first.reason.info.fix if first else None))
+            return
+        if result.note and verbose:
+            self._line(self._err_file, f"[dim]sbx gc:[/] {_escape(result.note)}",
+                       f"sbx gc: {result.note}")
+        verb = "would remove" if result.dry_run else "removed"
+        if result.dry_run or verbose:
+            for item in result.removed:
+                text = f"{verb} {_gc_label(item)}: {item.detail}"
+                self._line(self._out_file, _escape(text), text)
+        if verbose:
+            for item in result.kept:
+                if item.why not in _GC_REPORTED:
+                    text = f"sbx gc: kept {_gc_label(item)}: {item.detail}"
+                    self._line(self._err_file, f"[dim]{_escape(text)}[/]", text)
+        for item in result.kept:
+            if item.why in _GC_REPORTED:
+                text = f"sbx gc: kept {_gc_label(item)}: {item.detail}"
+                self._line(self._err_file, f"[yellow]{_escape(text)}[/]", text)
+        for failure in result.failed:
+            text = f"sbx gc: {failure.message} ({failure.reason.value})"
+            self._line(self._err_file, f"[bold red]sbx gc:[/] {_escape(failure.message)} "
+                       f"({failure.reason.value})", text)
+
+
+_DOCTOR_MARKS: Final = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}
+_GC_REPORTED: Final = frozenset({"deadline_missing", "deadline_unreadable"})
+
+
+def _gc_label(item: GcItem) -> str:
+    run = f" (run {item.run_id[:12]})" if item.run_id and item.kind != "run_dir" else ""
+    return f"{item.kind.replace('_', ' ')} {item.short}{run}"
 
 
 def _escape(text: str) -> str:

@@ -6,12 +6,20 @@ import subprocess
 
 from sbx.core.lifecycle import (
     Accounts,
-    Hook,
     hook_argv,
     hook_environment,
     parse_accounts,
     startup_script,
 )
+from sbx.kits.compose import Hook as ComposeHook
+
+
+def Hook(kit: str, index: int, stage: str, position: int, command: str | tuple[str, ...],
+         env: tuple[str, ...] = ()) -> ComposeHook:
+    return ComposeHook(stage=stage, command=command, user=None, env=env,  # type: ignore[arg-type]
+                       background=False, description=None, config={}, kit=kit, index=index,
+                       position=position)
+
 
 CONTAINER_ENV = {"PATH": "/usr/bin:/bin", "KIT_TOKEN": "sentinel", "SECRETISH": "image-only",
                  "GREETING": "hi there; $(touch /x)"}

@@ -12,6 +12,16 @@ def run(
     workload: Annotated[str, typer.Argument(help="The workload kit: a local kit directory.")],
     workspace: Annotated[str | None, typer.Argument(
         help="Host directory to use as the workspace (default: a private tmpfs).")] = None,
+    kit: Annotated[list[str] | None, typer.Option(
+        "--kit", "-k", metavar="MIXIN",
+        help="A mixin kit to compose on the workload (repeatable; order comes from the kits' "
+             "requirements, never from the flags).")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE",
+        help="A value for a kit arg, given to every kit that declares NAME (repeatable).")] = None,
+    allow_privileged: Annotated[bool, typer.Option(
+        "--allow-privileged",
+        help="Consent to run privileged when a kit requires privileged@1.")] = False,
     access: Annotated[str | None, typer.Option(
         "--access", metavar="none|ro|rw",
         help="How the sandbox sees WORKSPACE (default rw when given).")] = None,
@@ -24,7 +34,10 @@ def run(
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
-    """Run a workload kit in a hardened sandbox. Arguments after `--` replace the image's CMD."""
+    """Run a workload kit (plus mixins) in a hardened sandbox.
+
+    Arguments after `--` replace the image's CMD.
+    """
     from sbx.core.run import RunRequest
     from sbx.core.run import run as run_core
     from sbx.render import Envelope
@@ -38,6 +51,9 @@ def run(
         timeout_s=timeout,
         command=app.passthrough,
         capture_output=as_json,
+        kits=tuple(kit or ()),
+        args=tuple(arg or ()),
+        allow_privileged=allow_privileged,
     )
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,

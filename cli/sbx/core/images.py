@@ -7,6 +7,7 @@ implicit pull sbx never makes (SPEC §2.1 step 3).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -97,17 +98,22 @@ class KitImage:
 
 def ensure_kit_image(driver: Driver, kit: LocalKit,
                      progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
-                     ) -> KitImage:
+                     build_args: Mapping[str, str] | None = None) -> KitImage:
     """The kit's image: reused when an image with the kit's content hash exists, else built.
 
     ``progress(title)`` is entered only when a build actually runs.
     """
     if kit.dockerfile_text is None:
         raise SbxError(Reason.INVALID_KIT,
-                       f"workload kit {kit.reference} has no recipe (no {kit.stem}.dockerfile, "
-                       "`dockerfile:` or `build:`); a workload must have content",
+                       f"{kit.descriptor.kind} kit {kit.reference} has no recipe (no "
+                       f"{kit.stem}.dockerfile, `dockerfile:` or `build:`); a workload must "
+                       "have content",
                        hint=f"Add {kit.stem}.dockerfile beside {kit.descriptor_file.name}.")
+    args = dict(build_args or {})
     digest = content_hash(kit)
+    if args:  # build-phase arg values are part of what the image is
+        digest = hashlib.sha256(
+            (digest + json.dumps(args, sort_keys=True)).encode("utf-8")).hexdigest()
     tag = kit_tag(kit, digest)
     cached = driver.image(tag)
     if cached is not None:
@@ -125,7 +131,7 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
     with progress(f"building {kit.reference}") as on_line:
         image = driver.build(build_context(kit), RECIPE_NAME, tag,
                              {KIT_LABEL: kit.stem, HASH_LABEL: digest,
-                              label_keys.VERSION: _version()}, on_line)
+                              label_keys.VERSION: _version()}, on_line, args)
     return KitImage(image, tag, built=True)
 
 

@@ -25,6 +25,7 @@ from typing import Final
 from sbx.driver import Driver, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import ContainerSpec
+from sbx.kits.compose import Hook
 from sbx.reasons import Reason
 
 SBX_DIR: Final = "/.sbx"
@@ -36,20 +37,9 @@ CREATE_STEP_CAP_DROP: Final = ("NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", 
 KEEPALIVE: Final = ("/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 1; done")
 
 
-@dataclass(frozen=True)
-class Hook:
-    kit: str
-    capability_index: int
-    phase: str  # install | startup
-    index: int  # position within the kit's install/startup list
-    command: str | tuple[str, ...]
-    user: str | None = None
-    env: tuple[str, ...] = ()
-    background: bool = False
-
-    @property
-    def where(self) -> str:
-        return f"{self.kit} capabilities[{self.capability_index}].config.{self.phase}[{self.index}]"
+def hook_where(hook: Hook) -> str:
+    """Where a hook was declared, for messages: kit and position in its lifecycle@1 entry."""
+    return f"{hook.kit} capabilities[{hook.index}].config.{hook.stage}[{hook.position}]"
 
 
 @dataclass(frozen=True)
@@ -125,7 +115,7 @@ def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
         if hook.background:
             lines.append(f"{line} &")
             continue
-        message = shlex.quote(f"sbx: startup hook {hook.where} failed with status")
+        message = shlex.quote(f"sbx: startup hook {hook_where(hook)} failed with status")
         lines.append(f"{line} || {{ code=$?; echo {message} \"$code (hook_failed)\" >&2; "
                      "exit 126; }")
     lines.append('exec "$@"')
@@ -153,6 +143,7 @@ class CreateStep:
     spec: ContainerSpec  # the create-step container (see build_create_step_spec)
     image_tag: str
     image_labels: Mapping[str, str]
+    base: ImageInfo  # the image the step starts from; its run config is kept
     uid: int
     gid: int
     container_env: Mapping[str, str]
@@ -161,19 +152,26 @@ class CreateStep:
     on_output: Callable[[str, bytes], None]
 
 
-def run_create_step(step: CreateStep, plan: LifecyclePlan) -> ImageInfo:
-    """Files, profiles, startup script and install hooks → a committed per-run image."""
+def run_create_step(step: CreateStep, plan: LifecyclePlan,
+                    owned_paths: Sequence[tuple[str, int | None]] = ()) -> ImageInfo:
+    """Files, profiles, startup script and install hooks → a committed per-run image.
+
+    ``owned_paths`` (fresh volumes) are handed to the sandbox user, with their mode, before any
+    hook runs, so hooks and the workload can write there.
+    """
     driver = step.driver
     container_id = driver.create(step.spec)
     try:
         _write_files(step, container_id, plan)
-        if plan.install:
+        if plan.install or owned_paths:
             driver.start(container_id)
+            for path, mode in owned_paths:
+                _own_path(step, container_id, path, mode)
             for hook in plan.install:
                 _run_install_hook(step, container_id, hook)
             driver.kill(container_id)
             driver.wait(container_id, 30)
-        return driver.commit(container_id, step.image_tag, step.image_labels)
+        return driver.commit(container_id, step.image_tag, step.image_labels, step.base)
     finally:
         driver.remove_container(container_id)
 
@@ -200,6 +198,19 @@ def _write_files(step: CreateStep, container_id: str, plan: LifecyclePlan) -> No
         step.driver.put_archive(container_id, "/", _tar(entries))
 
 
+def _own_path(step: CreateStep, container_id: str, path: str, mode: int | None) -> None:
+    script = f"chown {step.uid}:{step.gid} {shlex.quote(path)}"
+    if mode is not None:
+        script += f" && chmod {mode:o} {shlex.quote(path)}"
+    output, status = step.driver.exec_stream(container_id, ["/bin/sh", "-c", script],
+                                             user="0:0", workdir=None)
+    for stream, chunk in output:
+        step.on_output(stream, chunk)
+    if status() != 0:
+        raise SbxError(Reason.CREATE_FAILED, f"could not prepare volume {path} for the sandbox "
+                       "user", details={"path": path})
+
+
 def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:
     user = hook.user or "root"  # install hooks default to root (lifecycle@1 SHOULD)
     env = hook_environment(hook, container_env=step.container_env,
@@ -212,10 +223,10 @@ def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:
     if code != 0:
         raise SbxError(
             Reason.HOOK_FAILED,
-            f"install hook {hook.where} failed with status {code}",
+            f"install hook {hook_where(hook)} failed with status {code}",
             hint="Read the hook's output above; fix the kit's install command.",
-            details={"kit": hook.kit, "capability_index": hook.capability_index,
-                     "phase": hook.phase, "index": hook.index, "exit_code": code})
+            details={"kit": hook.kit, "capability_index": hook.index,
+                     "stage": hook.stage, "position": hook.position, "exit_code": code})
 
 
 def parse_accounts(passwd: str) -> Accounts:
@@ -229,5 +240,5 @@ def parse_accounts(passwd: str) -> Accounts:
 
 
 __all__ = ["CREATE_STEP_CAP_DROP", "KEEPALIVE", "STARTUP_SCRIPT", "Accounts", "CreateStep",
-           "Hook", "KitFile", "LifecyclePlan", "hook_argv", "hook_environment",
+           "KitFile", "hook_where", "LifecyclePlan", "hook_argv", "hook_environment",
            "parse_accounts", "run_create_step", "startup_script"]

@@ -9,6 +9,7 @@ found by the labels every object carries.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -25,7 +26,18 @@ from sbx import audit
 from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
+from sbx.core.assemble import assemble
+from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
+from sbx.core.kitset import KitSet, effective_composition, load_kit_set
+from sbx.core.lifecycle import (
+    CREATE_STEP_CAP_DROP,
+    KEEPALIVE,
+    STARTUP_SCRIPT,
+    CreateStep,
+    parse_accounts,
+    run_create_step,
+)
 from sbx.driver import Driver, EngineInfo, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import (
@@ -33,17 +45,16 @@ from sbx.hardening import (
     BindMount,
     ContainerSpec,
     Limits,
+    build_create_step_spec,
     build_spec,
     hardening_violations,
+    tmpfs_options,
 )
-from sbx.kits.local import LocalKit, load_local_kit
-from sbx.kits.selection import Selection, member_types, refuse_unsupported, select
+from sbx.kits.args import final_environment
+from sbx.kits.compose import Composition
 from sbx.mounts import MountPolicy, check_mount, check_source, parse_mount_flag
 from sbx.reasons import Reason
 
-# Capability types this sbx implements. Until the kits issue lands, none: every required
-# capability is refused by type name, every optional one is skipped and recorded.
-SUPPORTED_CAPABILITIES: Final[frozenset[str]] = frozenset()
 ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
 OUTPUT_DRAIN_S: Final = 5.0
@@ -58,6 +69,9 @@ class RunRequest:
     timeout_s: float | None = None
     command: tuple[str, ...] | None = None
     capture_output: bool = False
+    kits: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    allow_privileged: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,11 @@ class RunPlan:
     """Everything decided before the engine is asked to create anything."""
 
     run_id: str
-    kit: LocalKit
+    kit_set: KitSet
     config: Config
-    selection: Selection
-    image: ImageInfo
+    composition: Composition
+    capabilities: CapabilityPlan
+    image: ImageInfo  # the assembled image
     image_tag: str
     image_built: bool
     user: SandboxUser
@@ -78,7 +93,15 @@ class RunPlan:
     workspace_target: str
     workspace_host: str | None
     access: str
+    labels: Mapping[str, str]
+    container_env: Mapping[str, str]
+    run_image_tag: str | None  # the per-run image the create step commits, when needed
+    volume_names: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    @property
+    def references(self) -> list[str]:
+        return [k.reference for k in self.kit_set.kits]
 
 
 @dataclass
@@ -98,14 +121,23 @@ class RunResult:
             "run_id": self.run_id,
             "exit_code": self.exit_code,
             "duration_s": round(self.duration_s, 3),
-            "workload": plan.kit.reference,
+            "workload": plan.kit_set.workload.reference,
+            "kits": plan.references,
             "image": plan.image_tag,
             "image_built": plan.image_built,
             "user": f"{plan.user.uid}:{plan.user.gid}",
             "workspace": {"target": plan.workspace_target, "host": plan.workspace_host,
                           "access": plan.access},
             "timeout_s": plan.timeout_s,
-            "selection": plan.selection.as_dict(),
+            "selection": {
+                "selected": plan.kit_set.selection_records()["selected"],
+                "skipped": plan.kit_set.selection_records()["skipped"]
+                + [r.as_dict() for r in plan.capabilities.skipped],
+            },
+            "limits": {"memory_bytes": plan.capabilities.limits.memory_bytes,
+                       "cpu_millis": plan.capabilities.limits.cpu_millis,
+                       "pids": plan.capabilities.limits.pids},
+            "privileged": plan.capabilities.privileged,
             "warnings": list(plan.warnings),
         }
         if self.stdout or self.stderr or self.truncated:
@@ -145,17 +177,10 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     if request.timeout_s is not None:
         config = config.with_sandbox_override(
             "timeout_ms", _timeout_ms(request.timeout_s), "flag --timeout")
-    kit = load_local_kit(request.workload, cwd=ctx.cwd,
-                         cache_dir=ctx.state_home / "cache" / "descriptors")
-    if kit.descriptor.kind != "workload":
-        raise SbxError(
-            Reason.KIT_INCOHERENT,
-            f"{kit.reference} is a {kit.descriptor.kind} kit; a composition needs exactly one "
-            "kind: workload base",
-            hint="Pass a workload kit as WORKLOAD (mixins compose on top of one).")
-    selection = select(kit.reference, kit.descriptor.capabilities, SUPPORTED_CAPABILITIES)
-    refuse_unsupported(selection, member_types(kit.descriptor.capabilities))
-
+    # Kits: strict decode, args, selection and resolution, all before anything is built.
+    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=ctx.cwd,
+                           cache_dir=ctx.state_home / "cache" / "descriptors",
+                           supported=SUPPORTED)
     access = _access(request)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
                                   extra_blocked=config.mounts.blocked.value,
@@ -165,52 +190,105 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
 
     driver = ctx.driver
     _check_engine(driver.info())
-    kit_image = ensure_kit_image(driver, kit, progress)
-    image = kit_image.image
+    timeout_s = config.sandbox.timeout_ms.value / 1000
+    deadline = math.ceil(time.time() + timeout_s)
+    references = [k.reference for k in kit_set.kits]
+    labels = label_keys.object_labels(
+        home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=references,
+        role=label_keys.ROLE_HELPER)
+    workload = kit_set.workload
+    workload_image = ensure_kit_image(driver, workload.local, progress,
+                                      workload.expanded.build_args)
+    mixin_images = [
+        (kit.reference, ensure_kit_image(driver, kit.local, progress,
+                                         kit.expanded.build_args).image
+         if kit.local.dockerfile_text is not None else None)
+        for kit in kit_set.mixins
+    ]
+    assembled = assemble(driver, workload_image, mixin_images, progress,
+                         workload_ref=workload.reference,
+                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
+    image = assembled.image
     workspace_target = image.workdir or DEFAULT_WORKSPACE
     extra_binds = [
         _bind(check_mount(policy, mount, reserved_targets={workspace_target}))
         for mount in mount_requests
     ]
     _refuse_duplicate_targets(extra_binds)
-    timeout_s = config.sandbox.timeout_ms.value / 1000
-    deadline = math.ceil(time.time() + timeout_s)
-    helper_labels = label_keys.object_labels(
-        home_hash=ctx.home_hash, run_id=run_id, deadline=deadline,
-        kits=[kit.reference], role=label_keys.ROLE_HELPER)
     user = resolve_user(driver, image, fallback_uid=config.sandbox.user.value,
                         fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
-                        cache_dir=ctx.state_home / "cache" / "users",
-                        helper_labels=helper_labels)
-    command = request.command
-    if command is None and not image.entrypoint and not image.cmd:
-        raise SbxError(Reason.INVALID_ARGUMENT,
-                       f"{kit.reference}'s image has no ENTRYPOINT or CMD and no command was "
-                       "given after `--`", hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
-    limits = _limits(config)
+                        cache_dir=ctx.state_home / "cache" / "users", helper_labels=labels)
+    exports = kit_set.env_exports
+    container_env = final_environment(
+        dict(_env_pairs(image.env)), exports,
+        {"SBX_WORKSPACE": workspace_target, "SBX_RUN_ID": run_id})
+    composition, _effective = effective_composition(kit_set, container_env, SUPPORTED)
+    capabilities = plan_capabilities(
+        composition, limits=_limits(config), allow_privileged=request.allow_privileged,
+        workspace_target=workspace_target,
+        kits={k.reference: k.local for k in kit_set.kits})
+    command, entrypoint = _command(request, image, capabilities, kit_set)
+    run_image_tag = f"sbx-run/{run_id}:1" if capabilities.needs_create_step else None
+    volume_names = tuple(f"sbx-{run_id[:16]}-v{i}" for i in range(len(capabilities.volumes)))
+    limits = capabilities.limits
     spec = build_spec(
-        image=image.id,
+        image=run_image_tag or image.id,
         uid=user.uid,
         gid=user.gid,
         limits=limits,
         workspace_target=workspace_target,
         workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
                         if workspace_host else None),
-        extra_binds=extra_binds,
+        extra_binds=[*extra_binds, *(BindMount(name, volume.path, False) for name, volume
+                                     in zip(volume_names, capabilities.volumes, strict=True))],
         command=command,
-        entrypoint=None,
-        env={"SBX_RUN_ID": run_id},
-        labels={**helper_labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        entrypoint=entrypoint,
+        env={**exports, "SBX_RUN_ID": run_id},
+        labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
+                                         uid=user.uid, gid=user.gid)
+                     for path, (size, mode) in capabilities.tmpfs.items()},
+        privileged=capabilities.privileged,
     )
-    violations = hardening_violations(spec, limits)
+    violations = hardening_violations(spec, limits,
+                                      privileged_consented=request.allow_privileged)
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
-    warnings = _workspace_warnings(workspace_host, access, user)
-    return RunPlan(run_id=run_id, kit=kit, config=config, selection=selection, image=image,
-                   image_tag=kit_image.tag, image_built=kit_image.built, user=user, spec=spec,
+    warnings = (*_workspace_warnings(workspace_host, access, user), *capabilities.notes)
+    return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
+                   capabilities=capabilities, image=image, image_tag=assembled.tag,
+                   image_built=workload_image.built or assembled.built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
-                   workspace_host=workspace_host, access=access, warnings=warnings)
+                   workspace_host=workspace_host, access=access, labels=labels,
+                   container_env=container_env, run_image_tag=run_image_tag,
+                   volume_names=volume_names, warnings=warnings)
+
+
+def _env_pairs(env: Sequence[str]) -> Iterator[tuple[str, str]]:
+    for item in env:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            yield key, value
+
+
+def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan,
+             kit_set: KitSet) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """(command, entrypoint) for the sandbox, always explicit; startup hooks wrap the argv.
+
+    The workload's argv is the image's ENTRYPOINT + (ARGS after `--`, else its CMD), as with
+    `docker run`. It is passed explicitly because a per-run image committed by the create step
+    would otherwise inherit the create step's keepalive entrypoint.
+    """
+    if request.command is None and not image.entrypoint and not image.cmd:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{kit_set.workload.reference}'s image has no ENTRYPOINT or CMD and no "
+                       "command was given after `--`",
+                       hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
+    argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
+    if capabilities.lifecycle.startup:
+        return argv, ("/bin/sh", STARTUP_SCRIPT)
+    return argv[1:], argv[:1]
 
 
 def _workspace_warnings(host: str | None, access: str, user: SandboxUser) -> tuple[str, ...]:
@@ -329,20 +407,29 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
     capture = _Capture() if request.capture_output else None
     sink: OutputSink = capture if capture is not None else on_output
     run_dir = _write_run_dir(ctx, plan)
-    container_id: str | None = None
+    created = _Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
     try:
+        for name in plan.volume_names:
+            created.volumes.append(driver.create_volume(name, plan.labels))
+        if plan.run_image_tag is not None:
+            _create_step(ctx, plan, driver, on_output)
+            created.image = plan.run_image_tag
         container_id = driver.create(plan.spec)
+        created.container = container_id
         _update_run_dir(run_dir, container_id)
         driver.start(container_id)
         reader = _start_reader(driver, container_id, sink)
+        skipped = [*plan.kit_set.selection_records()["skipped"],
+                   *(r.as_dict() for r in plan.capabilities.skipped)]
         _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
-            "workload": plan.kit.reference, "image": plan.image_tag,
-            "user": plan.spec.user, "workspace_access": plan.access,
-            "skipped": [r.as_dict() for r in plan.selection.skipped]})
-        for record in plan.selection.skipped:
-            _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record.as_dict())
+            "workload": plan.kit_set.workload.reference, "kits": plan.references,
+            "image": plan.image_tag, "user": plan.spec.user,
+            "workspace_access": plan.access, "privileged": plan.spec.privileged,
+            "skipped": skipped})
+        for record in skipped:
+            _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
         exit_code = driver.wait(container_id, plan.timeout_s)
         if exit_code is None:
             driver.kill(container_id)
@@ -364,7 +451,38 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
         result.cleanup_errors = cleanup_errors
         return result
     finally:
-        cleanup_errors.extend(_cleanup(ctx, plan, driver, container_id, run_dir))
+        cleanup_errors.extend(_cleanup(ctx, plan, driver, created, run_dir))
+
+
+@dataclass
+class _Created:
+    """Everything this run asked the engine to create, so cleanup removes exactly that."""
+
+    container: str | None = None
+    image: str | None = None
+    volumes: list[str] = field(default_factory=list)
+
+
+def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
+                 on_output: OutputSink) -> None:
+    """Kit files, profiles, startup script and install hooks → the per-run image."""
+    assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
+    passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
+    volumes = [BindMount(name, volume.path, False) for name, volume
+               in zip(plan.volume_names, plan.capabilities.volumes, strict=True)]
+    spec = build_create_step_spec(
+        image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
+        labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+    # Install hooks' output is the kit author's, shown like a build's: on stderr.
+    step = CreateStep(
+        driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
+        base=plan.image,
+        uid=plan.user.uid, gid=plan.user.gid, container_env=plan.container_env,
+        accounts=parse_accounts(passwd.decode("utf-8", "replace")),
+        workdir=plan.workspace_target,
+        on_output=lambda _stream, chunk: on_output("stderr", chunk))
+    run_create_step(step, plan.capabilities.lifecycle,
+                    [(v.path, v.mode) for v in plan.capabilities.volumes])
 
 
 def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> threading.Thread:
@@ -384,19 +502,31 @@ def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> thread
     return thread
 
 
-def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, container_id: str | None,
+def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
              run_dir: Path) -> list[str]:
+    """Remove what this run created, container first (it holds the image and volumes)."""
+    steps: list[tuple[str, Callable[[], bool]]] = []
+    if created.container is not None:
+        container = created.container
+        steps.append(("container_remove_failed", lambda: driver.remove_container(container)))
+    if created.image is not None:
+        image = created.image
+        steps.append(("image_remove_failed", lambda: driver.remove_image(image)))
+    steps.extend(("volume_remove_failed", functools.partial(driver.remove_volume, name))
+                 for name in created.volumes)
     errors: list[str] = []
-    if container_id is not None:
+    failed: dict[str, int] = {}
+    for reason, remove in steps:
         try:
-            driver.remove_container(container_id)
+            remove()
         except SbxError as error:
             errors.append(str(error))
+            failed[reason] = failed.get(reason, 0) + 1
     if not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
-    if errors:
+    for reason, count in failed.items():
         _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
-               {"reason": "container_remove_failed", "count": len(errors)})
+               {"reason": reason, "count": count})
     return errors
 
 
@@ -406,7 +536,9 @@ def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     run_dir.mkdir(parents=True, mode=0o700)
     (run_dir / "run.json").write_text(json.dumps({
         "run_id": plan.run_id, "pid": os.getpid(), "deadline": plan.deadline,
-        "workload": plan.kit.reference, "image": plan.image_tag, "container_id": None,
+        "workload": plan.kit_set.workload.reference, "kits": plan.references,
+        "image": plan.image_tag, "run_image": plan.run_image_tag,
+        "volumes": list(plan.volume_names), "container_id": None,
     }), encoding="utf-8")
     return run_dir
 
@@ -432,5 +564,5 @@ def _audit(ctx: AppContext, event: str, run_id: str, severity: str,
         return
 
 
-__all__ = ["ACCESS_MODES", "SUPPORTED_CAPABILITIES", "RunPlan", "RunRequest", "RunResult",
+__all__ = ["ACCESS_MODES", "RunPlan", "RunRequest", "RunResult",
            "prepare", "run"]

@@ -1,8 +1,11 @@
 """Strict decoding of kit descriptors (KIT-SPEC-V3 §1) with positioned diagnostics (§11).
 
 YAML is parsed as YAML 1.2 by ruamel (``yes``/``on`` stay strings, as in Go's yaml.v3) with
-duplicate keys rejected. The document is validated against sbx's own JSON Schema of the grammar;
-every violation becomes a :class:`Diagnostic` carrying the dotted path
+duplicate keys rejected. The document is checked in two passes whose findings are reported
+together: sbx's own JSON Schema (``schema/kit.schema.json`` plus one config schema per well-known
+capability type under ``schema/capabilities/``), then the cross-entry rules a schema cannot state
+(:mod:`sbx.kits.rules`: arity, dedup keys, versions and names, group rules, inject-within-allow,
+...). Every violation becomes a :class:`Diagnostic` carrying the dotted path
 (``capabilities[2].config.runtime.allow[0]``) and ``file:line:col`` with the source line and a
 caret. All independent problems are collected and reported together, in a deterministic order.
 """
@@ -48,6 +51,23 @@ class Diagnostic:
                 "line": self.line, "col": self.col}
 
 
+Parts = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A problem found at a path, before it is given a position in a source file.
+
+    ``on_key`` points the position at a mapping key instead of its value (unknown or colliding
+    keys). The rules pass and argument expansion produce findings; :func:`position` turns them
+    into :class:`Diagnostic` values against whatever source document is at hand.
+    """
+
+    parts: Parts
+    message: str
+    on_key: bool = False
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """A decoded, grammar-valid descriptor as plain Python data."""
@@ -76,24 +96,77 @@ def format_path(parts: Iterable[str | int]) -> str:
     return text
 
 
+_SCHEMA_DIR: Final = "schema"
+_SCHEMA_BASE: Final = "https://sbx.dev/schema/"
+# Sources whose text decides whether a descriptor is valid: hashed into the validation cache key,
+# so editing a schema or a rule can never serve a stale "valid" verdict.
+_RULE_MODULES: Final = ("kits/descriptor.py", "kits/rules.py", "kits/versions.py",
+                        "kits/args.py")
+
+
+def _schema_files() -> list[tuple[str, str]]:
+    """(relative name, text) of kit.schema.json and every capability config schema."""
+    root = resources.files("sbx").joinpath(_SCHEMA_DIR)
+    out = [("kit.schema.json", root.joinpath("kit.schema.json").read_text(encoding="utf-8"))]
+    capabilities = root.joinpath("capabilities")
+    for entry in sorted(capabilities.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            out.append((f"capabilities/{entry.name}", entry.read_text(encoding="utf-8")))
+    return out
+
+
 @cache
 def _schema_text() -> str:
-    return resources.files("sbx").joinpath("schema/kit.schema.json").read_text(encoding="utf-8")
+    parts = [f"{name}\0{text}" for name, text in _schema_files()]
+    package = resources.files("sbx")
+    for module in _RULE_MODULES:
+        try:
+            parts.append(f"{module}\0{package.joinpath(module).read_text(encoding='utf-8')}")
+        except OSError:  # pragma: no cover - a zipped install without sources
+            parts.append(module)
+    return "\0".join(parts)
 
 
 @cache
 def _schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(_schema_text())
+    loaded: dict[str, Any] = json.loads(_schema_files()[0][1])
     return loaded
 
 
-def parse_descriptor_text(text: str, file: str) -> Descriptor:
-    """Decode and validate one descriptor; raise :class:`KitError` listing every problem."""
+@cache
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    resources_: list[tuple[str, Resource[Any]]] = []
+    for name, text in _schema_files():
+        contents = json.loads(text)
+        resources_.append((f"{_SCHEMA_BASE}{name}", Resource.from_contents(contents)))
+    registry: Registry[Any] = Registry().with_resources(resources_)
+    return Draft202012Validator(_schema(), registry=registry)
+
+
+def parse_descriptor_text(text: str, file: str, *, authored: bool = True) -> Descriptor:
+    """Decode and validate one descriptor; raise :class:`KitError` listing every problem.
+
+    ``authored`` applies the rules that only bind what an author writes (``deb/``/``apk/``
+    provides are publisher-derived); pass False for a descriptor read from a published kit.
+    """
+    lines = text.splitlines()
+    document = load_document(text, file)
+    diagnostics = check_document(document, file, lines, authored=authored)
+    if diagnostics:
+        _fail(diagnostics)
+    return Descriptor(data=to_plain(document), file=file)
+
+
+def load_document(text: str, file: str) -> Any:
+    """Parse YAML 1.2 (duplicate keys rejected) into ruamel's position-carrying mapping."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     lines = text.splitlines()
-    if len(text.encode("utf-8")) > MAX_DESCRIPTOR_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_DESCRIPTOR_BYTES:
         _fail([Diagnostic("", f"descriptor is larger than {MAX_DESCRIPTOR_BYTES} bytes",
                           file, 1, 1)])
     yaml = YAML(typ="rt")
@@ -107,27 +180,75 @@ def parse_descriptor_text(text: str, file: str) -> Descriptor:
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         if "duplicate key" in str(exc).lower():
             problem = f"duplicate key: {problem}"
-        _fail([Diagnostic("", problem, file, line, col, _line_at(lines, line))])
-    except YAMLError as exc:
-        _fail([Diagnostic("", f"invalid YAML: {exc}", file, 0, 0)])
+        _fail([Diagnostic("", problem, file, max(line, 1), max(col, 1),
+                          _line_at(lines, line))])
+    except (YAMLError, ValueError, TypeError, RecursionError) as exc:
+        # ruamel raises plain ValueError/TypeError for a few malformed inputs (bad escapes,
+        # unhashable keys); they are still the document's fault, not sbx's.
+        _fail([Diagnostic("", f"invalid YAML: {' '.join(str(exc).split())[:200]}", file, 1, 1,
+                          _line_at(lines, 1))])
     if not isinstance(document, Mapping):
         _fail([Diagnostic("", "a descriptor must be a mapping of fields", file, 1, 1,
                           _line_at(lines, 1))])
-    diagnostics = validate_document(document, file, lines)
-    if diagnostics:
-        _fail(diagnostics)
-    return Descriptor(data=to_plain(document), file=file)
+    return document
 
 
-def validate_document(document: Any, file: str, lines: Sequence[str]) -> list[Diagnostic]:
-    from jsonschema import Draft202012Validator
+def check_document(document: Any, file: str, lines: Sequence[str], *, authored: bool = True,
+                   effective: bool = False, positions: Any = None) -> list[Diagnostic]:
+    """Schema and rules together: every independent problem, deduplicated and sorted.
 
-    validator = Draft202012Validator(_schema())
+    ``effective`` is the strict pass over an expanded descriptor: no ``${{ kit.args.* }}`` or
+    ``${{ kit.env.* }}`` reference may remain. ``positions`` is the ruamel document to take
+    line and column from when ``document`` itself is plain data (an expanded copy).
+    """
+    from sbx.kits.rules import findings
+
+    where = document if positions is None else positions
+    plain = to_plain(document)
+    found = validate_document(plain, file, lines, positions=where)
+    found.extend(position(findings(plain, authored=authored, effective=effective),
+                          where, file, lines))
+    return sort_diagnostics(found)
+
+
+def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    unique: dict[tuple[str, str], Diagnostic] = {}
+    for diagnostic in diagnostics:
+        unique.setdefault((diagnostic.path, diagnostic.message), diagnostic)
+    return sorted(unique.values(), key=lambda d: (d.line, d.col, d.path, d.message))
+
+
+def validate_document(document: Any, file: str, lines: Sequence[str], *,
+                      positions: Any = None) -> list[Diagnostic]:
+    """The schema pass alone; positions come from ``positions`` (default: ``document``)."""
+    plain = to_plain(document)
+    where = document if positions is None else positions
     found: dict[tuple[str, str], Diagnostic] = {}
-    for error in validator.iter_errors(document):
-        for diagnostic in _diagnostics_for(error, document, file, lines):
+    for error in _validator().iter_errors(plain):
+        for diagnostic in _diagnostics_for(error, where, file, lines):
             found.setdefault((diagnostic.path, diagnostic.message), diagnostic)
-    return sorted(found.values(), key=lambda d: (d.line, d.col, d.path, d.message))
+    return sort_diagnostics(found.values())
+
+
+def position(findings: Iterable[Finding], document: Any, file: str,
+             lines: Sequence[str]) -> list[Diagnostic]:
+    """Give each finding the position of its path in ``document`` (0:0 when unknown)."""
+    out = []
+    for finding in findings:
+        line, col = locate(document, finding.parts, key=finding.on_key)
+        out.append(Diagnostic(format_path(finding.parts), finding.message, file, line, col,
+                              _line_at(lines, line)))
+    return out
+
+
+def locate(document: Any, parts: Sequence[str | int], *, key: bool = False) -> tuple[int, int]:
+    """1-based (line, col) of the value at ``parts``, or of its key with ``key=True``.
+
+    A path that does not exist (a missing field) points at its deepest existing ancestor.
+    """
+    if key and parts and isinstance(parts[-1], str):
+        return _key_position(document, parts[:-1], parts[-1])
+    return _value_position(document, parts)
 
 
 def _diagnostics_for(error: Any, document: Any, file: str,
@@ -149,9 +270,25 @@ def _diagnostics_for(error: Any, document: Any, file: str,
             out.append(Diagnostic(format_path([*parts, key]), f"unknown field {key!r}{suffix}",
                                   file, line, col, _line_at(lines, line)))
         return out
+    if error.validator in ("anyOf", "oneOf") and error.context \
+            and error.validator not in _custom_messages(error):
+        from jsonschema.exceptions import best_match
+
+        return _diagnostics_for(best_match(error.context), document, file, lines)
+    if "propertyNames" in list(error.schema_path)[-2:] and isinstance(error.instance, str):
+        # A bad key: point at the key itself and name it in the path.
+        line, col = _key_position(document, parts, error.instance)
+        return [Diagnostic(format_path([*parts, error.instance]), _message(error), file, line,
+                           col, _line_at(lines, line))]
     line, col = _value_position(document, parts)
     return [Diagnostic(format_path(parts), _message(error), file, line, col,
                        _line_at(lines, line))]
+
+
+def _custom_messages(error: Any) -> Mapping[str, str]:
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    messages = schema.get("x-messages")
+    return messages if isinstance(messages, Mapping) else {}
 
 
 def _unexpected_keys(error: Any) -> list[str]:
@@ -163,6 +300,10 @@ def _unexpected_keys(error: Any) -> list[str]:
 def _message(error: Any) -> str:
     validator = error.validator
     value = error.validator_value
+    custom = _custom_messages(error).get(str(validator))
+    if custom:
+        return custom.replace("{value}", _show(error.instance)).replace(
+            "{got}", _json_type(error.instance))
     if validator == "const":
         return f"must be {json.dumps(value)} (got {_show(error.instance)})"
     if validator == "enum":
@@ -175,12 +316,12 @@ def _message(error: Any) -> str:
         return "missing required field " + ", ".join(repr(k) for k in missing)
     if validator == "pattern":
         return f"{_show(error.instance)} does not match {value}"
-    if validator == "minItems":
+    if validator in ("minItems", "minLength", "minProperties"):
         return "must not be empty"
-    if validator == "minLength":
-        return "must not be empty"
-    if validator == "propertyNames":
-        return f"{error.message}"
+    if validator == "uniqueItems":
+        return "must not list the same entry twice"
+    if validator == "not":
+        return "is not allowed here"
     return str(error.message)
 
 
@@ -221,7 +362,10 @@ def _walk(document: Any, parts: Sequence[str | int]) -> tuple[Any, Any]:
     key: Any = None
     node: Any = document
     for part in parts:
-        in_mapping = isinstance(node, Mapping) and part in node
+        try:
+            in_mapping = isinstance(node, Mapping) and part in node
+        except TypeError:  # an unhashable path part cannot be a key
+            in_mapping = False
         in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
         if not (in_mapping or in_list):
             break
@@ -233,12 +377,18 @@ def _value_position(document: Any, parts: Sequence[str | int]) -> tuple[int, int
     parent, key = _walk(document, parts)
     try:
         if parent is None:
-            return 1, 1
+            # The document itself: line 1 of a parsed file; unknown for plain data.
+            return (1, 1) if hasattr(document, "lc") else (0, 0)
         # ruamel's round-trip nodes carry positions in `.lc` (0-based line and column).
         positions: Any = parent.lc
-        line, col = positions.value(key) if isinstance(parent, Mapping) else positions.item(key)
+        if isinstance(parent, Mapping):
+            # A null value has no text of its own; ruamel places it after the key, often on the
+            # next line, so point at the key instead.
+            line, col = positions.key(key) if parent[key] is None else positions.value(key)
+        else:
+            line, col = positions.item(key)
         return line + 1, col + 1
-    except (AttributeError, KeyError, TypeError):
+    except (AttributeError, KeyError, TypeError, IndexError):
         return 0, 0
 
 
@@ -248,7 +398,7 @@ def _key_position(document: Any, parts: Sequence[str | int], key: str) -> tuple[
     try:
         line, col = node.lc.key(key)
         return line + 1, col + 1
-    except (AttributeError, KeyError, TypeError):
+    except (AttributeError, KeyError, TypeError, IndexError):
         return _value_position(document, parts)
 
 
@@ -259,7 +409,7 @@ def _line_at(lines: Sequence[str], line: int) -> str:
 def to_plain(value: Any) -> Any:
     """ruamel's round-trip types → plain dict/list/str/int/float/bool/None."""
     if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
+        return {_plain_key(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [to_plain(v) for v in value]
     if isinstance(value, bool) or value is None:
@@ -270,7 +420,20 @@ def to_plain(value: Any) -> Any:
         return float(value)
     if isinstance(value, str):
         return str(value)
+    scalar = getattr(value, "value", None)  # ruamel TaggedScalar (`!!str 5`, custom tags)
+    if isinstance(scalar, str):
+        return str(scalar)
+    if hasattr(value, "isoformat"):  # YAML timestamps: keep the spelling a string field wants
+        return str(value.isoformat())
     return str(value)
+
+
+def _plain_key(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return str(to_plain(key))
 
 
 def _fail(diagnostics: Sequence[Diagnostic]) -> Any:
@@ -287,9 +450,9 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
     """Parse and validate a descriptor file.
 
     With ``cache_dir``, a descriptor whose exact text already passed validation under this
-    exact schema is read back from the cache instead of being parsed again: validation is a
-    pure function of (schema, text), and skipping the YAML parser and jsonschema saves tens of
-    milliseconds on every run. Anything that fails is never cached.
+    exact schema and rule set is read back from the cache instead of being parsed again:
+    validation is a pure function of (schema, rules, text), and skipping the YAML parser and
+    jsonschema saves tens of milliseconds on every run. Anything that fails is never cached.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -298,7 +461,8 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
     if cache_dir is None:
         return parse_descriptor_text(text, str(path))
     key = hashlib.sha256(
-        f"sbx-descriptor-v1\0{_schema_text()}\0{text}".encode()).hexdigest()
+        f"sbx-descriptor-v2\0{_schema_text()}\0{text}".encode("utf-8", "surrogatepass")
+    ).hexdigest()
     entry = cache_dir / f"{key}.json"
     try:
         data = json.loads(entry.read_text(encoding="utf-8"))
@@ -319,9 +483,10 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
 
 def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
     if diagnostics:
-        _fail(diagnostics)
+        _fail(sort_diagnostics(diagnostics))
 
 
-__all__ = ["MAX_DESCRIPTOR_BYTES", "SYNTAX_LINE", "Descriptor", "Diagnostic", "format_path",
-           "parse_descriptor_file", "parse_descriptor_text", "raise_diagnostics", "to_plain",
-           "validate_document"]
+__all__ = ["MAX_DESCRIPTOR_BYTES", "SYNTAX_LINE", "Descriptor", "Diagnostic", "Finding", "Parts",
+           "check_document", "format_path", "load_document", "locate", "parse_descriptor_file",
+           "parse_descriptor_text", "position", "raise_diagnostics", "sort_diagnostics",
+           "to_plain", "validate_document"]

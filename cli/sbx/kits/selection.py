@@ -24,6 +24,7 @@ class SelectionRecord:
     reason: str = ""
     members: tuple[str, ...] = ()  # member paths, for groups
     rejected: tuple[str, ...] = ()  # member paths that could not be provided
+    rejected_types: tuple[str, ...] = ()  # their types, aligned with ``rejected``
 
     def as_dict(self) -> dict[str, Any]:
         return {"kit": self.kit, "path": self.path, "type": self.type, "reason": self.reason,
@@ -36,6 +37,7 @@ class Selection:
     selected_records: tuple[SelectionRecord, ...]
     skipped: tuple[SelectionRecord, ...]
     refused: tuple[SelectionRecord, ...] = field(default=())
+    selected_paths: tuple[str, ...] = ()  # declaration path of each selected entry
 
     def as_dict(self) -> dict[str, Any]:
         return {"selected": [r.as_dict() for r in self.selected_records],
@@ -49,6 +51,7 @@ def select(kit: str, capabilities: Sequence[Mapping[str, Any]],
            supported: Collection[str]) -> Selection:
     """Select the capability entries of one kit against the set of supported types."""
     selected: list[Mapping[str, Any]] = []
+    paths: list[str] = []
     selected_records: list[SelectionRecord] = []
     skipped: list[SelectionRecord] = []
     refused: list[SelectionRecord] = []
@@ -58,13 +61,17 @@ def select(kit: str, capabilities: Sequence[Mapping[str, Any]],
             group: Mapping[str, Any] = item["group"]
             members: list[Mapping[str, Any]] = list(group.get("capabilities") or [])
             member_paths = tuple(f"{path}.group.capabilities[{j}]" for j in range(len(members)))
-            rejected = tuple(p for p, m in zip(member_paths, members, strict=True)
-                             if str(m.get("type")) not in supported)
+            unsupported = [(p, str(m.get("type"))) for p, m in
+                           zip(member_paths, members, strict=True)
+                           if str(m.get("type")) not in supported]
+            rejected = tuple(p for p, _ in unsupported)
             record = SelectionRecord(kit, f"{path}.group", "group",
                                      NOT_IMPLEMENTED if rejected else "",
-                                     members=member_paths, rejected=rejected)
+                                     members=member_paths, rejected=rejected,
+                                     rejected_types=tuple(t for _, t in unsupported))
             if not rejected:
                 selected.extend(members)
+                paths.extend(member_paths)
                 selected_records.append(record)
             elif group.get("optional") is True:
                 skipped.append(record)
@@ -75,25 +82,27 @@ def select(kit: str, capabilities: Sequence[Mapping[str, Any]],
         record = SelectionRecord(kit, path, ctype)
         if ctype in supported:
             selected.append(item)
+            paths.append(path)
             selected_records.append(record)
         elif item.get("optional") is True:
             skipped.append(SelectionRecord(kit, path, ctype, NOT_IMPLEMENTED))
         else:
             refused.append(SelectionRecord(kit, path, ctype, NOT_IMPLEMENTED))
-    return Selection(tuple(selected), tuple(selected_records), tuple(skipped), tuple(refused))
+    return Selection(tuple(selected), tuple(selected_records), tuple(skipped), tuple(refused),
+                     tuple(paths))
 
 
-def refuse_unsupported(selection: Selection,
-                       member_types: Mapping[str, str] | None = None) -> None:
-    """Raise ``unsupported_capability`` naming every refused type, or do nothing."""
-    if not selection.refused:
+def refuse_unsupported(selection: Selection | Sequence[Selection]) -> None:
+    """Raise ``unsupported_capability`` naming every refused type (of every kit), or return."""
+    selections = [selection] if isinstance(selection, Selection) else list(selection)
+    refused = [record for s in selections for record in s.refused]
+    if not refused:
         return
     lines: list[str] = []
     types: list[str] = []
-    for record in selection.refused:
+    for record in refused:
         if record.type == "group":
-            for member in record.rejected:
-                mtype = (member_types or {}).get(member, "?")
+            for member, mtype in zip(record.rejected, record.rejected_types, strict=True):
                 types.append(mtype)
                 lines.append(f"{record.kit} {member} ({mtype}): required, {NOT_IMPLEMENTED}")
         else:
@@ -105,20 +114,9 @@ def refuse_unsupported(selection: Selection,
         Reason.UNSUPPORTED_CAPABILITY,
         f"refused: the kit requires capabilities this sbx does not implement: {names}",
         hint="Mark them `optional: true` if the kit can do without them.",
-        details={"refused": [r.as_dict() for r in selection.refused]},
+        details={"refused": [r.as_dict() for r in refused]},
         body="\n".join(f"  - {line}" for line in lines),
     )
 
 
-def member_types(capabilities: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Map each group member path to its type (for refusal messages)."""
-    out: dict[str, str] = {}
-    for index, item in enumerate(capabilities):
-        if "group" in item:
-            for j, member in enumerate(item["group"].get("capabilities") or []):
-                out[f"capabilities[{index}].group.capabilities[{j}]"] = str(member.get("type"))
-    return out
-
-
-__all__ = ["NOT_IMPLEMENTED", "Selection", "SelectionRecord", "member_types",
-           "refuse_unsupported", "select"]
+__all__ = ["NOT_IMPLEMENTED", "Selection", "SelectionRecord", "refuse_unsupported", "select"]

@@ -1,0 +1,35 @@
+"""`sbx gc [--dry-run] [--json] [--grace SECONDS]`: adapter to :func:`sbx.core.gc.collect`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def gc(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only list what would be removed; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON envelope listing removed, kept and failed objects.")
+    ] = False,
+    grace: Annotated[int | None, typer.Option(
+        "--grace", metavar="SECONDS", min=0,
+        help="Seconds past a deadline before a run's objects count as stale "
+             "(default: [gc] grace_seconds, 600).")] = None,
+) -> int:
+    """Remove what crashed or killed runs left behind (by label, this state home only).
+
+    Silent with exit 0 when there was nothing to do or everything was removed, so it suits
+    cron; one line per failure, exit 126 (cleanup_failed) when anything could not be removed.
+    """
+    from sbx.core.gc import GcRequest, collect
+
+    app = ctx.obj
+    result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace))
+    app.renderer.gc_result(result, verbose=app.verbose)
+    return int(result.exit_status)
+
+
+__all__ = ["gc"]

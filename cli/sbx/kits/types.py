@@ -1,0 +1,38 @@
+"""The well-known capability type names of KIT-SPEC-V3 §2, defined once for every module."""
+
+from __future__ import annotations
+
+from typing import Final
+
+NS: Final = "com.docker.sandbox/"
+NETWORK_V1: Final = f"{NS}network-policy@1"
+NETWORK_V2: Final = f"{NS}network-policy@2"
+CREDENTIAL: Final = f"{NS}credential@1"
+SSH_AGENT: Final = f"{NS}ssh-agent@1"
+VOLUME: Final = f"{NS}volume@1"
+HOST_MOUNT: Final = f"{NS}host-mount@1"
+PORT: Final = f"{NS}port@1"
+USB_DEVICE: Final = f"{NS}usb-device@1"
+RESOURCES: Final = f"{NS}resources@1"
+PRIVILEGED: Final = f"{NS}privileged@1"
+LONG_RUNNING: Final = f"{NS}long-running@1"
+LIFECYCLE: Final = f"{NS}lifecycle@1"
+AGENT_CONTEXT: Final = f"{NS}agent-context@1"
+AGENT_SESSIONS: Final = f"{NS}agent-sessions@1"
+INTERACTIVE_SESSIONS: Final = f"{NS}agent-interactive-sessions@1"
+AGENT_SKILLS: Final = f"{NS}agent-skills@1"
+AGENT_SKILL: Final = f"{NS}agent-skill@1"
+GIT_IDENTITY: Final = f"{NS}git-identity@1"
+KIT_REGISTRY: Final = f"{NS}kit-registry@1"
+SBX: Final = f"{NS}sbx@1"
+ACP: Final = f"{NS}acp@1"
+
+KNOWN_TYPES: Final = frozenset({
+    NETWORK_V1, NETWORK_V2, CREDENTIAL, SSH_AGENT, VOLUME, HOST_MOUNT, PORT, USB_DEVICE,
+    RESOURCES, PRIVILEGED, LONG_RUNNING, LIFECYCLE, AGENT_CONTEXT, AGENT_SESSIONS,
+    INTERACTIVE_SESSIONS, AGENT_SKILLS, AGENT_SKILL, GIT_IDENTITY, KIT_REGISTRY, SBX, ACP})
+
+__all__ = ["ACP", "AGENT_CONTEXT", "AGENT_SESSIONS", "AGENT_SKILL", "AGENT_SKILLS",
+           "CREDENTIAL", "GIT_IDENTITY", "HOST_MOUNT", "INTERACTIVE_SESSIONS", "KIT_REGISTRY",
+           "KNOWN_TYPES", "LIFECYCLE", "LONG_RUNNING", "NETWORK_V1", "NETWORK_V2", "NS", "PORT",
+           "PRIVILEGED", "RESOURCES", "SBX", "SSH_AGENT", "USB_DEVICE", "VOLUME"]

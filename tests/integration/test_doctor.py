@@ -1,0 +1,153 @@
+"""`sbx doctor` against the real engine: the limit probe reads back what was asked, leaves
+nothing behind, the JSON contract holds, and a hung engine cannot hang doctor."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx.context import AppContext
+from sbx.core.doctor import DoctorRequest, Status, diagnose
+from sbx.driver import DockerDriver
+from sbx.reasons import Reason
+from sbx.render import Renderer
+
+from .conftest import owned
+
+pytestmark = pytest.mark.docker
+
+LINE = re.compile(r"^(?:[✓!✗]  \S.* — \S.*|    fix: .+ \([a-z_]+\)|doctor: \d+ ok, \d+ warnings?, "
+                  r"\d+ failed)$")
+
+
+@pytest.fixture
+def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "cfg.toml")}
+
+
+def test_real_probe_passes_and_leaves_nothing(engine: DockerDriver, env: dict[str, str],
+                                              state_home: Path, sbx_cli: Any) -> None:
+    result = sbx_cli(["doctor"], env=env)
+    assert result.exit_code == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert all(LINE.match(line) for line in lines), lines
+    assert any(line.startswith("✓  resource limits — memory 4 GiB, pids 128, cpu 1.000 CPUs "
+                               "enforced") for line in lines), lines
+    assert owned(engine, state_home) == []
+    assert list((state_home / "runs").iterdir()) == []
+
+
+def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, str],
+                                         state_home: Path, sbx_cli: Any) -> None:
+    Path(env["SBX_CONFIG"]).write_text(
+        "[sandbox]\nmemory_bytes = 67108864\npids = 32\ncpu_millis = 500\n"
+        "tmp_bytes = 8388608\nworkspace_bytes = 8388608\n", encoding="utf-8")
+    envelope = sbx_cli(["doctor", "--json"], env=env).envelope()
+    assert envelope["exit_code"] == 0
+    checks = {c["id"]: c for c in envelope["data"]["checks"]}  # type: ignore[index]
+    limits = checks["limits"]
+    assert limits["status"] == "ok", limits
+    readings = {r["name"]: r for r in limits["data"]["limits"]}
+    assert readings["memory"]["read"] == "64 MiB" and readings["pids"]["read"] == "32"
+    assert readings["cpu"]["read"] == "0.500 CPUs"
+    assert all(r["enforced"] for r in readings.values())
+    assert checks["config"]["detail"].endswith("is valid (5 settings from the file)")
+    assert owned(engine, state_home) == []
+
+
+def test_json_contract(engine: DockerDriver, env: dict[str, str], sbx_cli: Any) -> None:
+    result = sbx_cli(["doctor", "--json"], env=env)
+    envelope = result.envelope()
+    assert result.stderr == ""
+    assert envelope["sbx_result_version"] == 1 and envelope["command"] == "doctor"
+    assert envelope["status"] == "ok" and envelope["exit_code"] == result.exit_code == 0
+    data: Any = envelope["data"]
+    assert [c["id"] for c in data["checks"]] == ["platform", "config", "identity", "engine",
+                                                 "limits", "gc"]
+    for check in data["checks"]:
+        assert {"id", "title", "status", "detail", "reason", "fix"} <= set(check)
+        assert check["status"] in {"ok", "warn", "fail"}
+    engine_check = next(c for c in data["checks"] if c["id"] == "engine")
+    assert engine_check["data"]["version"] and engine_check["data"]["api_version"]
+    assert engine_check["data"]["cgroup_version"] in {"1", "2"}
+
+
+def test_gc_check_counts_what_a_crash_left(engine: DockerDriver, env: dict[str, str],
+                                           state_home: Path, sbx_cli: Any) -> None:
+    from .test_gc import create_container, labelled, remove_everything
+
+    (state_home / "runs").mkdir(parents=True)
+    create_container(engine, labelled(state_home, deadline="1"))
+    try:
+        envelope = sbx_cli(["doctor", "--json"], env=env).envelope()
+        gc = next(c for c in envelope["data"]["checks"]  # type: ignore[index]
+                  if c["id"] == "gc")
+        assert gc["status"] == "warn" and gc["detail"] == "stale: 1 container"
+        assert "sbx gc" in gc["fix"] and envelope["exit_code"] == 0
+    finally:
+        remove_everything(engine, state_home)
+
+
+@pytest.fixture
+def hung_engine() -> Iterator[str]:
+    """A unix socket that accepts connections and never answers."""
+    directory = tempfile.mkdtemp(prefix="sbx-hung-", dir="/tmp")
+    path = os.path.join(directory, "docker.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    server.settimeout(0.1)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        for _ in range(600):  # bounded: at most 60 s of accepting
+            if stop.is_set():
+                return
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        server.close()
+        os.unlink(path)
+        os.rmdir(directory)
+
+
+def test_a_hung_engine_cannot_hang_doctor(hung_engine: str, env: dict[str, str],
+                                          tmp_path: Path) -> None:
+    hung_env = {**env, "DOCKER_HOST": hung_engine}
+    ctx = AppContext(env=hung_env, cwd=tmp_path,
+                     renderer=Renderer(io.StringIO(), io.StringIO(), as_json=True, env=hung_env))
+    bound = 1.0
+    started = time.monotonic()
+    report = diagnose(ctx, DoctorRequest(check_timeout_s=bound, probe_timeout_s=bound))
+    elapsed = time.monotonic() - started
+    # One check waits out its timeout; the engine-dependent ones report at once.
+    assert elapsed < bound * 3, f"doctor took {elapsed:.1f}s"
+    checks = {c.id: c for c in report.checks}
+    assert (checks["engine"].status, checks["engine"].reason) == (
+        Status.FAIL, Reason.DOCKER_UNREACHABLE)
+    assert checks["engine"].detail == f"timed out after {bound:g}s"
+    assert checks["limits"].status is Status.FAIL and checks["gc"].status is Status.WARN
+    assert report.exit_status == 1

@@ -1,0 +1,401 @@
+"""`sbx gc` against the real engine: what a killed run leaves is removed, live runs and other
+homes are never touched, unreadable deadlines are kept, a failing listing deletes nothing, and
+two gc runs never collide.
+
+Every wait is bounded in count and time; every object a test creates is removed in a `finally`
+(the `state_home` fixture then checks nothing labelled for the home is left).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from sbx import audit
+from sbx import labels as label_keys
+from sbx.driver import DockerDriver, OwnedObject
+from sbx.paths import home_hash
+
+from .conftest import BUSYBOX, owned
+
+pytestmark = pytest.mark.docker
+
+SBX = str(Path(sys.executable).with_name("sbx"))
+
+
+@pytest.fixture
+def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+
+
+def wait_for(what: str, probe: Callable[[], Any], *, timeout_s: float = 60.0,
+             every_s: float = 0.1) -> Any:
+    """Poll ``probe`` until it returns something truthy; bounded in time and count."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / every_s) + 1):
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            break
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def containers(engine: DockerDriver, home: Path) -> list[OwnedObject]:
+    return [o for o in owned(engine, home) if o.kind == "container"]
+
+
+def sandbox_in_state(engine: DockerDriver, home: Path, state: str) -> OwnedObject | None:
+    for obj in containers(engine, home):
+        if obj.labels.get(label_keys.ROLE) == label_keys.ROLE_SANDBOX and obj.state == state:
+            return obj
+    return None
+
+
+def labelled(home: Path, *, run: str | None = None, deadline: str | None = None,
+             test: str = "") -> dict[str, str]:
+    labels = label_keys.object_labels(home_hash=home_hash(home), run_id=run or uuid.uuid4().hex,
+                                      deadline=0, kits=["test"], role=label_keys.ROLE_SANDBOX)
+    if deadline is None:
+        del labels[label_keys.DEADLINE]
+    else:
+        labels[label_keys.DEADLINE] = deadline
+    labels["dev.sbx.test"] = test or "gc"
+    return labels
+
+
+def create_container(engine: DockerDriver, labels: dict[str, str], *,
+                     command: tuple[str, ...] = ("sleep", "30"), start: bool = False) -> str:
+    api: Any = engine._api
+    created = api.create_container(BUSYBOX, command=list(command), labels=labels,
+                                   network_disabled=True)
+    ident = str(created["Id"])
+    if start:
+        api.start(ident)
+    return ident
+
+
+def remove_everything(engine: DockerDriver, home: Path) -> None:
+    """Best-effort cleanup of everything labelled for ``home`` (containers first)."""
+    objects = owned(engine, home)
+    for obj in sorted(objects, key=lambda o: o.kind != "container"):
+        remover = {"container": engine.remove_container, "network": engine.remove_network,
+                   "volume": engine.remove_volume}[obj.kind]
+        remover(obj.id)
+
+
+def spawn_run(busybox_kit: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """``sbx run [OPTIONS] KIT -- sh -c SCRIPT`` as a real process (args[-1] is SCRIPT)."""
+    log = Path(env["SBX_HOME"]).parent / f"run-{uuid.uuid4().hex[:8]}.log"
+    with log.open("wb") as sink:
+        return subprocess.Popen([SBX, "run", *args[:-1], str(busybox_kit), "--", "sh", "-c",
+                                 args[-1]], env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+
+
+def running_sandbox(process: subprocess.Popen[bytes], engine: DockerDriver,
+                    home: Path) -> OwnedObject:
+    """Wait until the run's sandbox container runs; fail early if sbx itself exited."""
+
+    def probe() -> OwnedObject | None:
+        if process.poll() is not None:
+            logs = sorted(home.parent.glob("run-*.log"))
+            text = logs[-1].read_text(errors="replace") if logs else ""
+            pytest.fail(f"sbx run exited with {process.returncode} before its sandbox ran: "
+                        f"{text[-2000:]}")
+        return sandbox_in_state(engine, home, "running")
+
+    found: OwnedObject = wait_for("the sandbox to run", probe)
+    return found
+
+
+def sigkill(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+# -- what a killed run leaves --------------------------------------------------------------------
+
+
+def test_sigkilled_run_left_a_finished_container_gc_removes_everything(
+        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        sbx_cli: Any) -> None:
+    process = spawn_run(busybox_kit, env, "sleep 2")
+    try:
+        running_sandbox(process, engine, state_home)
+        sigkill(process)
+        wait_for("the orphaned workload to exit",
+                 lambda: sandbox_in_state(engine, state_home, "exited"), timeout_s=30)
+        assert len(list((state_home / "runs").iterdir())) == 1
+        result = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+        assert owned(engine, state_home) == []
+        assert list((state_home / "runs").iterdir()) == []
+    finally:
+        if process.poll() is None:
+            sigkill(process)
+        remove_everything(engine, state_home)
+
+
+def test_sigkilled_run_still_running_goes_once_its_deadline_passed(
+        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        sbx_cli: Any) -> None:
+    process = spawn_run(busybox_kit, env, "--timeout", "2", "sleep 60")
+    try:
+        sandbox = running_sandbox(process, engine, state_home)
+        sigkill(process)
+        # Inside its deadline the orphan is kept (its deadline is the backstop)...
+        early = sbx_cli(["gc", "--grace", "0", "--json"], env=env).envelope()
+        kept = {item["id"]: item["why"] for item in early["data"]["kept"]}  # type: ignore[index]
+        if time.time() <= int(sandbox.labels[label_keys.DEADLINE]):
+            assert kept.get(sandbox.id) == "inside_deadline"
+        deadline = int(sandbox.labels[label_keys.DEADLINE])
+        wait_for("the deadline to pass", lambda: time.time() > deadline + 0.5, timeout_s=10)
+        # ...and once it passed, the still-running container and the run dir go, silently.
+        result = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+        assert owned(engine, state_home) == []
+        assert list((state_home / "runs").iterdir()) == []
+        events = [e for e in audit.read_events(state_home) if e["event_type"] == "gc_removed"]
+        assert events and events[-1]["details"]["container"] == 1
+        assert events[-1]["details"]["run_dir"] == 1
+    finally:
+        if process.poll() is None:
+            sigkill(process)
+        remove_everything(engine, state_home)
+
+
+def test_a_live_run_inside_its_deadline_is_never_touched(
+        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        sbx_cli: Any) -> None:
+    process = spawn_run(busybox_kit, env, "sleep 4")
+    try:
+        sandbox = running_sandbox(process, engine, state_home)
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert result.exit_code == 0
+        data: Any = result.envelope()["data"]
+        assert data["removed"] == [] and data["failed"] == []
+        kept = {i["id"]: i["why"] for i in data["kept"]}
+        assert kept[sandbox.id] == "inside_deadline"
+        assert kept[sandbox.labels[label_keys.RUN]] in {"in_use", "live"}  # its run dir
+        assert (state_home / "runs" / sandbox.labels[label_keys.RUN]).is_dir()
+        assert sandbox_in_state(engine, state_home, "running") is not None
+        assert process.wait(timeout=60) == 0  # the run finishes normally and cleans up
+        assert owned(engine, state_home) == []
+    finally:
+        if process.poll() is None:
+            sigkill(process)
+        remove_everything(engine, state_home)
+
+
+# -- scope and anomalies -------------------------------------------------------------------------
+
+
+def test_another_homes_containers_are_never_touched(
+        engine: DockerDriver, env: dict[str, str], state_home: Path, tmp_path: Path,
+        sbx_cli: Any) -> None:
+    other = tmp_path / "other-home"
+    (state_home / "runs").mkdir(parents=True)
+    theirs = create_container(engine, labelled(other, deadline="1"))
+    ours = create_container(engine, labelled(state_home, deadline="1"))
+    try:
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert result.exit_code == 0
+        removed = [item["id"] for item in result.envelope()["data"]["removed"]]  # type: ignore[index]
+        assert removed == [ours]
+        assert [o.id for o in owned(engine, other)] == [theirs]
+        # The other home's own gc removes it (it "ran": it has a runs/ directory).
+        (other / "runs").mkdir(parents=True)
+        again = sbx_cli(["gc", "--grace", "0"], env={**env, "SBX_HOME": str(other)})
+        assert again.exit_code == 0 and owned(engine, other) == []
+    finally:
+        remove_everything(engine, other)
+        remove_everything(engine, state_home)
+
+
+def test_a_garbage_deadline_is_kept_and_reported(engine: DockerDriver, env: dict[str, str],
+                                                 state_home: Path, sbx_cli: Any) -> None:
+    (state_home / "runs").mkdir(parents=True)
+    odd = create_container(engine, labelled(state_home, deadline="tomorrow"))
+    missing = create_container(engine, labelled(state_home, deadline=None))
+    try:
+        human = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert human.exit_code == 0 and human.stdout == ""
+        lines = human.stderr.splitlines()
+        assert len(lines) == 2
+        assert any(odd[:12] in line and "'tomorrow' is unreadable" in line for line in lines)
+        assert any(missing[:12] in line and "no deadline label" in line for line in lines)
+        data: Any = sbx_cli(["gc", "--grace", "0", "--json"], env=env).envelope()["data"]
+        kept = {item["id"]: item["why"] for item in data["kept"]}
+        assert kept[odd] == "deadline_unreadable" and kept[missing] == "deadline_missing"
+        assert {o.id for o in owned(engine, state_home)} == {odd, missing}
+    finally:
+        remove_everything(engine, state_home)
+
+
+def test_unused_per_run_networks_and_volumes_go_used_ones_stay(
+        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+    api: Any = engine._api
+    (state_home / "runs").mkdir(parents=True)
+    past = str(int(time.time()) - 10)
+    future = str(int(time.time()) + 3600)
+    free_net = api.create_network(f"sbx-test-{uuid.uuid4().hex[:12]}", internal=True,
+                                  labels=labelled(state_home, deadline=past))["Id"]
+    used_net = api.create_network(f"sbx-test-{uuid.uuid4().hex[:12]}", internal=True,
+                                  labels=labelled(state_home, deadline=past))["Id"]
+    free_vol = api.create_volume(labels=labelled(state_home, deadline=past))["Name"]
+    # A live container (inside its deadline) that uses the second network keeps it.
+    user = api.create_container(BUSYBOX, command=["sleep", "30"],
+                                labels=labelled(state_home, deadline=future),
+                                host_config=api.create_host_config(network_mode=used_net))["Id"]
+    try:
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert result.exit_code == 0, result.stdout
+        data: Any = result.envelope()["data"]
+        assert {(i["kind"], i["id"]) for i in data["removed"]} == {
+            ("network", free_net), ("volume", free_vol)}
+        assert (used_net, "in_use") in {(i["id"], i["why"]) for i in data["kept"]}
+        left = {(o.kind, o.id) for o in owned(engine, state_home)}
+        assert left == {("network", used_net), ("container", user)}
+    finally:
+        remove_everything(engine, state_home)
+
+
+# -- a failing engine, and a concurrent gc -------------------------------------------------------
+
+
+class _FakeEngineHandler(BaseHTTPRequestHandler):
+    """Answers /_ping and /version like an engine, and 500s everything else."""
+
+    protocol_version = "HTTP/1.1"
+    server: _FakeEngineServer
+
+    def _answer(self, status: int, body: dict[str, Any] | str) -> None:
+        raw = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str)
+                         else "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _handle(self) -> None:
+        path = urlsplit(self.path).path
+        self.server.requests.append((self.command, path))
+        if path.endswith("/_ping"):
+            self._answer(200, "OK")
+        elif path.endswith("/version"):
+            self._answer(200, {"ApiVersion": "1.41", "MinAPIVersion": "1.12",
+                               "Version": "20.10.99-fake", "Os": "linux"})
+        else:
+            self._answer(500, {"message": "injected failure"})
+
+    do_GET = do_POST = do_DELETE = _handle
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+class _FakeEngineServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str) -> None:
+        self.requests: list[tuple[str, str]] = []
+        super().__init__(path, _FakeEngineHandler)
+
+
+@pytest.fixture
+def failing_engine() -> Iterator[tuple[str, _FakeEngineServer]]:
+    directory = tempfile.mkdtemp(prefix="sbx-fake-", dir="/tmp")  # short: AF_UNIX path limit
+    path = os.path.join(directory, "docker.sock")
+    server = _FakeEngineServer(path)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"unix://{path}", server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        os.unlink(path)
+        os.rmdir(directory)
+
+
+def test_a_failing_listing_removes_nothing_exits_126_and_is_audited(
+        failing_engine: tuple[str, _FakeEngineServer], env: dict[str, str], state_home: Path,
+        sbx_cli: Any) -> None:
+    url, server = failing_engine
+    run_dir = state_home / "runs" / uuid.uuid4().hex
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text('{"pid": 999999999}', encoding="utf-8")
+    os.utime(run_dir, (time.time() - 86_400,) * 2)
+    os.utime(run_dir / "run.json", (time.time() - 86_400,) * 2)
+    fake_env = {**env, "DOCKER_HOST": url}
+    human = sbx_cli(["gc", "--grace", "0"], env=fake_env)
+    assert human.exit_code == 126 and human.stdout == ""
+    (line,) = human.stderr.splitlines()
+    assert "nothing was removed" in line and "500" in line and line.endswith("(cleanup_failed)")
+    data: Any = sbx_cli(["gc", "--grace", "0", "--json"], env=fake_env).envelope()["data"]
+    assert [f["kind"] for f in data["failed"]] == ["list_failed"] and data["removed"] == []
+    assert run_dir.exists()
+    assert all(method == "GET" for method, _path in server.requests)  # nothing was deleted
+    failures = [e["details"] for e in audit.read_events(state_home)
+                if e["event_type"] == "cleanup_failed"]
+    assert failures == [{"reason": "list_failed", "count": 1, "source": "gc"}] * 2
+
+
+def test_concurrent_gc_backs_off_without_acting(engine: DockerDriver, env: dict[str, str],
+                                                state_home: Path, sbx_cli: Any) -> None:
+    (state_home / "runs").mkdir(parents=True)
+    stale = create_container(engine, labelled(state_home, deadline="1"))
+    try:
+        fd = os.open(state_home / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "another gc" holds the lock
+            quiet = sbx_cli(["gc", "--grace", "0"], env=env)
+            assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
+            envelope = sbx_cli(["gc", "--grace", "0", "--json"], env=env).envelope()
+            assert envelope["data"]["outcome"] == "locked"  # type: ignore[index]
+            verbose = sbx_cli(["-v", "gc", "--grace", "0"], env=env)
+            assert verbose.exit_code == 0 and "another sbx gc holds" in verbose.stderr
+            assert [o.id for o in owned(engine, state_home)] == [stale]
+        finally:
+            os.close(fd)
+        done = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert done.exit_code == 0 and owned(engine, state_home) == []
+    finally:
+        remove_everything(engine, state_home)
+
+
+def test_two_gc_processes_at_once_never_fail(engine: DockerDriver, env: dict[str, str],
+                                             state_home: Path) -> None:
+    (state_home / "runs").mkdir(parents=True)
+    for _ in range(6):
+        create_container(engine, labelled(state_home, deadline="1"))
+    try:
+        procs = [subprocess.Popen([SBX, "gc", "--grace", "0"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for _ in range(2)]
+        outputs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        assert all(out == (b"", b"") for out in outputs)
+        assert owned(engine, state_home) == []
+    finally:
+        remove_everything(engine, state_home)

@@ -1,0 +1,775 @@
+"""`sbx gc` decisions and execution against a fake engine (no daemon needed).
+
+The fake answers the driver methods gc and doctor use and records every call, so the tests can
+assert what was removed, what was confirmed, and that nothing at all happened when it must not.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx import audit
+from sbx import labels as label_keys
+from sbx.context import AppContext
+from sbx.core import gc as gc_core
+from sbx.core.gc import (
+    Clock,
+    ContainerEntry,
+    GcRequest,
+    Processes,
+    RunDir,
+    RunRecord,
+    SharedEntry,
+    collect,
+    judge_container,
+    judge_run_dir,
+    judge_shared,
+)
+from sbx.driver import EngineInfo, ImageInfo, RawListing
+from sbx.errors import EngineUnavailable, SbxError
+from sbx.paths import home_hash
+from sbx.reasons import Reason
+from sbx.render import Renderer
+
+NOW = 1_900_000_000.0
+
+
+def hex64() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex
+
+
+def run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class FakeEngine:
+    """A scriptable stand-in for :class:`sbx.driver.DockerDriver`."""
+
+    def __init__(self) -> None:
+        self.containers: list[Any] = []
+        self.networks: list[Any] = []
+        self.volumes: list[Any] = []
+        self.users: dict[str, list[str]] = {}
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.list_error: SbxError | None = None
+        self.remove_errors: dict[str, SbxError] = {}
+        self.sticky: set[str] = set()  # "removed" but still present afterwards
+        # doctor
+        self.engine_info = EngineInfo("20.10.99", "1.41", "linux", "2", "systemd", False, ())
+        self.info_error: SbxError | None = None
+        self.images: list[tuple[str, int]] = [("sbx-test/busybox:1", 2_000_000)]
+        self.probe_output = b""
+        self.start_errors: dict[str, SbxError] = {}
+        self.wait_result: int | None = 0
+        self.block: Callable[[], None] | None = None
+        self.created: dict[str, Any] = {}
+
+    def _log(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+
+    def called(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for call, args in self.calls if call == name]
+
+    # -- gc ------------------------------------------------------------------------------
+
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing:
+        self._log("list_labelled", dict(labels))
+        if self.list_error is not None:
+            raise self.list_error
+        return RawListing(tuple(self.containers), tuple(self.networks), tuple(self.volumes))
+
+    def object_users(self, kind: str, ident: str) -> list[str]:
+        self._log("object_users", kind, ident)
+        return list(self.users.get(ident, []))
+
+    def _remove(self, kind: str, ident: str) -> bool:
+        self._log(f"remove_{kind}", ident)
+        if ident in self.remove_errors:
+            raise self.remove_errors[ident]
+        if ident in self.sticky:
+            return True
+        pool = {"container": self.containers, "network": self.networks,
+                "volume": self.volumes}[kind]
+        key = "Name" if kind == "volume" else "Id"
+        pool[:] = [e for e in pool if not (isinstance(e, dict) and e.get(key) == ident)]
+        return True
+
+    def remove_container(self, container_id: str) -> bool:
+        return self._remove("container", container_id)
+
+    def remove_network(self, network_id: str) -> bool:
+        return self._remove("network", network_id)
+
+    def remove_volume(self, name: str) -> bool:
+        return self._remove("volume", name)
+
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]:
+        self._log("present", kind, tuple(idents))
+        pool = {"container": self.containers, "network": self.networks,
+                "volume": self.volumes}[kind]
+        key = "Name" if kind == "volume" else "Id"
+        return {e[key] for e in pool if isinstance(e, dict)} & set(idents)
+
+    # -- doctor --------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        self._log("info")
+        if self.block is not None:
+            self.block()
+        if self.info_error is not None:
+            raise self.info_error
+        return self.engine_info
+
+    def local_images(self) -> list[tuple[str, int]]:
+        self._log("local_images")
+        return list(self.images)
+
+    def image(self, ref: str) -> ImageInfo | None:
+        self._log("image", ref)
+        if ref not in [r for r, _ in self.images]:
+            return None
+        return ImageInfo("sha256:" + "a" * 64, (ref,), "", "", None, None, (), {})
+
+    def create(self, spec: Any) -> str:
+        ident = hex64()
+        self._log("create", spec)
+        self.created[ident] = spec
+        return ident
+
+    def start(self, container_id: str) -> None:
+        self._log("start", container_id)
+        image = self.created[container_id].image
+        if image in self.start_errors:
+            raise self.start_errors[image]
+        if self.start_errors.get("*"):
+            raise self.start_errors["*"]
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        self._log("wait", container_id, timeout_s)
+        return self.wait_result
+
+    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]:
+        self._log("output", container_id)
+        yield "stdout", self.probe_output
+
+    def kill(self, container_id: str) -> None:
+        self._log("kill", container_id)
+
+
+def container(state: str = "exited", *, home: str, run: str | None = None,
+              deadline: str | None = None, ident: str | None = None) -> dict[str, Any]:
+    labels = {label_keys.MANAGED: "true", label_keys.HOME: home,
+              label_keys.ROLE: label_keys.ROLE_SANDBOX}
+    if run is not None:
+        labels[label_keys.RUN] = run
+    if deadline is not None:
+        labels[label_keys.DEADLINE] = deadline
+    return {"Id": ident or hex64(), "State": state, "Labels": labels}
+
+
+def shared(kind: str, *, home: str, run: str | None, deadline: str | None) -> dict[str, Any]:
+    labels = {label_keys.MANAGED: "true", label_keys.HOME: home}
+    if run is not None:
+        labels[label_keys.RUN] = run
+    if deadline is not None:
+        labels[label_keys.DEADLINE] = deadline
+    if kind == "volume":
+        return {"Name": f"sbx-{uuid.uuid4().hex}", "Labels": labels}
+    return {"Id": hex64(), "Name": f"sbx-{uuid.uuid4().hex[:8]}", "Labels": labels}
+
+
+class Harness:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.state = tmp_path / "state"
+        self.config = tmp_path / "config.toml"
+        self.engine = FakeEngine()
+        self.env = {"SBX_HOME": str(self.state), "SBX_CONFIG": str(self.config),
+                    "HOME": str(tmp_path), "NO_COLOR": "1"}
+        self.out = io.StringIO()
+        self.err = io.StringIO()
+        self.alive: set[int] = set()
+
+    @property
+    def home(self) -> str:
+        return home_hash(self.state)
+
+    def ctx(self, *, as_json: bool = False, verbose: int = 0) -> AppContext:
+        renderer = Renderer(self.out, self.err, as_json=as_json, env=self.env, width=88)
+        engine = self.engine
+        return AppContext(env=self.env, cwd=self.tmp, renderer=renderer, as_json=as_json,
+                          verbose=verbose, driver_factory=lambda _env: engine)
+
+    def processes(self, **overrides: Any) -> Processes:
+        fields: dict[str, Any] = {"alive": lambda pid: pid in self.alive,
+                                  "cmdline": lambda _pid: None,
+                                  "signal": _no_signal, "sleep": lambda _s: None}
+        fields.update(overrides)
+        return Processes(**fields)
+
+    def run_dir(self, name: str | None = None, *, pid: int | None = 4_000_000,
+                age_s: float = 3600, deadline: int | None = None,
+                proxy_pid: int | None = None, record: str | None = None) -> Path:
+        path = self.state / "runs" / (name or run_id())
+        path.mkdir(parents=True)
+        text = record if record is not None else json.dumps(
+            {"run_id": path.name, "pid": pid, "deadline": deadline, "proxy_pid": proxy_pid})
+        (path / "run.json").write_text(text, encoding="utf-8")
+        stamp = NOW - age_s
+        os.utime(path / "run.json", (stamp, stamp))
+        os.utime(path, (stamp, stamp))
+        return path
+
+    def collect(self, *, dry_run: bool = False, grace: int | None = 600,
+                processes: Processes | None = None) -> gc_core.GcResult:
+        return collect(self.ctx(), GcRequest(dry_run=dry_run, grace_s=grace),
+                       clock=lambda: NOW, processes=processes or self.processes())
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        return list(audit.read_events(self.state))
+
+
+def _no_signal(pid: int, sig: int) -> None:
+    raise AssertionError(f"gc signalled pid {pid} with {sig}")
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path)
+
+
+def ran(h: Harness) -> None:
+    (h.state / "runs").mkdir(parents=True, exist_ok=True)
+
+
+# -- the pure decisions -------------------------------------------------------------------------
+
+CLOCK = Clock(NOW, 600, lambda pid: pid == 1)
+
+
+@pytest.mark.parametrize(("state", "deadline", "remove", "why"), [
+    ("exited", None, True, "exited"),
+    ("dead", "garbage", True, "dead"),
+    ("running", str(int(NOW) + 60), False, "inside_deadline"),
+    ("running", str(int(NOW) - 599), False, "inside_deadline"),  # inside the grace
+    ("running", str(int(NOW) - 601), True, "deadline_passed"),
+    ("paused", str(int(NOW) - 601), True, "deadline_passed"),
+    ("created", str(int(NOW) - 601), True, "deadline_passed"),
+    ("running", None, False, "deadline_missing"),
+    ("running", "soon", False, "deadline_unreadable"),
+    ("created", "-5", False, "deadline_unreadable"),
+    ("created", "1e9", False, "deadline_unreadable"),
+    ("running", "\u0661\u0662", False, "deadline_unreadable"),  # non-ASCII digits
+    ("removing", str(int(NOW) - 10_000), False, "removing"),
+])
+def test_judge_container(state: str, deadline: str | None, remove: bool, why: str) -> None:
+    entry = ContainerEntry(hex64(), state, run_id(), deadline)
+    assert judge_container(entry, {}, CLOCK)[:2] == (remove, why)
+
+
+def _run(name: str, pid: int | None, *, age: float = 3600, deadline: int | None = None,
+         real: bool = True, proxy: int | None = None) -> RunDir:
+    record = None if pid is None else RunRecord(pid, deadline, proxy)
+    return RunDir(name, Path("/nonexistent") / name, real, age, record)
+
+
+def test_created_container_is_abandoned_only_when_its_sbx_is_gone() -> None:
+    rid = run_id()
+    entry = ContainerEntry(hex64(), "created", rid, str(int(NOW) + 3600))
+    assert judge_container(entry, {rid: _run(rid, 2)}, CLOCK)[:2] == (True, "abandoned")
+    assert judge_container(entry, {rid: _run(rid, 1)}, CLOCK)[:2] == (False, "inside_deadline")
+    assert judge_container(entry, {}, CLOCK)[:2] == (False, "inside_deadline")  # no evidence
+    assert judge_container(entry, {rid: _run(rid, None)}, CLOCK)[:2] == (
+        False, "inside_deadline")  # unreadable record: no evidence either
+    running = ContainerEntry(hex64(), "running", rid, str(int(NOW) + 3600))
+    # A running container is bounded by its deadline, never by the pid (SPEC §2.5).
+    assert judge_container(running, {rid: _run(rid, 2)}, CLOCK)[:2] == (False, "inside_deadline")
+
+
+def test_a_live_pid_past_the_deadline_plus_grace_is_not_a_live_run() -> None:
+    rid = run_id()
+    old = _run(rid, 1, deadline=int(NOW) - 601)
+    entry = ContainerEntry(hex64(), "created", rid, str(int(NOW) + 3600))
+    assert judge_container(entry, {rid: old}, CLOCK)[:2] == (True, "abandoned")
+
+
+@pytest.mark.parametrize(("deadline", "run", "candidate", "why"), [
+    (str(int(NOW) - 601), None, True, "deadline_passed"),
+    (str(int(NOW) + 60), None, False, "inside_deadline"),
+    (str(int(NOW) + 60), "dead", True, "run_over"),
+    (str(int(NOW) + 60), "live", False, "inside_deadline"),
+    (None, "dead", False, "deadline_missing"),
+    ("x", "dead", False, "deadline_unreadable"),
+])
+def test_judge_shared(deadline: str | None, run: str | None, candidate: bool, why: str) -> None:
+    rid = run_id()
+    runs = {} if run is None else {rid: _run(rid, 2 if run == "dead" else 1)}
+    entry = SharedEntry("network", hex64(), rid, deadline)
+    assert judge_shared(entry, runs, CLOCK)[:2] == (candidate, why)
+
+
+@pytest.mark.parametrize(("run", "in_use", "remove", "why"), [
+    (_run("a" * 32, 2), False, True, "finished"),
+    (_run("a" * 32, 2), True, False, "in_use"),
+    (_run("a" * 32, 1), False, False, "live"),
+    (_run("a" * 32, 2, age=599), False, False, "young"),
+    (_run("a" * 32, None, age=3600), False, True, "unreadable_record"),
+    (_run("a" * 32, 2, real=False), False, False, "not_a_directory"),
+])
+def test_judge_run_dir(run: RunDir, in_use: bool, remove: bool, why: str) -> None:
+    assert judge_run_dir(run, {run.name} if in_use else set(), CLOCK)[:2] == (remove, why)
+
+
+def test_unreadable_record_waits_for_the_floor_even_with_grace_zero() -> None:
+    clock = Clock(NOW, 0, lambda _pid: False)
+    young = _run("b" * 32, None, age=gc_core.UNREADABLE_RECORD_FLOOR_S - 1)
+    assert judge_run_dir(young, set(), clock)[:2] == (False, "young")
+    old = _run("b" * 32, None, age=gc_core.UNREADABLE_RECORD_FLOOR_S + 1)
+    assert judge_run_dir(old, set(), clock)[:2] == (True, "unreadable_record")
+    readable = _run("b" * 32, 2, age=1)
+    assert judge_run_dir(readable, set(), clock)[:2] == (True, "finished")
+
+
+# -- the collector ------------------------------------------------------------------------------
+
+
+def test_a_home_that_never_ran_is_skipped_without_the_engine(h: Harness) -> None:
+    h.engine.list_error = EngineUnavailable("must not be called")
+    result = h.collect()
+    assert result.outcome == "skipped" and result.exit_status == 0
+    assert h.engine.calls == []
+    assert not h.state.exists()  # no lock file, no audit log: nothing written
+
+
+def test_stale_containers_go_live_ones_stay(h: Harness) -> None:
+    ran(h)
+    home = h.home
+    exited = container("exited", home=home, run=run_id(), deadline=str(int(NOW) + 60))
+    dead = container("dead", home=home, run=run_id())
+    live = container("running", home=home, run=run_id(), deadline=str(int(NOW) + 60))
+    late = container("running", home=home, run=run_id(), deadline=str(int(NOW) - 700))
+    h.engine.containers = [exited, dead, live, late]
+    result = h.collect()
+    assert result.exit_status == 0 and not result.failed
+    assert {i.id for i in result.removed} == {exited["Id"], dead["Id"], late["Id"]}
+    assert h.engine.containers == [live]
+    assert [i.why for i in result.kept] == ["inside_deadline"]
+    # Scoped by this home's labels, and every removal confirmed with one listing.
+    assert h.engine.called("list_labelled") == [({label_keys.MANAGED: "true",
+                                                  label_keys.HOME: home},)]
+    assert h.engine.called("present") == [("container", (exited["Id"], dead["Id"], late["Id"]))]
+
+
+def test_grace_comes_from_the_config_and_the_flag_overrides_it(h: Harness) -> None:
+    ran(h)
+    h.config.write_text("[gc]\ngrace_seconds = 30\n", encoding="utf-8")
+    late = container("running", home=h.home, run=run_id(), deadline=str(int(NOW) - 100))
+    h.engine.containers = [late]
+    assert [i.why for i in h.collect(dry_run=True, grace=None).removed] == ["deadline_passed"]
+    assert [i.why for i in h.collect(dry_run=True, grace=200).kept] == ["inside_deadline"]
+    assert h.collect(dry_run=True, grace=None).grace_s == 30
+
+
+def test_invalid_config_refuses(h: Harness) -> None:
+    ran(h)
+    h.config.write_text("[gc]\ngrace_seconds = -1\n", encoding="utf-8")
+    with pytest.raises(SbxError) as caught:
+        h.collect(grace=None)
+    assert caught.value.reason is Reason.INVALID_CONFIG
+    assert h.engine.calls == []
+
+
+def test_unreadable_and_missing_deadlines_are_kept_and_reported(h: Harness) -> None:
+    ran(h)
+    garbage = container("running", home=h.home, run=run_id(), deadline="garbage")
+    missing = container("created", home=h.home, run=run_id())
+    finished = container("exited", home=h.home, run=run_id(), deadline="garbage")
+    h.engine.containers = [garbage, missing, finished]
+    result = h.collect(grace=0)
+    assert [i.id for i in result.removed] == [finished["Id"]]
+    assert {(i.id, i.why) for i in result.reported} == {
+        (garbage["Id"], "deadline_unreadable"), (missing["Id"], "deadline_missing")}
+    assert result.exit_status == 0  # kept on purpose, not a failure
+
+
+def test_abandoned_created_container_and_its_run_dir_go(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    h.run_dir(rid, pid=4_000_001)  # not in h.alive: that sbx is gone
+    created = container("created", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    h.engine.containers = [created]
+    result = h.collect(grace=0)
+    assert [(i.kind, i.why) for i in result.removed] == [("container", "abandoned"),
+                                                         ("run_dir", "finished")]
+    assert not (h.state / "runs" / rid).exists()
+
+
+def test_a_live_run_is_never_touched(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    h.alive.add(4242)
+    path = h.run_dir(rid, pid=4242, age_s=7200, deadline=int(NOW) + 3600)
+    created = container("created", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    running = container("running", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    net = shared("network", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    h.engine.containers = [created, running]
+    h.engine.networks = [net]
+    result = h.collect(grace=0)
+    assert result.removed == [] and result.failed == []
+    assert path.exists() and len(h.engine.containers) == 2 and h.engine.networks == [net]
+    assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
+
+
+@pytest.mark.parametrize("error", [
+    EngineUnavailable("cannot reach the Docker engine: boom"),
+    SbxError(Reason.CLEANUP_FAILED, "listing sbx objects: the engine answered 500"),
+])
+def test_listing_failure_deletes_nothing_and_is_audited(h: Harness, error: SbxError) -> None:
+    ran(h)
+    old = h.run_dir(pid=4_000_002, age_s=86_400)
+    h.engine.list_error = error
+    result = h.collect(grace=0)
+    assert result.exit_status == 126
+    kind = "docker_unreachable" if error.reason is Reason.DOCKER_UNREACHABLE else "list_failed"
+    assert [(f.kind, f.reason) for f in result.failed] == [(kind, error.reason)]
+    assert old.exists()
+    assert [i.why for i in result.kept] == ["listing_failed"]
+    events = [e for e in h.audit_events() if e["event_type"] == audit.CLEANUP_FAILED]
+    assert [e["details"] for e in events] == [{"reason": kind, "count": 1, "source": "gc"}]
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda c: "not an object",
+    lambda c: {**c, "Id": "short"},
+    lambda c: {**c, "Id": c["Id"].upper()},
+    lambda c: {**c, "State": "Exited"},
+    lambda c: {**c, "State": None},
+    lambda c: {**c, "Labels": None},
+    lambda c: {**c, "Labels": {**c["Labels"], label_keys.HOME: "0" * 32}},
+    lambda c: {**c, "Labels": {**c["Labels"], label_keys.DEADLINE: 5}},
+    lambda c: {k: v for k, v in c.items() if k != "State"},
+], ids=["not-object", "short-id", "upper-id", "state-case", "state-none", "labels-none",
+        "other-home", "label-not-string", "no-state"])
+def test_one_unparsable_entry_deletes_nothing(h: Harness,
+                                              mangle: Callable[[dict[str, Any]], Any]) -> None:
+    ran(h)
+    old = h.run_dir(pid=4_000_003, age_s=86_400)
+    good = container("exited", home=h.home, run=run_id())
+    bad = mangle(container("exited", home=h.home, run=run_id()))
+    h.engine.containers = [good, bad]
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["list_invalid"]
+    assert result.exit_status == 126 and result.removed == []
+    assert old.exists() and good in h.engine.containers
+    assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
+    assert any(e["details"].get("reason") == "list_invalid" for e in h.audit_events())
+
+
+@pytest.mark.parametrize("kind", ["network", "volume"])
+def test_an_unparsable_network_or_volume_also_stops_everything(h: Harness, kind: str) -> None:
+    ran(h)
+    good = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [good]
+    bad = {"Labels": {label_keys.MANAGED: "true", label_keys.HOME: h.home}}
+    setattr(h.engine, f"{kind}s", [bad])
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["list_invalid"]
+    assert good in h.engine.containers
+
+
+def test_removal_in_confirmed_batches(h: Harness) -> None:
+    ran(h)
+    h.config.write_text("[gc]\nbatch_size = 3\n", encoding="utf-8")
+    h.engine.containers = [container("exited", home=h.home, run=run_id()) for _ in range(10)]
+    result = h.collect(grace=None)
+    assert len(result.removed) == 10 and h.engine.containers == []
+    assert [len(args[1]) for args in h.engine.called("present")] == [3, 3, 3, 1]
+
+
+def test_beyond_the_batch_limit_is_deferred_with_its_run_dirs(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran(h)
+    monkeypatch.setattr(gc_core, "MAX_BATCHES", 2)
+    h.config.write_text("[gc]\nbatch_size = 2\n", encoding="utf-8")
+    runs = [run_id() for _ in range(7)]
+    for rid in runs:
+        h.run_dir(rid, pid=4_000_004)
+    h.engine.containers = [container("exited", home=h.home, run=rid) for rid in runs]
+    result = h.collect(grace=None)
+    assert result.deferred == 3 and len(h.engine.containers) == 3
+    assert sorted(p.name for p in (h.state / "runs").iterdir()) == sorted(runs[4:])
+    assert {i.why for i in result.kept} == {"deferred", "in_use"}
+
+
+def test_a_failed_removal_is_reported_audited_and_keeps_the_run_dir(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_005)
+    bad = container("exited", home=h.home, run=rid)
+    sticky = container("dead", home=h.home, run=run_id())
+    ok = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [bad, sticky, ok]
+    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.engine.sticky.add(sticky["Id"])
+    result = h.collect(grace=0)
+    assert result.exit_status == 126
+    assert [i.id for i in result.removed] == [ok["Id"]]
+    messages = [f.message for f in result.failed]
+    assert messages == [f"could not remove container {bad['Id'][:12]}: engine said no",
+                        f"container {sticky['Id'][:12]} is still present after its removal"]
+    assert path.exists()
+    details = [e["details"] for e in h.audit_events() if e["event_type"] == "cleanup_failed"]
+    assert details == [{"reason": "container_remove_failed", "count": 2, "source": "gc"}]
+    removed = [e["details"] for e in h.audit_events() if e["event_type"] == "gc_removed"]
+    assert removed == [{"container": 1, "network": 0, "volume": 0, "run_dir": 0, "proxy": 0,
+                        "grace_seconds": 0}]
+
+
+def test_networks_and_volumes_no_container_uses(h: Harness) -> None:
+    ran(h)
+    dead_run, live_run = run_id(), run_id()
+    h.run_dir(dead_run, pid=4_000_006)
+    h.alive.add(77)
+    h.run_dir(live_run, pid=77, deadline=int(NOW) + 3600)
+    leaving = container("exited", home=h.home, run=dead_run)
+    staying = container("running", home=h.home, run=live_run, deadline=str(int(NOW) + 3600))
+    free = shared("network", home=h.home, run=dead_run, deadline=str(int(NOW) + 3600))
+    used_by_leaving = shared("volume", home=h.home, run=dead_run, deadline=str(int(NOW) + 60))
+    used_by_other = shared("network", home=h.home, run=None, deadline=str(int(NOW) - 9999))
+    live = shared("network", home=h.home, run=live_run, deadline=str(int(NOW) + 3600))
+    orphan = shared("volume", home=h.home, run=None, deadline=str(int(NOW) - 9999))
+    unknown = shared("volume", home=h.home, run=None, deadline=None)
+    h.engine.containers = [leaving, staying]
+    h.engine.networks = [free, used_by_other, live]
+    h.engine.volumes = [used_by_leaving, orphan, unknown]
+    h.engine.users = {used_by_leaving["Name"]: [leaving["Id"]],
+                      used_by_other["Id"]: ["f" * 64]}
+    result = h.collect(grace=0)
+    assert not result.failed
+    gone = {(i.kind, i.why) for i in result.removed}
+    assert gone == {("container", "exited"), ("network", "run_over"), ("volume", "run_over"),
+                    ("volume", "deadline_passed"), ("run_dir", "finished")}
+    assert h.engine.networks == [used_by_other, live]
+    assert h.engine.volumes == [unknown]
+    kept = {(i.id, i.why) for i in result.kept}
+    assert (used_by_other["Id"], "in_use") in kept and (unknown["Name"], "deadline_missing") in kept
+    # the live run's network was never even checked for users
+    assert ("network", live["Id"]) not in h.engine.called("object_users")
+
+
+def test_run_dirs_young_foreign_and_symlinked_entries(h: Harness) -> None:
+    ran(h)
+    young = h.run_dir(pid=4_000_007, age_s=10)
+    unreadable = h.run_dir(record="{not json", age_s=86_400)
+    half_written = h.run_dir(record="", age_s=5)
+    runs = h.state / "runs"
+    stranger = runs / "not-a-run-id"
+    stranger.mkdir()
+    target = h.tmp / "precious"
+    target.mkdir()
+    (target / "keep.txt").write_text("x", encoding="utf-8")
+    link = runs / ("c" * 32)
+    link.symlink_to(target)
+    result = h.collect(grace=600)
+    assert [i.why for i in result.removed] == ["unreadable_record"]
+    assert not unreadable.exists()
+    assert young.exists() and half_written.exists() and stranger.exists()
+    assert link.is_symlink() and (target / "keep.txt").exists()
+    assert ("c" * 32, "not_a_directory") in {(i.id, i.why) for i in result.kept}
+
+
+def test_orphaned_proxy_is_stopped_only_when_it_names_the_run(h: Harness) -> None:
+    ran(h)
+    ours, theirs = run_id(), run_id()
+    script = "import time; time.sleep(60)"
+    proxy = subprocess.Popen([sys.executable, "-c", script, f"sbx-proxy-{ours}"])
+    stranger = subprocess.Popen([sys.executable, "-c", script, "unrelated"])
+    try:
+        h.run_dir(ours, pid=4_000_008, proxy_pid=proxy.pid)
+        h.run_dir(theirs, pid=4_000_009, proxy_pid=stranger.pid)
+        real = Processes()  # real /proc and real signals for these two children
+
+        def alive(pid: int) -> bool:
+            if pid in (proxy.pid, stranger.pid):
+                (proxy if pid == proxy.pid else stranger).poll()  # reap a zombie
+                return gc_core.pid_alive(pid)
+            return False
+
+        result = h.collect(grace=0, processes=Processes(alive=alive, cmdline=real.cmdline,
+                                                        signal=real.signal, sleep=real.sleep))
+        assert proxy.wait(timeout=5) is not None
+        assert stranger.poll() is None  # never signalled
+        assert not result.failed
+        assert {(i.kind, i.why) for i in result.removed} == {
+            ("proxy", "orphaned"), ("run_dir", "finished")}
+        assert ("proxy", "not_ours") in {(i.kind, i.why) for i in result.kept}
+    finally:
+        for child in (proxy, stranger):
+            child.kill()
+            child.wait(timeout=5)
+
+
+def test_a_proxy_that_will_not_stop_keeps_its_run_dir(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_010, proxy_pid=31337)
+    signals: list[int] = []
+    procs = h.processes(alive=lambda pid: pid == 31337, cmdline=lambda _pid: f"proxy {rid}",
+                        signal=lambda _pid, sig: signals.append(sig))
+    result = h.collect(grace=0, processes=procs)
+    assert len(signals) == 2  # SIGTERM, then SIGKILL
+    assert [f.kind for f in result.failed] == ["proxy_stop_failed"] and path.exists()
+
+
+def test_lock_held_means_nothing_is_done(h: Harness) -> None:
+    ran(h)
+    h.engine.containers = [container("exited", home=h.home, run=run_id())]
+    fd = os.open(h.state / gc_core.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert result.outcome == "locked" and result.exit_status == 0
+    assert h.engine.calls == [] and len(h.engine.containers) == 1
+    assert h.collect(grace=0).removed  # the lock is free again
+
+
+def test_dry_run_changes_nothing(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_011)
+    h.engine.containers = [container("exited", home=h.home, run=rid)]
+    result = h.collect(dry_run=True, grace=0)
+    assert [(i.kind, i.why) for i in result.removed] == [("container", "exited"),
+                                                         ("run_dir", "finished")]
+    assert path.exists() and len(h.engine.containers) == 1
+    assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
+    assert not (h.state / gc_core.LOCK_FILE).exists() and h.audit_events() == []
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def test_silent_when_everything_went(h: Harness) -> None:
+    ran(h)
+    h.engine.containers = [container("exited", home=h.home, run=run_id())]
+    ctx = h.ctx()
+    ctx.renderer.gc_result(h.collect(grace=0))
+    assert h.out.getvalue() == "" and h.err.getvalue() == ""
+
+
+def test_one_line_per_failure_and_per_unreadable_deadline(h: Harness) -> None:
+    ran(h)
+    bad = container("exited", home=h.home, run=run_id())
+    odd = container("running", home=h.home, run=run_id(), deadline="soon")
+    h.engine.containers = [bad, odd]
+    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.ctx().renderer.gc_result(h.collect(grace=0))
+    assert h.out.getvalue() == ""
+    assert h.err.getvalue().splitlines() == [
+        f"sbx gc: kept container {odd['Id'][:12]} (run {odd['Labels'][label_keys.RUN][:12]}): "
+        "its deadline label 'soon' is unreadable; sbx never guesses one",
+        f"sbx gc: could not remove container {bad['Id'][:12]}: engine said no (cleanup_failed)",
+    ]
+
+
+def test_verbose_and_dry_run_list_what_goes(h: Harness) -> None:
+    ran(h)
+    gone = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [gone]
+    h.ctx().renderer.gc_result(h.collect(dry_run=True, grace=0))
+    rid = gone["Labels"][label_keys.RUN]
+    assert h.out.getvalue() == (f"would remove container {gone['Id'][:12]} (run {rid[:12]}): "
+                                "the container is exited\n")
+
+
+def test_json_envelope(h: Harness) -> None:
+    ran(h)
+    bad = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [bad]
+    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.ctx(as_json=True).renderer.gc_result(h.collect(grace=0))
+    envelope = json.loads(h.out.getvalue())
+    assert envelope["command"] == "gc" and envelope["status"] == "failed"
+    assert envelope["exit_code"] == 126 and envelope["reason"] == "cleanup_failed"
+    data = envelope["data"]
+    assert set(data) == {"outcome", "dry_run", "grace_seconds", "removed", "kept", "failed",
+                         "deferred", "counts", "note"}
+    assert data["failed"] == [{"kind": "container_remove_failed", "reason": "cleanup_failed",
+                               "message": f"could not remove container {bad['Id'][:12]}: "
+                                          "engine said no", "target": bad["Id"]}]
+
+
+# -- through the CLI ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_cli(h: Harness, monkeypatch: pytest.MonkeyPatch, sbx_cli: Any) -> Callable[..., Any]:
+    import sbx.driver
+
+    monkeypatch.setattr(sbx.driver, "DockerDriver", lambda _env: h.engine)
+
+    def call(args: list[str]) -> Any:
+        return sbx_cli(args, env={**os.environ, **h.env})
+
+    return call
+
+
+def test_cli_exit_statuses(h: Harness, fake_cli: Callable[..., Any]) -> None:
+    assert fake_cli(["gc"]).exit_code == 0  # never ran: skipped
+    ran(h)
+    h.engine.containers = [container("exited", home=h.home, run=run_id())]
+    done = fake_cli(["gc", "--grace", "0"])
+    assert (done.exit_code, done.stdout, done.stderr) == (0, "", "")
+    h.engine.list_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    failed = fake_cli(["gc"])
+    assert failed.exit_code == 126
+    assert failed.stderr.strip().endswith("(docker_unreachable)")
+    assert fake_cli(["gc", "--grace", "-1"]).exit_code == 2
+
+
+def test_cli_dispatches_one_typed_request(monkeypatch: pytest.MonkeyPatch,
+                                          fake_cli: Callable[..., Any]) -> None:
+    seen: list[GcRequest] = []
+
+    def fake_collect(_ctx: Any, request: GcRequest) -> gc_core.GcResult:
+        seen.append(request)
+        return gc_core.GcResult("done", request.dry_run, request.grace_s)
+
+    monkeypatch.setattr(gc_core, "collect", fake_collect)
+    assert fake_cli(["gc", "--dry-run", "--grace", "5", "--json"]).exit_code == 0
+    assert seen == [GcRequest(dry_run=True, grace_s=5)]
+
+
+def test_real_pid_liveness() -> None:
+    assert gc_core.pid_alive(os.getpid())
+    assert not gc_core.pid_alive(0)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.01)
+    # Exited but not yet reaped would be a zombie; poll() reaped it, so the pid is gone.
+    assert not gc_core.pid_alive(child.pid)
+    assert "python" in (gc_core.proc_cmdline(os.getpid()) or "")
+    assert gc_core.proc_cmdline(child.pid) is None
+
+
+def test_an_unwritable_state_home_is_a_reported_failure(h: Harness) -> None:
+    ran(h)
+    (h.state / gc_core.LOCK_FILE).mkdir()  # the lock path cannot be opened as a file
+    with pytest.raises(SbxError) as caught:
+        h.collect(grace=0)
+    assert caught.value.reason is Reason.CLEANUP_FAILED and "gc lock" in caught.value.message
