@@ -117,6 +117,9 @@ class Driver(Protocol):
                like: ImageInfo) -> ImageInfo: ...
     def remove_image(self, ref: str) -> bool: ...
     def create_volume(self, name: str, labels: Mapping[str, str]) -> str: ...
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str: ...
+    def container_ip(self, container_id: str, network: str) -> str | None: ...
     # image assembly (sbx.core.assemble)
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
@@ -442,6 +445,24 @@ class DockerDriver:
         if image is None:
             raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
         return image
+
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str:
+        """A per-run bridge network with a known bridge name (for the host firewall rules)."""
+        with self._engine_errors(f"creating network {name}", Reason.CREATE_FAILED):
+            created = self._api.create_network(
+                name, driver="bridge", internal=internal, labels=dict(labels),
+                check_duplicate=True,
+                options={"com.docker.network.bridge.name": bridge,
+                         "com.docker.network.bridge.enable_ip_masquerade": "false"})
+        return str(created["Id"])
+
+    def container_ip(self, container_id: str, network: str) -> str | None:
+        """The container's address on ``network``; None once it has stopped (no address)."""
+        with self._engine_errors("reading the sandbox's address", Reason.START_FAILED):
+            attrs = self._api.inspect_container(container_id)
+        networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        return str((networks.get(network) or {}).get("IPAddress") or "") or None
 
     def create_volume(self, name: str, labels: Mapping[str, str]) -> str:
         with self._engine_errors(f"creating volume {name}", Reason.CREATE_FAILED):

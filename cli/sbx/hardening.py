@@ -80,6 +80,7 @@ def build_spec(
     labels: Mapping[str, str],
     extra_tmpfs: Mapping[str, str] | None = None,
     privileged: bool = False,
+    network_mode: str = "none",
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
@@ -113,6 +114,7 @@ def build_spec(
         tmpfs=tmpfs,
         binds=tuple(binds),
         privileged=privileged,
+        network_mode=network_mode,
     )
 
 

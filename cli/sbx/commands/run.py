@@ -57,7 +57,8 @@ def run(
     )
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,
-                      progress=renderer.progress, on_warning=renderer.warn)
+                      progress=renderer.progress, on_warning=renderer.warn,
+                      on_notice=renderer.note)
     if as_json:
         renderer.envelope(Envelope(
             command="run", status="ok" if result.exit_code == 0 else "workload_exit",

@@ -25,13 +25,13 @@ from sbx.hardening import Limits
 from sbx.kits.compose import Composition, Entry, size_bytes
 from sbx.kits.local import LocalKit
 from sbx.kits.selection import SelectionRecord
-from sbx.kits.types import AGENT_CONTEXT, LIFECYCLE, PRIVILEGED, RESOURCES, VOLUME
+from sbx.kits.types import AGENT_CONTEXT, LIFECYCLE, PORT, PRIVILEGED, RESOURCES, VOLUME
 from sbx.reasons import Reason
 
 # The capability types this sbx implements; every other type is refused by name when required
 # and skipped-and-recorded when optional.
 SUPPORTED: Final[frozenset[str]] = frozenset({
-    LIFECYCLE, VOLUME, RESOURCES, AGENT_CONTEXT, PRIVILEGED,
+    LIFECYCLE, VOLUME, RESOURCES, AGENT_CONTEXT, PRIVILEGED, PORT,
 })
 DEFAULT_PROFILE: Final = "AGENTS.md"
 DEFAULT_VOLUME_TMPFS_BYTES: Final = 64 * 1024 * 1024
@@ -65,6 +65,7 @@ class CapabilityPlan:
     tmpfs: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)  # path → size,mode
     volumes: tuple[NamedVolume, ...] = ()
     lifecycle: LifecyclePlan = field(default_factory=LifecyclePlan)
+    ports: tuple[int, ...] = ()  # TCP container ports to publish on 127.0.0.1
     skipped: tuple[SelectionRecord, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -83,6 +84,7 @@ def plan_capabilities(composition: Composition, *, limits: Limits, allow_privile
     tmpfs, volumes = _volumes(composition, limits, notes)
     files = list(_lifecycle_files(composition))
     files.extend(_profiles(composition, workspace_target, kits))
+    ports = _ports(composition, skipped)
     lifecycle = composition.lifecycle
     plan = LifecyclePlan(
         install=lifecycle.install if lifecycle else (),
@@ -90,7 +92,8 @@ def plan_capabilities(composition: Composition, *, limits: Limits, allow_privile
         files=tuple(files),
     )
     return CapabilityPlan(limits=limits, privileged=privileged, tmpfs=tmpfs,
-                          volumes=tuple(volumes), lifecycle=plan, skipped=tuple(skipped),
+                          volumes=tuple(volumes), lifecycle=plan, ports=ports,
+                          skipped=tuple(skipped),
                           notes=tuple(notes))
 
 
@@ -138,6 +141,24 @@ def _resources(entry: Entry | None, limits: Limits,
         hint="Raise the bound in the config file, lower the kit's request, or mark the "
              "capability optional; sbx never truncates a request silently.",
         details={"kit": origin.kit, "path": origin.path, "problems": problems})
+
+
+def _ports(composition: Composition, skipped: list[SelectionRecord]) -> tuple[int, ...]:
+    """TCP ports are forwarded; UDP cannot be (refused when required, skipped when optional)."""
+    ports: list[int] = []
+    for port in composition.ports:
+        if port.transport == "tcp":
+            ports.append(port.container)
+            continue
+        origin = port.origins[0]
+        reason = f"{port.container}/{port.transport}: only tcp ports can be published"
+        if port.optional:
+            skipped.append(SelectionRecord(origin.kit, origin.path, PORT, reason))
+            continue
+        raise SbxError(Reason.UNSUPPORTED_CAPABILITY,
+                       f"refused: {origin.kit} {origin.path} ({PORT}) {reason}",
+                       hint="Mark the port optional, or publish it over tcp.")
+    return tuple(sorted(set(ports)))
 
 
 def _privileged(composition: Composition, allowed: bool) -> bool:

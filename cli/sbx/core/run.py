@@ -28,6 +28,7 @@ from sbx.config import Config
 from sbx.context import AppContext
 from sbx.core.assemble import assemble
 from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
+from sbx.core.firewall import BridgeGuard
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
 from sbx.core.kitset import KitSet, effective_composition, load_kit_set
 from sbx.core.lifecycle import (
@@ -38,6 +39,7 @@ from sbx.core.lifecycle import (
     parse_accounts,
     run_create_step,
 )
+from sbx.core.ports import PortForwarder
 from sbx.driver import Driver, EngineInfo, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import (
@@ -97,6 +99,8 @@ class RunPlan:
     container_env: Mapping[str, str]
     run_image_tag: str | None  # the per-run image the create step commits, when needed
     volume_names: tuple[str, ...] = ()
+    network: str | None = None  # the per-run internal network, when ports are published
+    bridge: str | None = None
     warnings: tuple[str, ...] = ()
 
     @property
@@ -112,6 +116,7 @@ class RunResult:
     plan: RunPlan
     stdout: bytes = b""
     stderr: bytes = b""
+    ports: list[dict[str, object]] = field(default_factory=list)
     truncated: bool = False
     cleanup_errors: list[str] = field(default_factory=list)
 
@@ -139,6 +144,7 @@ class RunResult:
                        "pids": plan.capabilities.limits.pids},
             "privileged": plan.capabilities.privileged,
             "warnings": list(plan.warnings),
+            "ports": self.ports,
         }
         if self.stdout or self.stderr or self.truncated:
             data["stdout"] = self.stdout.decode("utf-8", "replace")
@@ -153,7 +159,8 @@ ProgressFactory = Callable[[str], Any]
 
 def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         progress: ProgressFactory,
-        on_warning: Callable[[str], None] = lambda _text: None) -> RunResult:
+        on_warning: Callable[[str], None] = lambda _text: None,
+        on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
     run_id = uuid.uuid4().hex
     try:
         plan = prepare(ctx, request, run_id, progress)
@@ -163,7 +170,7 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         raise
     for warning in plan.warnings:
         on_warning(warning)
-    return _execute(ctx, plan, request, on_output)
+    return _execute(ctx, plan, request, on_output, on_warning, on_notice)
 
 
 # -- preparation: every check, nothing created ---------------------------------------------
@@ -230,6 +237,9 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     command, entrypoint = _command(request, image, capabilities, kit_set)
     run_image_tag = f"sbx-run/{run_id}:1" if capabilities.needs_create_step else None
     volume_names = tuple(f"sbx-{run_id[:16]}-v{i}" for i in range(len(capabilities.volumes)))
+    # Published ports need an interface: a per-run internal network (no route beyond the host).
+    network = f"sbx-{run_id[:16]}" if capabilities.ports else None
+    bridge = f"sbx{run_id[:12]}" if capabilities.ports else None
     limits = capabilities.limits
     spec = build_spec(
         image=run_image_tag or image.id,
@@ -249,6 +259,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                                          uid=user.uid, gid=user.gid)
                      for path, (size, mode) in capabilities.tmpfs.items()},
         privileged=capabilities.privileged,
+        network_mode=network or "none",
     )
     violations = hardening_violations(spec, limits,
                                       privileged_consented=request.allow_privileged)
@@ -262,7 +273,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
                    workspace_host=workspace_host, access=access, labels=labels,
                    container_env=container_env, run_image_tag=run_image_tag,
-                   volume_names=volume_names, warnings=warnings)
+                   volume_names=volume_names, network=network, bridge=bridge,
+                   warnings=warnings)
 
 
 def _env_pairs(env: Sequence[str]) -> Iterator[tuple[str, str]]:
@@ -401,8 +413,9 @@ class _Capture:
         buffer.extend(chunk[:max(room, 0)])
 
 
-def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
-             on_output: OutputSink) -> RunResult:
+def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: OutputSink,
+             on_warning: Callable[[str], None],
+             on_notice: Callable[[str], None]) -> RunResult:
     driver = ctx.driver
     capture = _Capture() if request.capture_output else None
     sink: OutputSink = capture if capture is not None else on_output
@@ -413,6 +426,13 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
     try:
         for name in plan.volume_names:
             created.volumes.append(driver.create_volume(name, plan.labels))
+        if plan.network is not None and plan.bridge is not None:
+            created.network = driver.create_network(plan.network, plan.labels,
+                                                    bridge=plan.bridge, internal=True)
+            created.guard = BridgeGuard(plan.bridge, plan.run_id)
+            gap = created.guard.install()
+            if gap:
+                on_warning(gap)
         if plan.run_image_tag is not None:
             _create_step(ctx, plan, driver, on_output)
             created.image = plan.run_image_tag
@@ -421,6 +441,13 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
         _update_run_dir(run_dir, container_id)
         driver.start(container_id)
         reader = _start_reader(driver, container_id, sink)
+        address = (driver.container_ip(container_id, plan.network)
+                   if plan.network is not None else None)
+        if address is not None:  # None: no ports, or the workload already finished
+            created.forwarder = PortForwarder(address)
+            for published in created.forwarder.start(plan.capabilities.ports):
+                on_notice(f"port {published.key} is published on "
+                           f"{published.host}:{published.host_port}")
         skipped = [*plan.kit_set.selection_records()["skipped"],
                    *(r.as_dict() for r in plan.capabilities.skipped)]
         _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
@@ -444,6 +471,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest,
         _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "info",
                {"exit_code": exit_code, "duration_s": _elapsed(started)})
         result = RunResult(plan.run_id, exit_code, time.monotonic() - started, plan)
+        result.ports = [p.as_dict() for p in (created.forwarder.published
+                                              if created.forwarder else [])]
         if capture is not None:
             result.stdout = bytes(capture.parts["stdout"])
             result.stderr = bytes(capture.parts["stderr"])
@@ -461,6 +490,9 @@ class _Created:
     container: str | None = None
     image: str | None = None
     volumes: list[str] = field(default_factory=list)
+    network: str | None = None
+    guard: BridgeGuard | None = None
+    forwarder: PortForwarder | None = None
 
 
 def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
@@ -505,6 +537,8 @@ def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> thread
 def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
              run_dir: Path) -> list[str]:
     """Remove what this run created, container first (it holds the image and volumes)."""
+    if created.forwarder is not None:
+        created.forwarder.stop()
     steps: list[tuple[str, Callable[[], bool]]] = []
     if created.container is not None:
         container = created.container
@@ -514,6 +548,9 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
         steps.append(("image_remove_failed", lambda: driver.remove_image(image)))
     steps.extend(("volume_remove_failed", functools.partial(driver.remove_volume, name))
                  for name in created.volumes)
+    if created.network is not None:
+        steps.append(("network_remove_failed",
+                      functools.partial(driver.remove_network, created.network)))
     errors: list[str] = []
     failed: dict[str, int] = {}
     for reason, remove in steps:
@@ -524,6 +561,11 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
             failed[reason] = failed.get(reason, 0) + 1
     if not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
+    if created.guard is not None:
+        rule_errors = created.guard.remove()
+        errors.extend(rule_errors)
+        if rule_errors:
+            failed["firewall_rule_remove_failed"] = len(rule_errors)
     for reason, count in failed.items():
         _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
                {"reason": reason, "count": count})
