@@ -103,6 +103,7 @@ class Driver(Protocol):
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
     # gc and doctor (sbx.core.gc / sbx.core.doctor)
     def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...
     def object_users(self, kind: str, ident: str) -> list[str]: ...
     def remove_network(self, network_id: str) -> bool: ...
     def remove_volume(self, name: str) -> bool: ...
@@ -404,20 +405,33 @@ class DockerDriver:
     def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
                     workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
                                                   Callable[[], int]]:
-        """Run ``argv`` in a running container; (output pairs, a function giving the status)."""
+        """Run ``argv`` in a running container; (output pairs, a function giving the status).
+
+        The exec's raw socket is read frame by frame and closed when the output ends, so no
+        engine connection outlives the hook.
+        """
+        from docker.utils import socket as docker_socket
+
+        framing: Any = docker_socket  # untyped in the SDK's stubs
         with self._engine_errors("running a hook in the sandbox", Reason.START_FAILED):
             created = self._api.exec_create(container_id, list(argv), stdout=True, stderr=True,
                                             user=user, workdir=workdir)
             exec_id = str(created["Id"])
-            stream = self._api.exec_start(exec_id, stream=True, demux=True)
+            sock = self._api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
 
         def chunks() -> Iterator[tuple[str, bytes]]:
-            with self._engine_errors("reading a hook's output", Reason.START_FAILED):
-                for out, err in stream:
-                    if out:
-                        yield "stdout", out
-                    if err:
-                        yield "stderr", err
+            try:
+                with self._engine_errors("reading a hook's output", Reason.START_FAILED):
+                    for stream_id, data in framing.frames_iter(raw, False):
+                        if data:
+                            yield ("stderr" if stream_id == framing.STDERR else "stdout"), data
+            finally:
+                # exec_start hands back the SocketIO of the hijacked HTTP response; the real
+                # socket underneath must be closed too.
+                sock.close()
+                if raw is not sock:
+                    raw.close()
 
         def status() -> int:
             with self._engine_errors("reading a hook's status", Reason.START_FAILED):
@@ -503,8 +517,20 @@ class DockerDriver:
                            "listing sbx objects: the engine's volume list is not a list")
         return RawListing(tuple(containers), tuple(networks), tuple(raw_volumes))
 
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]:
+        """Images (all, untagged ones included) carrying every given label, raw as the engine
+        sent them: ``sbx gc`` parses them strictly itself (see :class:`RawListing`)."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with self._engine_errors("listing sbx images", Reason.CLEANUP_FAILED):
+            images = self._api.images(all=True, filters=filters)
+        if not isinstance(images, list):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx images: the engine answered an unexpected shape")
+        return tuple(images)
+
     def object_users(self, kind: str, ident: str) -> list[str]:
-        """Ids of every container (any state, any owner) that uses a network or volume.
+        """Ids of every container (any state, any owner) that uses a network, volume or image
+        (an image: created from it or from an image built on it).
 
         A network is matched by id *and* name: a created, never-started container is attached
         by name only (its endpoint has no network id yet), and the id filter alone misses it.
@@ -519,6 +545,8 @@ class DockerDriver:
                 except docker.errors.NotFound:
                     return []
                 found = self._api.containers(all=True, filters={"network": [ident, name]})
+            elif kind == "image":
+                found = self._api.containers(all=True, filters={"ancestor": ident})
             else:
                 found = self._api.containers(all=True, filters={"volume": ident})
         return [str(c.get("Id", "")) for c in found or []]
@@ -623,7 +651,12 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "nano_cpus": spec.nano_cpus,
         "tmpfs": dict(spec.tmpfs),
         "binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'},rprivate"
-                  for m in spec.binds],
+                  for m in spec.binds if not m.volume],
+        # Named volumes go through the mounts API with nocopy: fresh and empty, never seeded
+        # with the image's files at that path (volume@1: mounted empty before hooks).
+        "mounts": [{"Target": m.target, "Source": m.source, "Type": "volume",
+                    "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
+                   for m in spec.binds if m.volume],
         "network_mode": spec.network_mode,
         "privileged": spec.privileged,
         "init": spec.init,

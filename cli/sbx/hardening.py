@@ -19,9 +19,10 @@ DOCKER_SOCKETS: Final = ("/var/run/docker.sock", "/run/docker.sock")
 
 @dataclass(frozen=True)
 class BindMount:
-    source: str
+    source: str  # a checked host path, or a volume name when ``volume``
     target: str
     read_only: bool
+    volume: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socketserver
 import subprocess
@@ -29,6 +30,7 @@ import pytest
 
 from sbx import audit
 from sbx import labels as label_keys
+from sbx.core import firewall
 from sbx.driver import DockerDriver, OwnedObject
 from sbx.paths import home_hash
 
@@ -399,3 +401,196 @@ def test_two_gc_processes_at_once_never_fail(engine: DockerDriver, env: dict[str
         assert owned(engine, state_home) == []
     finally:
         remove_everything(engine, state_home)
+
+
+# -- per-run images and host firewall rules ------------------------------------------------------
+
+IPTABLES = firewall.iptables_binary()
+needs_iptables = pytest.mark.skipif(IPTABLES is None or os.geteuid() != 0,
+                                    reason="host firewall rules need iptables and root")
+PORT_LIFECYCLE_KIT = """
+capabilities:
+  - type: com.docker.sandbox/port@1
+    config: {container: 8080}
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      files: [{path: /etc/x, content: "x"}]
+"""
+
+
+def images_of(engine: DockerDriver, home: Path) -> list[str]:
+    """Ids of every image labelled for ``home`` (untagged ones included)."""
+    return [str(i["Id"]) for i in engine.list_labelled_images(
+        label_keys.home_selector(home_hash(home)))]
+
+
+def remove_images(engine: DockerDriver, home: Path) -> None:
+    for ident in images_of(engine, home):
+        engine.remove_image(ident)
+
+
+def commit_run_image(engine: DockerDriver, labels: dict[str, str]) -> str:
+    """What the create step leaves: ``sbx-run/<run id>:1`` committed with the run's labels."""
+    api: Any = engine._api
+    helper = str(api.create_container(BUSYBOX, command=["true"], network_disabled=True,
+                                      labels={"dev.sbx.test": "gc-image-helper"})["Id"])
+    try:
+        like = engine.image(BUSYBOX)
+        assert like is not None
+        return engine.commit(helper, f"sbx-run/{labels[label_keys.RUN]}:1", labels, like).id
+    finally:
+        engine.remove_container(helper)
+
+
+def write_run_dir(home: Path, rid: str, *, pid: int, deadline: int) -> Path:
+    path = home / "runs" / rid
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"run_id": rid, "pid": pid, "deadline": deadline}),
+                                   encoding="utf-8")
+    return path
+
+
+def dead_pid() -> int:
+    """A pid that certainly names no process now (a reaped child's)."""
+    child = subprocess.Popen(["true"])
+    child.wait(timeout=10)
+    return child.pid
+
+
+def input_rules() -> str:
+    assert IPTABLES is not None
+    return subprocess.run([IPTABLES, "-w", "5", "-S", "INPUT"], capture_output=True, text=True,
+                          check=True, timeout=15).stdout
+
+
+def rule_spec(interface: str, rid: str) -> list[str]:
+    return ["-i", interface, "-m", "comment", "--comment", f"sbx-run-{rid}", "-j", "DROP"]
+
+
+def delete_rules(rid: str) -> None:
+    """Remove every INPUT rule commented for ``rid`` (bounded: a few passes at most)."""
+    assert IPTABLES is not None
+    for _ in range(10):
+        ours = [r for r in firewall.parse_rules(input_rules()) if r.run_id == rid]
+        if not ours:
+            return
+        subprocess.run([IPTABLES, "-w", "5", "-D", "INPUT", *ours[0].spec], check=False,
+                       capture_output=True, timeout=15)
+    pytest.fail(f"could not remove the test's firewall rules of run {rid}")
+
+
+def test_a_stale_runs_image_goes_a_live_runs_image_stays(
+        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+    stale, live = uuid.uuid4().hex, uuid.uuid4().hex
+    past, future = int(time.time()) - 10, int(time.time()) + 3600
+    stale_dir = write_run_dir(state_home, stale, pid=dead_pid(), deadline=past)
+    live_dir = write_run_dir(state_home, live, pid=os.getpid(), deadline=future)
+    try:
+        stale_image = commit_run_image(engine, labelled(state_home, run=stale,
+                                                        deadline=str(past), test="gc-image"))
+        live_image = commit_run_image(engine, labelled(state_home, run=live,
+                                                       deadline=str(future), test="gc-image"))
+        assert sorted(images_of(engine, state_home)) == sorted([stale_image, live_image])
+        dry: Any = sbx_cli(["gc", "--grace", "0", "--dry-run", "--json"], env=env).envelope()
+        assert ("image", stale_image) in {(i["kind"], i["id"]) for i in dry["data"]["removed"]}
+        assert len(images_of(engine, state_home)) == 2  # a dry run changes nothing
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert result.exit_code == 0, result.stdout
+        data: Any = result.envelope()["data"]
+        assert [(i["kind"], i["id"], i["why"]) for i in data["removed"]] == [
+            ("image", stale_image, "deadline_passed"), ("run_dir", stale, "finished")]
+        kept = {(i["kind"], i["id"]): i["why"] for i in data["kept"]}
+        assert kept[("image", live_image)] == "inside_deadline"
+        assert kept[("run_dir", live)] in {"in_use", "live"}
+        assert images_of(engine, state_home) == [live_image]
+        assert engine.image(f"sbx-run/{stale}:1") is None
+        assert engine.image(f"sbx-run/{live}:1") is not None
+        assert not stale_dir.exists() and live_dir.exists()
+        events = [e for e in audit.read_events(state_home) if e["event_type"] == "gc_removed"]
+        assert events[-1]["details"]["image"] == 1
+    finally:
+        remove_images(engine, state_home)
+    assert images_of(engine, state_home) == []
+
+
+@needs_iptables
+def test_a_stale_runs_firewall_rule_goes_an_unknown_runs_rule_stays(
+        env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+    assert IPTABLES is not None
+    stale, unknown = uuid.uuid4().hex, uuid.uuid4().hex
+    stale_dir = write_run_dir(state_home, stale, pid=dead_pid(), deadline=int(time.time()) - 10)
+    # Interfaces that do not exist: the rules match no traffic while the test runs.
+    stale_rule = rule_spec(f"sbxtest{stale[:8]}", stale)
+    unknown_rule = rule_spec(f"sbxtest{unknown[:8]}", unknown)
+    try:
+        for spec in (stale_rule, unknown_rule):
+            subprocess.run([IPTABLES, "-w", "5", "-I", "INPUT", *spec], check=True,
+                           capture_output=True, timeout=15)
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert result.exit_code == 0, result.stdout
+        data: Any = result.envelope()["data"]
+        removed = [(i["kind"], i["run_id"], i["why"]) for i in data["removed"]]
+        assert removed == [("firewall_rule", stale, "deadline_passed"),
+                           ("run_dir", stale, "finished")]
+        assert data["removed"][0]["id"] == " ".join(stale_rule)
+        kept = {(i["kind"], i["run_id"]): i["why"] for i in data["kept"]}
+        assert kept[("firewall_rule", unknown)] == "not_this_home"
+        rules = input_rules()
+        assert f"sbx-run-{stale}" not in rules and f"sbx-run-{unknown}" in rules
+        assert not stale_dir.exists()
+        # The unknown run's rule is never touched, however often gc runs.
+        again = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert (again.exit_code, again.stdout, again.stderr) == (0, "", "")
+        assert f"sbx-run-{unknown}" in input_rules()
+    finally:
+        delete_rules(stale)
+        delete_rules(unknown)
+    assert f"sbx-run-{unknown}" not in input_rules()
+
+
+def test_a_sigkilled_run_with_a_port_and_a_create_step_leaves_nothing_after_gc(
+        kit_factory: Callable[..., Path], env: dict[str, str], engine: DockerDriver,
+        state_home: Path, sbx_cli: Any) -> None:
+    kit = kit_factory("gcport", f"FROM {BUSYBOX}\nUSER agent\n", PORT_LIFECYCLE_KIT)
+    log = state_home.parent / "run-gcport.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen([SBX, "run", str(kit), "--timeout", "3", "--", "sleep", "30"],
+                                   env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    rid = ""
+    try:
+        sandbox = running_sandbox(process, engine, state_home)
+        sigkill(process)
+        rid = sandbox.labels[label_keys.RUN]
+        # What the killed run left: its container, network, per-run image, rules, run dir.
+        kinds = {o.kind for o in owned(engine, state_home)}
+        assert kinds == {"container", "network"}, kinds
+        assert engine.image(f"sbx-run/{rid}:1") is not None
+        assert len(images_of(engine, state_home)) == 1
+        if IPTABLES is not None and os.geteuid() == 0:
+            assert f"sbx-run-{rid}" in input_rules()
+        assert (state_home / "runs" / rid).is_dir()
+        deadline = int(sandbox.labels[label_keys.DEADLINE])
+        wait_for("the run's deadline to pass", lambda: time.time() > deadline + 0.5,
+                 timeout_s=15)
+        result = sbx_cli(["gc", "--grace", "0"], env=env)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", ""), log.read_text()
+        assert owned(engine, state_home) == []
+        assert images_of(engine, state_home) == []
+        if IPTABLES is not None and os.geteuid() == 0:
+            assert f"sbx-run-{rid}" not in input_rules()
+        assert list((state_home / "runs").iterdir()) == []
+        events = [e for e in audit.read_events(state_home) if e["event_type"] == "gc_removed"]
+        counts = events[-1]["details"]
+        assert (counts["container"], counts["network"], counts["image"], counts["run_dir"]) \
+            == (1, 1, 1, 1)
+        if IPTABLES is not None and os.geteuid() == 0:
+            assert counts["firewall_rule"] == 2  # established-accept and drop
+    finally:
+        if process.poll() is None:
+            sigkill(process)
+        remove_everything(engine, state_home)
+        remove_images(engine, state_home)
+        if rid and IPTABLES is not None and os.geteuid() == 0:
+            delete_rules(rid)
+        shutil.rmtree(state_home / "runs", ignore_errors=True)

@@ -23,17 +23,29 @@ import pytest
 from sbx import audit
 from sbx import labels as label_keys
 from sbx.context import AppContext
+from sbx.core import firewall as fw
 from sbx.core import gc as gc_core
+from sbx.core.firewall import (
+    FirewallError,
+    FirewallUnavailable,
+    RuleListingInvalid,
+    SbxRule,
+    parse_rules,
+)
 from sbx.core.gc import (
     Clock,
     ContainerEntry,
+    Firewall,
     GcRequest,
+    ImageEntry,
     Processes,
     RunDir,
     RunRecord,
     SharedEntry,
     collect,
     judge_container,
+    judge_image,
+    judge_rule,
     judge_run_dir,
     judge_shared,
 )
@@ -61,6 +73,8 @@ class FakeEngine:
         self.containers: list[Any] = []
         self.networks: list[Any] = []
         self.volumes: list[Any] = []
+        self.run_images: list[Any] = []  # images labelled for a home (list_labelled_images)
+        self.image_list_error: SbxError | None = None
         self.users: dict[str, list[str]] = {}
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.list_error: SbxError | None = None
@@ -90,6 +104,12 @@ class FakeEngine:
             raise self.list_error
         return RawListing(tuple(self.containers), tuple(self.networks), tuple(self.volumes))
 
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]:
+        self._log("list_labelled_images", dict(labels))
+        if self.image_list_error is not None:
+            raise self.image_list_error
+        return tuple(self.run_images)
+
     def object_users(self, kind: str, ident: str) -> list[str]:
         self._log("object_users", kind, ident)
         return list(self.users.get(ident, []))
@@ -101,10 +121,13 @@ class FakeEngine:
         if ident in self.sticky:
             return True
         pool = {"container": self.containers, "network": self.networks,
-                "volume": self.volumes}[kind]
+                "volume": self.volumes, "image": self.run_images}[kind]
         key = "Name" if kind == "volume" else "Id"
         pool[:] = [e for e in pool if not (isinstance(e, dict) and e.get(key) == ident)]
         return True
+
+    def remove_image(self, ref: str) -> bool:
+        return self._remove("image", ref)
 
     def remove_container(self, container_id: str) -> bool:
         return self._remove("container", container_id)
@@ -168,6 +191,64 @@ class FakeEngine:
         self._log("kill", container_id)
 
 
+class FakeFirewall:
+    """The host firewall as gc sees it: a list of sbx rules and the bridges that exist."""
+
+    def __init__(self) -> None:
+        self.rules: list[SbxRule] = []
+        self.bridges: set[str] = set()
+        self.list_error: Exception | None = None
+        self.relist_error: Exception | None = None  # from the second listing on
+        self.remove_errors: dict[str, Exception] = {}  # by run id
+        self.sticky: set[str] = set()  # run ids whose rules "go" but stay
+        self.calls: list[tuple[str, Any]] = []
+
+    def list_rules(self) -> list[SbxRule]:
+        listings = sum(1 for name, _ in self.calls if name == "list")
+        self.calls.append(("list", None))
+        if self.list_error is not None:
+            raise self.list_error
+        if listings and self.relist_error is not None:
+            raise self.relist_error
+        return list(self.rules)
+
+    def remove_rule(self, rule: SbxRule) -> None:
+        self.calls.append(("remove", rule))
+        if rule.run_id in self.remove_errors:
+            raise self.remove_errors[rule.run_id]
+        if rule.run_id not in self.sticky:
+            self.rules.remove(rule)  # the first identical one, like `iptables -D`
+
+    def bridge_exists(self, name: str) -> bool:
+        return name in self.bridges
+
+    def removed(self) -> list[SbxRule]:
+        return [rule for name, rule in self.calls if name == "remove"]
+
+    def ops(self) -> Firewall:
+        return Firewall(self.list_rules, self.remove_rule, self.bridge_exists)
+
+
+def rule(rid: str, *, bridge: str | None = None, target: str = "DROP") -> SbxRule:
+    """A rule as BridgeGuard installs it, through the real parser."""
+    bridge = bridge or f"sbx{rid[:12]}"
+    (parsed,) = parse_rules(f"-P INPUT ACCEPT\n-A INPUT -i {bridge} -m comment --comment "
+                            f"sbx-run-{rid} -j {target}\n")
+    return parsed
+
+
+def image(*, home: str, run: str | None, deadline: str | None,
+          tags: list[str] | None = None) -> dict[str, Any]:
+    labels = {label_keys.MANAGED: "true", label_keys.HOME: home,
+              label_keys.ROLE: label_keys.ROLE_HELPER}
+    if run is not None:
+        labels[label_keys.RUN] = run
+    if deadline is not None:
+        labels[label_keys.DEADLINE] = deadline
+    return {"Id": "sha256:" + hex64(), "Labels": labels, "Containers": -1,
+            "RepoTags": [f"sbx-run/{run}:1"] if tags is None else tags}
+
+
 def container(state: str = "exited", *, home: str, run: str | None = None,
               deadline: str | None = None, ident: str | None = None) -> dict[str, Any]:
     labels = {label_keys.MANAGED: "true", label_keys.HOME: home,
@@ -201,6 +282,7 @@ class Harness:
         self.out = io.StringIO()
         self.err = io.StringIO()
         self.alive: set[int] = set()
+        self.firewall = FakeFirewall()
 
     @property
     def home(self) -> str:
@@ -235,7 +317,8 @@ class Harness:
     def collect(self, *, dry_run: bool = False, grace: int | None = 600,
                 processes: Processes | None = None) -> gc_core.GcResult:
         return collect(self.ctx(), GcRequest(dry_run=dry_run, grace_s=grace),
-                       clock=lambda: NOW, processes=processes or self.processes())
+                       clock=lambda: NOW, processes=processes or self.processes(),
+                       firewall=self.firewall.ops())
 
     def audit_events(self) -> list[dict[str, Any]]:
         return list(audit.read_events(self.state))
@@ -533,8 +616,8 @@ def test_a_failed_removal_is_reported_audited_and_keeps_the_run_dir(h: Harness) 
     details = [e["details"] for e in h.audit_events() if e["event_type"] == "cleanup_failed"]
     assert details == [{"reason": "container_remove_failed", "count": 2, "source": "gc"}]
     removed = [e["details"] for e in h.audit_events() if e["event_type"] == "gc_removed"]
-    assert removed == [{"container": 1, "network": 0, "volume": 0, "run_dir": 0, "proxy": 0,
-                        "grace_seconds": 0}]
+    assert removed == [{"container": 1, "network": 0, "volume": 0, "image": 0,
+                        "firewall_rule": 0, "run_dir": 0, "proxy": 0, "grace_seconds": 0}]
 
 
 def test_networks_and_volumes_no_container_uses(h: Harness) -> None:
@@ -773,3 +856,434 @@ def test_an_unwritable_state_home_is_a_reported_failure(h: Harness) -> None:
     with pytest.raises(SbxError) as caught:
         h.collect(grace=0)
     assert caught.value.reason is Reason.CLEANUP_FAILED and "gc lock" in caught.value.message
+
+
+# -- host firewall rules: parsing `iptables -S INPUT` -------------------------------------------
+
+RID = "0123456789abcdef0123456789abcdef"
+
+
+def test_parse_rules_keeps_only_sbx_rules_with_their_exact_spec() -> None:
+    text = (
+        "-P INPUT ACCEPT\n"
+        f"-A INPUT -i sbx0123456789ab -m comment --comment sbx-run-{RID} "
+        "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n"
+        f"-A INPUT -i sbx0123456789ab -p tcp -m comment --comment sbx-run-{RID} "
+        "-m tcp --dport 3128 -j ACCEPT\n"
+        f"-A INPUT -i sbx0123456789ab -m comment --comment sbx-run-{RID} -j DROP\n"
+        "-A INPUT -i eth0 -p tcp -m tcp --dport 22 -j ACCEPT\n"
+        "-A INPUT -m comment --comment \"admin: keep sbx-run-x\" -j ACCEPT\n"
+        "-A INPUT -j DOCKER-USER\n"
+    )
+    rules = parse_rules(text)
+    assert [(r.run_id, r.bridge, r.spec[-1]) for r in rules] == [
+        (RID, "sbx0123456789ab", "ACCEPT"), (RID, "sbx0123456789ab", "ACCEPT"),
+        (RID, "sbx0123456789ab", "DROP")]
+    assert rules[2].spec == ("-i", "sbx0123456789ab", "-m", "comment", "--comment",
+                             f"sbx-run-{RID}", "-j", "DROP")
+    assert rules[2].text == f"-i sbx0123456789ab -m comment --comment sbx-run-{RID} -j DROP"
+
+
+def test_parse_rules_matches_what_bridge_guard_installs() -> None:
+    guard = fw.BridgeGuard("sbx0123456789ab", RID, allow_tcp_ports=(3128,))
+    text = "-P INPUT DROP\n" + "".join(
+        f"-A INPUT {' '.join(spec)}\n" for spec in guard.rules())
+    assert [r.spec for r in parse_rules(text)] == [tuple(spec) for spec in guard.rules()]
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    # quoting as iptables prints it: double quotes, backslash escapes
+    ([f'-A INPUT -m comment --comment "sbx-run-{RID}" -j DROP'], [(RID, None)]),
+    (['-A INPUT -m comment --comment "odd \\"x\\" y\\\\z" -j DROP'], []),
+    ([f"-A INPUT ! -i sbx0123456789ab -m comment --comment sbx-run-{RID} -j DROP"],
+     [(RID, None)]),  # a negated interface names no bridge
+    ([f"-A INPUT -i sbx+ -m comment --comment sbx-run-{RID} -j DROP"], [(RID, None)]),
+    ([f"-A INPUT -m comment --comment -i -m comment --comment sbx-run-{RID} -j DROP"],
+     [(RID, None)]),  # "-i" as a comment's value is not an option
+    (["# Warning: iptables-legacy tables present, use iptables-legacy to see them", "", "  "],
+     []),
+    ([f"-A INPUT -i sbxA -m comment --comment sbx-run-{RID} -j DROP\r"], [(RID, "sbxA")]),
+])
+def test_parse_rules_odd_but_readable_lines(lines: list[str],
+                                            expected: list[tuple[str, str | None]]) -> None:
+    rules = parse_rules("\n".join(["-P INPUT ACCEPT", *lines]) + "\n")
+    assert [(r.run_id, r.bridge) for r in rules] == expected
+
+
+@pytest.mark.parametrize("lines", [
+    [],  # no policy line: truncated
+    ["-P INPUT ACCEPT"],  # two policies
+    ['-A INPUT -m comment --comment "unbalanced -j DROP'],
+    [f"-A FORWARD -i x -m comment --comment sbx-run-{RID} -j DROP"],
+    ["-N INPUT-EXTRA"],
+    ["garbage"],
+    ["-A INPUT -m comment --comment sbx-run-xyz -j DROP"],
+    [f"-A INPUT -m comment --comment sbx-run-{RID.upper()} -j DROP"],
+    [f"-A INPUT -m comment --comment sbx-run-{RID}0 -j DROP"],
+    [f'-A INPUT -m comment --comment "sbx-run-{RID} extra" -j DROP'],
+    [f"-A INPUT -m comment --comment sbx-run-{RID} -m comment --comment sbx-run-{RID} -j DROP"],
+    [f"-A INPUT -j DROP -m comment --comment sbx-run-{RID} -i"],
+    [f"-A INPUT -i a -i b -m comment --comment sbx-run-{RID} -j DROP"],
+    [f"-A INPUT -i bad/name -m comment --comment sbx-run-{RID} -j DROP"],
+    [f"-A INPUT -i {'x' * 16} -m comment --comment sbx-run-{RID} -j DROP"],
+    ["-A INPUT -j DROP -m comment --comment"],
+], ids=["no-policy", "two-policies", "unbalanced-quote", "other-chain", "new-chain", "garbage",
+        "run-id-not-hex", "run-id-upper", "run-id-long", "comment-with-space", "two-comments",
+        "dangling-i", "two-interfaces", "slash-in-interface", "interface-too-long",
+        "dangling-comment"])
+def test_parse_rules_refuses_a_listing_it_does_not_understand(lines: list[str]) -> None:
+    head = [] if not lines else ["-P INPUT ACCEPT"]
+    with pytest.raises(RuleListingInvalid):
+        parse_rules("\n".join([*head, *lines]) + "\n")
+
+
+def _fake_iptables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, listing: str,
+                   status: int = 0, stderr: str = "") -> Path:
+    """An `iptables` on PATH that prints ``listing`` for -S and logs every argv."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "iptables.log"
+    (tmp_path / "listing.txt").write_text(listing, encoding="utf-8")
+    script = bindir / "iptables"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\n' \"$*\" >> {log}\n"
+        f"if [ {status} -ne 0 ]; then printf '%s' '{stderr}' >&2; exit {status}; fi\n"
+        f"case \"$*\" in *' -S '*) cat {tmp_path / 'listing.txt'} ;; esac\n", encoding="utf-8")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(fw.os, "geteuid", lambda: 0)
+    return log
+
+
+def test_list_and_remove_call_iptables_with_the_exact_spec(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listing = ("-P INPUT ACCEPT\n"
+               f"-A INPUT -i sbx0123456789ab -m comment --comment sbx-run-{RID} -j DROP\n")
+    log = _fake_iptables(tmp_path, monkeypatch, listing=listing)
+    (found,) = fw.list_sbx_rules()
+    fw.remove_rule(found)
+    assert log.read_text(encoding="utf-8").splitlines() == [
+        "-w 5 -S INPUT",
+        f"-w 5 -D INPUT -i sbx0123456789ab -m comment --comment sbx-run-{RID} -j DROP"]
+    with pytest.raises(FirewallError, match="without its sbx comment"):
+        fw.remove_rule(SbxRule(("-j", "DROP"), RID, None))
+
+
+def test_iptables_failures_are_told_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_iptables(tmp_path, monkeypatch, listing="", status=4,
+                   stderr="iptables v1.8.9 (nf_tables): Could not fetch rule set generation id: "
+                          "Permission denied (you must be root)")
+    with pytest.raises(FirewallUnavailable, match="Permission denied"):
+        fw.list_sbx_rules()
+    (tmp_path / "bin" / "iptables").write_text("#!/bin/sh\necho 'lock held' >&2\nexit 4\n",
+                                               encoding="utf-8")
+    with pytest.raises(FirewallError, match="lock held"):
+        fw.list_sbx_rules()
+    monkeypatch.setattr(fw.os, "geteuid", lambda: 1000)
+    with pytest.raises(FirewallUnavailable, match="not running as root"):
+        fw.list_sbx_rules()
+    monkeypatch.setattr(fw, "iptables_binary", lambda: None)
+    with pytest.raises(FirewallUnavailable, match="iptables is missing"):
+        fw.list_sbx_rules()
+
+
+def test_bridge_exists_looks_at_the_host() -> None:
+    assert fw.bridge_exists("lo")
+    assert not fw.bridge_exists("sbxnosuchif0")
+    assert fw.bridge_exists("../../etc")  # never "gone" for a name it cannot look up
+
+
+# -- firewall rules and images: the pure decisions ----------------------------------------------
+
+
+def _rule_case(run: str) -> tuple[dict[str, RunDir], dict[str, int | None]]:
+    past, future = int(NOW) - 601, int(NOW) + 3600
+    return {
+        "unknown": ({}, {}),
+        "live": ({RID: _run(RID, 1, deadline=future)}, {}),
+        "live_past_deadline": ({RID: _run(RID, 1, deadline=past)}, {}),
+        "dead": ({RID: _run(RID, 2, deadline=future)}, {}),
+        "unreadable": ({RID: _run(RID, None)}, {}),
+        "objects_past": ({}, {RID: past}),
+        "objects_future": ({}, {RID: future}),
+        "objects_no_deadline": ({}, {RID: None}),
+        "other_run_dir": ({"f" * 32: _run("f" * 32, 2)}, {"e" * 32: past}),
+    }[run]
+
+
+@pytest.mark.parametrize(("run", "bridge_up", "remove", "why"), [
+    ("unknown", False, False, "not_this_home"),  # another home's: never, even when stale
+    ("other_run_dir", False, False, "not_this_home"),
+    ("live", True, False, "live"),
+    ("live", False, False, "live"),  # a live run tearing down: its own cleanup removes it
+    ("live_past_deadline", True, True, "deadline_passed"),
+    ("dead", True, True, "run_over"),
+    ("unreadable", True, False, "no_evidence"),
+    ("unreadable", False, True, "bridge_gone"),
+    ("objects_past", True, True, "deadline_passed"),
+    ("objects_future", True, False, "inside_deadline"),
+    ("objects_future", False, True, "bridge_gone"),
+    ("objects_no_deadline", True, False, "no_evidence"),
+])
+def test_judge_rule(run: str, bridge_up: bool, remove: bool, why: str) -> None:
+    runs, known = _rule_case(run)
+    assert judge_rule(rule(RID), runs, known, CLOCK, lambda _name: bridge_up)[:2] == (
+        remove, why)
+
+
+def test_judge_rule_without_a_bridge_goes_by_the_run_only() -> None:
+    bridgeless = SbxRule(("-m", "comment", "--comment", f"sbx-run-{RID}", "-j", "DROP"), RID,
+                         None)
+    assert judge_rule(bridgeless, {}, {RID: int(NOW) + 60}, CLOCK,
+                      lambda _name: False)[:2] == (False, "inside_deadline")
+
+
+@pytest.mark.parametrize(("tags", "run", "deadline", "candidate", "why"), [
+    (None, "dead", str(int(NOW) + 60), True, "run_over"),
+    (None, None, str(int(NOW) - 601), True, "deadline_passed"),
+    ([], None, str(int(NOW) - 601), True, "deadline_passed"),  # untagged
+    (["<none>:<none>"], None, str(int(NOW) - 601), True, "deadline_passed"),
+    (None, "live", str(int(NOW) + 60), False, "inside_deadline"),
+    (None, "dead", None, False, "deadline_missing"),
+    (["mine/kept:1"], None, str(int(NOW) - 601), False, "foreign_tag"),
+    (["sbx-run/" + "f" * 32 + ":1"], None, str(int(NOW) - 601), False, "foreign_tag"),
+])
+def test_judge_image(tags: list[str] | None, run: str | None, deadline: str | None,
+                     candidate: bool, why: str) -> None:
+    runs = {} if run is None else {RID: _run(RID, 2 if run == "dead" else 1)}
+    entry = ImageEntry("sha256:" + hex64(),
+                       tuple([f"sbx-run/{RID}:1"] if tags is None else tags), RID, deadline)
+    assert judge_image(entry, runs, CLOCK)[:2] == (candidate, why)
+
+
+def test_an_image_naming_no_run_is_never_a_candidate() -> None:
+    entry = ImageEntry("sha256:" + hex64(), (), None, str(int(NOW) - 9999))
+    assert judge_image(entry, {}, CLOCK)[:2] == (False, "not_a_run_image")
+
+
+# -- images and rules through the collector -----------------------------------------------------
+
+
+def test_a_killed_runs_image_goes_after_its_container(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    h.run_dir(rid, pid=4_000_200)
+    box = container("running", home=h.home, run=rid, deadline=str(int(NOW) - 5))
+    img = image(home=h.home, run=rid, deadline=str(int(NOW) - 5))
+    h.engine.containers = [box]
+    h.engine.run_images = [img]
+    h.engine.users = {img["Id"]: [box["Id"]]}  # its container, removed in the same pass
+    result = h.collect(grace=0)
+    assert not result.failed
+    assert [(i.kind, i.why) for i in result.removed] == [
+        ("container", "deadline_passed"), ("image", "deadline_passed"), ("run_dir", "finished")]
+    assert h.engine.run_images == [] and h.engine.called("remove_image") == [(img["Id"],)]
+    # scoped by this home's labels; confirmed with one more listing
+    assert h.engine.called("list_labelled_images") == [
+        ({label_keys.MANAGED: "true", label_keys.HOME: h.home},)] * 2
+    assert result.counts()["image"] == 1
+
+
+def test_images_kept_live_used_foreign_and_their_run_dirs_stay(h: Harness) -> None:
+    ran(h)
+    live_run, dead_run, used_run = run_id(), run_id(), run_id()
+    h.alive.add(88)
+    h.run_dir(live_run, pid=88, deadline=int(NOW) + 3600)
+    h.run_dir(dead_run, pid=4_000_201)
+    used_dir = h.run_dir(used_run, pid=4_000_202)
+    live = image(home=h.home, run=live_run, deadline=str(int(NOW) + 3600))
+    retagged = image(home=h.home, run=dead_run, deadline=str(int(NOW) - 5),
+                     tags=[f"sbx-run/{dead_run}:1", "someone/kept:latest"])
+    used = image(home=h.home, run=used_run, deadline=str(int(NOW) - 5))
+    h.engine.run_images = [live, retagged, used]
+    h.engine.users = {used["Id"]: ["f" * 64]}  # another container, not removed in this pass
+    result = h.collect(grace=0)
+    assert not result.failed and not any(i.kind == "image" for i in result.removed)
+    assert h.engine.called("remove_image") == []
+    kept = {i.id: i.why for i in result.kept if i.kind == "image"}
+    assert kept == {live["Id"]: "inside_deadline", retagged["Id"]: "foreign_tag",
+                    used["Id"]: "in_use"}
+    assert used_dir.exists() and (h.state / "runs" / dead_run).exists()
+    assert ("image", live["Id"]) not in h.engine.called("object_users")
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda i: "not an object",
+    lambda i: {**i, "Id": i["Id"].removeprefix("sha256:")},
+    lambda i: {**i, "RepoTags": "sbx-run/x:1"},
+    lambda i: {**i, "RepoTags": [None]},
+    lambda i: {**i, "Labels": None},
+    lambda i: {**i, "Labels": {**i["Labels"], label_keys.HOME: "0" * 32}},
+], ids=["not-object", "bare-id", "tags-not-list", "tag-not-string", "labels-none", "other-home"])
+def test_one_unparsable_image_deletes_nothing(h: Harness,
+                                              mangle: Callable[[dict[str, Any]], Any]) -> None:
+    ran(h)
+    old = h.run_dir(pid=4_000_203, age_s=86_400)
+    good = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [good]
+    h.engine.run_images = [mangle(image(home=h.home, run=run_id(), deadline="1"))]
+    h.firewall.rules = [rule(old.name)]
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["list_invalid"] and result.removed == []
+    assert old.exists() and good in h.engine.containers
+    assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
+    assert h.firewall.calls == []
+
+
+def test_a_failing_image_listing_deletes_nothing(h: Harness) -> None:
+    ran(h)
+    h.engine.containers = [container("exited", home=h.home, run=run_id())]
+    h.engine.image_list_error = SbxError(Reason.CLEANUP_FAILED, "listing sbx images: 500")
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["list_failed"] and result.exit_status == 126
+    assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
+
+
+def test_an_image_still_present_after_removal_is_a_failure(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_204)
+    img = image(home=h.home, run=rid, deadline="1")
+    h.engine.run_images = [img]
+    h.engine.sticky.add(img["Id"])
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["image_remove_failed"]
+    assert "still present" in result.failed[0].message and path.exists()
+    assert result.failed[0].message.startswith(f"image {img['Id'][7:19]} ")
+
+
+def test_stale_rules_of_this_home_go_other_homes_rules_are_never_touched(h: Harness) -> None:
+    ran(h)
+    dead_run, object_run, live_run, stranger = run_id(), run_id(), run_id(), run_id()
+    h.run_dir(dead_run, pid=4_000_205)
+    h.alive.add(99)
+    live_dir = h.run_dir(live_run, pid=99, deadline=int(NOW) + 3600)
+    h.engine.networks = [shared("network", home=h.home, run=object_run,
+                                deadline=str(int(NOW) - 5))]
+    h.firewall.rules = [rule(dead_run, target="ACCEPT"), rule(dead_run), rule(object_run),
+                        rule(live_run), rule(stranger)]
+    h.firewall.bridges = {f"sbx{live_run[:12]}"}
+    result = h.collect(grace=0)
+    assert not result.failed
+    assert sorted(r.run_id for r in h.firewall.removed()) == sorted(
+        [dead_run, dead_run, object_run])
+    assert [r.run_id for r in h.firewall.rules] == [live_run, stranger]
+    kept = {(i.run_id, i.why) for i in result.kept if i.kind == "firewall_rule"}
+    assert kept == {(live_run, "live"), (stranger, "not_this_home")}
+    assert result.counts()["firewall_rule"] == 3
+    assert not (h.state / "runs" / dead_run).exists() and live_dir.exists()
+    removed = [e["details"] for e in h.audit_events() if e["event_type"] == "gc_removed"]
+    assert removed[-1]["firewall_rule"] == 3 and removed[-1]["run_dir"] == 1
+
+
+def test_identical_rules_go_one_by_one_and_are_confirmed_by_count(h: Harness) -> None:
+    ran(h)
+    h.config.write_text("[gc]\nbatch_size = 2\n", encoding="utf-8")
+    rid = run_id()
+    h.run_dir(rid, pid=4_000_206)
+    h.firewall.rules = [rule(rid)] * 3
+    result = h.collect(grace=None)
+    assert not result.failed and h.firewall.rules == []
+    assert len(h.firewall.removed()) == 3
+    assert [name for name, _ in h.firewall.calls] == [
+        "list", "remove", "remove", "list", "remove", "list"]
+
+
+@pytest.mark.parametrize(("error", "kind"), [
+    (FirewallError("listing the INPUT rules: lock held"), "firewall_list_failed"),
+    (RuleListingInvalid("line 3: unbalanced quote"), "firewall_list_invalid"),
+])
+def test_a_rule_listing_that_fails_removes_no_rule_and_keeps_run_dirs(
+        h: Harness, error: Exception, kind: str) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_207)
+    gone = container("exited", home=h.home, run=run_id())
+    h.engine.containers = [gone]
+    h.firewall.list_error = error
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == [kind] and result.exit_status == 126
+    assert h.firewall.removed() == [] and path.exists()
+    assert [i.id for i in result.removed] == [gone["Id"]]  # engine objects are not held back
+    assert (rid, "firewall_listing_failed") in {(i.id, i.why) for i in result.kept}
+    details = [e["details"] for e in h.audit_events() if e["event_type"] == "cleanup_failed"]
+    assert details == [{"reason": kind, "count": 1, "source": "gc"}]
+
+
+def test_without_iptables_or_root_it_is_a_note_never_a_failure(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_208)
+    h.firewall.list_error = FirewallUnavailable("not running as root")
+    result = h.collect(grace=0)
+    assert result.exit_status == 0 and not result.failed
+    assert result.note == "host firewall rules were not checked (not running as root)"
+    assert not path.exists()  # run dirs go as before
+    h.ctx().renderer.gc_result(result)
+    assert h.out.getvalue() == "" and h.err.getvalue() == ""  # cron stays silent
+    h.ctx().renderer.gc_result(result, verbose=1)
+    assert "host firewall rules were not checked (not running as root)" in h.err.getvalue()
+    h.out.truncate(0)
+    h.out.seek(0)
+    h.ctx(as_json=True).renderer.gc_result(result)
+    assert "not running as root" in json.loads(h.out.getvalue().strip())["data"]["note"]
+
+
+def test_a_home_that_knows_no_run_does_not_list_the_firewall(h: Harness) -> None:
+    ran(h)
+    h.firewall.list_error = AssertionError("must not be listed")
+    assert h.collect(grace=0).exit_status == 0 and h.firewall.calls == []
+
+
+def test_a_rule_that_will_not_go_is_a_failure_and_keeps_its_run_dir(h: Harness) -> None:
+    ran(h)
+    refused, sticky, fine = run_id(), run_id(), run_id()
+    paths = {rid: h.run_dir(rid, pid=4_000_209) for rid in (refused, sticky, fine)}
+    h.firewall.rules = [rule(refused), rule(sticky), rule(fine)]
+    h.firewall.remove_errors[refused] = FirewallError("iptables: Bad rule")
+    h.firewall.sticky.add(sticky)
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["firewall_rule_remove_failed"] * 2
+    assert "Bad rule" in result.failed[0].message
+    assert "still present" in result.failed[1].message
+    assert paths[refused].exists() and paths[sticky].exists() and not paths[fine].exists()
+    details = [e["details"] for e in h.audit_events() if e["event_type"] == "cleanup_failed"]
+    assert details == [{"reason": "firewall_rule_remove_failed", "count": 2, "source": "gc"}]
+
+
+def test_an_unconfirmable_rule_removal_is_a_failure(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_210)
+    h.firewall.rules = [rule(rid)]
+    h.firewall.relist_error = FirewallError("lock held")
+    result = h.collect(grace=0)
+    assert [f.kind for f in result.failed] == ["firewall_rule_remove_failed"]
+    assert "could not confirm" in result.failed[0].message and path.exists()
+
+
+def test_dry_run_and_json_include_images_and_rules(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_211)
+    img = image(home=h.home, run=rid, deadline="1")
+    h.engine.run_images = [img]
+    h.firewall.rules = [rule(rid)]
+    result = h.collect(dry_run=True, grace=0)
+    assert [(i.kind, i.why) for i in result.removed] == [
+        ("image", "deadline_passed"), ("firewall_rule", "deadline_passed"),
+        ("run_dir", "finished")]
+    assert h.firewall.removed() == [] and h.engine.run_images == [img] and path.exists()
+    h.ctx().renderer.gc_result(result)
+    lines = h.out.getvalue().splitlines()
+    assert lines[0].startswith(f"would remove image {img['Id'][7:19]} (run {rid[:12]})")
+    assert lines[1].startswith(f"would remove firewall rule -i sbx{rid[:12]} -m comment")
+    h.out.truncate(0)
+    h.out.seek(0)
+    h.ctx(as_json=True).renderer.gc_result(result)
+    data = json.loads(h.out.getvalue())["data"]
+    assert data["counts"]["image"] == 1 and data["counts"]["firewall_rule"] == 1
+    assert {"kind": "firewall_rule", "id": rule(rid).text, "run_id": rid,
+            "why": "deadline_passed",
+            "detail": data["removed"][1]["detail"]} in data["removed"]

@@ -206,7 +206,10 @@ def _volumes(composition: Composition, limits: Limits,
 def _lifecycle_files(composition: Composition) -> list[KitFile]:
     if composition.lifecycle is None:
         return []
-    return [KitFile(kit=f.kit, where=f"capabilities[{f.index}].config.files[{f.position}]",
+    # declared_at is the declaration path; index counts selected entries only.
+    return [KitFile(kit=f.kit,
+                    where=f"{f.declared_at or f'capabilities[{f.index}]'}"
+                          f".config.files[{f.position}]",
                     path=f.path, content=f.content,
                     mode=int(f.mode, 8) if f.mode else None, overwrite=f.overwrite)
             for f in composition.lifecycle.files]
@@ -236,7 +239,7 @@ def _profiles(composition: Composition, workspace_target: str,
 
 def _context_body(config: Mapping[str, Any], kit: LocalKit | None) -> str:
     if isinstance(config.get("content"), str):
-        return str(config["content"]).strip()
+        return _neutralise(str(config["content"]).strip())
     content_file = config.get("contentFile")
     if not isinstance(content_file, str) or kit is None:
         return ""

@@ -1,15 +1,16 @@
 """`sbx gc`: remove what crashed or killed runs left behind, by label only (SPEC §2.5).
 
 The algorithm follows DuDuClaw's sweep (PEERS A.7), with sbx's additions (run records with pids,
-proxies, networks and volumes). In order:
+proxies, networks, volumes, per-run images and host firewall rules). In order:
 
 1. **Skip** a state home that never ran a sandbox (no ``runs/`` directory and no audit log)
    without contacting the engine: cron on a fresh machine costs nothing.
 2. **Lock** ``<state>/gc.lock`` with a non-blocking ``flock``; when another gc holds it, do
    nothing and exit 0 (a dry run reads only and takes no lock).
-3. **List** containers (all states), networks and volumes labelled with this home's hash, and
-   parse every entry strictly. A failed listing or one entry that does not parse means **nothing
-   is deleted** — not even run directories — and the failure is reported and audited.
+3. **List** containers (all states), networks, volumes and images (all, untagged included)
+   labelled with this home's hash, and parse every entry strictly. A failed listing or one
+   entry that does not parse means **nothing is deleted** — not even run directories — and the
+   failure is reported and audited.
 4. **Decide** per object (pure functions, unit-tested on their own):
 
    - a container is removed when it is ``exited``/``dead``; or when its deadline label is more
@@ -22,11 +23,23 @@ proxies, networks and volumes). In order:
      in the same pass) and its run is over: its deadline + grace has passed, or its run
      directory records an sbx process that is gone. Without a readable deadline it is kept and
      reported;
+   - a per-run image (``sbx-run/<run id>:1``, committed by the create step with the run's
+     labels) is removed by the same rule as a network or volume once no container uses it
+     (judged after this pass's containers are gone). An image of this home tagged with anything
+     else than its run's ``sbx-run/`` name is never removed;
+   - a host firewall rule (INPUT, commented ``sbx-run-<run id>``) is removed only when its run
+     is **known to this home** (a run directory, or a labelled object of this home, carries
+     that id) and that run is not live and over: its deadline + grace passed, its recorded sbx
+     process is gone, or the bridge the rule names no longer exists. Rules of any other run are
+     never touched (another home may own them). Without iptables or root the rules are not
+     checked (a note under ``-v``/``--json``, never a failure); a rule listing that fails or
+     has one line that does not parse removes no rule and keeps every run directory (they are
+     what tells a later pass which rules are this home's);
    - a run directory (``runs/<32 hex>``, a real directory, never a symlink; other entries are
-     never touched) is removed when no remaining object carries its run id, the process it
-     records is gone, and it is older than the grace. A record that cannot be read makes it wait
-     at least :data:`UNREADABLE_RECORD_FLOOR_S` whatever the grace, because a starting run
-     writes it a moment after creating the directory;
+     never touched) is removed when no remaining object (a firewall rule included) carries its
+     run id, the process it records is gone, and it is older than the grace. A record that
+     cannot be read makes it wait at least :data:`UNREADABLE_RECORD_FLOOR_S` whatever the
+     grace, because a starting run writes it a moment after creating the directory;
    - a proxy process recorded in a run directory (``proxy_pid``) is stopped before that
      directory is removed, and only if it is alive **and** its ``/proc/<pid>/cmdline`` contains
      the run id: an unrelated process that reused the pid is never signalled.
@@ -56,6 +69,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx import audit
 from sbx import labels as label_keys
+from sbx.core.firewall import (
+    FirewallError,
+    FirewallUnavailable,
+    RuleListingInvalid,
+    SbxRule,
+    bridge_exists,
+    list_sbx_rules,
+    remove_rule,
+)
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
 
@@ -77,6 +99,10 @@ _POLL_S: Final = 0.05
 
 RUN_ID: Final = re.compile(r"^[0-9a-f]{32}$")
 FULL_ID: Final = re.compile(r"^[0-9a-f]{64}$")
+IMAGE_ID: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+RUN_IMAGE_REPOSITORY: Final = "sbx-run/"
+UNTAGGED: Final = "<none>:<none>"
+KINDS: Final = ("container", "network", "volume", "image", "firewall_rule", "run_dir", "proxy")
 CONTAINER_STATES: Final = frozenset(
     {"created", "running", "paused", "restarting", "removing", "exited", "dead"})
 FINISHED_STATES: Final = frozenset({"exited", "dead"})
@@ -103,15 +129,15 @@ class GcRequest:
 class GcItem:
     """One object gc removed (or would remove) or kept, and why (a stable token)."""
 
-    kind: str  # container | network | volume | run_dir | proxy
-    id: str  # full id, volume name, run directory name, or pid
+    kind: str  # container | network | volume | image | firewall_rule | run_dir | proxy
+    id: str  # full id, volume name, image id, rule spec, run directory name, or pid
     run_id: str | None
     why: str
     detail: str = ""
 
     @property
     def short(self) -> str:
-        return self.id[:12] if FULL_ID.match(self.id) else self.id
+        return _short(self.id)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "run_id": self.run_id, "why": self.why,
@@ -152,8 +178,7 @@ class GcResult:
 
     def counts(self) -> dict[str, int]:
         counter = Counter(item.kind for item in self.removed)
-        return {kind: counter.get(kind, 0)
-                for kind in ("container", "network", "volume", "run_dir", "proxy")}
+        return {kind: counter.get(kind, 0) for kind in KINDS}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -190,6 +215,14 @@ class SharedEntry:
 
     kind: str
     id: str
+    run_id: str | None
+    deadline_raw: str | None
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    id: str  # sha256:<64 hex>
+    tags: tuple[str, ...]
     run_id: str | None
     deadline_raw: str | None
 
@@ -262,6 +295,26 @@ def _parse_network(entry: object, home_hash: str) -> SharedEntry:
         raise ListingInvalid(f"a network entry has no valid id ({_clip(ident)})")
     labels = _labels(entry, f"network {ident[:12]}", home_hash)
     return SharedEntry("network", ident, _run_label(labels), labels.get(label_keys.DEADLINE))
+
+
+def parse_images(raw: Sequence[Any], home_hash: str) -> tuple[ImageEntry, ...]:
+    """Parse every image entry strictly; raise :class:`ListingInvalid` on the first bad one."""
+    return tuple(_parse_image(entry, home_hash) for entry in raw)
+
+
+def _parse_image(entry: object, home_hash: str) -> ImageEntry:
+    if not isinstance(entry, dict):
+        raise ListingInvalid("an image entry is not an object")
+    ident = entry.get("Id")
+    if not isinstance(ident, str) or not IMAGE_ID.match(ident):
+        raise ListingInvalid(f"an image entry has no valid id ({_clip(ident)})")
+    tags = entry.get("RepoTags")
+    if tags is None:
+        tags = []
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ListingInvalid(f"image {_short(ident)} has unreadable tags ({_clip(tags)})")
+    labels = _labels(entry, f"image {_short(ident)}", home_hash)
+    return ImageEntry(ident, tuple(tags), _run_label(labels), labels.get(label_keys.DEADLINE))
 
 
 def _parse_volume(entry: object, home_hash: str) -> SharedEntry:
@@ -433,6 +486,52 @@ def judge_shared(entry: SharedEntry, runs: Mapping[str, RunDir],
     return False, "inside_deadline", f"its run may be live (deadline in {left}s)"
 
 
+def judge_image(entry: ImageEntry, runs: Mapping[str, RunDir],
+                clock: Clock) -> tuple[bool, str, str]:
+    """``(candidate, why, detail)`` for an image of this home; a candidate is removed only when
+    no container uses it. Only a run's own image qualifies: it names its run, and every tag it
+    has is that run's ``sbx-run/<run id>:...`` (or it has none)."""
+    if entry.run_id is None:
+        return False, "not_a_run_image", "it names no run; sbx removes only per-run images"
+    own = f"{RUN_IMAGE_REPOSITORY}{entry.run_id}:"
+    foreign = [tag for tag in entry.tags if tag != UNTAGGED and not tag.startswith(own)]
+    if foreign:
+        return False, "foreign_tag", (f"also tagged {_clip(foreign[0])}; sbx removes only its "
+                                      "per-run images")
+    return judge_shared(SharedEntry("image", entry.id, entry.run_id, entry.deadline_raw),
+                        runs, clock)
+
+
+def judge_rule(rule: SbxRule, runs: Mapping[str, RunDir], known: Mapping[str, int | None],
+               clock: Clock, bridge_up: Callable[[str], bool]) -> tuple[bool, str, str]:
+    """``(remove, why, detail)`` for one host firewall rule commented with a run id.
+
+    ``known`` maps the run ids of this home's labelled objects to their latest readable
+    deadline (None: none readable). A run neither there nor in ``runs`` belongs to no one this
+    home knows: its rule is never touched.
+    """
+    run = runs.get(rule.run_id)
+    if run is None and rule.run_id not in known:
+        return False, "not_this_home", "its run is not one of this state home's (never touched)"
+    record = run.record if run is not None else None
+    if clock.run_live(record):
+        return False, "live", "the sbx process of its run is alive"
+    deadline = known.get(rule.run_id)
+    if record is not None and record.deadline is not None:
+        deadline = record.deadline if deadline is None else max(deadline, record.deadline)
+    if deadline is not None and clock.past(deadline):
+        return True, "deadline_passed", (
+            f"its run's deadline passed {int(clock.now - deadline)}s ago")
+    if clock.run_over(run):
+        return True, "run_over", "the sbx process of its run is gone"
+    if rule.bridge is not None and not bridge_up(rule.bridge):
+        return True, "bridge_gone", f"interface {rule.bridge} no longer exists"
+    if deadline is None:
+        return False, "no_evidence", "nothing shows its run is over"
+    return False, "inside_deadline", (
+        f"its run may be live (deadline in {int(deadline - clock.now)}s)")
+
+
 def judge_run_dir(run: RunDir, in_use: Set[str], clock: Clock) -> tuple[bool, str, str]:
     """``(remove, why, detail)`` for one run directory."""
     if not run.real_dir:
@@ -493,6 +592,15 @@ def gc_lock(state_home: Path) -> Iterator[bool]:
 
 
 @dataclass(frozen=True)
+class Firewall:
+    """How gc sees and changes the host firewall (injected by tests)."""
+
+    list_rules: Callable[[], list[SbxRule]] = list_sbx_rules
+    remove_rule: Callable[[SbxRule], None] = remove_rule
+    bridge_exists: Callable[[str], bool] = bridge_exists
+
+
+@dataclass(frozen=True)
 class Processes:
     """How gc sees and stops processes (injected by tests)."""
 
@@ -503,9 +611,10 @@ class Processes:
 
 
 def collect(ctx: AppContext, request: GcRequest, *, clock: Callable[[], float] = time.time,
-            processes: Processes | None = None) -> GcResult:
+            processes: Processes | None = None, firewall: Firewall | None = None) -> GcResult:
     """Run gc for ``ctx``'s state home (see the module docstring for the rules)."""
     procs = processes or Processes()
+    rules = firewall or Firewall()
     state_home = ctx.state_home
     if not ran_before(state_home):
         return GcResult("skipped", request.dry_run, request.grace_s,
@@ -514,12 +623,12 @@ def collect(ctx: AppContext, request: GcRequest, *, clock: Callable[[], float] =
     grace = request.grace_s if request.grace_s is not None else config.gc.grace_seconds.value
     batch = config.gc.batch_size.value
     if request.dry_run:
-        return _Collector(ctx, request, grace, batch, clock, procs).run()
+        return _Collector(ctx, request, grace, batch, clock, procs, rules).run()
     with gc_lock(state_home) as acquired:
         if not acquired:
             return GcResult("locked", request.dry_run, grace,
                             note=f"another sbx gc holds {state_home / LOCK_FILE}; nothing done")
-        result = _Collector(ctx, request, grace, batch, clock, procs).run()
+        result = _Collector(ctx, request, grace, batch, clock, procs, rules).run()
     _audit(state_home, result)
     return result
 
@@ -531,11 +640,12 @@ def survey(ctx: AppContext, *, clock: Callable[[], float] = time.time) -> GcResu
 
 class _Collector:
     def __init__(self, ctx: AppContext, request: GcRequest, grace: int, batch: int,
-                 clock: Callable[[], float], procs: Processes) -> None:
+                 clock: Callable[[], float], procs: Processes, firewall: Firewall) -> None:
         self.ctx = ctx
         self.dry_run = request.dry_run
         self.batch = max(1, batch)
         self.procs = procs
+        self.firewall = firewall
         self.clock = Clock(clock(), grace, procs.alive)
         self.result = GcResult("done", request.dry_run, grace)
 
@@ -545,9 +655,11 @@ class _Collector:
 
     def run(self) -> GcResult:
         runs_list = read_run_dirs(self.ctx.state_home, self.clock.now)
+        selector = label_keys.home_selector(self.ctx.home_hash)
         try:
-            raw = self.driver.list_labelled(label_keys.home_selector(self.ctx.home_hash))
+            raw = self.driver.list_labelled(selector)
             listing = parse_listing(raw, self.ctx.home_hash)
+            images = parse_images(self.driver.list_labelled_images(selector), self.ctx.home_hash)
         except SbxError as error:
             kind = DOCKER_UNREACHABLE if error.reason is Reason.DOCKER_UNREACHABLE \
                 else LIST_FAILED
@@ -567,6 +679,13 @@ class _Collector:
         shared = self._plan_shared(listing.shared, runs, remaining, {c.id for c in containers})
         self._remove("container", containers, remaining)
         self._remove_shared(shared, remaining)
+        # Images only once their containers are gone: whoever still uses one keeps it.
+        gone = {item.id for item in self.result.removed if item.kind == "container"}
+        self._remove("image", self._plan_images(images, runs, remaining, gone), remaining)
+        if not self._firewall_rules(runs, _known_runs(listing, images), remaining):
+            self._keep_all_run_dirs(runs_list, "firewall_listing_failed",
+                                    "nothing shows which firewall rules are this home's")
+            return self.result
         self._run_dirs(runs_list, remaining)
         return self.result
 
@@ -620,6 +739,75 @@ class _Collector:
             _note_run(remaining, entry.run_id)
         return planned
 
+    def _plan_images(self, entries: Sequence[ImageEntry], runs: Mapping[str, RunDir],
+                     remaining: set[str], gone: set[str]) -> list[GcItem]:
+        planned: list[GcItem] = []
+        limit = self.batch * MAX_BATCHES
+        for entry in entries:
+            candidate, why, detail = judge_image(entry, runs, self.clock)
+            if candidate:
+                try:
+                    users = set(self.driver.object_users("image", entry.id)) - gone
+                except SbxError as error:
+                    self._fail("image_remove_failed", error.reason,
+                               f"could not check who uses image {_short(entry.id)}: "
+                               f"{error.message}", entry.id)
+                    _note_run(remaining, entry.run_id)
+                    continue
+                if users:
+                    candidate, why = False, "in_use"
+                    detail = f"used by {len(users)} container(s)"
+            item = GcItem("image", entry.id, entry.run_id, why, detail)
+            if candidate and len(planned) < limit:
+                planned.append(item)
+                continue
+            if candidate:
+                item = GcItem("image", entry.id, entry.run_id, "deferred",
+                              f"over this pass's limit of {limit}; next gc ({detail})")
+                self.result.deferred += 1
+            self.result.kept.append(item)
+            _note_run(remaining, entry.run_id)
+        return planned
+
+    def _firewall_rules(self, runs: Mapping[str, RunDir], known: Mapping[str, int | None],
+                        remaining: set[str]) -> bool:
+        """Plan and remove this home's stale firewall rules; False when the rules could not be
+        listed or parsed (then none is removed)."""
+        if not runs and not known:
+            return True  # no run of this home is known: no rule can be this home's
+        try:
+            rules = self.firewall.list_rules()
+        except FirewallUnavailable as unavailable:
+            self.result.note = f"host firewall rules were not checked ({unavailable})"
+            return True
+        except FirewallError as error:
+            self._fail("firewall_list_failed", Reason.CLEANUP_FAILED,
+                       f"listing the host firewall rules failed, no rule was removed: {error}")
+            return False
+        except RuleListingInvalid as problem:
+            self._fail("firewall_list_invalid", Reason.CLEANUP_FAILED,
+                       f"the host firewall listing has a line sbx cannot parse ({problem}); "
+                       "no rule was removed")
+            return False
+        planned: list[tuple[SbxRule, GcItem]] = []
+        limit = self.batch * MAX_BATCHES
+        for rule in rules:
+            remove, why, detail = judge_rule(rule, runs, known, self.clock,
+                                             self.firewall.bridge_exists)
+            item = GcItem("firewall_rule", rule.text, rule.run_id, why, detail)
+            if remove and len(planned) < limit:
+                planned.append((rule, item))
+                continue
+            if remove:
+                item = GcItem("firewall_rule", rule.text, rule.run_id, "deferred",
+                              f"over this pass's limit of {limit}; next gc ({detail})")
+                self.result.deferred += 1
+            self.result.kept.append(item)
+            if why != "not_this_home":
+                _note_run(remaining, rule.run_id)
+        self._remove_rules(rules, planned, remaining)
+        return True
+
     # -- removal -------------------------------------------------------------------------
 
     def _remove_shared(self, planned: list[GcItem], remaining: set[str]) -> None:
@@ -634,7 +822,8 @@ class _Collector:
             return
         remover = {"container": self.driver.remove_container,
                    "network": self.driver.remove_network,
-                   "volume": self.driver.remove_volume}[kind]
+                   "volume": self.driver.remove_volume,
+                   "image": self.driver.remove_image}[kind]
         for start in range(0, len(planned), self.batch):
             attempted: list[GcItem] = []
             for item in planned[start:start + self.batch]:
@@ -652,7 +841,7 @@ class _Collector:
         if not attempted:
             return
         try:
-            still = self.driver.present(kind, [item.id for item in attempted])
+            still = self._present(kind, [item.id for item in attempted])
         except SbxError as error:
             for item in attempted:
                 self._fail(f"{kind}_remove_failed", Reason.CLEANUP_FAILED,
@@ -665,6 +854,62 @@ class _Collector:
                 self._fail(f"{kind}_remove_failed", Reason.CLEANUP_FAILED,
                            f"{kind} {item.short} is still present after its removal", item.id)
                 _note_run(remaining, item.run_id)
+            else:
+                self.result.removed.append(item)
+
+    def _present(self, kind: str, idents: list[str]) -> set[str]:
+        if kind != "image":
+            return self.driver.present(kind, idents)
+        # Images are confirmed with one listing of this home's images.
+        listed = self.driver.list_labelled_images(label_keys.home_selector(self.ctx.home_hash))
+        return {str(entry.get("Id")) for entry in listed if isinstance(entry, dict)} & set(idents)
+
+    def _remove_rules(self, listed: list[SbxRule], planned: list[tuple[SbxRule, GcItem]],
+                      remaining: set[str]) -> None:
+        if self.dry_run:
+            self.result.removed.extend(item for _rule, item in planned)
+            return
+        # Identical rules are listed once each and `-D` removes one at a time, so removals are
+        # confirmed by count: after a batch, each spec must be down by what was removed.
+        expected = Counter(rule.spec for rule in listed)
+        for start in range(0, len(planned), self.batch):
+            attempted: list[tuple[SbxRule, GcItem]] = []
+            for rule, item in planned[start:start + self.batch]:
+                try:
+                    self.firewall.remove_rule(rule)
+                except (FirewallError, FirewallUnavailable) as error:
+                    self._fail("firewall_rule_remove_failed", Reason.CLEANUP_FAILED,
+                               f"could not remove the firewall rule of run {rule.run_id[:12]} "
+                               f"({rule.text}): {error}", rule.text)
+                    _note_run(remaining, rule.run_id)
+                    continue
+                expected[rule.spec] -= 1
+                attempted.append((rule, item))
+            self._confirm_rules(attempted, expected, remaining)
+
+    def _confirm_rules(self, attempted: list[tuple[SbxRule, GcItem]],
+                       expected: Counter[tuple[str, ...]], remaining: set[str]) -> None:
+        if not attempted:
+            return
+        try:
+            now = Counter(rule.spec for rule in self.firewall.list_rules())
+        except (FirewallError, FirewallUnavailable, RuleListingInvalid) as error:
+            for rule, _item in attempted:
+                self._fail("firewall_rule_remove_failed", Reason.CLEANUP_FAILED,
+                           f"could not confirm that the firewall rule of run {rule.run_id[:12]} "
+                           f"is gone: {error}", rule.text)
+                _note_run(remaining, rule.run_id)
+            return
+        excess = {spec: now[spec] - count for spec, count in expected.items()
+                  if now[spec] > count}
+        for rule, item in reversed(attempted):
+            if excess.get(rule.spec, 0) > 0:
+                excess[rule.spec] -= 1
+                self._fail("firewall_rule_remove_failed", Reason.CLEANUP_FAILED,
+                           f"the firewall rule of run {rule.run_id[:12]} is still present after "
+                           f"its removal ({rule.text})", rule.text)
+                _note_run(remaining, rule.run_id)
+                expected[rule.spec] += 1
             else:
                 self.result.removed.append(item)
 
@@ -735,9 +980,9 @@ class _Collector:
     def _fail(self, kind: str, reason: Reason, message: str, target: str | None = None) -> None:
         self.result.failed.append(GcFailure(kind, reason, message, target))
 
-    def _keep_all_run_dirs(self, runs: list[RunDir], why: str) -> None:
-        self.result.kept.extend(GcItem("run_dir", run.name, run.name, why,
-                                       "nothing is removed when the listing fails")
+    def _keep_all_run_dirs(self, runs: list[RunDir], why: str,
+                           detail: str = "nothing is removed when the listing fails") -> None:
+        self.result.kept.extend(GcItem("run_dir", run.name, run.name, why, detail)
                                 for run in runs)
 
 
@@ -755,7 +1000,24 @@ def _note_run(remaining: set[str], run_id: str | None) -> None:
 
 
 def _short(ident: str) -> str:
+    if IMAGE_ID.match(ident):
+        ident = ident.removeprefix("sha256:")
     return ident[:12] if FULL_ID.match(ident) else ident
+
+
+def _known_runs(listing: Listing, images: Sequence[ImageEntry]) -> dict[str, int | None]:
+    """Run id → latest readable deadline, for every run one of this home's objects names."""
+    known: dict[str, int | None] = {}
+    entries: list[ContainerEntry | SharedEntry | ImageEntry] = [
+        *listing.containers, *listing.shared, *images]
+    for entry in entries:
+        if entry.run_id is None:
+            continue
+        deadline = _deadline(entry.deadline_raw)
+        before = known.get(entry.run_id)
+        known[entry.run_id] = deadline if before is None else (
+            before if deadline is None else max(before, deadline))
+    return known
 
 
 def _audit(state_home: Path, result: GcResult) -> None:
@@ -772,9 +1034,10 @@ def _audit(state_home: Path, result: GcResult) -> None:
         return
 
 
-__all__ = ["CONTAINER_STATES", "LOCK_FILE", "MAX_BATCHES", "RUNS_DIR", "RUN_RECORD",
-           "UNREADABLE_RECORD_FLOOR_S", "Clock", "ContainerEntry", "GcFailure", "GcItem",
-           "GcRequest", "GcResult", "Listing", "ListingInvalid", "Processes", "RunDir",
-           "RunRecord", "SharedEntry", "collect", "gc_lock", "judge_container",
-           "judge_run_dir", "judge_shared", "parse_listing", "pid_alive", "proc_cmdline",
-           "ran_before", "read_run_dirs", "survey"]
+__all__ = ["CONTAINER_STATES", "KINDS", "LOCK_FILE", "MAX_BATCHES", "RUNS_DIR", "RUN_RECORD",
+           "UNREADABLE_RECORD_FLOOR_S", "Clock", "ContainerEntry", "Firewall", "GcFailure",
+           "GcItem", "GcRequest", "GcResult", "ImageEntry", "Listing", "ListingInvalid",
+           "Processes", "RunDir", "RunRecord", "SharedEntry", "collect", "gc_lock",
+           "judge_container", "judge_image", "judge_rule", "judge_run_dir", "judge_shared",
+           "parse_images", "parse_listing", "pid_alive", "proc_cmdline", "ran_before",
+           "read_run_dirs", "survey"]

@@ -10,6 +10,8 @@ its problems across all kits before failing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,10 @@ from sbx.kits.args import (
     validate_effective,
 )
 from sbx.kits.compose import Composition, Contribution, compose
+from sbx.kits.descriptor import validation_fingerprint
 from sbx.kits.local import LocalKit, load_local_kit
 from sbx.kits.resolve import KitInput, Resolution, resolve
+from sbx.kits.rules import check_selected, parse_path
 from sbx.kits.selection import Selection, refuse_unsupported, select
 from sbx.reasons import Reason
 
@@ -103,8 +107,13 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
 
 
 def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],
-                          supported: Collection[str]) -> tuple[Composition, dict[str, Any]]:
-    """Expand ``${{ kit.env.* }}``, validate strictly, select again, and compose."""
+                          supported: Collection[str], *, cache_dir: Path | None = None,
+                          ) -> tuple[Composition, dict[str, Any]]:
+    """Expand ``${{ kit.env.* }}``, validate strictly, select again, and compose.
+
+    With ``cache_dir``, an effective descriptor that already passed strict validation under
+    the same rules (same digest) is not validated again.
+    """
     contributions: list[Contribution] = []
     effective: dict[str, Any] = {}
     problems: list[SbxError] = []
@@ -113,17 +122,47 @@ def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],
         try:
             data = expand(loaded.local.descriptor, supplied=loaded.supplied, env=final_env,
                           file=loaded.local.descriptor.file).data
-            validate_effective(data, loaded.local.descriptor.file)
+            _validate_effective_cached(data, loaded.local.descriptor.file, cache_dir)
         except KitError as error:
             problems.append(error)
             continue
         effective[kit.reference] = data
         selection = select(kit.reference, list(data.get("capabilities") or []), supported)
+        # Rules that groups defer until selection (arity, inject domains inside the same
+        # phase's allow list) are checked on what was actually selected.
+        deferred = check_selected(selection.selected, loaded.local.descriptor.file,
+                                  [parse_path(p) for p in selection.selected_paths])
+        if deferred:
+            problems.append(KitError(
+                f"{loaded.local.descriptor.file}: the selected capabilities are inconsistent",
+                body="\n\n".join(d.render() for d in deferred),
+                details={"diagnostics": [d.as_dict() for d in deferred]}))
+            continue
         contributions.append(Contribution(kit.reference, selection.selected,
                                           selection.selected_paths))
     if problems:
         raise _merge_kit_errors([p for p in problems if isinstance(p, KitError)])
     return compose(contributions), effective
+
+
+def _validate_effective_cached(data: Mapping[str, Any], file: str,
+                               cache_dir: Path | None) -> None:
+    if cache_dir is None:
+        validate_effective(data, file)
+        return
+    payload = json.dumps(data, sort_keys=True, ensure_ascii=False)
+    key = hashlib.sha256(
+        f"sbx-effective-v1\0{validation_fingerprint()}\0{payload}".encode(
+            "utf-8", "surrogatepass")).hexdigest()
+    marker = cache_dir / f"{key}.valid"
+    if marker.exists():
+        return
+    validate_effective(data, file)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        marker.touch()
+    except OSError:
+        pass  # a cache that cannot be written only costs speed
 
 
 def _refuse_duplicates(kits: Sequence[LocalKit]) -> None:

@@ -38,8 +38,14 @@ KEEPALIVE: Final = ("/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 
 
 
 def hook_where(hook: Hook) -> str:
-    """Where a hook was declared, for messages: kit and position in its lifecycle@1 entry."""
-    return f"{hook.kit} capabilities[{hook.index}].config.{hook.stage}[{hook.position}]"
+    """Where a hook was declared, for messages: kit and position in its lifecycle@1 entry.
+
+    ``declared_at`` is the entry's declaration path (``capabilities[2]``, or a group member's
+    ``capabilities[1].group.capabilities[0]``); ``index`` counts only the *selected* entries, so
+    it names the wrong entry once selection skipped an earlier one or flattened a group.
+    """
+    entry = hook.declared_at or f"capabilities[{hook.index}]"
+    return f"{hook.kit} {entry}.config.{hook.stage}[{hook.position}]"
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,7 @@ def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:
             f"install hook {hook_where(hook)} failed with status {code}",
             hint="Read the hook's output above; fix the kit's install command.",
             details={"kit": hook.kit, "capability_index": hook.index,
+                     "path": hook.declared_at or f"capabilities[{hook.index}]",
                      "stage": hook.stage, "position": hook.position, "exit_code": code})
 
 

@@ -26,7 +26,6 @@ from sbx import audit
 from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
-from sbx.core.assemble import assemble
 from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
 from sbx.core.firewall import BridgeGuard
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
@@ -134,11 +133,7 @@ class RunResult:
             "workspace": {"target": plan.workspace_target, "host": plan.workspace_host,
                           "access": plan.access},
             "timeout_s": plan.timeout_s,
-            "selection": {
-                "selected": plan.kit_set.selection_records()["selected"],
-                "skipped": plan.kit_set.selection_records()["skipped"]
-                + [r.as_dict() for r in plan.capabilities.skipped],
-            },
+            "selection": _selection(plan),
             "limits": {"memory_bytes": plan.capabilities.limits.memory_bytes,
                        "cpu_millis": plan.capabilities.limits.cpu_millis,
                        "pids": plan.capabilities.limits.pids},
@@ -151,6 +146,17 @@ class RunResult:
             data["stderr"] = self.stderr.decode("utf-8", "replace")
             data["output_truncated"] = self.truncated
         return data
+
+
+def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
+    """Selection records; a capability selected by type but then not satisfiable (an optional
+    resources@1 over its bound, an optional udp port) counts as skipped only."""
+    records = plan.kit_set.selection_records()
+    later = [r.as_dict() for r in plan.capabilities.skipped]
+    dropped = {(r["kit"], r["path"]) for r in later}
+    return {"selected": [r for r in records["selected"]
+                         if (r["kit"], r["path"]) not in dropped],
+            "skipped": records["skipped"] + later}
 
 
 OutputSink = Callable[[str, bytes], None]
@@ -212,10 +218,15 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
          if kit.local.dockerfile_text is not None else None)
         for kit in kit_set.mixins
     ]
-    assembled = assemble(driver, workload_image, mixin_images, progress,
-                         workload_ref=workload.reference,
-                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
-    image = assembled.image
+    if mixin_images:
+        from sbx.core.assemble import assemble  # only compositions pay for the assembler
+
+        assembled = assemble(driver, workload_image, mixin_images, progress,
+                             workload_ref=workload.reference,
+                             cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
+        image, image_tag, image_built = assembled.image, assembled.tag, assembled.built
+    else:
+        image, image_tag, image_built = workload_image.image, workload_image.tag, False
     workspace_target = image.workdir or DEFAULT_WORKSPACE
     extra_binds = [
         _bind(check_mount(policy, mount, reserved_targets={workspace_target}))
@@ -229,7 +240,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     container_env = final_environment(
         dict(_env_pairs(image.env)), exports,
         {"SBX_WORKSPACE": workspace_target, "SBX_RUN_ID": run_id})
-    composition, _effective = effective_composition(kit_set, container_env, SUPPORTED)
+    composition, _effective = effective_composition(
+        kit_set, container_env, SUPPORTED, cache_dir=ctx.state_home / "cache" / "effective")
     capabilities = plan_capabilities(
         composition, limits=_limits(config), allow_privileged=request.allow_privileged,
         workspace_target=workspace_target,
@@ -249,7 +261,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
         workspace_target=workspace_target,
         workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
                         if workspace_host else None),
-        extra_binds=[*extra_binds, *(BindMount(name, volume.path, False) for name, volume
+        extra_binds=[*extra_binds, *(BindMount(name, volume.path, False, volume=True)
+                                     for name, volume
                                      in zip(volume_names, capabilities.volumes, strict=True))],
         command=command,
         entrypoint=entrypoint,
@@ -268,8 +281,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                        + "; ".join(violations))
     warnings = (*_workspace_warnings(workspace_host, access, user), *capabilities.notes)
     return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
-                   capabilities=capabilities, image=image, image_tag=assembled.tag,
-                   image_built=workload_image.built or assembled.built, user=user, spec=spec,
+                   capabilities=capabilities, image=image, image_tag=image_tag,
+                   image_built=workload_image.built or image_built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
                    workspace_host=workspace_host, access=access, labels=labels,
                    container_env=container_env, run_image_tag=run_image_tag,
@@ -500,7 +513,7 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
     """Kit files, profiles, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
-    volumes = [BindMount(name, volume.path, False) for name, volume
+    volumes = [BindMount(name, volume.path, False, volume=True) for name, volume
                in zip(plan.volume_names, plan.capabilities.volumes, strict=True)]
     spec = build_create_step_spec(
         image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
@@ -518,12 +531,11 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
 
 
 def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> threading.Thread:
-    # Opened in this thread, so an engine error surfaces here rather than being lost.
-    chunks = driver.output(container_id)
-
+    # The log stream is opened in the reader thread, in parallel with the wait: the log holds
+    # everything from the first byte, and the container is removed only after the join.
     def pump() -> None:
         try:
-            for stream, chunk in chunks:
+            for stream, chunk in driver.output(container_id):
                 sink(stream, chunk)
         except SbxError:
             # The container went away under us (killed, removed); the wait reports why.

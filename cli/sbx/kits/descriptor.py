@@ -128,6 +128,13 @@ def _schema_text() -> str:
 
 
 @cache
+def validation_fingerprint() -> str:
+    """A digest of everything validation depends on (schemas and rule sources): a cached
+    "valid" is only ever reused under the exact same rules."""
+    return hashlib.sha256(_schema_text().encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@cache
 def _schema() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(_schema_files()[0][1])
     return loaded
@@ -461,7 +468,7 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
     if cache_dir is None:
         return parse_descriptor_text(text, str(path))
     key = hashlib.sha256(
-        f"sbx-descriptor-v2\0{_schema_text()}\0{text}".encode("utf-8", "surrogatepass")
+        f"sbx-descriptor-v3\0{validation_fingerprint()}\0{text}".encode("utf-8", "surrogatepass")
     ).hexdigest()
     entry = cache_dir / f"{key}.json"
     try:
@@ -489,4 +496,4 @@ def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
 __all__ = ["MAX_DESCRIPTOR_BYTES", "SYNTAX_LINE", "Descriptor", "Diagnostic", "Finding", "Parts",
            "check_document", "format_path", "load_document", "locate", "parse_descriptor_file",
            "parse_descriptor_text", "position", "raise_diagnostics", "sort_diagnostics",
-           "to_plain", "validate_document"]
+           "to_plain", "validate_document", "validation_fingerprint"]
