@@ -29,7 +29,6 @@ from sbx.kits.compose import Composition, Contribution, compose
 from sbx.kits.descriptor import validation_fingerprint
 from sbx.kits.local import LocalKit, load_local_kit
 from sbx.kits.resolve import KitInput, Resolution, resolve
-from sbx.kits.rules import check_selected, parse_path
 from sbx.kits.selection import Selection, refuse_unsupported, select
 from sbx.reasons import Reason
 
@@ -129,9 +128,9 @@ def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],
         effective[kit.reference] = data
         selection = select(kit.reference, list(data.get("capabilities") or []), supported)
         # Rules that groups defer until selection (arity, inject domains inside the same
-        # phase's allow list) are checked on what was actually selected.
-        deferred = check_selected(selection.selected, loaded.local.descriptor.file,
-                                  [parse_path(p) for p in selection.selected_paths])
+        # phase's allow list) are checked on what was actually selected. Without groups the
+        # parse-time check already covered every declaration.
+        deferred = _check_selected_groups(selection, loaded.local.descriptor.file)
         if deferred:
             problems.append(KitError(
                 f"{loaded.local.descriptor.file}: the selected capabilities are inconsistent",
@@ -143,6 +142,16 @@ def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],
     if problems:
         raise _merge_kit_errors([p for p in problems if isinstance(p, KitError)])
     return compose(contributions), effective
+
+
+def _check_selected_groups(selection: Selection, file: str) -> list[Any]:
+    if not any(".group." in path for path in selection.selected_paths) and not any(
+            r.type == "group" for r in selection.skipped):
+        return []
+    from sbx.kits.rules import check_selected, parse_path
+
+    return check_selected(selection.selected, file,
+                          [parse_path(p) for p in selection.selected_paths])
 
 
 def _validate_effective_cached(data: Mapping[str, Any], file: str,

@@ -20,14 +20,13 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx import audit
 from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
 from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
-from sbx.core.firewall import BridgeGuard
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
 from sbx.core.kitset import KitSet, effective_composition, load_kit_set
 from sbx.core.lifecycle import (
@@ -38,7 +37,6 @@ from sbx.core.lifecycle import (
     parse_accounts,
     run_create_step,
 )
-from sbx.core.ports import PortForwarder
 from sbx.driver import Driver, EngineInfo, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import (
@@ -55,6 +53,10 @@ from sbx.kits.args import final_environment
 from sbx.kits.compose import Composition
 from sbx.mounts import MountPolicy, check_mount, check_source, parse_mount_flag
 from sbx.reasons import Reason
+
+if TYPE_CHECKING:
+    from sbx.core.firewall import BridgeGuard
+    from sbx.core.ports import PortForwarder
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
@@ -440,6 +442,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         for name in plan.volume_names:
             created.volumes.append(driver.create_volume(name, plan.labels))
         if plan.network is not None and plan.bridge is not None:
+            from sbx.core.firewall import BridgeGuard
+
             created.network = driver.create_network(plan.network, plan.labels,
                                                     bridge=plan.bridge, internal=True)
             created.guard = BridgeGuard(plan.bridge, plan.run_id)
@@ -457,6 +461,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         address = (driver.container_ip(container_id, plan.network)
                    if plan.network is not None else None)
         if address is not None:  # None: no ports, or the workload already finished
+            from sbx.core.ports import PortForwarder
+
             created.forwarder = PortForwarder(address)
             for published in created.forwarder.start(plan.capabilities.ports):
                 on_notice(f"port {published.key} is published on "
@@ -504,7 +510,7 @@ class _Created:
     image: str | None = None
     volumes: list[str] = field(default_factory=list)
     network: str | None = None
-    guard: BridgeGuard | None = None
+    guard: BridgeGuard | None = None  # only runs with a network import these
     forwarder: PortForwarder | None = None
 
 
