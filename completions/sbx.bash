@@ -27,7 +27,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor gc version'
+            __sbx_subcommands='run explain doctor gc version secret'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -49,6 +49,21 @@ __sbx_node() {
         'sbx version')
             __sbx_options='--json -h --help'
             ;;
+        'sbx secret')
+            __sbx_subcommands='set ls rm'
+            __sbx_options='-h --help'
+            ;;
+        'sbx secret set')
+            __sbx_options='--json -h --help'
+            __sbx_nargs=1
+            ;;
+        'sbx secret ls')
+            __sbx_options='--json -h --help'
+            ;;
+        'sbx secret rm')
+            __sbx_options='--json -h --help'
+            __sbx_nargs=1
+            ;;
     esac
 }
 
@@ -61,7 +76,7 @@ __sbx_values() {
         'sbx run --mount') __sbx_paths -f ;;
         'sbx run #0') __sbx_paths -d ;;
         'sbx run #1') __sbx_paths -d ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
     esac
     return 0
 }

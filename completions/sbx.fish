@@ -62,7 +62,9 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor gc version
+            printf '%s\n' run explain doctor gc version secret
+        case 'sbx secret'
+            printf '%s\n' set ls rm
     end
 end
 
@@ -83,6 +85,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a explain -d 'Explain a reason code: wha
 complete -c sbx -n '__sbx_arg "sbx" 0' -a doctor -d 'Check that this machine can run sandboxes safely: platform, config, identity,...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list and remove the secrets that kits\' credential@1 capabilities use'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -128,6 +131,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'cleanup_failed' -d 'Cleanup f
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'invalid_argument' -d 'Invalid argument'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'interrupted' -d 'Interrupted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'internal_error' -d 'Unexpected error in sbx'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secret store unsafe'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -l json -d 'Print one JSON envelope'
@@ -142,3 +146,21 @@ complete -c sbx -n '__sbx_in "sbx gc"' -s h -l help -d 'Show this message and ex
 # sbx version
 complete -c sbx -n '__sbx_in "sbx version"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx version"' -s h -l help -d 'Show this message and exit'
+
+# sbx secret
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a set -d 'Store the secret for SERVICE; the value is read from stdin'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List stored secrets, masked: service, value mask, length, last update'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret for SERVICE (exit 2 when there is none)'
+complete -c sbx -n '__sbx_in "sbx secret"' -s h -l help -d 'Show this message and exit'
+
+# sbx secret set
+complete -c sbx -n '__sbx_in "sbx secret set"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx secret set"' -s h -l help -d 'Show this message and exit'
+
+# sbx secret ls
+complete -c sbx -n '__sbx_in "sbx secret ls"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx secret ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx secret rm
+complete -c sbx -n '__sbx_in "sbx secret rm"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx secret rm"' -s h -l help -d 'Show this message and exit'

@@ -17,6 +17,7 @@ from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
 from sbx.commands import run as run_command
+from sbx.commands import secret as secret_command
 from sbx.commands import version as version_command
 from sbx.errors import SbxError
 from sbx.reasons import Reason
@@ -80,5 +81,17 @@ app.command("explain")(_interruptible(explain_command.explain))
 app.command("doctor")(_interruptible(doctor_command.doctor))
 app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
+
+secret_app = typer.Typer(
+    name="secret",
+    help="Store, list and remove the secrets that kits' credential@1 capabilities use.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+secret_app.command("set")(_interruptible(secret_command.set_secret))
+secret_app.command("ls")(_interruptible(secret_command.ls))
+secret_app.command("rm")(_interruptible(secret_command.rm))
+app.add_typer(secret_app, name="secret")
 
 __all__ = ["app"]

@@ -22,6 +22,11 @@ CAPABILITY_SKIPPED: Final = "capability_skipped"
 CLEANUP_FAILED: Final = "cleanup_failed"
 # sbx gc removed something: {container, network, volume, run_dir, proxy counts, grace_seconds}
 GC_REMOVED: Final = "gc_removed"
+# sbx secret set / rm: {service[, replaced]} (never the value)
+SECRET_SET: Final = "secret_set"  # noqa: S105 -- an event name, not a password
+SECRET_REMOVED: Final = "secret_removed"  # noqa: S105 -- an event name
+# the egress proxy refused a connection or request: {host, port, method, path, rule, code, phase}
+EGRESS_DENIED: Final = "egress_denied"
 
 
 def audit_path(state_home: Path) -> Path:
@@ -37,9 +42,27 @@ def record(state_home: Path, event_type: str, *, run_id: str | None, severity: s
         "severity": severity,
         "details": dict(details),
     }
-    line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
     state_home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(audit_path(state_home), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    _append(audit_path(state_home), entry)
+
+
+def record_at(path: Path, event_type: str, *, run_id: str | None, severity: str,
+              details: Mapping[str, Any]) -> None:
+    """:func:`record` into an explicit audit file (the egress proxy is handed its path)."""
+    entry = {
+        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "event_type": event_type,
+        "run_id": run_id,
+        "severity": severity,
+        "details": dict(details),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _append(path, entry)
+
+
+def _append(path: Path, entry: Mapping[str, Any]) -> None:
+    line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
     finally:
@@ -64,4 +87,5 @@ def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
 
 
 __all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "GC_REMOVED", "SANDBOX_FINISHED",
-           "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "audit_path", "read_events", "record"]
+           "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "SECRET_REMOVED", "SECRET_SET", "audit_path",
+           "read_events", "record", "EGRESS_DENIED", "record_at"]

@@ -68,6 +68,7 @@ class Reason(enum.StrEnum):
     INVALID_ARGUMENT = "invalid_argument"
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
+    SECRET_STORE_UNSAFE = "secret_store_unsafe"  # noqa: S105 -- a reason code, not a password
 
     @property
     def info(self) -> ReasonInfo:
@@ -253,6 +254,15 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Attach the report file named in the message to a bug report; rerun with "
         "`--traceback` to see the traceback on screen.",
         _E.INTERNAL,
+    ),
+    _R.SECRET_STORE_UNSAFE: ReasonInfo(
+        "Secret store unsafe",
+        "A file or directory of sbx's secret store is a symlink, not a regular file, owned by "
+        "another user, readable or writable by other users, or cannot be written, so sbx will "
+        "not read a value from it or store one in it.",
+        "Follow the fix printed with the message: remove the named path or `chmod 600` it, and "
+        "rotate the secret if someone else could have read it.",
+        _E.REFUSED,
     ),
 }
 

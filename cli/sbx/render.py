@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from sbx.core.doctor import DoctorReport
     from sbx.core.gc import GcItem, GcResult
+    from sbx.secrets import SecretInfo
 
 ENVELOPE_VERSION: Final = 1
 
@@ -281,6 +282,56 @@ class Renderer:
             text = f"sbx gc: {failure.message} ({failure.reason.value})"
             self._line(self._err_file, f"[bold red]sbx gc:[/] {_escape(failure.message)} "
                        f"({failure.reason.value})", text)
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    def read_secret(self, prompt: str) -> str:
+        """Read a secret typed on the terminal, without echo; the prompt goes to the terminal
+        (stderr if there is none), never to stdout. End of input reads as empty."""
+        import getpass
+        from typing import TextIO, cast
+
+        try:
+            return getpass.getpass(prompt, stream=cast("TextIO", self._err_file))
+        except EOFError:
+            return ""
+
+    def secret_stored(self, info: SecretInfo) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="secret", status="ok", exit_code=0,
+                                   data={"action": "set", **info.as_dict()}))
+            return
+        text = f"stored secret for {info.service}: {info.masked} ({info.length} characters)"
+        self._line(self._out_file, _escape(text), text)
+
+    def secret_list(self, infos: Sequence[SecretInfo]) -> None:
+        """A table of service, masked value, length and last update; never a value."""
+        if self.as_json:
+            self.envelope(Envelope(command="secret", status="ok", exit_code=0,
+                                   data={"action": "ls",
+                                         "secrets": [info.as_dict() for info in infos]}))
+            return
+        if not infos:
+            self.note('no secrets stored; add one with: printf %s "$TOKEN" | '
+                      "sbx secret set SERVICE")
+            return
+        from rich.table import Table
+
+        table = Table(box=None, show_header=True, pad_edge=False)
+        for column in ("service", "secret", "length", "updated"):
+            table.add_column(column)
+        for info in infos:
+            table.add_row(_escape(info.service), _escape(info.masked), str(info.length),
+                          info.updated.strftime("%Y-%m-%d %H:%M UTC"))
+        self.out.print(table)
+
+    def secret_removed(self, service: str) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="secret", status="ok", exit_code=0,
+                                   data={"action": "rm", "service": service, "removed": True}))
+            return
+        text = f"removed secret for {service}"
+        self._line(self._out_file, _escape(text), text)
 
 
 _DOCTOR_MARKS: Final = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}
