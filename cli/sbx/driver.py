@@ -121,6 +121,7 @@ class Driver(Protocol):
     def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
                        internal: bool) -> str: ...
     def container_ip(self, container_id: str, network: str) -> str | None: ...
+    def network_gateway(self, network_id: str) -> str: ...
     # image assembly (sbx.core.assemble)
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
@@ -470,6 +471,16 @@ class DockerDriver:
                 options={"com.docker.network.bridge.name": bridge,
                          "com.docker.network.bridge.enable_ip_masquerade": "false"})
         return str(created["Id"])
+
+    def network_gateway(self, network_id: str) -> str:
+        """The host's address on a network (where the egress proxy listens)."""
+        with self._engine_errors("reading the sandbox network", Reason.CREATE_FAILED):
+            attrs = self._api.inspect_network(network_id)
+        for entry in (attrs.get("IPAM") or {}).get("Config") or []:
+            gateway = str(entry.get("Gateway") or "").split("/")[0]
+            if gateway:
+                return gateway
+        raise SbxError(Reason.CREATE_FAILED, f"network {network_id[:12]} has no gateway address")
 
     def container_ip(self, container_id: str, network: str) -> str | None:
         """The container's address on ``network``; None once it has stopped (no address)."""

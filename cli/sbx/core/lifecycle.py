@@ -81,13 +81,19 @@ class Accounts:
 
 
 def hook_environment(hook: Hook, *, container_env: Mapping[str, str], home: str,
-                     workdir: str) -> dict[str, str]:
-    """Declared names from the container environment plus the baseline; nothing from the host."""
+                     workdir: str, boundary_env: Mapping[str, str] | None = None,
+                     ) -> dict[str, str]:
+    """Declared names from the container environment plus the baseline; nothing from the host.
+
+    ``boundary_env`` is part of the baseline the sandbox itself provides: the egress proxy and
+    CA variables (without them a hook could not reach the hosts its phase allows).
+    """
     env = {
         "PATH": container_env.get("PATH", DEFAULT_PATH),
         "HOME": home,
         "TERM": "dumb",
         "PWD": workdir,
+        **(boundary_env or {}),
     }
     for name in hook.env:
         if name in container_env:
@@ -106,7 +112,8 @@ def hook_argv(hook: Hook, env: Mapping[str, str]) -> list[str]:
 
 
 def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
-                   accounts: Accounts, sandbox_user: str, workdir: str) -> str:
+                   accounts: Accounts, sandbox_user: str, workdir: str,
+                   boundary_env: Mapping[str, str] | None = None) -> str:
     """The wrapper the sandbox starts with: startup hooks in order, then ``exec "$@"``."""
     lines = [
         "#!/bin/sh",
@@ -114,7 +121,8 @@ def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
     ]
     for hook in hooks:
         env = hook_environment(hook, container_env=container_env,
-                               home=accounts.home(sandbox_user), workdir=workdir)
+                               home=accounts.home(sandbox_user), workdir=workdir,
+                               boundary_env=boundary_env)
         # HOSTNAME is the sandbox's own, read when the hook runs (baseline, never the host's).
         line = 'env -i "HOSTNAME=$(cat /etc/hostname 2>/dev/null)" ' + " ".join(
             shlex.quote(a) for a in hook_argv(hook, env)[2:])
@@ -156,6 +164,8 @@ class CreateStep:
     accounts: Accounts
     workdir: str
     on_output: Callable[[str, bytes], None]
+    boundary_env: Mapping[str, str] = field(default_factory=dict)
+    after_install: Callable[[], None] | None = None  # closes the install phase
 
 
 def run_create_step(step: CreateStep, plan: LifecyclePlan,
@@ -175,6 +185,8 @@ def run_create_step(step: CreateStep, plan: LifecyclePlan,
                 _own_path(step, container_id, path, mode)
             for hook in plan.install:
                 _run_install_hook(step, container_id, hook)
+        if step.after_install is not None:
+            step.after_install()
             driver.kill(container_id)
             driver.wait(container_id, 30)
         return driver.commit(container_id, step.image_tag, step.image_labels, step.base)
@@ -198,7 +210,7 @@ def _write_files(step: CreateStep, container_id: str, plan: LifecyclePlan) -> No
     if plan.startup:
         script = startup_script(plan.startup, container_env=step.container_env,
                                 accounts=step.accounts, sandbox_user=f"{step.uid}",
-                                workdir=step.workdir)
+                                workdir=step.workdir, boundary_env=step.boundary_env)
         entries.append((STARTUP_SCRIPT, script.encode("utf-8"), 0o755, 0, 0))
     if entries:
         step.driver.put_archive(container_id, "/", _tar(entries))
@@ -220,7 +232,8 @@ def _own_path(step: CreateStep, container_id: str, path: str, mode: int | None) 
 def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:
     user = hook.user or "root"  # install hooks default to root (lifecycle@1 SHOULD)
     env = hook_environment(hook, container_env=step.container_env,
-                           home=step.accounts.home(user), workdir=step.workdir)
+                           home=step.accounts.home(user), workdir=step.workdir,
+                           boundary_env=step.boundary_env)
     output, status = step.driver.exec_stream(container_id, hook_argv(hook, env), user=user,
                                              workdir=step.workdir)
     for stream, chunk in output:

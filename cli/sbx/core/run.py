@@ -9,10 +9,12 @@ found by the labels every object carries.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import os
+import shlex
 import shutil
 import threading
 import time
@@ -27,6 +29,18 @@ from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
 from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
+from sbx.core.egress import (
+    CA_BUNDLE,
+    CA_FILE,
+    SYSTEM_BUNDLES,
+    EgressPlan,
+    ProxyProcess,
+    credential_env,
+    plan_egress,
+    proxy_env,
+    start_proxy,
+    trust_bundle,
+)
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
 from sbx.core.kitset import KitSet, effective_composition, load_kit_set
 from sbx.core.lifecycle import (
@@ -34,6 +48,7 @@ from sbx.core.lifecycle import (
     KEEPALIVE,
     STARTUP_SCRIPT,
     CreateStep,
+    KitFile,
     parse_accounts,
     run_create_step,
 )
@@ -100,8 +115,9 @@ class RunPlan:
     container_env: Mapping[str, str]
     run_image_tag: str | None  # the per-run image the create step commits, when needed
     volume_names: tuple[str, ...] = ()
-    network: str | None = None  # the per-run internal network, when ports are published
+    network: str | None = None  # the per-run internal network (ports, egress)
     bridge: str | None = None
+    egress: EgressPlan | None = None
     warnings: tuple[str, ...] = ()
 
     @property
@@ -249,11 +265,15 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
         workspace_target=workspace_target,
         kits={k.reference: k.local for k in kit_set.kits})
     command, entrypoint = _command(request, image, capabilities, kit_set)
-    run_image_tag = f"sbx-run/{run_id}:1" if capabilities.needs_create_step else None
+    egress = _plan_egress(ctx, composition, capabilities)
+    # The CA goes into the per-run image, so a network policy always takes the create step.
+    needs_create_step = capabilities.needs_create_step or egress is not None
+    run_image_tag = f"sbx-run/{run_id}:1" if needs_create_step else None
     volume_names = tuple(f"sbx-{run_id[:16]}-v{i}" for i in range(len(capabilities.volumes)))
-    # Published ports need an interface: a per-run internal network (no route beyond the host).
-    network = f"sbx-{run_id[:16]}" if capabilities.ports else None
-    bridge = f"sbx{run_id[:12]}" if capabilities.ports else None
+    # Ports and egress need an interface: a per-run internal network (no route beyond the host).
+    networked = bool(capabilities.ports) or egress is not None
+    network = f"sbx-{run_id[:16]}" if networked else None
+    bridge = f"sbx{run_id[:12]}" if networked else None
     limits = capabilities.limits
     spec = build_spec(
         image=run_image_tag or image.id,
@@ -289,7 +309,19 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                    workspace_host=workspace_host, access=access, labels=labels,
                    container_env=container_env, run_image_tag=run_image_tag,
                    volume_names=volume_names, network=network, bridge=bridge,
-                   warnings=warnings)
+                   egress=egress, warnings=warnings)
+
+
+def _plan_egress(ctx: AppContext, composition: Composition,
+                 capabilities: CapabilityPlan) -> EgressPlan | None:
+    if composition.network is None:
+        return None
+    from sbx.secrets import SecretStore
+
+    store = SecretStore(ctx.state_home)
+    services = {c.service for c in composition.credentials}
+    return plan_egress(composition, has_install_hooks=bool(capabilities.lifecycle.install),
+                       secret_available={s: store.get(s) is not None for s in services})
 
 
 def _env_pairs(env: Sequence[str]) -> Iterator[tuple[str, str]]:
@@ -441,19 +473,14 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
     try:
         for name in plan.volume_names:
             created.volumes.append(driver.create_volume(name, plan.labels))
-        if plan.network is not None and plan.bridge is not None:
-            from sbx.core.firewall import BridgeGuard
-
-            created.network = driver.create_network(plan.network, plan.labels,
-                                                    bridge=plan.bridge, internal=True)
-            created.guard = BridgeGuard(plan.bridge, plan.run_id)
-            gap = created.guard.install()
-            if gap:
-                on_warning(gap)
+        boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
         if plan.run_image_tag is not None:
-            _create_step(ctx, plan, driver, on_output)
+            _create_step(ctx, plan, driver, on_output, boundary, created.proxy)
             created.image = plan.run_image_tag
-        container_id = driver.create(plan.spec)
+        spec = plan.spec
+        if boundary:
+            spec = dataclasses.replace(spec, env={**spec.env, **boundary})
+        container_id = driver.create(spec)
         created.container = container_id
         _update_run_dir(run_dir, container_id)
         driver.start(container_id)
@@ -512,11 +539,64 @@ class _Created:
     network: str | None = None
     guard: BridgeGuard | None = None  # only runs with a network import these
     forwarder: PortForwarder | None = None
+    proxy: ProxyProcess | None = None
 
 
-def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
-                 on_output: OutputSink) -> None:
-    """Kit files, profiles, startup script and install hooks → the per-run image."""
+def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
+                   run_dir: Path, on_warning: Callable[[str], None]) -> dict[str, str]:
+    """The per-run internal network, the egress proxy, and the bridge's firewall rules.
+
+    Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
+    if plan.network is None or plan.bridge is None:
+        return {}
+    from sbx.core.firewall import BridgeGuard
+
+    created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
+                                            internal=True)
+    boundary: dict[str, str] = {}
+    if plan.egress is not None:
+        created.proxy, boundary = _start_egress(ctx, plan, driver, created.network, run_dir)
+    created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
+        (created.proxy.port,) if created.proxy is not None else ()))
+    gap = created.guard.install()
+    if gap:
+        on_warning(gap)
+    return boundary
+
+
+def _start_egress(ctx: AppContext, plan: RunPlan, driver: Driver, network_id: str,
+                  run_dir: Path) -> tuple[ProxyProcess, dict[str, str]]:
+    """Start this run's egress proxy on the network's gateway; the sandbox's boundary env."""
+    from sbx.egress.proxyconfig import CredentialSpec, ProxyConfig
+
+    assert plan.egress is not None  # noqa: S101 - guarded by the caller
+    gateway = driver.network_gateway(network_id)
+    specs = tuple(CredentialSpec.from_credential(c) for c in plan.composition.credentials
+                  if c.service in plan.egress.bound)
+    network_settings = plan.config.network
+    ca_file = network_settings.upstream_ca_file.value
+    config = ProxyConfig(
+        run_id=plan.run_id, state_home=ctx.state_home,
+        audit_log=ctx.state_home / "audit.jsonl", network=plan.composition.network,
+        phase=plan.egress.initial_phase,  # type: ignore[arg-type]
+        credentials=specs, listen_host=gateway, listen_port=0,
+        upstream_proxy=network_settings.upstream_proxy.value,
+        upstream_ca_file=Path(ca_file) if ca_file else None,
+        explain_command=_explain_prefix(plan), phase_file=run_dir / "proxy.phase")
+    proxy = start_proxy(config.to_json(), run_dir, plan.run_id)
+    _update_run_dir(run_dir, None, proxy_pid=proxy.pid)
+    return proxy, {**proxy_env(gateway, proxy.port), **credential_env(specs)}
+
+
+def _explain_prefix(plan: RunPlan) -> str:
+    kits = " ".join(f"--kit {shlex.quote(k.reference)}" for k in plan.kit_set.mixins)
+    return " ".join(filter(None, ["sbx explain", shlex.quote(plan.kit_set.workload.reference),
+                                  kits]))
+
+
+def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
+                 boundary: Mapping[str, str], proxy: ProxyProcess | None) -> None:
+    """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
     volumes = [BindMount(name, volume.path, False, volume=True) for name, volume
@@ -524,6 +604,12 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
     spec = build_create_step_spec(
         image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
         labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+    lifecycle = plan.capabilities.lifecycle
+    if plan.egress is not None and plan.network is not None:
+        # Install hooks reach exactly the install phase's hosts, through the same proxy.
+        spec = dataclasses.replace(spec, network_mode=plan.network)
+        lifecycle = dataclasses.replace(
+            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, driver)))
     # Install hooks' output is the kit author's, shown like a build's: on stderr.
     step = CreateStep(
         driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
@@ -531,9 +617,32 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver,
         uid=plan.user.uid, gid=plan.user.gid, container_env=plan.container_env,
         accounts=parse_accounts(passwd.decode("utf-8", "replace")),
         workdir=plan.workspace_target,
-        on_output=lambda _stream, chunk: on_output("stderr", chunk))
-    run_create_step(step, plan.capabilities.lifecycle,
-                    [(v.path, v.mode) for v in plan.capabilities.volumes])
+        on_output=lambda _stream, chunk: on_output("stderr", chunk),
+        boundary_env=boundary,
+        after_install=(proxy.switch_to_runtime
+                       if proxy is not None and plan.egress is not None
+                       and plan.egress.initial_phase == "install" else None))
+    run_create_step(step, lifecycle, [(v.path, v.mode) for v in plan.capabilities.volumes])
+
+
+def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
+    """sbx's CA, a bundle of the image's CAs plus sbx's, and that bundle in the image's own
+    system location, so clients that ignore SSL_CERT_FILE trust intercepted TLS too."""
+    from sbx.egress.ca import CertificateAuthority
+
+    ca_pem = CertificateAuthority.load_or_create(ctx.state_home).certificate_pem()
+    system_path, system = next(
+        ((p, data) for p in SYSTEM_BUNDLES
+         if (data := driver.read_image_file(plan.image.id, p, plan.labels)) is not None),
+        (SYSTEM_BUNDLES[0], None))
+    bundle = trust_bundle(ca_pem, system).decode("utf-8")
+    files = [KitFile(kit="sbx", where="egress CA", path=CA_FILE, content=ca_pem.decode(),
+                     mode=0o644, owner_is_sandbox_user=False),
+             KitFile(kit="sbx", where="egress CA", path=CA_BUNDLE, content=bundle, mode=0o644,
+                     owner_is_sandbox_user=False),
+             KitFile(kit="sbx", where="egress CA", path=system_path, content=bundle,
+                     mode=0o644, owner_is_sandbox_user=False)]
+    return files
 
 
 def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> threading.Thread:
@@ -557,6 +666,8 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     """Remove what this run created, container first (it holds the image and volumes)."""
     if created.forwarder is not None:
         created.forwarder.stop()
+    if created.proxy is not None:
+        created.proxy.stop()
     steps: list[tuple[str, Callable[[], bool]]] = []
     if created.container is not None:
         container = created.container
@@ -603,10 +714,14 @@ def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     return run_dir
 
 
-def _update_run_dir(run_dir: Path, container_id: str) -> None:
+def _update_run_dir(run_dir: Path, container_id: str | None, *,
+                    proxy_pid: int | None = None) -> None:
     path = run_dir / "run.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["container_id"] = container_id
+    if container_id is not None:
+        data["container_id"] = container_id
+    if proxy_pid is not None:
+        data["proxy_pid"] = proxy_pid  # gc stops an orphaned proxy by this pid + its argv
     path.write_text(json.dumps(data), encoding="utf-8")
 
 
