@@ -802,8 +802,9 @@ def test_bundled_examples_compose_and_run(sbx_cli: Runner, env: dict[str, str],
     assert profile.startswith("# Sandbox guidance\n")
     assert _headings(profile) == ["gh", "hello", "tool"]
     assert "# Hello kit" in profile and "# GitHub (gh)" in profile
-    # Until the egress issue implements them, gh's optional network policy and credential are
-    # skipped and recorded.
+    # gh's network policy is enforced at the egress proxy; its optional credential has no
+    # secret in this test's store, so it is skipped and recorded.
     skipped = {(Path(s["kit"]).name, s["type"]) for s in data["selection"]["skipped"]}
-    assert {t for k, t in skipped if k == "gh"} == {"com.docker.sandbox/network-policy@2",
-                                                    "com.docker.sandbox/credential@1"}
+    selected = {(Path(s["kit"]).name, s["type"]) for s in data["selection"]["selected"]}
+    assert {t for k, t in skipped if k == "gh"} == {"com.docker.sandbox/credential@1"}
+    assert ("gh", "com.docker.sandbox/network-policy@2") in selected

@@ -25,13 +25,24 @@ from sbx.hardening import Limits
 from sbx.kits.compose import Composition, Entry, size_bytes
 from sbx.kits.local import LocalKit
 from sbx.kits.selection import SelectionRecord
-from sbx.kits.types import AGENT_CONTEXT, LIFECYCLE, PORT, PRIVILEGED, RESOURCES, VOLUME
+from sbx.kits.types import (
+    AGENT_CONTEXT,
+    CREDENTIAL,
+    LIFECYCLE,
+    NETWORK_V1,
+    NETWORK_V2,
+    PORT,
+    PRIVILEGED,
+    RESOURCES,
+    VOLUME,
+)
 from sbx.reasons import Reason
 
 # The capability types this sbx implements; every other type is refused by name when required
 # and skipped-and-recorded when optional.
 SUPPORTED: Final[frozenset[str]] = frozenset({
     LIFECYCLE, VOLUME, RESOURCES, AGENT_CONTEXT, PRIVILEGED, PORT,
+    NETWORK_V1, NETWORK_V2, CREDENTIAL,  # enforced at the egress proxy (sbx.egress)
 })
 DEFAULT_PROFILE: Final = "AGENTS.md"
 DEFAULT_VOLUME_TMPFS_BYTES: Final = 64 * 1024 * 1024

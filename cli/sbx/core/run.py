@@ -170,7 +170,8 @@ def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
     """Selection records; a capability selected by type but then not satisfiable (an optional
     resources@1 over its bound, an optional udp port) counts as skipped only."""
     records = plan.kit_set.selection_records()
-    later = [r.as_dict() for r in plan.capabilities.skipped]
+    later = [r.as_dict() for r in (*plan.capabilities.skipped,
+                                   *(plan.egress.skipped if plan.egress else ()))]
     dropped = {(r["kit"], r["path"]) for r in later}
     return {"selected": [r for r in records["selected"]
                          if (r["kit"], r["path"]) not in dropped],
@@ -494,8 +495,7 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
             for published in created.forwarder.start(plan.capabilities.ports):
                 on_notice(f"port {published.key} is published on "
                            f"{published.host}:{published.host_port}")
-        skipped = [*plan.kit_set.selection_records()["skipped"],
-                   *(r.as_dict() for r in plan.capabilities.skipped)]
+        skipped = _selection(plan)["skipped"]
         _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
             "workload": plan.kit_set.workload.reference, "kits": plan.references,
             "image": plan.image_tag, "user": plan.spec.user,
