@@ -262,3 +262,69 @@ def _host_resolvable_name() -> str:
             return name
     # No name resolves on this host: a kit host is still a name the sandbox must not resolve.
     return "api.github.com"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_bundled_gh_example_enforces_its_policy_and_injects_the_token(
+        sbx_cli: Any, egress_env: dict[str, str], internet: Internet, tmp_path: Path) -> None:
+    _bind_secret(sbx_cli, egress_env)
+    script = ('echo "list=$(gh api /user/repos | head -c 200 | tr -d "\\n" | wc -c)"; '
+              'echo "delete_repo=$(gh api -X DELETE /repos/o/r | head -1)"; '
+              'echo "delete_gist=$(gh api -X DELETE /gists/1 | head -c 20 | wc -c)"')
+    result = sbx_cli(["run", "--json", "examples/hello", "--kit", "examples/gh", "--timeout",
+                      "120", "--", "bash", "-c", script], env=egress_env, cwd=REPO)
+    data = result.envelope()["data"]
+    values = _values(data["stdout"])
+    assert int(values["list"]) > 0 and int(values["delete_gist"]) > 0
+    assert values["delete_repo"].startswith("blocked by sbx egress policy (403")
+    seen = {(r.method, r.path) for r in internet.origin.requests()}
+    assert ("GET", "/user/repos") in seen and ("DELETE", "/gists/1") in seen
+    assert ("DELETE", "/repos/o/r") not in seen
+    tokens = {r.header("authorization") for r in internet.origin.requests()}
+    assert tokens == {f"Bearer {SECRET}"}
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_egress_stops_when_the_proxy_dies(gh_kit: Path, sbx_cli: Any,
+                                         egress_env: dict[str, str], tmp_path: Path,
+                                         state_home: Path) -> None:
+    """Fail closed: kill the run's proxy mid-run; the sandbox has no other way out."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _bind_secret(sbx_cli, egress_env)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000) if os.geteuid() == 0 else None
+    script = (
+        'first=$(curl -sS -m 5 -o /dev/null -w "%{http_code}" https://api.github.com/user); '
+        'touch "$SBX_WORKSPACE/first-done"; '
+        'for i in $(seq 1 100); do [ -e "$SBX_WORKSPACE/proxy-killed" ] && break; sleep 0.1; '
+        'done; '
+        'second=$(curl -sS -m 5 -o /dev/null -w "%{http_code}" https://api.github.com/user '
+        '2>/dev/null); echo "first=$first"; echo "second=$second"'
+    )
+    sbx = str(Path(sys.executable).parent / "sbx")
+    process = subprocess.Popen([sbx, "run", str(gh_kit), str(workspace), "--timeout", "60",
+                                "--", "bash", "-c", script], env=egress_env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (workspace / "first-done").exists():
+            time.sleep(0.1)
+        runs = [json.loads(p.read_text()) for p in (state_home / "runs").glob("*/run.json")]
+        proxy_pids = [r["proxy_pid"] for r in runs if r.get("proxy_pid")]
+        assert proxy_pids, "the run recorded no proxy"
+        os.kill(proxy_pids[0], signal.SIGKILL)
+        (workspace / "proxy-killed").touch()
+        out, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    values = _values(out)
+    assert values["first"] == "200"
+    assert values["second"] in ("000", ""), (values, err)
