@@ -36,8 +36,10 @@ __sbx_node() {
             __sbx_nargs=2
             ;;
         'sbx explain')
-            __sbx_options='--list --json -h --help'
-            __sbx_nargs=1
+            __sbx_options='-k --kit --arg --phase --last --list --json -h --help'
+            __sbx_value_options='-k --kit --arg --phase'
+            __sbx_nargs=2
+            __sbx_variadic=1
             ;;
         'sbx doctor')
             __sbx_options='--json -h --help'
@@ -76,6 +78,8 @@ __sbx_values() {
         'sbx run --mount') __sbx_paths -f ;;
         'sbx run #0') __sbx_paths -d ;;
         'sbx run #1') __sbx_paths -d ;;
+        'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
+        'sbx explain --phase') __sbx_words 'install runtime' ;;
         'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
     esac
     return 0

@@ -72,6 +72,8 @@ function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
             printf '%s\n' -k --kit --arg --access --mount --timeout
+        case 'sbx explain'
+            printf '%s\n' -k --kit --arg --phase
         case 'sbx gc'
             printf '%s\n' --grace
     end
@@ -81,7 +83,7 @@ complete -c sbx -f
 
 # sbx
 complete -c sbx -n '__sbx_arg "sbx" 0' -a run -d 'Run a workload kit (plus mixins) in a hardened sandbox'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a explain -d 'Explain a reason code: what causes it and how to fix it'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a explain -d 'Explain a reason code, a run\'s refusals, a sandbox, or one request\'s decision'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a doctor -d 'Check that this machine can run sandboxes safely: platform, config, identity,...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
@@ -104,6 +106,10 @@ complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (com
 complete -c sbx -n '__sbx_arg "sbx run" 1' -a '(__fish_complete_directories (commandline -ct))'
 
 # sbx explain
+complete -c sbx -n '__sbx_in "sbx explain"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit composed on the workload, as for `sbx run` (repeatable)'
+complete -c sbx -n '__sbx_in "sbx explain"' -l arg -x -d 'A value for a kit arg, as for `sbx run` (repeatable)'
+complete -c sbx -n '__sbx_in "sbx explain"' -l phase -x -a 'install runtime' -d 'The phase whose network rules judge the request'
+complete -c sbx -n '__sbx_in "sbx explain"' -l last -d 'Show the refusals recorded for the last run'
 complete -c sbx -n '__sbx_in "sbx explain"' -l list -d 'List every reason code'
 complete -c sbx -n '__sbx_in "sbx explain"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx explain"' -s h -l help -d 'Show this message and exit'

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from sbx.core.doctor import DoctorReport
+    from sbx.core.explain import (
+        RequestExplanation,
+        RunExplanation,
+        SandboxExplanation,
+    )
     from sbx.core.gc import GcItem, GcResult
     from sbx.secrets import SecretInfo
 
@@ -215,6 +220,110 @@ class Renderer:
             table.add_row(reason.value, str(int(info.exit_status)), info.title)
         self.out.print(table)
 
+    # -- explain (request, sandbox, run) -----------------------------------------------------
+
+    def _plain(self, text: str) -> None:
+        self._line(self._out_file, _escape(text), text)
+
+    def explain_request(self, result: RequestExplanation) -> None:
+        """Allowed/denied, every matched rule, the deciding one, the reason and the fix."""
+        decision = result.decision
+        status = 0 if decision.allowed else int(ExitStatus.DENIED)
+        if self.as_json:
+            self.envelope(Envelope(
+                command="explain", status="ok" if decision.allowed else "denied",
+                exit_code=status, data=result.as_dict(),
+                reason=None if decision.allowed else Reason.EGRESS_DENIED.value,
+                message=decision.reason, hint=decision.suggestion))
+            return
+        request = decision.request
+        verdict = "allowed" if decision.allowed else "denied"
+        what = request.method or "connection"
+        where = f"{decision.host or request.host}:{request.port}"
+        path = f" {decision.path or request.path}" if request.method and request.path else ""
+        style = "green" if decision.allowed else "red"
+        text = f"{verdict}: {what} {where}{path} ({request.phase} phase, {decision.code})"
+        rest = _escape(text[len(verdict) + 2:])
+        self._line(self._out_file, f"[bold {style}]{verdict}[/]: {rest}", text)
+        if result.target.method_defaulted:
+            self._plain("  (a URL without METHOD is judged as GET)")
+        if decision.matched:
+            self._plain("  matched rules:")
+            for match in decision.matched:
+                rule = match.rule
+                mark = " <- decides" if rule == decision.deciding else ""
+                declared = rule.declared_at or f"capabilities[{rule.index}]"
+                self._plain(f"    {match.effect:<12} {rule.kit} {declared} {rule.phase}."
+                            f"{rule.action}: {_rule_text(rule)}{mark}")
+        else:
+            self._plain("  matched rules: none")
+        for rule in decision.superseded:
+            self._plain(f"  superseded: {rule.kit} capabilities[{rule.index}]: "
+                        f"{_rule_text(rule)} (another rule grants the host outright)")
+        self._plain(f"  reason: {decision.reason}")
+        if decision.suggestion:
+            self._plain(f"  fix:    {decision.suggestion}")
+        for rule in result.pending:
+            self._plain(f"  note: {rule.kit} capabilities[{rule.index}] {rule.phase}.{rule.action} "
+                        f"{_rule_text(rule)} holds a ${{{{ kit.env.* }}}} reference, known only "
+                        "once the image is built; it was judged literally (matching nothing), "
+                        "so `sbx run` may decide otherwise")
+
+    def explain_sandbox(self, result: SandboxExplanation) -> None:
+        """The effective sandbox: kits, capabilities, hardening, network, credentials."""
+        if self.as_json:
+            self.envelope(Envelope(command="explain", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        self._plain("kits (composition order):")
+        for item in result.kits:
+            self._plain(f"  {item.name}  {item.extra.get('kind')} "
+                        f"{item.extra.get('version')}  ({item.extra.get('descriptor')})")
+        self._plain("capabilities selected:")
+        for item in result.selected or ():
+            self._plain(f"  {item.name}  {item.value}")
+        if result.skipped:
+            self._plain("capabilities skipped:")
+            for item in result.skipped:
+                self._plain(f"  {item.name}  {item.value}: {item.extra.get('reason')}")
+        self._plain("hardening (value, source; change with):")
+        for item in result.hardening:
+            self._plain(f"  {item.name} = {item.value}  ({item.source}; {item.change})")
+        for phase, items in result.network.items():
+            self._plain(f"network, {phase} phase:" + ("" if items else " nothing allowed"))
+            for item in items:
+                self._plain(f"  {item.value:<5} {item.name}")
+        self._plain("credentials:" + ("" if result.credentials else " none"))
+        for item in result.credentials:
+            self._plain(f"  {item.name} ({item.extra.get('phase')}): {item.value}, from "
+                        f"{item.source}; change: {item.change}")
+        for item in result.storage:
+            self._plain(f"storage: {item.name} ({item.value}) from {item.source}")
+        for rule in result.pending:
+            self._plain(f"note: {rule.kit} capabilities[{rule.index}] {_rule_text(rule)} holds a "
+                        "${{ kit.env.* }} reference, resolved only once the image is built")
+        self._plain(f"judge a request: {result.explain} [METHOD] URL|HOST[:PORT]")
+
+    def explain_run(self, result: RunExplanation) -> None:
+        """The refusals recorded for one run, each with its rule and fix."""
+        if self.as_json:
+            self.envelope(Envelope(command="explain", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        if result.run_id is None:
+            self._plain(f"no runs recorded in {result.audit_log}")
+            return
+        head = f"run {result.run_id}" + (f" ({result.workload})" if result.workload else "")
+        if not result.refusals:
+            self._plain(f"{head}: no refusals recorded")
+            return
+        self._plain(f"{head}: {len(result.refusals)} refusal(s)")
+        for refusal in result.refusals:
+            self._plain(f"  {refusal.timestamp} {refusal.event}: {refusal.blocked}")
+            self._plain(f"    rule: {refusal.rule}  code: {refusal.code}")
+            self._plain(f"    fix:  {refusal.fix}")
+            self._plain(f"    explain: {refusal.explain}")
+
     # -- doctor ------------------------------------------------------------------------------
 
     def doctor_report(self, report: DoctorReport) -> None:
@@ -341,6 +450,15 @@ _GC_REPORTED: Final = frozenset({"deadline_missing", "deadline_unreadable"})
 def _gc_label(item: GcItem) -> str:
     run = f" (run {item.run_id[:12]})" if item.run_id and item.kind != "run_dir" else ""
     return f"{item.kind.replace('_', ' ')} {item.short}{run}"
+
+
+def _rule_text(rule: Any) -> str:
+    text = str(rule.host)
+    if rule.bounded:
+        text += " " + (",".join(rule.methods) or "ANY")
+        if rule.paths:
+            text += " " + ",".join(rule.paths)
+    return text
 
 
 def _escape(text: str) -> str:

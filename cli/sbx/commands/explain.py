@@ -1,42 +1,96 @@
-"""`sbx explain REASON | --list`: cause and fix of a reason code, from the one registry.
+"""`sbx explain ...`: the four forms of SPEC §2.3, told apart by the first argument.
 
-The other forms (the effective sandbox of a composition, a request decision, `--last`) arrive
-with the diagnostics issue; until then a non-reason argument is refused with the known codes.
+- ``REASON`` (a reason code) / ``--list``: cause and fix, from the one registry.
+- ``RUN_ID`` (32 hex characters) / ``--last``: the refusals the audit log recorded for a run.
+- ``WORKLOAD [--kit MIXIN]...``: the effective sandbox.
+- ``WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]``: the decision for one request, by the
+  function the egress proxy enforces with; exit 0 allowed, 1 denied.
+
+Never touches the engine. Logic lives in :mod:`sbx.core.explain`; printing in the renderer.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import typer
 
 from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.reasons import ExitStatus, Reason
+
+_REASON_LIKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 
 
 def explain(
     ctx: typer.Context,
     subject: Annotated[str | None, typer.Argument(
-        metavar="[REASON]", help="A reason code, e.g. mount_blocked.")] = None,
+        metavar="[REASON]",
+        help="A reason code (e.g. mount_blocked), a run id, or a workload kit directory.")] = None,
+    rest: Annotated[list[str] | None, typer.Argument(
+        metavar="[TARGET]...",
+        help="After WORKLOAD: [METHOD] URL|HOST[:PORT], the request to judge.")] = None,
+    kit: Annotated[list[str] | None, typer.Option(
+        "--kit", "-k", metavar="MIXIN",
+        help="A mixin kit composed on the workload, as for `sbx run` (repeatable).")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE",
+        help="A value for a kit arg, as for `sbx run` (repeatable).")] = None,
+    phase: Annotated[str, typer.Option(
+        "--phase", metavar="install|runtime",
+        help="The phase whose network rules judge the request.")] = "runtime",
+    last: Annotated[bool, typer.Option(
+        "--last", help="Show the refusals recorded for the last run.")] = False,
     list_all: Annotated[bool, typer.Option("--list", help="List every reason code.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
-    """Explain a reason code: what causes it and how to fix it."""
-    renderer = ctx.obj.renderer
+    """Explain a reason code, a run's refusals, a sandbox, or one request's decision."""
+    from sbx.core import explain as core
+
+    app = ctx.obj
+    renderer = app.renderer
+    extra = list(rest or ())
+    if last or (subject is not None and core.is_run_id(subject) and not extra):
+        if last and (subject is not None or extra):
+            raise SbxError(Reason.INVALID_ARGUMENT, "--last takes no arguments",
+                           hint="`sbx explain --last` or `sbx explain RUN_ID`.")
+        renderer.explain_run(core.explain_run(app.state_home, None if last else subject))
+        return 0
     if list_all or subject is None:
         renderer.reason_list(list(Reason))
         return 0
-    try:
-        reason = Reason(subject)
-    except ValueError:
-        import difflib
+    reason = core.reason_of(subject)
+    if reason is not None and not extra:
+        renderer.reason(reason)
+        return 0
+    if not extra and _REASON_LIKE.fullmatch(subject) and not (app.cwd / subject).exists():
+        _not_a_reason(subject)
+    if phase not in ("install", "runtime"):
+        raise SbxError(Reason.INVALID_ARGUMENT, f"--phase {phase!r} is not install or runtime",
+                       hint="Pass --phase install or --phase runtime.")
+    method, target_text = core.split_request(extra)
+    target = core.parse_target(target_text, method) if target_text is not None else None
+    kit_set = core.load(subject, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
+    if target is None:
+        from sbx.secrets import SecretStore
 
-        close = difflib.get_close_matches(subject, [r.value for r in Reason], n=1)
-        hint = f"Did you mean {close[0]!r}? " if close else ""
-        raise SbxError(Reason.INVALID_ARGUMENT, f"{subject!r} is not a reason code",
-                       hint=f"{hint}`sbx explain --list` shows them all.") from None
-    renderer.reason(reason)
-    return 0
+        store = SecretStore(app.state_home)
+        bound = {s: store.get(s) is not None for s in core.credential_services(kit_set)}
+        renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound))
+        return 0
+    result = core.explain_request(kit_set, target, "install" if phase == "install" else "runtime")
+    renderer.explain_request(result)
+    return 0 if result.allowed else int(ExitStatus.DENIED)
+
+
+def _not_a_reason(subject: str) -> None:
+    import difflib
+
+    close = difflib.get_close_matches(subject, [r.value for r in Reason], n=1)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    raise SbxError(Reason.INVALID_ARGUMENT,
+                   f"{subject!r} is not a reason code, a run id or a kit directory",
+                   hint=f"{hint}`sbx explain --list` shows the reason codes.")
 
 
 __all__ = ["explain"]

@@ -1,0 +1,440 @@
+"""`sbx explain`'s answers, computed with the code that enforces (SPEC §2.3).
+
+- :func:`explain_request` judges one request or connection with :func:`sbx.egress.policy.decide`
+  — the function the egress proxy calls — on the composition of the kit set, loaded exactly as
+  ``sbx run`` loads it (same :data:`~sbx.core.capabilities.SUPPORTED`), but without the engine:
+  the composition is built from the arg-expanded descriptors. ``${{ kit.env.* }}`` references
+  need the built image's environment, so a rule that still holds one is reported, not guessed.
+- :func:`explain_sandbox` describes the effective sandbox: kits, selection, hardening values
+  with their provenance, network rules per phase, credentials (bound or not, never a value).
+- :func:`explain_run` reads the audit log: the refusals recorded for one run.
+
+Nothing here touches the engine, prints, or exits; commands render the results.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from sbx import audit
+from sbx.config import DEFAULT_SOURCE, Config
+from sbx.core.capabilities import SUPPORTED
+from sbx.core.kitset import KitSet, load_kit_set
+from sbx.egress.policy import Decision, Request, decide, describe_rule, rule_dict, rule_where
+from sbx.errors import SbxError
+from sbx.kits.compose import PHASES, Composition, Contribution, Phase, Rule, compose
+from sbx.reasons import REGISTRY, Reason
+
+ENV_REFERENCE: Final = "${{ kit.env."
+RUN_ID: Final = re.compile(r"[0-9a-f]{32}")
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HTTP_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
+                                 "CONNECT", "TRACE"})
+RUN_EVENTS: Final = frozenset({audit.SANDBOX_STARTED, audit.SANDBOX_FINISHED,
+                               audit.SANDBOX_UNAVAILABLE, audit.EGRESS_DENIED})
+
+
+def _usage(message: str, hint: str) -> SbxError:
+    return SbxError(Reason.INVALID_ARGUMENT, message, hint=hint)
+
+
+# --- the target ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed ``[METHOD] URL|HOST[:PORT]``; ``method`` None is a connection (no HTTP seen)."""
+
+    text: str
+    host: str
+    port: int
+    scheme: str
+    method: str | None
+    path: str | None
+    method_defaulted: bool = False
+
+    def request(self, phase: Phase) -> Request:
+        return Request(phase=phase, host=self.host, port=self.port, method=self.method,
+                       path=self.path, scheme=self.scheme)
+
+
+def _parse_port(text: str, target: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
+        raise _usage(f"{target!r}: the port {text!r} is not a number from 1 to 65535",
+                     "Give the target as HOST, HOST:PORT or an http(s) URL.")
+    return int(text)
+
+
+def parse_target(target: str, method: str | None = None) -> Target:
+    """``https://h/p`` → h:443 /p; ``http://h:8080/`` → h:8080; ``h`` → h:443; ``h:22`` → h:22.
+
+    A URL without METHOD is a ``GET`` (what a client sends for it); a bare host without METHOD
+    is a connection sbx cannot see into. Other schemes must be written as HOST:PORT.
+    """
+    if method is not None:
+        if not _TOKEN.fullmatch(method):
+            raise _usage(f"{method!r} is not an HTTP method",
+                         "Give a method such as GET or POST before the target, or none.")
+        method = method.upper()
+    if "://" in target:
+        parts = urlsplit(target)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise _usage(f"{target!r}: the scheme {parts.scheme!r} is not http or https",
+                         "Give other protocols as HOST:PORT (judged as a connection).")
+        try:
+            port = parts.port
+        except ValueError:
+            raise _usage(f"{target!r}: the port is not a number from 1 to 65535",
+                         "Correct the URL's port.") from None
+        host = parts.hostname or ""
+        if not host:
+            raise _usage(f"{target!r} names no host", "Give a URL such as https://example.com/.")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        defaulted = method is None
+        return Target(target, host, port or (443 if scheme == "https" else 80), scheme,
+                      method or "GET", path, defaulted)
+    if "/" in target:
+        raise _usage(f"{target!r} has a path but no scheme",
+                     "Write it as a URL (https://HOST/PATH) to judge a path.")
+    host, port = target, 443
+    if target.startswith("["):
+        end = target.find("]")
+        if end < 0:
+            raise _usage(f"{target!r}: unclosed [", "Write an IPv6 address as [ADDR]:PORT.")
+        host, rest = target[1:end], target[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise _usage(f"{target!r} is not HOST[:PORT]", "Write [ADDR]:PORT.")
+            port = _parse_port(rest[1:], target)
+    elif target.count(":") == 1:
+        host, _, port_text = target.partition(":")
+        port = _parse_port(port_text, target)
+    if not host:
+        raise _usage(f"{target!r} names no host", "Give the target as HOST or HOST:PORT.")
+    return Target(target, host, port, "https", method, None)
+
+
+# --- the kit set without the engine --------------------------------------------------------------
+
+
+def load(workload: str, mixins: Sequence[str], args: Sequence[str], *, cwd: Path,
+         state_home: Path) -> KitSet:
+    """The kit set exactly as ``sbx run`` loads it (decode, args, selection, resolution)."""
+    return load_kit_set(workload, mixins, args, cwd=cwd,
+                        cache_dir=state_home / "cache" / "descriptors", supported=SUPPORTED)
+
+
+def static_composition(kit_set: KitSet) -> Composition:
+    """Compose what selection kept from the arg-expanded descriptors (no image, no kit.env)."""
+    contributions = []
+    for kit in kit_set.resolution.topological:
+        loaded = kit_set.by_reference(kit.reference)
+        contributions.append(Contribution(kit.reference, loaded.selection.selected,
+                                          loaded.selection.selected_paths or None))
+    return compose(contributions)
+
+
+def pending_rules(composition: Composition) -> tuple[Rule, ...]:
+    """Network rules still holding a ``${{ kit.env.* }}`` reference (known only with the image)."""
+    network = composition.network
+    if network is None:
+        return ()
+    return tuple(rule for phase in PHASES
+                 for rule in (*network.phase(phase).allow, *network.phase(phase).deny)
+                 if any(ENV_REFERENCE in text for text in (rule.host, *rule.methods,
+                                                           *rule.paths)))
+
+
+def explain_prefix(kit_set: KitSet) -> str:
+    kits = " ".join(f"--kit {shlex.quote(k.reference)}" for k in kit_set.mixins)
+    return " ".join(filter(None, ["sbx explain", shlex.quote(kit_set.workload.reference), kits]))
+
+
+# --- form: one request ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestExplanation:
+    kits: tuple[str, ...]
+    target: Target
+    decision: Decision
+    pending: tuple[Rule, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kits": list(self.kits),
+            "target": self.target.text,
+            "method_defaulted": self.target.method_defaulted,
+            "decision": self.decision.as_dict(),
+            "pending_env": [rule_dict(r) for r in self.pending],
+        }
+
+
+def explain_request(kit_set: KitSet, target: Target, phase: Phase) -> RequestExplanation:
+    composition = static_composition(kit_set)
+    decision = decide(composition.network, target.request(phase))
+    return RequestExplanation(tuple(k.reference for k in kit_set.kits), target, decision,
+                              pending_rules(composition))
+
+
+# --- form: the effective sandbox -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One described thing: what it is, where it came from, and what changes it."""
+
+    name: str
+    value: str
+    source: str
+    change: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "source": self.source,
+                "change": self.change, **self.extra}
+
+
+@dataclass(frozen=True)
+class SandboxExplanation:
+    kits: tuple[Item, ...]
+    selected: tuple[Item, ...]
+    skipped: tuple[Item, ...]
+    hardening: tuple[Item, ...]
+    network: Mapping[str, tuple[Item, ...]]
+    credentials: tuple[Item, ...]
+    storage: tuple[Item, ...]
+    pending: tuple[Rule, ...]
+    explain: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kits": [i.as_dict() for i in self.kits],
+            "capabilities": {"selected": [i.as_dict() for i in self.selected],
+                             "skipped": [i.as_dict() for i in self.skipped]},
+            "hardening": [i.as_dict() for i in self.hardening],
+            "network": {p: [i.as_dict() for i in items] for p, items in self.network.items()},
+            "credentials": [i.as_dict() for i in self.credentials],
+            "storage": [i.as_dict() for i in self.storage],
+            "pending_env": [rule_dict(r) for r in self.pending],
+            "explain": self.explain,
+        }
+
+
+_FLAGS: Final = {"sandbox.timeout_ms": "--timeout SECONDS"}
+
+
+def _config_item(key: str, value: object, source: str, config: Config) -> Item:
+    section, _, name = key.partition(".")
+    change = f"[{section}] {name} in {config.path}"
+    if key in _FLAGS:
+        change += f", or {_FLAGS[key]}"
+    shown = source if source != DEFAULT_SOURCE else "default"
+    return Item(key, repr(value) if isinstance(value, str) else str(value), shown, change)
+
+
+def _version(data: Mapping[str, Any]) -> str:
+    provides = data.get("provides") or []
+    if provides and isinstance(provides[0], str) and "@" in provides[0]:
+        return str(provides[0]).rpartition("@")[2]
+    return str(data.get("version") or "-")
+
+
+def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool],
+                    ) -> SandboxExplanation:
+    """``bound`` maps each credential service to whether a secret is stored (never the value)."""
+    composition = static_composition(kit_set)
+    kits = tuple(
+        Item(k.reference, k.local.descriptor.kind, str(k.local.directory),
+             "--kit MIXIN adds a mixin; the order comes from the kits' requirements",
+             {"kind": k.local.descriptor.kind, "version": _version(k.local.descriptor.data),
+              "descriptor": k.local.descriptor.file})
+        for k in kit_set.kits)
+    selected = tuple(Item(f"{r.kit} {r.path}", r.type, r.kit, "edit the kit's capabilities",
+                          {"kit": r.kit, "path": r.path, "type": r.type})
+                     for k in kit_set.kits for r in k.selection.selected_records)
+    skipped = tuple(Item(f"{r.kit} {r.path}", r.type, r.kit,
+                         "an optional capability this sbx does not provide is skipped; "
+                         "it cannot be turned on here",
+                         {"kit": r.kit, "path": r.path, "type": r.type, "reason": r.reason})
+                    for k in kit_set.kits for r in k.selection.skipped)
+    hardening = tuple(_config_item(key, value, source, config)
+                      for key, value, source in config.provenance())
+    network: dict[str, tuple[Item, ...]] = {}
+    for phase in PHASES:
+        rules: tuple[Rule, ...] = ()
+        if composition.network is not None:
+            part = composition.network.phase(phase)
+            rules = (*part.allow, *part.deny)
+        network[phase] = tuple(
+            Item(describe_rule(r), r.action, rule_where(r),
+                 f"edit {rule_where(r)}, or do not compose {r.kit}", {"rule": rule_dict(r)})
+            for r in rules)
+    credentials = tuple(
+        Item(c.service, "bound" if bound.get(c.service) else "not bound",
+             f"{c.kit} {c.declared_at or f'capabilities[{c.index}]'}",
+             f"sbx secret set {c.service}" if not bound.get(c.service)
+             else f"sbx secret rm {c.service}",
+             {"service": c.service, "phase": c.phase, "bound": bool(bound.get(c.service)),
+              "optional": c.optional, "kit": c.kit})
+        for c in composition.credentials)
+    storage = tuple(
+        Item(v.path, "tmpfs" if v.tmpfs else "volume", str(v.origins[0]) if v.origins else "-",
+             "edit the kit's volume@1 capability", {"size": v.size})
+        for v in composition.volumes)
+    return SandboxExplanation(kits, selected, skipped, hardening, network, credentials, storage,
+                              pending_rules(composition), explain_prefix(kit_set))
+
+
+def credential_services(kit_set: KitSet) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.service for c in static_composition(kit_set).credentials))
+
+
+# --- form: the refusals of a run -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    event: str
+    timestamp: str
+    blocked: str
+    rule: str
+    code: str
+    fix: str
+    explain: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"event": self.event, "timestamp": self.timestamp, "blocked": self.blocked,
+                "rule": self.rule, "code": self.code, "fix": self.fix, "explain": self.explain}
+
+
+@dataclass(frozen=True)
+class RunExplanation:
+    run_id: str | None
+    workload: str | None
+    refusals: tuple[Refusal, ...]
+    audit_log: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "workload": self.workload, "audit_log": self.audit_log,
+                "refusals": [r.as_dict() for r in self.refusals]}
+
+
+def _egress_target(details: Mapping[str, Any]) -> str:
+    host = str(details.get("host") or "")
+    shown = f"[{host}]" if ":" in host else host
+    port = details.get("port")
+    method = details.get("method")
+    path = details.get("path")
+    if method in (None, "CONNECT") or not path:
+        return f"{shown}:{port}" if port else shown
+    scheme = str(details.get("scheme") or "https")
+    default = 443 if scheme == "https" else 80
+    where = shown if port in (None, default) else f"{shown}:{port}"
+    return f"{method} {scheme}://{where}{path}"
+
+
+def _refusal(event: Mapping[str, Any], prefix: str) -> Refusal | None:
+    details = event.get("details") or {}
+    if not isinstance(details, Mapping):
+        return None
+    kind = event.get("event_type")
+    stamp = str(event.get("timestamp") or "")
+    if kind == audit.EGRESS_DENIED:
+        target = _egress_target(details)
+        phase = details.get("phase")
+        phase_flag = " --phase install" if phase == "install" else ""
+        command = f"{prefix}{phase_flag} {shlex.join(target.split(' '))}"
+        method = details.get("method") or "CONNECT"
+        where = f"{details.get('host')}:{details.get('port')}"
+        blocked = f"{method} {where}" + (f" {details['path']}" if details.get("path") else "")
+        code = str(details.get("code") or "")
+        return Refusal(kind, stamp, f"{blocked} ({phase or 'runtime'} phase)",
+                       str(details.get("rule") or "-"), code,
+                       REGISTRY[Reason.EGRESS_DENIED].fix, command)
+    if kind == audit.SANDBOX_UNAVAILABLE:
+        code = str(details.get("reason") or "")
+        try:
+            reason = Reason(code)
+        except ValueError:
+            return Refusal(kind, stamp, "the run did not start", "-", code, "-",
+                           "sbx explain --list")
+        return Refusal(kind, stamp, f"the run of {details.get('workload', '?')} did not start",
+                       "-", code, REGISTRY[reason].fix, f"sbx explain {code}")
+    return None
+
+
+def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
+    """The refusals of ``run_id`` (None: the last run recorded)."""
+    events = [e for e in audit.read_events(state_home) if e.get("event_type") in RUN_EVENTS
+              and isinstance(e.get("run_id"), str) and e.get("run_id")]
+    log = str(audit.audit_path(state_home))
+    if run_id is None:
+        if not events:
+            return RunExplanation(None, None, (), log)
+        run_id = str(events[-1]["run_id"])
+    mine = [e for e in events if e.get("run_id") == run_id]
+    if not mine:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"no run {run_id} in the audit log {log}",
+                       hint="`sbx explain --last` shows the last run's refusals.")
+    workload: str | None = None
+    prefix = "sbx explain WORKLOAD [--kit MIXIN]..."
+    for event in mine:
+        details = event.get("details") or {}
+        if event.get("event_type") == audit.SANDBOX_STARTED and isinstance(details, Mapping):
+            workload = str(details.get("workload") or "") or None
+            kits = [str(k) for k in details.get("kits") or [] if k != workload]
+            if workload:
+                prefix = " ".join(["sbx explain", shlex.quote(workload),
+                                   *(f"--kit {shlex.quote(k)}" for k in kits)])
+        elif event.get("event_type") == audit.SANDBOX_UNAVAILABLE and isinstance(details,
+                                                                                 Mapping):
+            workload = workload or (str(details.get("workload") or "") or None)
+    refusals = tuple(r for r in (_refusal(e, prefix) for e in mine) if r is not None)
+    return RunExplanation(run_id, workload, refusals, log)
+
+
+# --- the argument grammar ------------------------------------------------------------------------
+
+
+def is_run_id(text: str) -> bool:
+    return RUN_ID.fullmatch(text) is not None
+
+
+def reason_of(text: str) -> Reason | None:
+    try:
+        return Reason(text)
+    except ValueError:
+        return None
+
+
+def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
+    """``[METHOD] TARGET`` after WORKLOAD → (method, target); () → (None, None)."""
+    if not rest:
+        return None, None
+    if len(rest) == 1:
+        if rest[0].upper() in HTTP_METHODS and rest[0].isupper():
+            raise _usage(f"{rest[0]} needs a target after it",
+                         "sbx explain WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]")
+        return None, rest[0]
+    if len(rest) == 2:
+        return rest[0], rest[1]
+    raise _usage(f"too many arguments: {' '.join(rest)}",
+                 "sbx explain WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]")
+
+
+__all__ = ["Item", "Refusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
+           "Target", "credential_services", "explain_prefix", "explain_request", "explain_run",
+           "explain_sandbox", "is_run_id", "load", "parse_target", "pending_rules", "reason_of",
+           "split_request", "static_composition"]
