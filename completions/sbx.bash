@@ -80,7 +80,7 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
     esac
     return 0
 }

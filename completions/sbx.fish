@@ -126,6 +126,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Requi
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit upgrade widens permissions'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'

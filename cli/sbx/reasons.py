@@ -57,6 +57,7 @@ class Reason(enum.StrEnum):
     MOUNT_BLOCKED = "mount_blocked"
     PERMISSION_WIDENED = "permission_widened"
     CONSENT_REQUIRED = "consent_required"
+    HOST_SERVICES_EXPOSED = "host_services_exposed"
     BUILD_FAILED = "build_failed"
     HOOK_FAILED = "hook_failed"
     CREATE_FAILED = "create_failed"
@@ -178,6 +179,14 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Pass --allow-privileged if you accept running the sandbox privileged, or drop the "
         "kit that asks for it.",
         _E.REFUSED,
+    ),
+    _R.HOST_SERVICES_EXPOSED: ReasonInfo(
+        "Host services reachable from sandbox networks",
+        "A sandbox with a network (egress policy or published ports) can reach the host at its "
+        "network's gateway, and with it every host service listening on all interfaces. sbx "
+        "closes that with two firewall rules per run, which needs root and iptables.",
+        "Run sbx as root (with iptables), or bind the named services to 127.0.0.1.",
+        _E.DENIED,
     ),
     _R.BUILD_FAILED: ReasonInfo(
         "Kit image build failed",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import socket
 import tempfile
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from sbx.context import AppContext
-from sbx.core.doctor import DoctorRequest, Status, diagnose
+from sbx.core.doctor import CHECKS, DoctorRequest, Status, diagnose
 from sbx.driver import DockerDriver
 from sbx.reasons import Reason
 from sbx.render import Renderer
@@ -26,8 +27,10 @@ from .conftest import owned
 
 pytestmark = pytest.mark.docker
 
-LINE = re.compile(r"^(?:[✓!✗]  \S.* — \S.*|    fix: .+ \([a-z_]+\)|doctor: \d+ ok, \d+ warnings?, "
-                  r"\d+ failed)$")
+# A fix line ends with its reason code; the host-services warning has none (no refusal fits).
+LINE = re.compile(r"^(?:[✓!✗]  \S.* — \S.*|    fix: .+ \([a-z_]+\)"
+                  r"|    fix: .+, or bind those services to 127\.0\.0\.1\."
+                  r"|doctor: \d+ ok, \d+ warnings?, \d+ failed)$")
 
 
 @pytest.fixture
@@ -73,7 +76,8 @@ def test_json_contract(engine: DockerDriver, env: dict[str, str], sbx_cli: Any) 
     assert envelope["status"] == "ok" and envelope["exit_code"] == result.exit_code == 0
     data: Any = envelope["data"]
     assert [c["id"] for c in data["checks"]] == ["platform", "config", "identity", "engine",
-                                                 "limits", "gc"]
+                                                 "limits", "gc", "egress-ca", "egress-proxy",
+                                                 "egress-host-services"]
     for check in data["checks"]:
         assert {"id", "title", "status", "detail", "reason", "fix"} <= set(check)
         assert check["status"] in {"ok", "warn", "fail"}
@@ -151,3 +155,52 @@ def test_a_hung_engine_cannot_hang_doctor(hung_engine: str, env: dict[str, str],
     assert checks["engine"].detail == f"timed out after {bound:g}s"
     assert checks["limits"].status is Status.FAIL and checks["gc"].status is Status.WARN
     assert report.exit_status == 1
+
+
+def _cmdlines_with(needle: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle.encode() in raw:
+            found.append(int(entry.name))
+    return found
+
+
+def test_real_proxy_starts_binds_and_stops(env: dict[str, str], state_home: Path,
+                                           tmp_path: Path) -> None:
+    """The egress checks against this host: a real proxy process starts, prints its ready line,
+    is stopped, and leaves no process and no run directory; the real CA is created once and
+    then loaded, and the proxy never touches it."""
+    ctx = AppContext(env=env, cwd=tmp_path,
+                     renderer=Renderer(io.StringIO(), io.StringIO(), as_json=True, env=env))
+    egress_checks = tuple(c for c in CHECKS if c.id.startswith("egress-"))
+    report = diagnose(ctx, checks=egress_checks)
+    checks = {c.id: c for c in report.checks}
+    proxy = checks["egress-proxy"]
+    assert proxy.status is Status.OK, proxy
+    run_id = proxy.data["run_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", run_id)
+    assert 0 < proxy.data["port"] < 65536
+    assert proxy.detail == f"a deny-all proxy started, bound 127.0.0.1:{proxy.data['port']} " \
+                           "and stopped"
+    assert _cmdlines_with(run_id) == []
+    assert list((state_home / "runs").iterdir()) == []
+    ca = checks["egress-ca"]
+    assert ca.status is Status.OK and ca.data["created"] is True
+    assert ca.data["days_left"] >= 360
+    pem = (state_home / "ca" / "ca.pem").read_bytes()
+    again = {c.id: c for c in diagnose(ctx, checks=egress_checks).checks}
+    assert again["egress-ca"].data["created"] is False
+    assert again["egress-ca"].data["fingerprint_sha256"] == ca.data["fingerprint_sha256"]
+    assert (state_home / "ca" / "ca.pem").read_bytes() == pem
+    assert _cmdlines_with(again["egress-proxy"].data["run_id"]) == []
+    host = checks["egress-host-services"]
+    if os.geteuid() == 0 and shutil.which("iptables"):
+        assert host.status is Status.OK and host.data["closed"] is True, host
+    else:
+        assert host.data["closed"] is False

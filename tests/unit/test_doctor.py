@@ -13,6 +13,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,13 @@ from sbx.core import doctor as doctor_core
 from sbx.core.doctor import (
     Check,
     DoctorRequest,
+    EgressProbes,
     Finding,
     HostFacts,
     Status,
     compare_limits,
     diagnose,
+    listening_ports,
     parse_probe_output,
     probe_candidates,
 )
@@ -48,6 +53,75 @@ V2_OK = b"cgroup=2\nmemory=4294967296\nswap=0\npids=128\ncpu=100000 100000\n"
 V1_OK = (b"cgroup=1\nmemory=4294967296\nmemsw=4294967296\npids=128\n"
          b"cpu_quota=100000\ncpu_period=100000\n")
 FAST = DoctorRequest(check_timeout_s=5.0, probe_timeout_s=5.0)
+NOW = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
+TCP_HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+              "timeout inode\n")
+# 0.0.0.0:22 and 0.0.0.0:5432 listening, 127.0.0.1:631 listening, one established connection
+PROC_TCP = TCP_HEADER + (
+    "   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0 0 1 1\n"
+    "   1: 00000000:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0 0 2 1\n"
+    "   2: 0100007F:0277 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0 0 3 1\n"
+    "   3: 0100007F:BEE4 0100007F:842F 01 00000000:00000000 00:00000000 00000000  0 0 4 1\n")
+# :::22 (again) and :::8080 listening, ::1:9000 listening
+PROC_TCP6 = TCP_HEADER + (
+    "   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A "
+    "00000000:00000000 00:00000000 00000000 0 0 5 1\n"
+    "   1: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A "
+    "00000000:00000000 00:00000000 00000000 0 0 6 1\n"
+    "   2: 00000000000000000000000001000000:2328 00000000000000000000000000000000:0000 0A "
+    "00000000:00000000 00:00000000 00000000 0 0 7 1\n")
+
+
+class FakeProxy:
+    def __init__(self, run_dir: Path, *, port: int = 40123, stubborn: bool = False) -> None:
+        self.run_dir = run_dir
+        self.port = port
+        self.pid = 4_100_000
+        self.stubborn = stubborn
+        self.running = True
+        self.stops = 0
+
+    def alive(self) -> bool:
+        return self.running
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.running = self.stubborn
+
+
+class ProxyStarts:
+    """Records each start: the config it was given and whether its run directory existed."""
+
+    def __init__(self, error: SbxError | None = None, stubborn: bool = False) -> None:
+        self.error = error
+        self.stubborn = stubborn
+        self.calls: list[dict[str, Any]] = []
+        self.proxies: list[FakeProxy] = []
+
+    def __call__(self, config_json: str, run_dir: Path, run_id: str) -> FakeProxy:
+        record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        self.calls.append({"config": json.loads(config_json), "run_dir": run_dir,
+                           "run_id": run_id, "record": record})
+        if self.error is not None:
+            raise self.error
+        proxy = FakeProxy(run_dir, stubborn=self.stubborn)
+        self.proxies.append(proxy)
+        return proxy
+
+
+def probes(*, tcp: tuple[str, ...] = (TCP_HEADER,), iptables: str | None = "/usr/sbin/iptables",
+           iptables_problem: str | None = None, starts: ProxyStarts | None = None,
+           now: datetime = NOW) -> EgressProbes:
+    return EgressProbes(iptables=lambda: iptables, iptables_problem=lambda: iptables_problem,
+                        proc_net_tcp=lambda: tcp, start_proxy=starts or ProxyStarts(),
+                        now=lambda: now)
+
+
+@pytest.fixture(autouse=True)
+def fake_egress(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No unit test starts a real proxy or reads this host's sockets and firewall."""
+    monkeypatch.setattr(doctor_core, "DEFAULT_EGRESS_PROBES", probes())
+    yield
 
 
 @pytest.fixture
@@ -73,6 +147,7 @@ def scrub(text: str, tmp: Path) -> str:
     text = text.replace(str(tmp), "<TMP>")
     text = re.sub(r"Docker \S+ \(API [0-9.]+\)", "Docker <VERSION> (API <API>)", text)
     text = re.sub(r"\b[0-9a-f]{12,64}\b", "<ID>", text)
+    text = re.sub(r"sbx sandbox CA [0-9a-f]{8}\b", "sbx sandbox CA <HOME>", text)
     return re.sub(r"\b\d+(\.\d+)?(ms|s)\b", "<DURATION>", text)
 
 
@@ -109,7 +184,10 @@ def test_golden_root_invalid_config_engine_down(h: Harness) -> None:
     assert [name for name, _ in h.engine.calls] == ["info"]
 
 
-def test_golden_limits_unenforced_and_stale_objects(h: Harness) -> None:
+def test_golden_limits_unenforced_and_stale_objects(h: Harness,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor_core, "DEFAULT_EGRESS_PROBES",
+                        probes(tcp=(PROC_TCP, PROC_TCP6), iptables=None))
     h.engine.engine_info = EngineInfo("24.0.99", "1.43", "linux", "2", "systemd", True,
                                       ("name=rootless",))
     h.engine.probe_output = b"cgroup=2\nmemory=max\nswap=max\npids=max\ncpu=max 100000\n"
@@ -153,16 +231,42 @@ def test_json_contract(h: Harness) -> None:
         "doctor", "failed", 1)
     checks = envelope["data"]["checks"]
     assert [c["id"] for c in checks] == ["platform", "config", "identity", "engine", "limits",
-                                         "gc"]
+                                         "gc", "egress-ca", "egress-proxy",
+                                         "egress-host-services"]
     for check in checks:
         assert {"id", "title", "status", "detail", "reason", "fix"} <= set(check)
         assert check["status"] in {"ok", "warn", "fail"}
         assert isinstance(check["title"], str) and isinstance(check["detail"], str)
-        if check["status"] == "ok":
-            assert check["reason"] is None and check["fix"] is None
-        else:
-            assert check["reason"] in {r.value for r in Reason} and check["fix"]
-    assert envelope["data"]["summary"] == {"ok": 2, "warn": 2, "fail": 2}
+        assert_check_contract(check)
+    assert envelope["data"]["summary"] == {"ok": 5, "warn": 2, "fail": 2}
+    egress = {c["id"]: c for c in checks if c["id"].startswith("egress-")}
+    assert egress["egress-ca"]["data"]["not_after"] == "2031-01-15T12:00:00+00:00"
+    assert egress["egress-ca"]["data"]["days_left"] == 365
+    assert egress["egress-proxy"]["data"]["port"] == 40123
+    assert egress["egress-host-services"]["data"] == {"closed": True}
+
+
+def assert_check_contract(check: dict[str, Any]) -> None:
+    """ok: no reason, no fix. warn and fail: a reason code and a fix."""
+    if check["status"] == "ok":
+        assert check["reason"] is None and check["fix"] is None
+        return
+    assert check["fix"]
+    assert check["reason"] in {r.value for r in Reason}
+
+
+def test_json_contract_host_services_warning(h: Harness) -> None:
+    out = io.StringIO()
+    rep = report(h, egress=probes(tcp=(PROC_TCP,)))
+    Renderer(out, io.StringIO(), as_json=True, env={}).doctor_report(rep)
+    envelope = json.loads(out.getvalue())
+    checks = {c["id"]: c for c in envelope["data"]["checks"]}
+    for check in checks.values():
+        assert_check_contract(check)
+    host = checks["egress-host-services"]
+    assert host["status"] == "warn" and host["reason"] == "host_services_exposed"
+    assert host["data"] == {"closed": False, "why": "sbx is not root", "ports": [22, 5432]}
+    assert envelope["exit_code"] == 0
 
 
 def test_exit_status_passes_with_warnings_only(h: Harness) -> None:
@@ -396,3 +500,189 @@ def test_an_invalid_config_is_reported_once_not_by_every_check(h: Harness) -> No
     assert rep["config"].status is Status.FAIL
     assert (rep["gc"].status, rep["gc"].reason) == (Status.WARN, Reason.INVALID_CONFIG)
     assert h.engine.called("list_labelled") == [] and h.engine.called("create") == []
+
+
+# -- egress checks ------------------------------------------------------------------------------
+
+
+def egress_report(h: Harness, host: HostFacts = USER, **kwargs: Any) -> dict[
+        str, doctor_core.CheckResult]:
+    return by_id(report(h, host=host, egress=probes(**kwargs)))
+
+
+def test_listening_ports_are_read_from_proc_net_tcp_and_tcp6() -> None:
+    assert listening_ports([PROC_TCP, PROC_TCP6]) == [22, 5432, 8080]
+    assert listening_ports([TCP_HEADER, "", "garbage\n   0: zz:zz 0 0A\n"]) == []
+    assert listening_ports([]) == []
+
+
+def test_host_services_closed_when_root_with_working_iptables(h: Harness) -> None:
+    check = egress_report(h, ROOT, tcp=(PROC_TCP,))["egress-host-services"]
+    assert check.status is Status.OK and check.fix is None
+    assert check.detail == "closed per run by bridge firewall rules (root, /usr/sbin/iptables)"
+
+
+def test_host_services_not_root_warns_naming_the_ports(h: Harness) -> None:
+    check = egress_report(h, USER, tcp=(PROC_TCP, PROC_TCP6))["egress-host-services"]
+    assert check.status is Status.WARN
+    assert check.detail == ("ports 22, 5432, 8080 listen on all interfaces and a sandbox network "
+                            "could reach them (sbx is not root: cannot install bridge rules)")
+    assert check.fix == "Run sbx as root, or bind those services to 127.0.0.1."
+    assert check.data["ports"] == [22, 5432, 8080]
+
+
+@pytest.mark.parametrize(("iptables", "problem", "why", "fix"), [
+    (None, None, "iptables is missing", "Install iptables"),
+    ("/sbin/iptables", "iptables refused: Permission denied (you must be root)",
+     "iptables does not work here: iptables refused: Permission denied (you must be root)",
+     "Give sbx CAP_NET_ADMIN"),
+])
+def test_host_services_root_without_usable_iptables_warns(
+        h: Harness, iptables: str | None, problem: str | None, why: str, fix: str) -> None:
+    check = egress_report(h, ROOT, tcp=(PROC_TCP,), iptables=iptables,
+                          iptables_problem=problem)["egress-host-services"]
+    assert check.status is Status.WARN
+    assert check.detail == (f"ports 22, 5432 listen on all interfaces and a sandbox network "
+                            f"could reach them ({why}: cannot install bridge rules)")
+    assert (check.fix or "").startswith(fix)
+
+
+def test_host_services_one_port_and_no_port(h: Harness) -> None:
+    one = TCP_HEADER + "   0: 00000000:0016 00000000:0000 0A 0:0 0:0 0 0 0 1 1\n"
+    check = egress_report(h, tcp=(one,))["egress-host-services"]
+    assert check.detail.startswith("port 22 listens on all interfaces and a sandbox network "
+                                   "could reach it (")
+    none = egress_report(h, tcp=(TCP_HEADER,))["egress-host-services"]
+    assert none.status is Status.OK
+    assert none.detail == ("no host TCP service listens on all interfaces (bridges stay open: "
+                           "sbx is not root)")
+
+
+def test_ca_missing_is_created_and_then_loaded(h: Harness) -> None:
+    first = egress_report(h)["egress-ca"]
+    assert first.status is Status.OK and first.data["created"] is True
+    assert first.detail.startswith("created now (runs with a network policy use it): O=sbx,CN=sbx "
+                                   "sandbox CA ")
+    assert first.detail.endswith(", valid until 2031-01-15 (365 days left)")
+    pem = (h.state / "ca" / "ca.pem").read_bytes()
+    later = egress_report(h, now=NOW + timedelta(days=100))["egress-ca"]
+    assert later.status is Status.OK and later.data["created"] is False
+    assert later.detail.endswith(", valid until 2031-01-15 (265 days left)")
+    assert not later.detail.startswith("created")
+    assert (h.state / "ca" / "ca.pem").read_bytes() == pem
+
+
+@pytest.mark.parametrize(("days", "what"), [(362, "expires within 7 days"),
+                                            (400, "has expired"),
+                                            (-30, "is not valid yet (check the clock)")])
+def test_ca_expiring_or_expired_warns_and_is_not_replaced(h: Harness, days: int,
+                                                          what: str) -> None:
+    egress_report(h)  # creates it at NOW
+    files = {p.name: p.read_bytes() for p in (h.state / "ca").iterdir() if p.is_file()}
+    check = egress_report(h, now=NOW + timedelta(days=days))["egress-ca"]
+    assert (check.status, check.reason) == (Status.WARN, Reason.PROXY_FAILED)
+    assert check.detail.endswith(what), check.detail
+    assert "next run with a network policy replaces it" in (check.fix or "")
+    if days == 362:
+        assert "(3 days left)" in check.detail and check.data["days_left"] == 3
+    assert {p.name: p.read_bytes() for p in (h.state / "ca").iterdir() if p.is_file()} == files
+
+
+def test_ca_unreadable_warns_with_the_fix(h: Harness) -> None:
+    egress_report(h)
+    (h.state / "ca" / "ca.pem").write_text("not a certificate", encoding="utf-8")
+    check = egress_report(h)["egress-ca"]
+    assert (check.status, check.reason) == (Status.WARN, Reason.PROXY_FAILED)
+    assert check.detail == (f"{h.state / 'ca'} is unreadable (not a valid CA key and "
+                            "certificate)")
+    assert (check.fix or "").startswith(f"Remove {h.state / 'ca'}")
+    assert (h.state / "ca" / "ca.pem").read_text(encoding="utf-8") == "not a certificate"
+
+
+def test_proxy_starts_deny_all_on_loopback_and_is_stopped(h: Harness) -> None:
+    starts = ProxyStarts()
+    check = egress_report(h, starts=starts)["egress-proxy"]
+    assert check.status is Status.OK
+    assert check.detail == "a deny-all proxy started, bound 127.0.0.1:40123 and stopped"
+    (call,) = starts.calls
+    config = call["config"]
+    assert config["network"] is None and config["credentials"] == []
+    assert (config["listen_host"], config["listen_port"]) == ("127.0.0.1", 0)
+    assert config["run_id"] == call["run_id"] == check.data["run_id"]
+    # a throwaway state home inside the run directory: the real CA is never touched by the proxy
+    assert config["state_home"] == str(call["run_dir"] / "home")
+    assert call["run_dir"].parent == h.state / "runs"
+    assert call["record"]["pid"] == os.getpid() and call["record"]["workload"] == "doctor-proxy"
+    (proxy,) = starts.proxies
+    assert proxy.stops >= 1 and not proxy.alive()
+    assert list((h.state / "runs").iterdir()) == []
+
+
+def test_proxy_that_does_not_start_fails_with_its_stderr(h: Harness) -> None:
+    error = SbxError(Reason.PROXY_FAILED, "the egress proxy did not start",
+                     details={"stderr": "Traceback ...\nOSError: [Errno 98] address in use\n"})
+    check = egress_report(h, starts=ProxyStarts(error))["egress-proxy"]
+    assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
+    assert check.detail == "the proxy did not start: OSError: [Errno 98] address in use"
+    assert "Traceback" in check.data["stderr"] and check.fix
+    assert list((h.state / "runs").iterdir()) == []
+
+
+def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sbx.core.egress
+
+    def denied(*_args: Any, **_kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied", "/venv/bin/python3")
+
+    monkeypatch.setattr(sbx.core.egress.subprocess, "Popen", denied)
+    egress = replace(probes(), start_proxy=doctor_core.EgressProbes().start_proxy)
+    check = by_id(report(h, egress=egress))["egress-proxy"]
+    assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
+    assert check.detail == ("the proxy did not start: PermissionError: [Errno 13] Permission "
+                            "denied: '/venv/bin/python3'")
+    assert list((h.state / "runs").iterdir()) == []
+
+
+def test_unwritable_state_home_fails_the_proxy_check(h: Harness) -> None:
+    h.state.mkdir(parents=True)
+    (h.state / "runs").write_text("not a directory", encoding="utf-8")
+    only = tuple(c for c in doctor_core.CHECKS if c.id == "egress-proxy")
+    (check,) = report(h, checks=only).checks
+    assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
+    assert check.detail.startswith(f"cannot write the run directory {h.state / 'runs'}/")
+
+
+def test_proxy_that_will_not_stop_fails_and_its_run_dir_stays_for_gc(h: Harness) -> None:
+    starts = ProxyStarts(stubborn=True)
+    check = egress_report(h, starts=starts)["egress-proxy"]
+    assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
+    assert "sbx gc" in (check.fix or "")
+    (run_dir,) = (h.state / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["proxy_pid"] == 4_100_000
+
+
+def test_egress_checks_run_without_the_engine(h: Harness) -> None:
+    h.engine.info_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    rep = egress_report(h, ROOT)
+    assert rep["engine"].status is Status.FAIL
+    assert all(rep[i].status is Status.OK
+               for i in ("egress-ca", "egress-proxy", "egress-host-services"))
+
+
+def test_a_hung_egress_probe_times_out_as_proxy_failed(h: Harness) -> None:
+    release = threading.Event()
+
+    def hangs() -> tuple[str, ...]:
+        release.wait(30)
+        return ()
+
+    egress = replace(probes(), proc_net_tcp=hangs)
+    checks = tuple(c for c in doctor_core.CHECKS if c.id == "egress-host-services")
+    checks = (replace(checks[0], timeout_s=None),)
+    try:
+        rep = report(h, request=DoctorRequest(check_timeout_s=0.2), checks=checks, egress=egress)
+    finally:
+        release.set()
+    (check,) = rep.checks
+    assert (check.status, check.reason, check.detail) == (
+        Status.FAIL, Reason.PROXY_FAILED, "timed out after 0.2s")

@@ -24,8 +24,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbx import labels as label_keys
 from sbx.errors import ConfigError, SbxError
@@ -141,6 +142,7 @@ class DoctorState:
     config: Config | None = None
     config_error: SbxError | None = None
     engine: EngineInfo | None = None
+    egress: EgressProbes = field(default_factory=lambda: DEFAULT_EGRESS_PROBES)
 
 
 @dataclass(frozen=True)
@@ -327,6 +329,254 @@ def _plural(noun: str, count: int) -> str:
     return noun + ("es" if noun.endswith("s") else "s")
 
 
+# -- egress (SPEC §2.2, §8) ----------------------------------------------------------------------
+
+PROXY_RUN_KIT: Final = "doctor-proxy"
+# Starting (bounded by the ready line's wait) plus stopping (terminate, then kill) the proxy.
+PROXY_CHECK_TIMEOUT_S: Final = 30.0
+HOST_SERVICES_TIMEOUT_S: Final = 15.0  # `iptables -w 5 -S INPUT`, bounded at 10 s
+_TCP_LISTEN: Final = "0A"
+_ANY_ADDRESSES: Final = frozenset({"00000000", "0" * 32})  # 0.0.0.0 and :: in /proc/net/tcp*
+
+
+class DoctorProxy(Protocol):
+    """What the proxy check needs of a started proxy (:class:`sbx.core.egress.ProxyProcess`)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def alive(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _which_iptables() -> str | None:
+    # The lookup BridgeGuard.install itself makes: what `sbx run` would find.
+    from sbx.core.firewall import iptables_binary
+
+    return iptables_binary()
+
+
+def _iptables_problem() -> str | None:
+    """None when iptables can list the INPUT chain here (root with CAP_NET_ADMIN)."""
+    from sbx.core.firewall import (
+        FirewallError,
+        FirewallUnavailable,
+        RuleListingInvalid,
+        list_sbx_rules,
+    )
+
+    try:
+        list_sbx_rules()
+    except RuleListingInvalid:
+        return None  # iptables answered; only an odd line did not parse
+    except (FirewallUnavailable, FirewallError) as error:
+        return str(error)
+    return None
+
+
+def _read_proc_net_tcp() -> tuple[str, ...]:
+    texts = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            texts.append(Path(name).read_text(encoding="ascii", errors="replace"))
+        except OSError:
+            continue  # no IPv6, or no /proc: nothing listens there as far as we can tell
+    return tuple(texts)
+
+
+def _start_proxy(config_json: str, run_dir: Path, run_id: str) -> DoctorProxy:
+    from sbx.core.egress import start_proxy
+
+    try:
+        return start_proxy(config_json, run_dir, run_id)
+    except OSError as error:  # the interpreter cannot be executed, the run dir not written...
+        raise SbxError(Reason.PROXY_FAILED, f"cannot start the proxy: {error}",
+                       details={"stderr": f"{type(error).__name__}: {error}"}) from None
+
+
+@dataclass(frozen=True)
+class EgressProbes:
+    """How the egress checks look at the host (injected by tests)."""
+
+    iptables: Callable[[], str | None] = _which_iptables
+    iptables_problem: Callable[[], str | None] = _iptables_problem
+    proc_net_tcp: Callable[[], Sequence[str]] = _read_proc_net_tcp
+    start_proxy: Callable[[str, Path, str], DoctorProxy] = _start_proxy
+    now: Callable[[], datetime] = _utcnow
+
+
+DEFAULT_EGRESS_PROBES: EgressProbes = EgressProbes()
+
+
+def check_egress_ca(state: DoctorState) -> Finding:
+    """The state home's CA: shown when valid, created when missing, never replaced here."""
+    from sbx.egress.ca import CA_CERT_FILE, CA_DIR, CertificateAuthority
+    from sbx.egress.ca import _load as load_ca  # read-only: no lock, no rotation
+
+    now = state.egress.now()
+    directory = state.ctx.state_home / CA_DIR
+    loaded, problem = load_ca(directory, now)
+    if loaded is not None or problem == "missing":
+        if loaded is not None:
+            certificate, key = loaded
+            ca = CertificateAuthority(directory, certificate, key, origin="loaded")
+            prefix = ""
+        else:
+            ca = CertificateAuthority.load_or_create(state.ctx.state_home, now=now)
+            prefix = "created now (runs with a network policy use it): "
+        info = ca.info(now)
+        return Finding(Status.OK, f"{prefix}{info['subject']}, valid until "
+                       f"{ca.not_after:%Y-%m-%d} ({_days(info['days_left'])} left)",
+                       data={**info, "created": bool(prefix)})
+    replaced = (f"Nothing to do: the next run with a network policy replaces it (sandboxes "
+                f"trust the new CA from then on); or remove {directory} to replace it now.")
+    shown = _ca_summary(directory / CA_CERT_FILE, now)
+    data: dict[str, Any] = {"path": str(directory / CA_CERT_FILE), "problem": problem}
+    if problem == "expiring" and shown is not None:
+        return Finding(Status.WARN, f"{shown[0]} expires within 7 days", Reason.PROXY_FAILED,
+                       replaced, {**data, "days_left": shown[1]})
+    if problem in ("expired", "not_yet_valid"):
+        what = "has expired" if problem == "expired" else "is not valid yet (check the clock)"
+        return Finding(Status.WARN, f"{shown[0] if shown else 'the CA'} {what}",
+                       Reason.PROXY_FAILED, replaced, data)
+    why = "unsafe (a symlink, another owner, or group/other access)" if problem == "unsafe" \
+        else "unreadable (not a valid CA key and certificate)"
+    return Finding(Status.WARN, f"{directory} is {why}", Reason.PROXY_FAILED,
+                   f"Remove {directory} (or make it and its files yours, mode 0700/0600); the "
+                   f"next run with a network policy creates a new CA.", data)
+
+
+def _ca_summary(path: Path, now: datetime) -> tuple[str, int] | None:
+    from cryptography import x509
+
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    after = certificate.not_valid_after_utc
+    days = (after - now).days
+    return (f"{certificate.subject.rfc4514_string()}, valid until {after:%Y-%m-%d} "
+            f"({_days(days)} left)", days)
+
+
+def _days(days: int) -> str:
+    return f"{days} day{'s' if days != 1 else ''}"
+
+
+def check_egress_proxy(state: DoctorState) -> Finding:
+    """Start a deny-everything proxy on 127.0.0.1, see its ready line, stop it.
+
+    It runs like a run's proxy (its own process, the run id in its command line) from a run
+    directory that records doctor's pid and the proxy's, so ``sbx gc`` stops it should doctor be
+    killed in between; its CA is a throwaway one in that directory (the real one is the CA
+    check's business, and doctor never rotates it).
+    """
+    from sbx.core.gc import RUN_RECORD, RUNS_DIR
+    from sbx.egress.proxyconfig import ProxyConfig
+
+    run_id = uuid.uuid4().hex
+    run_dir = state.ctx.state_home / RUNS_DIR / run_id
+    record: dict[str, Any] = {
+        "run_id": run_id, "pid": os.getpid(), "workload": PROXY_RUN_KIT, "proxy_pid": None,
+        "deadline": math.ceil(time.time() + PROXY_CHECK_TIMEOUT_S)}
+    try:
+        run_dir.mkdir(parents=True, mode=0o700)
+        (run_dir / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+    except OSError as error:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return Finding(Status.FAIL, f"cannot write the run directory {run_dir}: "
+                       f"{error.strerror or error}", Reason.PROXY_FAILED,
+                       "Make the state home writable (or point SBX_HOME elsewhere).",
+                       {"run_id": run_id})
+    proxy: DoctorProxy | None = None
+    data: dict[str, Any] = {"run_id": run_id}
+    try:
+        home = run_dir / "home"
+        home.mkdir(mode=0o700)
+        config = ProxyConfig(run_id=run_id, state_home=home, audit_log=run_dir / "audit.jsonl",
+                             network=None, listen_host="127.0.0.1", listen_port=0,
+                             phase_file=run_dir / "proxy.phase")
+        try:
+            proxy = state.egress.start_proxy(config.to_json(), run_dir, run_id)
+        except SbxError as error:
+            if error.reason is not Reason.PROXY_FAILED:
+                raise
+            tail = str(error.details.get("stderr") or "").strip()
+            last = tail.splitlines()[-1].strip() if tail else "no output"
+            return Finding(Status.FAIL, f"the proxy did not start: {last}", Reason.PROXY_FAILED,
+                           "Read the proxy's error above; it must be able to import "
+                           "sbx.egress.proxy with this Python and bind a port on 127.0.0.1.",
+                           {**data, "stderr": tail[-2000:]})
+        record["proxy_pid"] = proxy.pid
+        (run_dir / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+        port = proxy.port
+        proxy.stop()
+        if proxy.alive():
+            return Finding(Status.FAIL, f"the proxy (pid {proxy.pid}) did not stop",
+                           Reason.PROXY_FAILED, "Run `sbx gc`: it stops orphaned proxies.",
+                           {**data, "pid": proxy.pid})
+        return Finding(Status.OK, f"a deny-all proxy started, bound 127.0.0.1:{port} and "
+                       "stopped", data={**data, "port": port})
+    finally:
+        if proxy is not None and proxy.alive():
+            proxy.stop()
+        if proxy is None or not proxy.alive():
+            shutil.rmtree(run_dir, ignore_errors=True)  # else kept: `sbx gc` stops the proxy
+
+
+def listening_ports(texts: Sequence[str]) -> list[int]:
+    """TCP ports in LISTEN on 0.0.0.0 or :: in /proc/net/tcp and /proc/net/tcp6 text."""
+    ports: set[int] = set()
+    for text in texts:
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != _TCP_LISTEN:
+                continue
+            address, sep, port = fields[1].rpartition(":")
+            if sep and address in _ANY_ADDRESSES:
+                try:
+                    ports.add(int(port, 16))
+                except ValueError:
+                    continue
+    return sorted(ports)
+
+
+def check_egress_host_services(state: DoctorState) -> Finding:
+    """Whether a sandbox network could reach host services on the gateway (SPEC §8)."""
+    iptables = state.egress.iptables()
+    euid = state.host.euid
+    if euid == 0 and iptables is not None:
+        problem = state.egress.iptables_problem()
+        if problem is None:
+            return Finding(Status.OK, "closed per run by bridge firewall rules (root, "
+                           f"{iptables})", data={"closed": True})
+        why = f"iptables does not work here: {problem}"
+        remedy = "give sbx CAP_NET_ADMIN on the host's network namespace"
+    elif euid != 0:
+        why, remedy = "sbx is not root", "run sbx as root"
+    else:
+        why, remedy = "iptables is missing", "install iptables"
+    ports = listening_ports(state.egress.proc_net_tcp())
+    data = {"closed": False, "why": why, "ports": ports}
+    if not ports:
+        return Finding(Status.OK, f"no host TCP service listens on all interfaces (bridges stay "
+                       f"open: {why})", data=data)
+    listed = ", ".join(str(port) for port in ports)
+    noun = f"ports {listed} listen" if len(ports) > 1 else f"port {listed} listens"
+    return Finding(Status.WARN, f"{noun} on all interfaces and a sandbox network could reach "
+                   f"{'them' if len(ports) > 1 else 'it'} ({why}: cannot install bridge rules)",
+                   Reason.HOST_SERVICES_EXPOSED, f"{remedy[0].upper()}{remedy[1:]}, or bind "
+                   "those services to 127.0.0.1.", data)
+
+
 _ENGINE_DOWN: Final = "the engine check did not pass"
 
 CHECKS: Final[tuple[Check, ...]] = (
@@ -343,6 +593,12 @@ CHECKS: Final[tuple[Check, ...]] = (
           without_engine=Finding(Status.WARN, f"not counted: {_ENGINE_DOWN}",
                                  Reason.DOCKER_UNREACHABLE,
                                  "Fix the engine first (see the engine check).")),
+    Check("egress-ca", "egress CA", check_egress_ca, timeout_reason=Reason.PROXY_FAILED),
+    Check("egress-proxy", "egress proxy", check_egress_proxy, timeout_reason=Reason.PROXY_FAILED,
+          timeout_s=lambda request: max(request.check_timeout_s, PROXY_CHECK_TIMEOUT_S)),
+    Check("egress-host-services", "host services", check_egress_host_services,
+          timeout_reason=Reason.PROXY_FAILED,
+          timeout_s=lambda request: max(request.check_timeout_s, HOST_SERVICES_TIMEOUT_S)),
 )
 
 
@@ -350,11 +606,13 @@ CHECKS: Final[tuple[Check, ...]] = (
 
 
 def diagnose(ctx: AppContext, request: DoctorRequest | None = None, *,
-             checks: Sequence[Check] = CHECKS, host: HostFacts | None = None) -> DoctorReport:
+             checks: Sequence[Check] = CHECKS, host: HostFacts | None = None,
+             egress: EgressProbes | None = None) -> DoctorReport:
     """Run ``checks`` in order, each bounded by its timeout; never hangs, never raises
     :class:`SbxError` (a check's error becomes its finding)."""
     req = request or DoctorRequest()
-    state = DoctorState(ctx, host or HostFacts.current(), req)
+    state = DoctorState(ctx, host or HostFacts.current(), req,
+                        egress=egress or DEFAULT_EGRESS_PROBES)
     results: list[CheckResult] = []
     for check in checks:
         if check.needs_engine and state.engine is None and check.without_engine is not None:
@@ -620,9 +878,11 @@ def _cpus(millis: int) -> str:
     return f"{millis / 1000:.3f} CPUs"
 
 
-__all__ = ["CHECKS", "CHECK_TIMEOUT_S", "PROBE_IMAGES", "PROBE_SCRIPT", "PROBE_TIMEOUT_S",
-           "Check", "CheckResult", "DoctorReport", "DoctorRequest", "DoctorState", "Finding",
-           "HostFacts", "LimitReading", "Status", "check_config", "check_engine", "check_gc",
+__all__ = ["CHECKS", "CHECK_TIMEOUT_S", "DEFAULT_EGRESS_PROBES", "PROBE_IMAGES", "PROBE_SCRIPT",
+           "PROBE_TIMEOUT_S", "PROXY_CHECK_TIMEOUT_S", "Check", "CheckResult", "DoctorProxy",
+           "DoctorReport", "DoctorRequest", "DoctorState", "EgressProbes", "Finding",
+           "HostFacts", "LimitReading", "Status", "check_config", "check_egress_ca",
+           "check_egress_host_services", "check_egress_proxy", "check_engine", "check_gc",
            "check_identity", "check_limits", "check_platform", "compare_limits",
-           "configured_limits", "diagnose", "judge_limits", "parse_probe_output",
-           "probe_candidates", "run_check", "run_probe"]
+           "configured_limits", "diagnose", "judge_limits", "listening_ports",
+           "parse_probe_output", "probe_candidates", "run_check", "run_probe"]

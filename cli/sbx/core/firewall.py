@@ -55,7 +55,7 @@ class BridgeGuard:
 
     def install(self) -> str | None:
         """Install the rules; returns a warning when they cannot be installed."""
-        iptables = shutil.which("iptables")
+        iptables = iptables_binary()
         if iptables is None or os.geteuid() != 0:
             why = "iptables is missing" if iptables is None else "sbx is not running as root"
             return (f"host services listening on all interfaces are reachable from the sandbox "
@@ -67,7 +67,7 @@ class BridgeGuard:
         return None
 
     def remove(self) -> list[str]:
-        iptables = shutil.which("iptables")
+        iptables = iptables_binary()
         errors: list[str] = []
         while self.installed and iptables is not None:
             rule = self.installed.pop()
