@@ -42,7 +42,9 @@ __sbx_node() {
             __sbx_variadic=1
             ;;
         'sbx doctor')
-            __sbx_options='--json -h --help'
+            __sbx_options='-k --kit --arg --json -h --help'
+            __sbx_value_options='-k --kit --arg'
+            __sbx_nargs=1
             ;;
         'sbx gc')
             __sbx_options='--dry-run --json --grace -h --help'
@@ -81,6 +83,8 @@ __sbx_values() {
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
         'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
+        'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
+        'sbx doctor #0') __sbx_paths -d ;;
     esac
     return 0
 }

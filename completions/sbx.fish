@@ -74,6 +74,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -k --kit --arg --access --mount --timeout
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
+        case 'sbx doctor'
+            printf '%s\n' -k --kit --arg
         case 'sbx gc'
             printf '%s\n' --grace
     end
@@ -141,8 +143,11 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'internal_error' -d 'Unexpecte
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secret store unsafe'
 
 # sbx doctor
+complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
+complete -c sbx -n '__sbx_in "sbx doctor"' -l arg -x -d 'A kit arg value, as for sbx run'
 complete -c sbx -n '__sbx_in "sbx doctor"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx doctor"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx doctor" 0' -a '(__fish_complete_directories (commandline -ct))'
 
 # sbx gc
 complete -c sbx -n '__sbx_in "sbx gc"' -l dry-run -d 'Only list what would be removed; change nothing'

@@ -9,6 +9,13 @@ import typer
 
 def doctor(
     ctx: typer.Context,
+    workload: Annotated[str | None, typer.Argument(
+        help="Also check this workload kit (and --kit mixins): valid, images present, "
+             "credentials bound.")] = None,
+    kit: Annotated[list[str] | None, typer.Option(
+        "--kit", "-k", metavar="MIXIN", help="A mixin kit to check with the workload.")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE", help="A kit arg value, as for sbx run.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON envelope.")] = False,
 ) -> int:
     """Check that this machine can run sandboxes safely: platform, config, identity, engine,
@@ -16,10 +23,11 @@ def doctor(
 
     Exit 0 when no check failed (warnings allowed), 1 otherwise.
     """
-    from sbx.core.doctor import diagnose
+    from sbx.core.doctor import DoctorRequest, diagnose
 
     app = ctx.obj
-    report = diagnose(app)
+    report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),
+                                         args=tuple(arg or ())))
     app.renderer.doctor_report(report)
     return int(report.exit_status)
 

@@ -130,6 +130,9 @@ class HostFacts:
 class DoctorRequest:
     check_timeout_s: float = CHECK_TIMEOUT_S
     probe_timeout_s: float = PROBE_TIMEOUT_S
+    workload: str | None = None  # with it: the kits, their images and credentials are checked
+    kits: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -577,6 +580,110 @@ def check_egress_host_services(state: DoctorState) -> Finding:
                    "those services to 127.0.0.1.", data)
 
 
+def check_kits(state: DoctorState) -> Finding:
+    """The composition `sbx run` would build: valid, coherent, every capability supported."""
+    from sbx.core.capabilities import SUPPORTED
+    from sbx.core.kitset import load_kit_set
+
+    request = state.request
+    assert request.workload is not None  # noqa: S101 - the check is added only with one
+    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=state.ctx.cwd,
+                           cache_dir=state.ctx.state_home / "cache" / "descriptors",
+                           supported=SUPPORTED)
+    skipped = kit_set.selection_records()["skipped"]
+    names = ", ".join(k.reference for k in kit_set.kits)
+    detail = f"{len(kit_set.kits)} kit(s) resolve: {names}"
+    data = {"kits": [k.reference for k in kit_set.kits], "skipped": skipped}
+    if skipped:
+        types = ", ".join(sorted({s["type"] for s in skipped}))
+        return Finding(Status.WARN, f"{detail}; optional capabilities skipped: {types}",
+                       Reason.UNSUPPORTED_CAPABILITY,
+                       "Skipped capabilities are recorded; nothing to do unless the kit "
+                       "needs them.", data)
+    return Finding(Status.OK, detail, data=data)
+
+
+def check_kit_images(state: DoctorState) -> Finding:
+    """Every base image the kits build FROM is present locally (sbx never pulls at run time)."""
+    from sbx.core.images import base_images
+    from sbx.kits.local import load_local_kit
+
+    request = state.request
+    assert request.workload is not None  # noqa: S101 - the check is added only with one
+    missing: list[str] = []
+    checked: list[str] = []
+    for reference in (request.workload, *request.kits):
+        kit = load_local_kit(reference, cwd=state.ctx.cwd)
+        for base in base_images(kit.dockerfile_text or ""):
+            checked.append(base)
+            if state.ctx.driver.image(base) is None:
+                missing.append(base)
+    if missing:
+        first = missing[0]
+        return Finding(Status.FAIL, f"not present locally: {', '.join(sorted(set(missing)))}",
+                       Reason.IMAGE_MISSING, f"Fetch it first: sbx pull {first}",
+                       {"missing": sorted(set(missing))})
+    return Finding(Status.OK, f"base images present: {', '.join(sorted(set(checked))) or 'none'}",
+                   data={"images": sorted(set(checked))})
+
+
+def check_kit_credentials(state: DoctorState) -> Finding:
+    """Each credential the kits declare has a secret in sbx's store (never the value)."""
+    from sbx.core.capabilities import SUPPORTED
+    from sbx.core.kitset import load_kit_set
+    from sbx.kits.compose import Contribution, compose
+    from sbx.secrets import SecretStore
+
+    request = state.request
+    assert request.workload is not None  # noqa: S101 - the check is added only with one
+    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=state.ctx.cwd,
+                           cache_dir=state.ctx.state_home / "cache" / "descriptors",
+                           supported=SUPPORTED)
+    composition = compose([Contribution(k.reference, k.selection.selected,
+                                        k.selection.selected_paths)
+                           for k in (kit_set.by_reference(t.reference)
+                                     for t in kit_set.resolution.topological)])
+    store = SecretStore(state.ctx.state_home)
+    unbound_required: list[str] = []
+    unbound_optional: list[str] = []
+    bound: list[str] = []
+    for credential in composition.credentials:
+        label = f"{credential.service} ({credential.phase})"
+        if store.get(credential.service) is not None:
+            bound.append(label)
+        elif credential.optional:
+            unbound_optional.append(label)
+        else:
+            unbound_required.append(label)
+    data = {"bound": bound, "unbound_required": unbound_required,
+            "unbound_optional": unbound_optional}
+    if unbound_required:
+        service = unbound_required[0].split(" ", 1)[0]
+        return Finding(Status.FAIL, f"required and unbound: {', '.join(unbound_required)}",
+                       Reason.CREDENTIAL_UNBOUND,
+                       f"Store it: printf %s \"$TOKEN\" | sbx secret set {service}", data)
+    if unbound_optional:
+        service = unbound_optional[0].split(" ", 1)[0]
+        return Finding(Status.WARN, f"optional and unbound (will be skipped): "
+                       f"{', '.join(unbound_optional)}", Reason.CREDENTIAL_UNBOUND,
+                       f"Store it to use it: printf %s \"$TOKEN\" | sbx secret set {service}",
+                       data)
+    return Finding(Status.OK, f"bound: {', '.join(bound)}" if bound else "none declared",
+                   data=data)
+
+
+KIT_CHECKS: Final[tuple[Check, ...]] = (
+    Check("kits", "kits", check_kits, timeout_reason=Reason.INVALID_KIT),
+    Check("kit-images", "kit images", check_kit_images, needs_engine=True,
+          timeout_reason=Reason.IMAGE_MISSING,
+          without_engine=Finding(Status.FAIL, "not checked: the engine check did not pass",
+                                 Reason.DOCKER_UNREACHABLE,
+                                 "Fix the engine first (see the engine check).")),
+    Check("kit-credentials", "credentials", check_kit_credentials,
+          timeout_reason=Reason.CREDENTIAL_UNBOUND),
+)
+
+
 _ENGINE_DOWN: Final = "the engine check did not pass"
 
 CHECKS: Final[tuple[Check, ...]] = (
@@ -614,6 +721,8 @@ def diagnose(ctx: AppContext, request: DoctorRequest | None = None, *,
     state = DoctorState(ctx, host or HostFacts.current(), req,
                         egress=egress or DEFAULT_EGRESS_PROBES)
     results: list[CheckResult] = []
+    if req.workload is not None:
+        checks = (*checks, *KIT_CHECKS)
     for check in checks:
         if check.needs_engine and state.engine is None and check.without_engine is not None:
             results.append(_result(check, check.without_engine, 0.0))

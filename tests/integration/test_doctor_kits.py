@@ -1,0 +1,84 @@
+"""`sbx doctor WORKLOAD [--kit MIXIN]...`: the composition, its images and its credentials."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx.secrets import SecretStore
+
+from .conftest import BUSYBOX
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+CREDENTIAL_KIT = """
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config: {runtime: {allow: [api.example.com]}}
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: examplesvc
+      phase: runtime
+      apiKey:
+        name: EXAMPLE_TOKEN
+        proxyManaged: true
+        inject: [{domain: api.example.com, header: Authorization, format: "Bearer %s"}]
+"""
+
+
+def _checks(result: Any) -> dict[str, dict[str, Any]]:
+    envelope = json.loads(result.stdout.splitlines()[-1])
+    return {c["id"]: c for c in envelope["data"]["checks"]}
+
+
+@pytest.fixture
+def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+
+
+def test_bundled_composition_checks_out(sbx_cli: Any, env: dict[str, str]) -> None:
+    result = sbx_cli(["doctor", "--json", "examples/hello", "--kit", "examples/gh", "--kit",
+                      "examples/tool"], env=env, cwd=REPO)
+    checks = _checks(result)
+    assert checks["kits"]["status"] == "ok"
+    assert checks["kit-images"]["status"] == "ok"
+    # gh's credential is optional: unbound is a warning, never a failure.
+    assert checks["kit-credentials"]["status"] == "warn"
+    assert checks["kit-credentials"]["reason"] == "credential_unbound"
+
+
+def test_missing_image_and_required_credential_fail(kit_factory: Callable[..., Path],
+                                                    sbx_cli: Any, env: dict[str, str]) -> None:
+    kit = kit_factory("needs", "FROM sbx-test/not-here:9\n", CREDENTIAL_KIT)
+    result = sbx_cli(["doctor", "--json", str(kit)], env=env)
+    assert result.exit_code == 1
+    checks = _checks(result)
+    assert checks["kit-images"]["reason"] == "image_missing"
+    assert "sbx pull sbx-test/not-here:9" in checks["kit-images"]["fix"]
+    assert checks["kit-credentials"]["status"] == "fail"
+    assert checks["kit-credentials"]["reason"] == "credential_unbound"
+
+
+def test_bound_credential_passes_without_showing_the_value(
+        kit_factory: Callable[..., Path], sbx_cli: Any, env: dict[str, str],
+        state_home: Path) -> None:
+    kit = kit_factory("bound", f"FROM {BUSYBOX}\nUSER agent\n", CREDENTIAL_KIT)
+    SecretStore(state_home).set("examplesvc", "value-that-must-not-show-1234")
+    result = sbx_cli(["doctor", "--json", str(kit)], env=env)
+    checks = _checks(result)
+    assert checks["kit-credentials"]["status"] == "ok"
+    assert "value-that-must-not-show" not in result.stdout + result.stderr
+
+
+def test_invalid_kit_fails_the_kits_check(kit_factory: Callable[..., Path], sbx_cli: Any,
+                                          env: dict[str, str]) -> None:
+    kit = kit_factory("broken", f"FROM {BUSYBOX}\n", "capabilities: [{typ: x}]\n")
+    result = sbx_cli(["doctor", "--json", str(kit)], env=env)
+    assert result.exit_code == 1
+    assert _checks(result)["kits"]["reason"] == "invalid_kit"
