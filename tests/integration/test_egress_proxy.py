@@ -21,7 +21,7 @@ import pytest
 from sbx.egress.proxyconfig import CredentialSpec, Inject, Limits, ProxyConfig
 from sbx.kits.compose import Network, NetworkPhase, Rule
 from sbx.secrets import SecretStore
-from support.origin import LoopbackListener, Origin, ProxyProcess, TestPKI, UpstreamProxy
+from support.origin import Internet, LoopbackListener, ProxyProcess, UpstreamProxy
 
 # Test values stored in the per-test secret store (never a real credential).
 SECRET = "ghp_Real-Secret-Value-0123456789abcdef"  # noqa: S105
@@ -74,17 +74,6 @@ CREDENTIALS = (
                                              format="token %s"),),
                    sentinel="sbx-proxy-managed-pkg", env="PKG_TOKEN", kit="./hello", index=4),
 )
-
-
-class Internet:
-    def __init__(self, directory: Path) -> None:
-        self.pki = TestPKI.create(directory)
-        self.origin = Origin(self.pki)
-        self.upstream = UpstreamProxy(self.origin)
-
-    def close(self) -> None:
-        self.upstream.close()
-        self.origin.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from support.origin import Origin, TestPKI, UpstreamProxy
+from support.origin import Internet
 
 pytestmark = pytest.mark.docker
 
@@ -56,17 +56,6 @@ capabilities:
             curl -sS -m 10 -o /dev/null -w '%{http_code}' http://example.org/install
             > /var/tmp/install-egress || echo failed > /var/tmp/install-egress
 """
-
-
-class Internet:
-    def __init__(self, directory: Path) -> None:
-        self.pki = TestPKI.create(directory)
-        self.origin = Origin(self.pki)
-        self.upstream = UpstreamProxy(self.origin)
-
-    def close(self) -> None:
-        self.upstream.close()
-        self.origin.close()
 
 
 @pytest.fixture(scope="module")

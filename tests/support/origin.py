@@ -725,5 +725,19 @@ class ProxyProcess:
         self.stop()
 
 
-__all__ = ["TEST_HOSTS", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess", "Response",
+__all__ = ["TEST_HOSTS", "Internet", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess", "Response",
            "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "local_internet", "read_response"]
+
+
+class Internet:
+    """The tests' local "internet": a test CA, an origin answering for any host, and the
+    upstream ("corporate") proxy that reaches it — what sbx's upstream_proxy setting points at."""
+
+    def __init__(self, directory: Path) -> None:
+        self.pki = TestPKI.create(directory)
+        self.origin = Origin(self.pki)
+        self.upstream = UpstreamProxy(self.origin)
+
+    def close(self) -> None:
+        self.upstream.close()
+        self.origin.close()
