@@ -725,8 +725,9 @@ class ProxyProcess:
         self.stop()
 
 
-__all__ = ["TEST_HOSTS", "Internet", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess", "Response",
-           "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "local_internet", "read_response"]
+__all__ = ["TEST_HOSTS", "Internet", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess",
+           "Response", "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "local_internet",
+           "read_response"]
 
 
 class Internet:
