@@ -691,6 +691,20 @@ class _Collector:
 
     # -- planning ------------------------------------------------------------------------
 
+    def _admit(self, item: GcItem, removable: bool, planned: list[GcItem], limit: int,
+               remaining: set[str]) -> None:
+        """Plan a removable item while the pass has room; otherwise keep it (deferred when it
+        was removable), and keep its run in ``remaining`` so its run directory stays too."""
+        if removable and len(planned) < limit:
+            planned.append(item)
+            return
+        if removable:
+            item = GcItem(item.kind, item.id, item.run_id, "deferred",
+                          f"over this pass's limit of {limit}; next gc ({item.detail})")
+            self.result.deferred += 1
+        self.result.kept.append(item)
+        _note_run(remaining, item.run_id)
+
     def _plan_containers(self, entries: Sequence[ContainerEntry], runs: Mapping[str, RunDir],
                          remaining: set[str]) -> list[GcItem]:
         planned: list[GcItem] = []
@@ -698,15 +712,7 @@ class _Collector:
         for entry in entries:
             remove, why, detail = judge_container(entry, runs, self.clock)
             item = GcItem("container", entry.id, entry.run_id, why, detail)
-            if remove and len(planned) < limit:
-                planned.append(item)
-                continue
-            if remove:
-                item = GcItem("container", entry.id, entry.run_id, "deferred",
-                              f"over this pass's limit of {limit}; next gc ({detail})")
-                self.result.deferred += 1
-            self.result.kept.append(item)
-            _note_run(remaining, entry.run_id)
+            self._admit(item, remove, planned, limit, remaining)
         return planned
 
     def _plan_shared(self, entries: Sequence[SharedEntry], runs: Mapping[str, RunDir],
@@ -728,15 +734,7 @@ class _Collector:
                     candidate, why = False, "in_use"
                     detail = f"used by {len(users)} container(s)"
             item = GcItem(entry.kind, entry.id, entry.run_id, why, detail)
-            if candidate and len(planned) < limit:
-                planned.append(item)
-                continue
-            if candidate:
-                item = GcItem(entry.kind, entry.id, entry.run_id, "deferred",
-                              f"over this pass's limit of {limit}; next gc ({detail})")
-                self.result.deferred += 1
-            self.result.kept.append(item)
-            _note_run(remaining, entry.run_id)
+            self._admit(item, candidate, planned, limit, remaining)
         return planned
 
     def _plan_images(self, entries: Sequence[ImageEntry], runs: Mapping[str, RunDir],
@@ -758,15 +756,7 @@ class _Collector:
                     candidate, why = False, "in_use"
                     detail = f"used by {len(users)} container(s)"
             item = GcItem("image", entry.id, entry.run_id, why, detail)
-            if candidate and len(planned) < limit:
-                planned.append(item)
-                continue
-            if candidate:
-                item = GcItem("image", entry.id, entry.run_id, "deferred",
-                              f"over this pass's limit of {limit}; next gc ({detail})")
-                self.result.deferred += 1
-            self.result.kept.append(item)
-            _note_run(remaining, entry.run_id)
+            self._admit(item, candidate, planned, limit, remaining)
         return planned
 
     def _firewall_rules(self, runs: Mapping[str, RunDir], known: Mapping[str, int | None],
