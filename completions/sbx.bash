@@ -27,7 +27,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor gc version secret'
+            __sbx_subcommands='run explain doctor pull gc version secret kit'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -45,6 +45,11 @@ __sbx_node() {
             __sbx_options='-k --kit --arg --json -h --help'
             __sbx_value_options='-k --kit --arg'
             __sbx_nargs=1
+            ;;
+        'sbx pull')
+            __sbx_options='--accept --json -h --help'
+            __sbx_nargs=1
+            __sbx_variadic=1
             ;;
         'sbx gc')
             __sbx_options='--dry-run --json --grace -h --help'
@@ -68,6 +73,14 @@ __sbx_node() {
             __sbx_options='--json -h --help'
             __sbx_nargs=1
             ;;
+        'sbx kit')
+            __sbx_subcommands='push'
+            __sbx_options='-h --help'
+            ;;
+        'sbx kit push')
+            __sbx_options='--json -h --help'
+            __sbx_nargs=2
+            ;;
     esac
 }
 
@@ -82,7 +95,7 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable' ;;
         'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
         'sbx doctor #0') __sbx_paths -d ;;
     esac

@@ -62,9 +62,11 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor gc version secret
+            printf '%s\n' run explain doctor pull gc version secret kit
         case 'sbx secret'
             printf '%s\n' set ls rm
+        case 'sbx kit'
+            printf '%s\n' push
     end
 end
 
@@ -87,9 +89,11 @@ complete -c sbx -f
 complete -c sbx -n '__sbx_arg "sbx" 0' -a run -d 'Run a workload kit (plus mixins) in a hardened sandbox'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a explain -d 'Explain a reason code, a run\'s refusals, a sandbox, or one request\'s decision'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a doctor -d 'Check that this machine can run sandboxes safely: platform, config, identity,...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a pull -d 'Fetch kits and plain images from a registry and pin kits\' digests in the lock'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list and remove the secrets that kits\' credential@1 capabilities use'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Publish local kits to a registry'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -141,6 +145,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'invalid_argument' -d 'Invalid
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'interrupted' -d 'Interrupted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'internal_error' -d 'Unexpected error in sbx'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secret store unsafe'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'registry_unreachable' -d 'Registry unreachable'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
@@ -148,6 +153,11 @@ complete -c sbx -n '__sbx_in "sbx doctor"' -l arg -x -d 'A kit arg value, as for
 complete -c sbx -n '__sbx_in "sbx doctor"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx doctor"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx doctor" 0' -a '(__fish_complete_directories (commandline -ct))'
+
+# sbx pull
+complete -c sbx -n '__sbx_in "sbx pull"' -l accept -d 'Approve permission widenings of already locked kits without asking'
+complete -c sbx -n '__sbx_in "sbx pull"' -l json -d 'Print one JSON envelope listing what was pulled and pinned'
+complete -c sbx -n '__sbx_in "sbx pull"' -s h -l help -d 'Show this message and exit'
 
 # sbx gc
 complete -c sbx -n '__sbx_in "sbx gc"' -l dry-run -d 'Only list what would be removed; change nothing'
@@ -176,3 +186,11 @@ complete -c sbx -n '__sbx_in "sbx secret ls"' -s h -l help -d 'Show this message
 # sbx secret rm
 complete -c sbx -n '__sbx_in "sbx secret rm"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx secret rm"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a push -d 'Build a local kit\'s image as `sbx run` does, push it as REF, and annotate it'
+complete -c sbx -n '__sbx_in "sbx kit"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit push
+complete -c sbx -n '__sbx_in "sbx kit push"' -l json -d 'Print one JSON envelope with the pushed digest'
+complete -c sbx -n '__sbx_in "sbx kit push"' -s h -l help -d 'Show this message and exit'

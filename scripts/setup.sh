@@ -16,6 +16,9 @@ command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
 command -v zsh >/dev/null 2>&1 || need_pkgs+=(zsh)
 command -v fish >/dev/null 2>&1 || need_pkgs+=(fish)
 command -v groff >/dev/null 2>&1 || need_pkgs+=(groff-base)
+# A real OCI registry for the `sbx pull` / `sbx kit push` tests (started per test on loopback).
+command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
+  || need_pkgs+=(docker-registry)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -32,6 +35,13 @@ if ! timeout 10 docker version >/dev/null 2>&1; then
   done
   timeout 10 docker version >/dev/null 2>&1 || {
     log "dockerd did not answer within 60 s; its log:"; tail -30 /var/log/sbx-dockerd.log >&2; exit 1; }
+fi
+
+# The pull tests push to and pull from 127.0.0.1:<port> over plain HTTP; dockerd treats
+# 127.0.0.0/8 registries as insecure by default. Say so loudly if a daemon.json changed that.
+if ! timeout 10 docker info --format '{{json .RegistryConfig.InsecureRegistryCIDRs}}' 2>/dev/null \
+    | grep -q '127.0.0.0/8'; then
+  log "warning: dockerd does not treat 127.0.0.0/8 registries as insecure; the pull tests will fail"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -16,6 +16,8 @@ from sbx import __version__
 from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
+from sbx.commands import kit as kit_command
+from sbx.commands import pull as pull_command
 from sbx.commands import run as run_command
 from sbx.commands import secret as secret_command
 from sbx.commands import version as version_command
@@ -79,6 +81,7 @@ app.command("run", context_settings={"allow_interspersed_args": True})(
     _interruptible(run_command.run))
 app.command("explain")(_interruptible(explain_command.explain))
 app.command("doctor")(_interruptible(doctor_command.doctor))
+app.command("pull")(_interruptible(pull_command.pull))
 app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
 
@@ -93,5 +96,15 @@ secret_app.command("set")(_interruptible(secret_command.set_secret))
 secret_app.command("ls")(_interruptible(secret_command.ls))
 secret_app.command("rm")(_interruptible(secret_command.rm))
 app.add_typer(secret_app, name="secret")
+
+kit_app = typer.Typer(
+    name="kit",
+    help="Publish local kits to a registry.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+kit_app.command("push")(_interruptible(kit_command.push))
+app.add_typer(kit_app, name="kit")
 
 __all__ = ["app"]

@@ -27,6 +27,12 @@ SECRET_SET: Final = "secret_set"  # noqa: S105 -- an event name, not a password
 SECRET_REMOVED: Final = "secret_removed"  # noqa: S105 -- an event name
 # the egress proxy refused a connection or request: {host, port, method, path, rule, code, phase}
 EGRESS_DENIED: Final = "egress_denied"
+# sbx pull pinned a kit: {reference, digest, previous_digest, widenings}
+KIT_PULLED: Final = "kit_pulled"
+# sbx pull: a widening was approved (terminal or --accept) / refused: {reference, digest,
+# previous_digest, widenings, via}
+KIT_WIDENING_ACCEPTED: Final = "kit_widening_accepted"
+KIT_WIDENING_REFUSED: Final = "kit_widening_refused"
 
 
 def audit_path(state_home: Path) -> Path:
@@ -88,4 +94,5 @@ def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
 
 __all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "GC_REMOVED", "SANDBOX_FINISHED",
            "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "SECRET_REMOVED", "SECRET_SET", "audit_path",
-           "read_events", "record", "EGRESS_DENIED", "record_at"]
+           "read_events", "record", "EGRESS_DENIED", "record_at", "KIT_PULLED",
+           "KIT_WIDENING_ACCEPTED", "KIT_WIDENING_REFUSED"]

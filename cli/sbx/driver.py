@@ -125,6 +125,10 @@ class Driver(Protocol):
     # image assembly (sbx.core.assemble)
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
+    # registry images (sbx.core.pull / sbx.core.kitpush)
+    def tag_image(self, image: str, ref: str) -> None: ...
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None: ...
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo: ...
 
 
 def _situation_hint(env: Mapping[str, str], detail: str) -> str:
@@ -648,6 +652,54 @@ class DockerDriver:
                                             hint=_situation_hint(self._env, str(exc))) from exc
         finally:
             self.remove_container(cid)
+
+    # -- registry images ---------------------------------------------------------------------
+
+    def tag_image(self, image: str, ref: str) -> None:
+        """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
+        repository, tag = _split_tag(ref)
+        with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
+            self._api.tag(image, repository, tag=tag, force=True)
+
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None:
+        """Push a local tag to its registry; the stream's errors become reason-coded errors."""
+        repository, tag = _split_tag(ref)
+        with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE):
+            for chunk in self._api.push(repository, tag=tag, stream=True, decode=True):
+                _registry_chunk(f"pushing {ref}", chunk, on_line)
+
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
+        """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
+        with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
+            for chunk in self._api.pull(ref, stream=True, decode=True):
+                _registry_chunk(f"pulling {ref}", chunk, on_line)
+        image = self.image(ref)
+        if image is None:
+            raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
+        return image
+
+
+def _split_tag(ref: str) -> tuple[str, str | None]:
+    """``host:port/repo:tag`` → (``host:port/repo``, ``tag``); a digest reference stays whole."""
+    if "@" in ref:
+        return ref, None
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:]
+    return ref, "latest"
+
+
+def _registry_chunk(action: str, chunk: Mapping[str, Any],
+                    on_line: Callable[[str], None]) -> None:
+    if "error" in chunk:
+        detail = " ".join(str(chunk.get("error", "")).split())
+        raise SbxError(Reason.REGISTRY_UNREACHABLE, f"{action} failed: {detail}")
+    status = str(chunk.get("status", "")).strip()
+    if status:
+        progress = str(chunk.get("progress", "")).strip()
+        ident = str(chunk.get("id", "")).strip()
+        on_line(" ".join(p for p in (ident, status, progress) if p))
 
 
 def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:

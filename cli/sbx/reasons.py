@@ -70,6 +70,7 @@ class Reason(enum.StrEnum):
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
     SECRET_STORE_UNSAFE = "secret_store_unsafe"  # noqa: S105 -- a reason code, not a password
+    REGISTRY_UNREACHABLE = "registry_unreachable"
 
     @property
     def info(self) -> ReasonInfo:
@@ -271,6 +272,14 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "not read a value from it or store one in it.",
         "Follow the fix printed with the message: remove the named path or `chmod 600` it, and "
         "rotate the secret if someone else could have read it.",
+        _E.REFUSED,
+    ),
+    _R.REGISTRY_UNREACHABLE: ReasonInfo(
+        "Registry unreachable",
+        "sbx could not reach the registry named in the reference (nothing listens there, the "
+        "connection broke, or it answered with a server error), so nothing was pulled or "
+        "pushed and the lock was not changed.",
+        "Check the reference's host and port and that the registry is running, then retry.",
         _E.REFUSED,
     ),
 }

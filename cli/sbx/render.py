@@ -28,6 +28,9 @@ if TYPE_CHECKING:
         SandboxExplanation,
     )
     from sbx.core.gc import GcItem, GcResult
+    from sbx.core.kitpush import PushResult
+    from sbx.core.pull import PullResult
+    from sbx.kits.surface import Widening
     from sbx.secrets import SecretInfo
 
 ENVELOPE_VERSION: Final = 1
@@ -440,6 +443,45 @@ class Renderer:
                                    data={"action": "rm", "service": service, "removed": True}))
             return
         text = f"removed secret for {service}"
+        self._line(self._out_file, _escape(text), text)
+
+    # -- registry: pull and kit push ---------------------------------------------------------
+
+    def interactive(self) -> bool:
+        """Whether a question can be asked: stdin and stderr are terminals (never under --json)."""
+        return not self.as_json and _isatty(sys.stdin) and _isatty(self._err_file)
+
+    def confirm_widenings(self, reference: str, widenings: Sequence[Widening]) -> bool:
+        """Show a kit upgrade's widenings on stderr and ask; anything but yes declines."""
+        from sbx.kits.surface import format_widenings
+
+        text = f"{reference}: the new version asks for more than you approved:\n" \
+               f"{format_widenings(widenings)}"
+        self._line(self._err_file, _escape(text), text)
+        self._err_file.write("Accept these permissions? [y/N] ")
+        self._err_file.flush()
+        try:
+            answer = sys.stdin.readline()
+        except (OSError, ValueError):
+            return False
+        return answer.strip().lower() in {"y", "yes"}
+
+    def pull_result(self, result: PullResult) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="pull", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        for item in result.items:
+            decision = item.gate.decision.value if item.gate is not None else "image"
+            text = f"{item.reference}: {item.kind} {item.digest} ({decision})"
+            self._line(self._out_file, _escape(text), text)
+
+    def kit_pushed(self, result: PushResult) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="kit push", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        text = f"pushed {result.reference}: {result.digest}"
         self._line(self._out_file, _escape(text), text)
 
 

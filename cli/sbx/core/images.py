@@ -101,8 +101,19 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
                      build_args: Mapping[str, str] | None = None) -> KitImage:
     """The kit's image: reused when an image with the kit's content hash exists, else built.
 
-    ``progress(title)`` is entered only when a build actually runs.
+    ``progress(title)`` is entered only when a build actually runs. A locked registry kit is
+    never built: its pinned image must be present (only `sbx pull` fetches or moves it).
     """
+    if kit.image is not None:
+        found = driver.image(kit.image)
+        if found is None:
+            raise SbxError(
+                Reason.IMAGE_MISSING,
+                f"kit {kit.reference} is locked at {kit.image}, which is not present locally; "
+                "sbx never pulls implicitly",
+                hint=f"Fetch it with `sbx pull {kit.reference}` (a moved tag is gated there).",
+                details={"missing": [kit.image]})
+        return KitImage(found, kit.image, built=False)
     if kit.dockerfile_text is None:
         raise SbxError(Reason.INVALID_KIT,
                        f"{kit.descriptor.kind} kit {kit.reference} has no recipe (no "

@@ -79,9 +79,13 @@ class KitSet:
 
 
 def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str], *,
-                 cwd: Path, cache_dir: Path, supported: Collection[str]) -> KitSet:
+                 cwd: Path, cache_dir: Path, supported: Collection[str],
+                 lock_home: Path | None = None) -> KitSet:
+    """With ``lock_home`` (the state home), a reference that is not a local path but is pinned
+    in its kit lock loads as that registry kit, at the locked digest."""
     references = [workload, *mixins]
-    locals_ = [load_local_kit(ref, cwd=cwd, cache_dir=cache_dir) for ref in references]
+    locals_ = [_load_kit(ref, cwd=cwd, cache_dir=cache_dir, lock_home=lock_home)
+               for ref in references]
     _refuse_duplicates(locals_)
     supplied = parse_arg_assignments(arg_items)
     per_kit = _split_args(locals_, supplied)
@@ -103,6 +107,17 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
     loaded = {local.reference: LoadedKit(local, values, e, s) for local, values, e, s
               in zip(locals_, per_kit, expanded, selections, strict=True)}
     return KitSet(tuple(loaded[k.reference] for k in resolution.ordered), resolution)
+
+
+def _load_kit(reference: str, *, cwd: Path, cache_dir: Path,
+              lock_home: Path | None) -> LocalKit:
+    if lock_home is not None and not (cwd / reference).exists():
+        from sbx.lock import load_locked_kit
+
+        locked = load_locked_kit(reference, lock_home)
+        if locked is not None:
+            return locked
+    return load_local_kit(reference, cwd=cwd, cache_dir=cache_dir)
 
 
 def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],

@@ -212,7 +212,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     # Kits: strict decode, args, selection and resolution, all before anything is built.
     kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=ctx.cwd,
                            cache_dir=ctx.state_home / "cache" / "descriptors",
-                           supported=SUPPORTED)
+                           supported=SUPPORTED, lock_home=ctx.state_home)
     access = _access(request)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
                                   extra_blocked=config.mounts.blocked.value,
@@ -234,7 +234,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     mixin_images = [
         (kit.reference, ensure_kit_image(driver, kit.local, progress,
                                          kit.expanded.build_args).image
-         if kit.local.dockerfile_text is not None else None)
+         if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
         for kit in kit_set.mixins
     ]
     if mixin_images:

@@ -33,6 +33,9 @@ class LocalKit:
     stem: str
     descriptor: Descriptor
     dockerfile_text: str | None  # None: declaration-only
+    # A kit pulled from a registry and pinned in the lock: its image (``repo@sha256:…``), used
+    # as-is instead of a build (sbx.lock.load_locked_kit).
+    image: str | None = None
 
     @property
     def descriptor_file(self) -> Path:

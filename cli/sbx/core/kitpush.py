@@ -1,0 +1,56 @@
+"""`sbx kit push DIR REF`: publish a local kit to a registry as a v3 kit image.
+
+The image is built exactly as `sbx run` builds it (:func:`ensure_kit_image`), tagged REF and
+pushed with the engine; then its manifest is re-put with the kit annotations
+(KIT-SPEC-V3 §6.1), which changes the manifest digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from sbx.context import AppContext
+from sbx.core.images import ensure_kit_image
+from sbx.errors import SbxError
+from sbx.kits.local import load_local_kit
+from sbx.reasons import Reason
+from sbx.registry import annotate, kit_annotations, parse_reference
+
+Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
+
+
+@dataclass(frozen=True)
+class PushResult:
+    reference: str
+    digest: str
+    image: str  # repo@digest
+    kind: str
+    capabilities: str  # the capabilities annotation ("" when none)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "digest": self.digest, "image": self.image,
+                "kind": self.kind, "capabilities": self.capabilities}
+
+
+def push_kit(app: AppContext, directory: str, reference: str, *,
+             progress: Progress) -> PushResult:
+    ref = parse_reference(reference)
+    if ref.digest is not None:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{reference}: push to a tag, not a digest (the digest is computed)")
+    kit = load_local_kit(directory, cwd=app.cwd, cache_dir=app.state_home / "cache" / "descriptors")
+    built = ensure_kit_image(app.driver, kit, progress)
+    tagged = f"{ref.name}:{ref.tag or 'latest'}"
+    app.driver.tag_image(built.image.id, tagged)
+    with progress(f"pushing {tagged}") as on_line:
+        app.driver.push_image(tagged, on_line)
+    annotations = kit_annotations(kit.descriptor.data)
+    digest = annotate(ref, annotations)
+    return PushResult(tagged, digest, ref.pinned(digest), kit.descriptor.kind,
+                      annotations.get("vnd.docker.sandbox.kit.capabilities", ""))
+
+
+__all__ = ["PushResult", "push_kit"]

@@ -1,0 +1,166 @@
+"""`sbx pull REF...`: preflight each reference with one manifest GET, revalidate the kit
+descriptor from its annotation, gate permission widenings against the lock, pull by digest, and
+pin the digests in the lock (SPEC §2.4, KIT-SPEC-V3 §5, §6.3).
+
+All references are preflighted and gated before anything is pulled, and the lock is written
+once, atomically, after every pull succeeded: a refusal, an invalid descriptor or an unreachable
+registry leave the image store and the lock as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbx import audit
+from sbx.context import AppContext
+from sbx.errors import KitError, SbxError
+from sbx.kits.descriptor import parse_descriptor_text
+from sbx.kits.surface import Surface, Widening, format_widenings, surface
+from sbx.lock import (
+    Decision,
+    GateResult,
+    LockEntry,
+    gate,
+    lock_path,
+    read_lock,
+    store_descriptor,
+    write_lock,
+)
+from sbx.reasons import Reason
+from sbx.registry import KitManifest, fetch_kit_manifest, parse_reference
+
+Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
+Confirm = Callable[[str, Sequence[Widening]], bool]
+
+
+@dataclass(frozen=True)
+class PullItem:
+    reference: str
+    digest: str
+    image: str  # repo@digest
+    kind: str  # the kit kind, or "image" for a plain image
+    permissions: Surface | None = None  # None for a plain image
+    gate: GateResult | None = None
+    previous_digest: str | None = None
+    image_id: str = ""
+    descriptor_text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reference": self.reference, "digest": self.digest,
+                               "image": self.image, "kind": self.kind, "image_id": self.image_id}
+        if self.permissions is not None:
+            out["permissions"] = self.permissions.to_json()
+        if self.gate is not None:
+            out["decision"] = self.gate.decision.value
+            out["widenings"] = [w.as_dict() for w in self.gate.widenings]
+            out["previous_digest"] = self.previous_digest
+        return out
+
+
+@dataclass(frozen=True)
+class PullResult:
+    items: tuple[PullItem, ...] = field(default_factory=tuple)
+    lock_file: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pulled": [i.as_dict() for i in self.items], "lock": self.lock_file}
+
+
+def preflight(reference: str, manifest: KitManifest) -> tuple[str, Surface] | None:
+    """(kind, surface) of a kit, None for a plain image; raise ``invalid_kit`` when the
+    annotation does not hold a valid published descriptor."""
+    text = manifest.descriptor_text
+    if text is None:
+        return None
+    try:
+        descriptor = parse_descriptor_text(text, f"{reference} (descriptor annotation)",
+                                           authored=False)
+    except KitError as error:
+        raise KitError(f"{reference}: the published descriptor is invalid; nothing was pulled",
+                       body=error.body or error.message, hint=error.hint,
+                       details=error.details) from error
+    except SbxError as error:
+        raise SbxError(Reason.INVALID_KIT,
+                       f"{reference}: the published descriptor is invalid: {error.message}; "
+                       "nothing was pulled") from error
+    return descriptor.kind, surface(descriptor.data)
+
+
+def pull(app: AppContext, references: Sequence[str], *, accept: bool,
+         confirm: Confirm | None, progress: Progress,
+         on_notice: Callable[[str], None]) -> PullResult:
+    path = lock_path(app.state_home)
+    lock = read_lock(path)
+    planned: list[PullItem] = []
+    for text in references:
+        ref = parse_reference(text)
+        manifest = fetch_kit_manifest(ref)
+        pinned = ref.pinned(manifest.digest)
+        kit = preflight(text, manifest)
+        if kit is None:
+            planned.append(PullItem(text, manifest.digest, pinned, "image"))
+            continue
+        kind, candidate = kit
+        previous = lock.get(text)
+        ask = None if confirm is None else (lambda ws, t=text: confirm(t, ws))
+        result = gate(previous, manifest.digest, candidate, accept=accept, confirm=ask)
+        previous_digest = previous.digest if previous else None
+        details = {"reference": text, "digest": manifest.digest,
+                   "previous_digest": previous_digest,
+                   "widenings": [w.as_dict() for w in result.widenings]}
+        if result.decision is Decision.REFUSED:
+            audit.record(app.state_home, audit.KIT_WIDENING_REFUSED, run_id=None,
+                         severity="warning", details=details)
+            raise SbxError(
+                Reason.PERMISSION_WIDENED,
+                f"{text} now resolves to {manifest.digest}, which asks for more than the "
+                f"locked {previous_digest}; nothing was pulled and the lock is unchanged",
+                body=format_widenings(result.widenings),
+                hint="Review the widenings, then pull again on a terminal and confirm, or "
+                     "pass --accept.",
+                details={**details, "problems": details["widenings"]})
+        if result.decision is Decision.ACCEPTED:
+            audit.record(app.state_home, audit.KIT_WIDENING_ACCEPTED, run_id=None,
+                         severity="warning", details={**details, "via": result.via})
+        elif result.decision is Decision.NEW and not candidate.is_empty():
+            on_notice(f"{text} asks for:\n" + _surface_lines(candidate))
+        planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,
+                                previous_digest, descriptor_text=manifest.descriptor_text))
+    done: list[PullItem] = []
+    for item in planned:
+        with progress(f"pulling {item.image}") as on_line:
+            image = app.driver.pull_image(item.image, on_line)
+        # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
+        if "@" not in item.reference:
+            app.driver.tag_image(image.id, item.reference)
+        done.append(PullItem(item.reference, item.digest, item.image, item.kind,
+                             item.permissions, item.gate, item.previous_digest, image.id,
+                             item.descriptor_text))
+    for item in done:
+        if item.permissions is not None:
+            if item.descriptor_text is not None:  # what `sbx run REF` reads, by digest
+                store_descriptor(app.state_home, item.digest, item.descriptor_text)
+            lock = lock.with_entry(LockEntry(item.reference, item.digest, item.image, item.kind,
+                                             item.permissions))
+    if any(item.permissions is not None for item in done):
+        write_lock(path, lock)
+        for item in done:
+            if item.permissions is not None and item.digest != item.previous_digest:
+                audit.record(app.state_home, audit.KIT_PULLED, run_id=None, severity="info",
+                             details={"reference": item.reference, "digest": item.digest,
+                                      "previous_digest": item.previous_digest})
+    return PullResult(tuple(done), str(path))
+
+
+def _surface_lines(candidate: Surface) -> str:
+    lines = []
+    for key, value in candidate.to_json().items():
+        shown = "yes" if value is True else ", ".join(value)
+        lines.append(f"  {key}: {shown}")
+    return "\n".join(lines)
+
+
+__all__ = ["PullItem", "PullResult", "preflight", "pull"]

@@ -1,0 +1,245 @@
+"""The registry HTTP API v2, for what the docker SDK does not expose: manifests and their
+annotations (KIT-SPEC-V3 §6.3). Layers are never fetched here; the engine pulls them by digest.
+
+Plain HTTP for loopback registries (``127.0.0.0/8``, ``localhost``, which the engine also treats
+as insecure), HTTPS otherwise. No authentication: anonymous registries only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sbx.errors import SbxError
+from sbx.reasons import Reason
+
+DESCRIPTOR_ANNOTATION: Final = "vnd.docker.sandbox.kit.descriptor"
+SCHEMA_VERSION_ANNOTATION: Final = "vnd.docker.sandbox.kit.schema-version"
+CAPABILITIES_ANNOTATION: Final = "vnd.docker.sandbox.kit.capabilities"
+
+DOCKER_MANIFEST: Final = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_LIST: Final = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST: Final = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX: Final = "application/vnd.oci.image.index.v1+json"
+INDEX_TYPES: Final = frozenset({DOCKER_LIST, OCI_INDEX})
+ACCEPT: Final = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+TIMEOUT_S: Final = 30.0
+MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024
+
+_REFERENCE = re.compile(
+    r"^(?P<host>[A-Za-z0-9.-]+(?::[0-9]+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+
+
+@dataclass(frozen=True)
+class Reference:
+    host: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def name(self) -> str:
+        """``host/repo`` (what ``repo@digest`` pulls start from)."""
+        return f"{self.host}/{self.repository}"
+
+    @property
+    def target(self) -> str:
+        """The manifest to GET: the digest when given, else the tag (default ``latest``)."""
+        return self.digest or self.tag or "latest"
+
+    def pinned(self, digest: str) -> str:
+        return f"{self.name}@{digest}"
+
+    @property
+    def base_url(self) -> str:
+        host = self.host.rsplit(":", 1)[0]
+        loopback = host == "localhost" or host.startswith("127.") or host == "[::1]"
+        return f"{'http' if loopback else 'https'}://{self.host}/v2/{self.repository}"
+
+
+def parse_reference(text: str) -> Reference:
+    """``host[:port]/repo[:tag][@sha256:…]``; the registry host must be explicit."""
+    match = _REFERENCE.match(text)
+    if match is None or not ("." in match["host"] or ":" in match["host"]
+                             or match["host"] == "localhost"):
+        raise SbxError(
+            Reason.INVALID_ARGUMENT,
+            f"{text!r} is not a registry reference of the form host[:port]/repo[:tag][@digest]",
+            hint="Name the registry explicitly, e.g. 127.0.0.1:5000/kits/shell:1.")
+    return Reference(match["host"], match["repo"], match["tag"], match["digest"])
+
+
+@dataclass(frozen=True)
+class Manifest:
+    media_type: str
+    body: bytes
+    digest: str
+
+    @property
+    def data(self) -> dict[str, Any]:
+        parsed = json.loads(self.body)
+        if not isinstance(parsed, dict):
+            raise ValueError("a manifest is a JSON object")
+        return parsed
+
+
+@dataclass(frozen=True)
+class KitManifest:
+    """What one preflight found: the digest to pin and the kit annotations (if any)."""
+
+    reference: Reference
+    digest: str  # the top-level digest (the index digest for a multi-platform image)
+    media_type: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def descriptor_text(self) -> str | None:
+        return self.annotations.get(DESCRIPTOR_ANNOTATION)
+
+
+def _unreachable(ref: Reference, detail: str) -> SbxError:
+    return SbxError(Reason.REGISTRY_UNREACHABLE,
+                    f"registry {ref.host} is unreachable: {detail}",
+                    hint=f"Check that a registry listens on {ref.host}, then retry; nothing was "
+                         "pulled and the lock is unchanged.")
+
+
+def get_manifest(ref: Reference, target: str | None = None) -> Manifest:
+    import requests
+
+    url = f"{ref.base_url}/manifests/{target or ref.target}"
+    try:
+        response = requests.get(url, headers={"Accept": ACCEPT}, timeout=TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise _unreachable(ref, type(exc).__name__) from exc
+    if response.status_code == 404:
+        raise SbxError(Reason.IMAGE_MISSING,
+                       f"{ref.name}:{target or ref.target} is not in the registry",
+                       hint="Check the repository and tag (`sbx kit push` publishes a kit).")
+    if response.status_code >= 500:
+        raise _unreachable(ref, f"HTTP {response.status_code}")
+    if response.status_code != 200:
+        raise SbxError(Reason.IMAGE_MISSING,
+                       f"the registry refused {ref.name}:{target or ref.target} "
+                       f"(HTTP {response.status_code})")
+    body = response.content[:MAX_MANIFEST_BYTES + 1]
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise SbxError(Reason.INVALID_KIT, f"the manifest of {ref.name} is too large")
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+    if not media_type:
+        try:
+            media_type = str(json.loads(body).get("mediaType", ""))
+        except (ValueError, AttributeError):
+            media_type = ""
+    return Manifest(media_type, body, digest)
+
+
+def put_manifest(ref: Reference, media_type: str, body: bytes) -> str:
+    """PUT a manifest under the reference's tag; return its digest."""
+    import requests
+
+    url = f"{ref.base_url}/manifests/{ref.tag or 'latest'}"
+    try:
+        response = requests.put(url, data=body, headers={"Content-Type": media_type},
+                                timeout=TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise _unreachable(ref, type(exc).__name__) from exc
+    if response.status_code >= 500:
+        raise _unreachable(ref, f"HTTP {response.status_code}")
+    if response.status_code not in (200, 201, 202):
+        detail = " ".join(response.text.split())[:300]
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"the registry refused the manifest for {ref.name} "
+                       f"(HTTP {response.status_code}): {detail}")
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def annotate(ref: Reference, annotations: Mapping[str, str]) -> str:
+    """Re-put the image manifest under ``ref`` with ``annotations`` added; return the new
+    digest (the manifest bytes change, so the digest does)."""
+    manifest = get_manifest(ref)
+    if manifest.media_type in INDEX_TYPES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{ref.name}:{ref.target} is an index; sbx kit push annotates single "
+                       "image manifests only")
+    data = manifest.data
+    merged = dict(data.get("annotations") or {})
+    merged.update(annotations)
+    data["annotations"] = merged
+    body = json.dumps(data, indent=3).encode("utf-8")
+    return put_manifest(ref, manifest.media_type or str(data.get("mediaType", "")), body)
+
+
+def kit_annotations(descriptor: Mapping[str, Any]) -> dict[str, str]:
+    """The published-form annotations of a descriptor (KIT-SPEC-V3 §6.1)."""
+    out = {
+        DESCRIPTOR_ANNOTATION: json.dumps(descriptor, separators=(",", ":"), ensure_ascii=False),
+        SCHEMA_VERSION_ANNOTATION: "3",
+    }
+    types = sorted({str(c.get("type")) for c in _capabilities(descriptor) if c.get("type")})
+    if types:
+        out[CAPABILITIES_ANNOTATION] = ",".join(types)
+    return out
+
+
+def _capabilities(descriptor: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    found: list[Mapping[str, Any]] = []
+    for entry in descriptor.get("capabilities") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        members = entry.get("group")
+        if isinstance(members, list):
+            found.extend(m for m in members if isinstance(m, Mapping))
+        else:
+            found.append(entry)
+    return found
+
+
+def fetch_kit_manifest(ref: Reference, *, os_name: str = "linux",
+                       architecture: str = "amd64") -> KitManifest:
+    """One manifest GET; for an index whose own annotations lack the descriptor, fall back to
+    the platform manifest's annotations (KIT-SPEC-V3 §6.1)."""
+    top = get_manifest(ref)
+    try:
+        data = top.data
+    except ValueError as exc:
+        raise SbxError(Reason.INVALID_KIT, f"the manifest of {ref.name} is not JSON: {exc}",
+                       ) from exc
+    annotations = _annotations(data)
+    if top.media_type in INDEX_TYPES and DESCRIPTOR_ANNOTATION not in annotations:
+        chosen = _platform(data, os_name, architecture)
+        if chosen is not None:
+            platform = get_manifest(ref, chosen)
+            try:
+                annotations = _annotations(platform.data)
+            except ValueError as exc:
+                raise SbxError(Reason.INVALID_KIT,
+                               f"the platform manifest of {ref.name} is not JSON") from exc
+    return KitManifest(ref, top.digest, top.media_type, annotations)
+
+
+def _annotations(data: Mapping[str, Any]) -> dict[str, str]:
+    raw = data.get("annotations")
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if isinstance(v, str)}
+
+
+def _platform(index: Mapping[str, Any], os_name: str, architecture: str) -> str | None:
+    entries = [m for m in index.get("manifests") or [] if isinstance(m, Mapping)]
+    for entry in entries:
+        platform = entry.get("platform") or {}
+        if platform.get("os") == os_name and platform.get("architecture") == architecture:
+            return str(entry.get("digest"))
+    return str(entries[0].get("digest")) if entries else None
+
+
+__all__ = ["CAPABILITIES_ANNOTATION", "DESCRIPTOR_ANNOTATION", "SCHEMA_VERSION_ANNOTATION",
+           "KitManifest", "Manifest", "Reference", "annotate", "fetch_kit_manifest",
+           "get_manifest", "kit_annotations", "parse_reference", "put_manifest"]

@@ -1,0 +1,242 @@
+"""The kit lock file (atomic write, round trip, damage) and the upgrade gate's decisions."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from sbx import audit
+from sbx.context import AppContext
+from sbx.core.pull import PullResult
+from sbx.driver import ImageInfo
+from sbx.errors import SbxError
+from sbx.kits.surface import Surface, Widening
+from sbx.lock import (
+    Decision,
+    Lock,
+    LockEntry,
+    gate,
+    load_locked_kit,
+    lock_path,
+    read_lock,
+    write_lock,
+)
+from sbx.reasons import Reason
+from sbx.render import Renderer
+
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+
+
+def entry(reference: str = "127.0.0.1:5000/kits/a:1", digest: str = D1,
+          allow: tuple[str, ...] = ("a.example.com",)) -> LockEntry:
+    return LockEntry(reference, digest, f"127.0.0.1:5000/kits/a@{digest}", "workload",
+                     Surface(network_runtime_allow=allow))
+
+
+def test_missing_lock_is_empty(tmp_path: Path) -> None:
+    assert read_lock(tmp_path / "kits.lock.json") == Lock()
+
+
+def test_round_trip_and_format(tmp_path: Path) -> None:
+    path = lock_path(tmp_path / "state")
+    lock = Lock().with_entry(entry()).with_entry(entry("127.0.0.1:5000/kits/b:1", D2, ()))
+    write_lock(path, lock)
+    assert read_lock(path) == lock
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["version"] == 1
+    assert [k["reference"] for k in data["kits"]] == ["127.0.0.1:5000/kits/a:1",
+                                                      "127.0.0.1:5000/kits/b:1"]
+    assert data["kits"][0] == {
+        "reference": "127.0.0.1:5000/kits/a:1", "digest": D1,
+        "image": f"127.0.0.1:5000/kits/a@{D1}", "kind": "workload", "args": {},
+        "permissions": {"networkRuntimeAllow": ["a.example.com"]}}
+    assert data["kits"][1]["permissions"] == {}
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_with_entry_replaces_in_place(tmp_path: Path) -> None:
+    lock = Lock().with_entry(entry()).with_entry(entry("x.io/b:1", D2))
+    moved = lock.with_entry(entry(digest=D2))
+    assert [k.reference for k in moved.kits] == [k.reference for k in lock.kits]
+    found = moved.get("127.0.0.1:5000/kits/a:1")
+    assert found is not None and found.digest == D2
+
+
+def test_write_is_atomic_and_leaves_no_temp_on_failure(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = lock_path(tmp_path)
+    write_lock(path, Lock().with_entry(entry()))
+    before = path.read_bytes()
+
+    def broken(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_lock(path, Lock().with_entry(entry(digest=D2)))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kits.lock.json"]
+
+
+@pytest.mark.parametrize("text", [
+    "{not json", "[]", '{"version": 2, "kits": []}', '{"version": 1, "kits": {}}',
+    '{"version": 1, "kits": [{"reference": "r"}]}',
+    '{"version": 1, "kits": [{"reference": "r", "digest": "d", "image": "i", "kind": "k", '
+    '"permissions": {"privileged": "yes"}}]}',
+])
+def test_damaged_lock_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "kits.lock.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SbxError) as caught:
+        read_lock(path)
+    assert caught.value.reason is Reason.INVALID_CONFIG
+
+
+def never(_widenings: Sequence[Widening]) -> bool:
+    raise AssertionError("must not ask")
+
+
+def test_gate_new_unchanged_and_within() -> None:
+    candidate = Surface(network_runtime_allow=("a.example.com",))
+    assert gate(None, D1, candidate, accept=False, confirm=never).decision is Decision.NEW
+    assert gate(entry(), D1, candidate, accept=False, confirm=never).decision \
+        is Decision.UNCHANGED
+    narrowed = gate(entry(), D2, Surface(), accept=False, confirm=never)
+    assert narrowed.decision is Decision.WITHIN and narrowed.allowed
+    assert narrowed.widenings == ()
+
+
+def test_gate_widening_refused_without_consent() -> None:
+    candidate = Surface(network_runtime_allow=("a.example.com", "b.example.com"))
+    result = gate(entry(), D2, candidate, accept=False, confirm=None)
+    assert result.decision is Decision.REFUSED and not result.allowed
+    assert [str(w) for w in result.widenings] == ["network.runtime.allow: b.example.com"]
+
+
+def test_gate_widening_accepted_by_flag_or_terminal() -> None:
+    candidate = Surface(network_runtime_allow=("a.example.com",), privileged=True)
+    by_flag = gate(entry(), D2, candidate, accept=True, confirm=never)
+    assert by_flag.decision is Decision.ACCEPTED and by_flag.via == "accept-flag"
+    asked: list[Sequence[Widening]] = []
+
+    def yes(widenings: Sequence[Widening]) -> bool:
+        asked.append(widenings)
+        return True
+
+    by_terminal = gate(entry(), D2, candidate, accept=False, confirm=yes)
+    assert by_terminal.decision is Decision.ACCEPTED and by_terminal.via == "terminal"
+    assert [w.category for w in asked[0]] == ["privileged"]
+    declined = gate(entry(), D2, candidate, accept=False, confirm=lambda _w: False)
+    assert declined.decision is Decision.REFUSED
+
+
+# --- sbx pull's gate with a fake registry and a fake engine --------------------------------
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.pulled: list[str] = []
+        self.tagged: list[tuple[str, str]] = []
+
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
+        self.pulled.append(ref)
+        on_line("Pull complete")
+        return ImageInfo("sha256:" + "9" * 64, (), "", "", None, None, (), {})
+
+    def tag_image(self, image: str, ref: str) -> None:
+        self.tagged.append((image, ref))
+
+
+@contextmanager
+def no_progress(_title: str) -> Iterator[Callable[[str], None]]:
+    yield lambda _line: None
+
+
+REF = "127.0.0.1:5000/kits/a:1"
+
+
+def published(*hosts: str) -> str:
+    return json.dumps({"schemaVersion": "3", "kind": "workload", "capabilities": [
+        {"type": "com.docker.sandbox/network-policy@1",
+         "config": {"runtime": {"allow": list(hosts)}}}]})
+
+
+def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, descriptor: str,
+              **kwargs: Any) -> tuple[FakeEngine, PullResult]:
+    from sbx import registry
+    from sbx.core import pull as pull_module
+
+    def fetch(ref: registry.Reference) -> registry.KitManifest:
+        return registry.KitManifest(ref, digest, registry.DOCKER_MANIFEST,
+                                    {registry.DESCRIPTOR_ANNOTATION: descriptor})
+
+    monkeypatch.setattr(pull_module, "fetch_kit_manifest", fetch)
+    engine = FakeEngine()
+    renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
+    ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state")}, cwd=tmp_path,
+                     renderer=renderer, driver_factory=lambda _env: cast("Any", engine))
+    result = pull_module.pull(ctx, [REF], progress=no_progress, on_notice=lambda _t: None,
+                              **{"accept": False, "confirm": None, **kwargs})
+    return engine, result
+
+
+def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    engine, _ = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"))
+    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D1}"]
+    asked: list[tuple[str, list[str]]] = []
+
+    def decline(reference: str, widenings: Sequence[Widening]) -> bool:
+        asked.append((reference, [str(w) for w in widenings]))
+        return False
+
+    before = lock_path(state).read_bytes()
+    with pytest.raises(SbxError) as caught:
+        pull_with(tmp_path, monkeypatch, D2, published("a.example.com", "b.example.com"),
+                  confirm=decline)
+    assert caught.value.reason is Reason.PERMISSION_WIDENED
+    assert "  + network.runtime.allow: b.example.com" in (caught.value.body or "")
+    assert asked == [(REF, ["network.runtime.allow: b.example.com"])]
+    assert lock_path(state).read_bytes() == before
+
+    engine, result = pull_with(tmp_path, monkeypatch, D2,
+                               published("a.example.com", "b.example.com"),
+                               confirm=lambda _r, _w: True)
+    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]
+    assert result.items[0].gate is not None
+    assert result.items[0].gate.decision is Decision.ACCEPTED
+    kinds = [(e["event_type"], e["details"].get("via")) for e in audit.read_events(state)]
+    assert (audit.KIT_WIDENING_REFUSED, None) in kinds
+    assert (audit.KIT_WIDENING_ACCEPTED, "terminal") in kinds
+    assert read_lock(lock_path(state)).kits[0].digest == D2
+    locked = load_locked_kit(REF, state)
+    assert locked is not None and locked.image == f"127.0.0.1:5000/kits/a@{D2}"
+    assert locked.descriptor.kind == "workload"
+
+
+def test_invalid_published_descriptor_is_invalid_kit(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SbxError) as caught:
+        pull_with(tmp_path, monkeypatch, D1, '{"schemaVersion": "3", "kind": "nope"}')
+    assert caught.value.reason is Reason.INVALID_KIT
+    assert not lock_path(tmp_path / "state").exists()
+
+
+def test_terminal_prompt_lists_widenings(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = io.StringIO()
+    renderer = Renderer(io.StringIO(), err, as_json=False, env={})
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert renderer.confirm_widenings(REF, [Widening("ports", "8080/tcp")])
+    assert "  + ports: 8080/tcp" in err.getvalue()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
+    assert not renderer.confirm_widenings(REF, [Widening("ports", "8080/tcp")])
