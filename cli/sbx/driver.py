@@ -665,13 +665,25 @@ class DockerDriver:
         """Push a local tag to its registry; the stream's errors become reason-coded errors."""
         repository, tag = _split_tag(ref)
         with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE):
-            for chunk in self._api.push(repository, tag=tag, stream=True, decode=True):
+            for chunk in self._api.push(repository, tag=tag, stream=True, decode=True,
+                                        auth_config=self._auth_config(ref)):
                 _registry_chunk(f"pushing {ref}", chunk, on_line)
+
+    def _auth_config(self, ref: str) -> dict[str, str] | None:
+        """The user's Docker credentials for ``ref``'s registry host (from this driver's
+        environment), as the SDK's ``auth_config``; None for anonymous access."""
+        from sbx.registry_auth import resolve
+
+        first = ref.split("/", 1)[0]
+        explicit = "/" in ref and ("." in first or ":" in first or first == "localhost")
+        credentials = resolve(first if explicit else "docker.io", self._env)
+        return None if credentials is None else credentials.auth_config()
 
     def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
         """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
         with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
-            for chunk in self._api.pull(ref, stream=True, decode=True):
+            for chunk in self._api.pull(ref, stream=True, decode=True,
+                                        auth_config=self._auth_config(ref)):
                 _registry_chunk(f"pulling {ref}", chunk, on_line)
         image = self.image(ref)
         if image is None:

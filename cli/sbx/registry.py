@@ -2,20 +2,29 @@
 annotations (KIT-SPEC-V3 §6.3). Layers are never fetched here; the engine pulls them by digest.
 
 Plain HTTP for loopback registries (``127.0.0.0/8``, ``localhost``, which the engine also treats
-as insecure), HTTPS otherwise. No authentication: anonymous registries only.
+as insecure), HTTPS otherwise. Authentication: anonymous first; on a 401 the user's Docker
+credentials (:mod:`sbx.registry_auth`, resolved only then, from the injected environment) answer
+a ``Basic`` challenge directly, or a ``Bearer`` one through a token from the realm the registry
+named (https only, unless the realm is on loopback), and the request is retried once.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from sbx.errors import SbxError
 from sbx.reasons import Reason
+from sbx.registry_auth import Credentials, resolve
+
+if TYPE_CHECKING:
+    import requests
 
 DESCRIPTOR_ANNOTATION: Final = "vnd.docker.sandbox.kit.descriptor"
 SCHEMA_VERSION_ANNOTATION: Final = "vnd.docker.sandbox.kit.schema-version"
@@ -57,9 +66,12 @@ class Reference:
 
     @property
     def base_url(self) -> str:
-        host = self.host.rsplit(":", 1)[0]
-        loopback = host == "localhost" or host.startswith("127.") or host == "[::1]"
+        loopback = _loopback(self.host.rsplit(":", 1)[0])
         return f"{'http' if loopback else 'https'}://{self.host}/v2/{self.repository}"
+
+
+def _loopback(hostname: str) -> bool:
+    return hostname in ("localhost", "[::1]", "::1") or hostname.startswith("127.")
 
 
 def parse_reference(text: str) -> Reference:
@@ -109,14 +121,111 @@ def _unreachable(ref: Reference, detail: str) -> SbxError:
                          "pulled and the lock is unchanged.")
 
 
-def get_manifest(ref: Reference, target: str | None = None) -> Manifest:
+_CHALLENGE_PARAM = re.compile(r'([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|([^\s,]+))')
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``Bearer realm="…",service="…",scope="…"`` → (``bearer``, params)."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = {m[1].lower(): m[2] if m[2] is not None else m[3]
+              for m in _CHALLENGE_PARAM.finditer(rest)}
+    return scheme.lower(), params
+
+
+def _request(ref: Reference, method: str, url: str, env: Mapping[str, str] | None,
+             **kwargs: Any) -> requests.Response:
+    """One request; on a 401 answer the challenge with the user's credentials (resolved only
+    now) and retry exactly once. Transport failures become ``registry_unreachable``."""
     import requests
 
-    url = f"{ref.base_url}/manifests/{target or ref.target}"
+    headers: dict[str, str] = dict(kwargs.pop("headers", {}))
     try:
-        response = requests.get(url, headers={"Accept": ACCEPT}, timeout=TIMEOUT_S)
+        response = requests.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+        if response.status_code != 401:
+            return response
+        credentials = resolve(ref.host, env) if env is not None else None
+        authorization = _authorization(ref, response.headers.get("WWW-Authenticate", ""),
+                                       credentials)
+        if authorization is None:
+            return response
+        # requests drops the Authorization header on a redirect to another host.
+        return requests.request(method, url, headers={**headers, "Authorization": authorization},
+                                timeout=TIMEOUT_S, **kwargs)
     except requests.RequestException as exc:
-        raise _unreachable(ref, type(exc).__name__) from exc
+        raise _unreachable(ref, type(exc).__name__) from None
+
+
+def _basic(credentials: Credentials) -> str:
+    pair = f"{credentials.username}:{credentials.password}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def _authorization(ref: Reference, challenge: str,
+                   credentials: Credentials | None) -> str | None:
+    scheme, params = parse_challenge(challenge)
+    if scheme == "basic":
+        if credentials is None or credentials.identity_token:
+            return None
+        return _basic(credentials)
+    if scheme != "bearer" or not params.get("realm"):
+        return None
+    token = fetch_token(ref, params, credentials)
+    return f"Bearer {token}"
+
+
+def fetch_token(ref: Reference, params: Mapping[str, str],
+                credentials: Credentials | None) -> str:
+    """A bearer token from the challenge's realm (the only URL credentials go to); https
+    unless the realm is on loopback."""
+    import requests
+
+    realm = params["realm"]
+    parts = urlsplit(realm)
+    if parts.scheme not in ("https", "http") or not parts.hostname or (
+            parts.scheme == "http" and not _loopback(parts.hostname)):
+        raise SbxError(Reason.REGISTRY_UNREACHABLE,
+                       f"registry {ref.host} named a token service that is not https "
+                       f"({parts.scheme or 'no scheme'}://{parts.hostname or ''}); refusing "
+                       "to send credentials there")
+    query = {k: params[k] for k in ("service", "scope") if params.get(k)}
+    headers: dict[str, str] = {}
+    method = "GET"
+    data: dict[str, str] | None = None
+    if credentials is not None and credentials.identity_token:
+        # The OAuth2 refresh-token grant the docker CLI uses for identity tokens.
+        method = "POST"
+        data = {"grant_type": "refresh_token", "refresh_token": credentials.identity_token,
+                "service": params.get("service", ""), "scope": params.get("scope", ""),
+                "client_id": "sbx"}
+    elif credentials is not None:
+        headers["Authorization"] = _basic(credentials)
+    try:
+        response = requests.request(method, realm, params=query if data is None else None,
+                                    data=data, headers=headers, timeout=TIMEOUT_S,
+                                    allow_redirects=False)
+    except requests.RequestException as exc:
+        raise _unreachable(ref, f"token service: {type(exc).__name__}") from None
+    if response.status_code != 200:
+        raise SbxError(Reason.REGISTRY_UNREACHABLE,
+                       f"the token service of registry {ref.host} refused "
+                       f"{'the credentials' if credentials else 'anonymous access'} "
+                       f"(HTTP {response.status_code})",
+                       hint="Check `docker login` for that registry, then retry.")
+    try:
+        answer = response.json()
+        token = answer.get("token") or answer.get("access_token")
+    except (ValueError, AttributeError):
+        token = None
+    if not isinstance(token, str) or not token:
+        raise SbxError(Reason.REGISTRY_UNREACHABLE,
+                       f"the token service of registry {ref.host} answered no token")
+    return token
+
+
+def get_manifest(ref: Reference, target: str | None = None, *,
+                 env: Mapping[str, str] | None = None) -> Manifest:
+    url = f"{ref.base_url}/manifests/{target or ref.target}"
+    response = _request(ref, "GET", url, env, headers={"Accept": ACCEPT})
     if response.status_code == 404:
         raise SbxError(Reason.IMAGE_MISSING,
                        f"{ref.name}:{target or ref.target} is not in the registry",
@@ -140,16 +249,11 @@ def get_manifest(ref: Reference, target: str | None = None) -> Manifest:
     return Manifest(media_type, body, digest)
 
 
-def put_manifest(ref: Reference, media_type: str, body: bytes) -> str:
+def put_manifest(ref: Reference, media_type: str, body: bytes, *,
+                 env: Mapping[str, str] | None = None) -> str:
     """PUT a manifest under the reference's tag; return its digest."""
-    import requests
-
     url = f"{ref.base_url}/manifests/{ref.tag or 'latest'}"
-    try:
-        response = requests.put(url, data=body, headers={"Content-Type": media_type},
-                                timeout=TIMEOUT_S)
-    except requests.RequestException as exc:
-        raise _unreachable(ref, type(exc).__name__) from exc
+    response = _request(ref, "PUT", url, env, data=body, headers={"Content-Type": media_type})
     if response.status_code >= 500:
         raise _unreachable(ref, f"HTTP {response.status_code}")
     if response.status_code not in (200, 201, 202):
@@ -160,10 +264,11 @@ def put_manifest(ref: Reference, media_type: str, body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def annotate(ref: Reference, annotations: Mapping[str, str]) -> str:
+def annotate(ref: Reference, annotations: Mapping[str, str], *,
+             env: Mapping[str, str] | None = None) -> str:
     """Re-put the image manifest under ``ref`` with ``annotations`` added; return the new
     digest (the manifest bytes change, so the digest does)."""
-    manifest = get_manifest(ref)
+    manifest = get_manifest(ref, env=env)
     if manifest.media_type in INDEX_TYPES:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{ref.name}:{ref.target} is an index; sbx kit push annotates single "
@@ -173,7 +278,8 @@ def annotate(ref: Reference, annotations: Mapping[str, str]) -> str:
     merged.update(annotations)
     data["annotations"] = merged
     body = json.dumps(data, indent=3).encode("utf-8")
-    return put_manifest(ref, manifest.media_type or str(data.get("mediaType", "")), body)
+    return put_manifest(ref, manifest.media_type or str(data.get("mediaType", "")), body,
+                        env=env)
 
 
 def kit_annotations(descriptor: Mapping[str, Any]) -> dict[str, str]:
@@ -201,11 +307,11 @@ def _capabilities(descriptor: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return found
 
 
-def fetch_kit_manifest(ref: Reference, *, os_name: str = "linux",
-                       architecture: str = "amd64") -> KitManifest:
+def fetch_kit_manifest(ref: Reference, *, os_name: str = "linux", architecture: str = "amd64",
+                       env: Mapping[str, str] | None = None) -> KitManifest:
     """One manifest GET; for an index whose own annotations lack the descriptor, fall back to
     the platform manifest's annotations (KIT-SPEC-V3 §6.1)."""
-    top = get_manifest(ref)
+    top = get_manifest(ref, env=env)
     try:
         data = top.data
     except ValueError as exc:
@@ -215,7 +321,7 @@ def fetch_kit_manifest(ref: Reference, *, os_name: str = "linux",
     if top.media_type in INDEX_TYPES and DESCRIPTOR_ANNOTATION not in annotations:
         chosen = _platform(data, os_name, architecture)
         if chosen is not None:
-            platform = get_manifest(ref, chosen)
+            platform = get_manifest(ref, chosen, env=env)
             try:
                 annotations = _annotations(platform.data)
             except ValueError as exc:
@@ -242,4 +348,5 @@ def _platform(index: Mapping[str, Any], os_name: str, architecture: str) -> str 
 
 __all__ = ["CAPABILITIES_ANNOTATION", "DESCRIPTOR_ANNOTATION", "SCHEMA_VERSION_ANNOTATION",
            "KitManifest", "Manifest", "Reference", "annotate", "fetch_kit_manifest",
-           "get_manifest", "kit_annotations", "parse_reference", "put_manifest"]
+           "fetch_token", "get_manifest", "kit_annotations", "parse_challenge", "parse_reference",
+           "put_manifest"]

@@ -282,3 +282,50 @@ def test_index_without_annotations_falls_back_to_the_platform_manifest(
     [entry] = lock_of(state_home)["kits"]
     assert entry["digest"] == index_digest  # the index digest is what is pinned
     assert entry["permissions"]["networkRuntimeAllow"] == ["a.example.com"]
+
+
+def credential_helper_env(env: dict[str, str], tmp_path: Path, registry: Registry,
+                          helper: str) -> tuple[dict[str, str], Path]:
+    """A DOCKER_CONFIG naming ``docker-credential-<helper>`` for the registry host, and a fake
+    ``docker-credential-sbxtest`` that records each host it was asked about."""
+    config = tmp_path / "docker-config"
+    bindir = config / "bin"
+    bindir.mkdir(parents=True)
+    (config / "config.json").write_text(
+        json.dumps({"credHelpers": {registry.host: helper}}), encoding="utf-8")
+    marker = tmp_path / "helper-calls"
+    script = bindir / "docker-credential-sbxtest"
+    script.write_text(
+        "#!/bin/sh\nread host\n"
+        f"echo \"$1 $host\" >> {marker}\n"
+        "echo '{\"Username\":\"sbx\",\"Secret\":\"not-checked-by-an-anonymous-registry\"}'\n",
+        encoding="utf-8")
+    script.chmod(0o755)
+    return {**env, "DOCKER_CONFIG": str(config),
+            "PATH": f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"}, marker
+
+
+@pytest.mark.usefixtures("clean_images")
+def test_push_and_pull_pass_the_credential_helpers_answer(
+        env: dict[str, str], tmp_path: Path, registry: Registry) -> None:
+    """The engine gets the user's credentials (an anonymous registry ignores them; a registry
+    with htpasswd auth is not tested here: generating its bcrypt entry needs `bcrypt`)."""
+    helper_env, marker = credential_helper_env(env, tmp_path, registry, "sbxtest")
+    ref = registry.ref("kits/probe", "auth")
+    digest = push(helper_env, tmp_path, "v1", ref, "")
+    remove_local(registry)
+    done = sbx(helper_env, "pull", "--json", ref)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["data"]["pulled"][0]["digest"] == digest
+    calls = marker.read_text(encoding="utf-8").splitlines()
+    assert len(calls) >= 2 and set(calls) == {f"get {registry.host}"}
+
+
+@pytest.mark.usefixtures("clean_images")
+def test_missing_credential_helper_is_a_clear_error(
+        env: dict[str, str], tmp_path: Path, registry: Registry) -> None:
+    helper_env, _ = credential_helper_env(env, tmp_path, registry, "sbxmissing")
+    kit = make_kit(tmp_path / "kit", "probe", DOCKERFILE, "")
+    done = sbx(helper_env, "kit", "push", str(kit), registry.ref("kits/probe", "1"))
+    assert done.returncode != 0
+    assert "docker-credential-sbxmissing" in done.stderr and registry.host in done.stderr

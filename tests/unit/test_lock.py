@@ -175,7 +175,7 @@ def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, desc
     from sbx import registry
     from sbx.core import pull as pull_module
 
-    def fetch(ref: registry.Reference) -> registry.KitManifest:
+    def fetch(ref: registry.Reference, **_kwargs: Any) -> registry.KitManifest:
         return registry.KitManifest(ref, digest, registry.DOCKER_MANIFEST,
                                     {registry.DESCRIPTOR_ANNOTATION: descriptor})
 
@@ -240,3 +240,19 @@ def test_terminal_prompt_lists_widenings(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "  + ports: 8080/tcp" in err.getvalue()
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
     assert not renderer.confirm_widenings(REF, [Widening("ports", "8080/tcp")])
+
+
+@pytest.mark.parametrize(("data", "paths"), [
+    ({"schemaVersion": "3", "kind": "mixin", "provides": ["gh@1.0.0"]}, []),
+    ({"schemaVersion": "3", "kind": "mixin", "version": "2.0", "provides": ["gh"]}, []),
+    ({"schemaVersion": "3", "kind": "mixin", "provides": ["gh"]}, ["provides[0]"]),
+    ({"schemaVersion": "3", "kind": "set", "kits": [{"ref": "r/x:1"}]}, ["kind"]),
+    ({"schemaVersion": "3", "kind": "mixin", "provides": ["gh@${{ kit.args.v }}"],
+      "args": {"v": {"default": "1", "buildArg": "V"}}}, ["provides[0]"]),
+    ({"schemaVersion": "3", "kind": "mixin", "displayName": "x ${{ kit.args.team }}",
+      "args": {"team": {"default": "a"}}}, []),  # create-phase args are expanded at create
+])
+def test_published_form_rules(data: dict[str, object], paths: list[str]) -> None:
+    from sbx.core.pull import published_form_problems
+
+    assert [path for path, _ in published_form_problems(data)] == paths

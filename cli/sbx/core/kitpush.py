@@ -48,7 +48,7 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     with progress(f"pushing {tagged}") as on_line:
         app.driver.push_image(tagged, on_line)
     annotations = kit_annotations(kit.descriptor.data)
-    digest = annotate(ref, annotations)
+    digest = annotate(ref, annotations, env=app.env)
     return PushResult(tagged, digest, ref.pinned(digest), kit.descriptor.kind,
                       annotations.get("vnd.docker.sandbox.kit.capabilities", ""))
 

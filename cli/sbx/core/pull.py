@@ -9,7 +9,7 @@ registry leave the image store and the lock as they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,7 +86,54 @@ def preflight(reference: str, manifest: KitManifest) -> tuple[str, Surface] | No
         raise SbxError(Reason.INVALID_KIT,
                        f"{reference}: the published descriptor is invalid: {error.message}; "
                        "nothing was pulled") from error
+    problems = published_form_problems(descriptor.data)
+    if problems:
+        raise KitError(f"{reference}: the descriptor is not in published form; nothing was pulled",
+                       body="\n".join(f"  {path}: {message}" for path, message in problems),
+                       hint="Republish the kit with a kit builder that resolves build-phase "
+                            "args and versions its provides.",
+                       details={"diagnostics": [{"path": p, "message": m, "file": reference,
+                                                 "line": 0, "col": 0} for p, m in problems]})
     return descriptor.kind, surface(descriptor.data)
+
+
+def published_form_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rules a published descriptor meets beyond an authored one (KIT-SPEC-V3 §1.9):
+    never `kind: set`, no build-phase arg reference left, and every provide versioned."""
+    from sbx.kits.args import declarations, referenced_args
+    from sbx.kits.versions import VersionError, parse_provide
+
+    problems: list[tuple[str, str]] = []
+    if data.get("kind") == "set":
+        problems.append(("kind", "a published kit is never `kind: set` (sets are merged at "
+                                 "build time)"))
+    build_phase = {d.name for d in declarations(data).values() if d.build_arg}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, str):
+            left = sorted(set(referenced_args(node)) & build_phase)
+            if left:
+                problems.append((path or "(root)", "still references build-phase arg(s) "
+                                 + ", ".join(left)))
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                if key != "args":
+                    walk(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(data, "")
+    fallback = data.get("version")
+    for index, text in enumerate(data.get("provides") or []):
+        try:
+            provide = parse_provide(str(text))
+        except VersionError:
+            continue  # reported by the grammar check already
+        if provide.version is None and not fallback:
+            problems.append((f"provides[{index}]", f"{text!r} has no version (neither "
+                             "`@version` nor the descriptor's `version:`)"))
+    return problems
 
 
 def pull(app: AppContext, references: Sequence[str], *, accept: bool,
@@ -97,7 +144,7 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
     planned: list[PullItem] = []
     for text in references:
         ref = parse_reference(text)
-        manifest = fetch_kit_manifest(ref)
+        manifest = fetch_kit_manifest(ref, env=app.env)
         pinned = ref.pinned(manifest.digest)
         kit = preflight(text, manifest)
         if kit is None:
