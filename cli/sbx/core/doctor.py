@@ -146,6 +146,7 @@ class DoctorState:
     config_error: SbxError | None = None
     engine: EngineInfo | None = None
     egress: EgressProbes = field(default_factory=lambda: DEFAULT_EGRESS_PROBES)
+    kit_set: Any = None  # the WORKLOAD's KitSet, loaded once for the kit checks
 
 
 @dataclass(frozen=True)
@@ -580,16 +581,23 @@ def check_egress_host_services(state: DoctorState) -> Finding:
                    "those services to 127.0.0.1.", data)
 
 
+def _kit_set(state: DoctorState) -> Any:
+    """The kit set `sbx run` would load, loaded once per doctor run (both kit checks use it)."""
+    if state.kit_set is None:
+        from sbx.core.capabilities import SUPPORTED
+        from sbx.core.kitset import load_kit_set
+
+        request = state.request
+        assert request.workload is not None  # noqa: S101 - the checks exist only with one
+        state.kit_set = load_kit_set(
+            request.workload, request.kits, request.args, cwd=state.ctx.cwd,
+            cache_dir=state.ctx.state_home / "cache" / "descriptors", supported=SUPPORTED)
+    return state.kit_set
+
+
 def check_kits(state: DoctorState) -> Finding:
     """The composition `sbx run` would build: valid, coherent, every capability supported."""
-    from sbx.core.capabilities import SUPPORTED
-    from sbx.core.kitset import load_kit_set
-
-    request = state.request
-    assert request.workload is not None  # noqa: S101 - the check is added only with one
-    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=state.ctx.cwd,
-                           cache_dir=state.ctx.state_home / "cache" / "descriptors",
-                           supported=SUPPORTED)
+    kit_set = _kit_set(state)
     skipped = kit_set.selection_records()["skipped"]
     names = ", ".join(k.reference for k in kit_set.kits)
     detail = f"{len(kit_set.kits)} kit(s) resolve: {names}"
@@ -629,16 +637,10 @@ def check_kit_images(state: DoctorState) -> Finding:
 
 def check_kit_credentials(state: DoctorState) -> Finding:
     """Each credential the kits declare has a secret in sbx's store (never the value)."""
-    from sbx.core.capabilities import SUPPORTED
-    from sbx.core.kitset import load_kit_set
     from sbx.kits.compose import Contribution, compose
     from sbx.secrets import SecretStore
 
-    request = state.request
-    assert request.workload is not None  # noqa: S101 - the check is added only with one
-    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=state.ctx.cwd,
-                           cache_dir=state.ctx.state_home / "cache" / "descriptors",
-                           supported=SUPPORTED)
+    kit_set = _kit_set(state)
     composition = compose([Contribution(k.reference, k.selection.selected,
                                         k.selection.selected_paths)
                            for k in (kit_set.by_reference(t.reference)

@@ -705,6 +705,19 @@ class _Collector:
         self.result.kept.append(item)
         _note_run(remaining, item.run_id)
 
+    def _users(self, kind: str, ident: str, run_id: str | None, leaving: set[str],
+               remaining: set[str]) -> int | None:
+        """How many containers (other than those this pass removes) use the object; None when
+        that cannot be checked (recorded as a failure; the object and its run are kept)."""
+        try:
+            return len(set(self.driver.object_users(kind, ident)) - leaving)
+        except SbxError as error:
+            self._fail(f"{kind}_remove_failed", error.reason,
+                       f"could not check who uses {kind} {_short(ident)}: {error.message}",
+                       ident)
+            _note_run(remaining, run_id)
+            return None
+
     def _plan_containers(self, entries: Sequence[ContainerEntry], runs: Mapping[str, RunDir],
                          remaining: set[str]) -> list[GcItem]:
         planned: list[GcItem] = []
@@ -722,17 +735,12 @@ class _Collector:
         for entry in entries:
             candidate, why, detail = judge_shared(entry, runs, self.clock)
             if candidate:
-                try:
-                    users = set(self.driver.object_users(entry.kind, entry.id)) - leaving
-                except SbxError as error:
-                    self._fail(f"{entry.kind}_remove_failed", error.reason,
-                               f"could not check who uses {entry.kind} {_short(entry.id)}: "
-                               f"{error.message}", entry.id)
-                    _note_run(remaining, entry.run_id)
+                users = self._users(entry.kind, entry.id, entry.run_id, leaving, remaining)
+                if users is None:
                     continue
                 if users:
                     candidate, why = False, "in_use"
-                    detail = f"used by {len(users)} container(s)"
+                    detail = f"used by {users} container(s)"
             item = GcItem(entry.kind, entry.id, entry.run_id, why, detail)
             self._admit(item, candidate, planned, limit, remaining)
         return planned
@@ -744,17 +752,12 @@ class _Collector:
         for entry in entries:
             candidate, why, detail = judge_image(entry, runs, self.clock)
             if candidate:
-                try:
-                    users = set(self.driver.object_users("image", entry.id)) - gone
-                except SbxError as error:
-                    self._fail("image_remove_failed", error.reason,
-                               f"could not check who uses image {_short(entry.id)}: "
-                               f"{error.message}", entry.id)
-                    _note_run(remaining, entry.run_id)
+                users = self._users("image", entry.id, entry.run_id, gone, remaining)
+                if users is None:
                     continue
                 if users:
                     candidate, why = False, "in_use"
-                    detail = f"used by {len(users)} container(s)"
+                    detail = f"used by {users} container(s)"
             item = GcItem("image", entry.id, entry.run_id, why, detail)
             self._admit(item, candidate, planned, limit, remaining)
         return planned
