@@ -231,9 +231,7 @@ def sandbox_spec(setup: Setup, image: str, user: str, workspace: str) -> Any:
     from sbx.hardening import Limits, build_spec
 
     sandbox = load_config(setup.env).sandbox
-    limits = Limits(memory_bytes=sandbox.memory_bytes.value, pids=sandbox.pids.value,
-                    cpu_millis=sandbox.cpu_millis.value, tmp_bytes=sandbox.tmp_bytes.value,
-                    workspace_bytes=sandbox.workspace_bytes.value)
+    limits = Limits.from_sandbox(sandbox)
     uid, _, gid = user.partition(":")
     return build_spec(image=image, uid=int(uid), gid=int(gid), limits=limits,
                       workspace_target=workspace, workspace_bind=None, extra_binds=(),

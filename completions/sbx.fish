@@ -73,7 +73,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -105,7 +105,14 @@ complete -c sbx -n '__sbx_in "sbx run"' -l arg -x -d 'A value for a kit arg, giv
 complete -c sbx -n '__sbx_in "sbx run"' -l allow-privileged -d 'Consent to run privileged when a kit requires privileged@1'
 complete -c sbx -n '__sbx_in "sbx run"' -l access -x -a 'none ro rw' -d 'How the sandbox sees WORKSPACE (default rw when given)'
 complete -c sbx -n '__sbx_in "sbx run"' -l mount -r -F -d 'Extra host mount, checked by the mount policy (repeatable)'
-complete -c sbx -n '__sbx_in "sbx run"' -l timeout -x -d 'Kill the workload after this long (exit 124)'
+complete -c sbx -n '__sbx_in "sbx run"' -l timeout -x -d 'Kill the workload after this long: 90, 90s, 30m or 2h (exit 124)'
+complete -c sbx -n '__sbx_in "sbx run"' -s i -l interactive -d 'Forward stdin to the workload (default: when stdin is a pipe or a file, or in...'
+complete -c sbx -n '__sbx_in "sbx run"' -s t -l tty -d 'Allocate a terminal in the sandbox (default: when stdin and stdout are both t...'
+complete -c sbx -n '__sbx_in "sbx run"' -l no-tty -d 'Allocate a terminal in the sandbox (default: when stdin and stdout are both t...'
+complete -c sbx -n '__sbx_in "sbx run"' -s e -l env -x -d 'Set a variable in the sandbox; NAME alone takes the host\'s value (repeatable)'
+complete -c sbx -n '__sbx_in "sbx run"' -l env-file -x -d 'Read NAME=VALUE lines from FILE (repeatable)'
+complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (default: the workspace\'s owner, else the image\'s user)'
+complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -146,6 +153,9 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'interrupted' -d 'Interrupted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'internal_error' -d 'Unexpected error in sbx'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secret store unsafe'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'registry_unreachable' -d 'Registry unreachable'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'workspace_unwritable' -d 'Workspace not writable by the sandbox user'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'detached' -d 'Session ended from the host'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'

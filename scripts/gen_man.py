@@ -43,7 +43,11 @@ EXIT_MEANINGS: dict[str, str] = {
                "credentials. Nothing was created.",
     "FAILED": "Failed after sbx asked the engine to build, create or start something, or "
               "cleanup failed.",
-    "INTERRUPTED": "Interrupted by Ctrl-C or SIGTERM; everything the run created was removed.",
+    "INTERRUPTED": "Interrupted by Ctrl-C, SIGTERM, SIGHUP or SIGQUIT, or a TTY session ended "
+                   "with the detach keys; everything the run created was removed.",
+    "OUTPUT_CLOSED": "The reader of sbx's output went away (`sbx run ... | head -1`): the "
+                     "workload was stopped quietly and everything the run created was removed "
+                     "(128 + SIGPIPE, as a shell reports it).",
 }
 
 ENVIRONMENT: tuple[tuple[str, str], ...] = (
@@ -65,6 +69,9 @@ SANDBOX_ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("SBX_WORKSPACE", "The path of the workspace inside the sandbox (the image's WORKDIR when it "
                       "has one, else /workspace)."),
     ("SBX_RUN_ID", "The id of this run, as recorded in the audit log and the container labels."),
+    ("HOME", "A writable tmpfs owned by the sandbox user, capped at `[sandbox] home_bytes`: the "
+             "user's home in the image's /etc/passwd when it is under /home, else /home/sbx."),
+    ("TERM, COLORTERM, LANG, LANGUAGE, LC_*", "Taken from the host in a TTY session."),
 )
 
 FILES: tuple[tuple[str, str], ...] = (

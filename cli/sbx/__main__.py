@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from sbx import __version__
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
+from sbx.session.mode import HostStreams
+from sbx.session.terminal import is_terminal
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Launch:
     stderr: IO[str]
     stdout_bytes: IO[bytes] | None
     stderr_bytes: IO[bytes] | None
+    streams: HostStreams
 
     def renderer(self) -> Any:
         from sbx.render import Renderer
@@ -47,10 +50,9 @@ class Launch:
     def context(self, *, verbose: int, traceback: bool) -> Any:
         from sbx.context import AppContext
 
-        ctx = AppContext(env=self.env, cwd=self.cwd, renderer=self.renderer(),
-                         as_json=self.as_json, verbose=verbose, traceback=traceback)
-        object.__setattr__(ctx, "passthrough", self.passthrough)
-        return ctx
+        return AppContext(env=self.env, cwd=self.cwd, renderer=self.renderer(),
+                          as_json=self.as_json, verbose=verbose, traceback=traceback,
+                          passthrough=self.passthrough, streams=self.streams)
 
 
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | None]:
@@ -66,19 +68,39 @@ def _command_name(args: Sequence[str]) -> str:
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    # SIGTERM takes the same path as Ctrl-C, so the run's cleanup (finally blocks) executes.
+    # SIGTERM, SIGHUP (the terminal or SSH session closed) and SIGQUIT take the same path as
+    # Ctrl-C, so the run's cleanup (finally blocks) executes and the terminal is restored.
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+INTERRUPTING_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def host_streams(stdin: IO[Any] | None, stdout: IO[Any]) -> HostStreams:
+    """What sbx's stdin and stdout are: a usable stdin descriptor (None when closed or not a
+    real file, as under pytest), and whether each is a terminal."""
+    fd: int | None
+    try:
+        fd = stdin.fileno() if stdin is not None else None
+        if fd is not None:
+            os.fstat(fd)
+    except (OSError, ValueError, AttributeError):
+        fd = None
+    return HostStreams(stdin_fd=fd, stdin_is_terminal=is_terminal(fd),
+                       stdout_is_terminal=is_terminal(_fileno(stdout)))
+
+
+def _fileno(stream: IO[Any]) -> int | None:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = None,
         cwd: Path | None = None, stdout: IO[str] | None = None,
-        stderr: IO[str] | None = None) -> int:
+        stderr: IO[str] | None = None, stdin: IO[Any] | None = None) -> int:
     """Run sbx with ``argv`` and return the exit status (used by ``main`` and by tests)."""
-    import typer
-    from typer._click import exceptions as click_exceptions
-
-    from sbx.app import app
-
     environment = dict(os.environ if env is None else env)
     head, tail = split_passthrough(list(sys.argv[1:] if argv is None else argv))
     out = stdout or sys.stdout
@@ -87,12 +109,29 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
         env=environment, cwd=cwd or Path.cwd(), passthrough=tail, as_json="--json" in head,
         stdout=out, stderr=err,
         stdout_bytes=getattr(out, "buffer", None), stderr_bytes=getattr(err, "buffer", None),
+        streams=host_streams(stdin if stdin is not None else sys.stdin, out),
     )
+    try:
+        return _dispatch(launch, head, environment)
+    except BrokenPipeError:
+        # Whoever read our output went away (`sbx ... | head -1`), here while reporting: end
+        # quietly, as a shell pipeline does on SIGPIPE.
+        return int(ExitStatus.OUTPUT_CLOSED)
+
+
+def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
+    import typer
+    from typer._click import exceptions as click_exceptions
+
+    from sbx.app import app
+
     wants_traceback = "--traceback" in head or environment.get("SBX_TRACEBACK") == "1"
     command = _command_name(head)
     try:
         result = app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
     except SbxError as error:
+        if error.reason is Reason.OUTPUT_CLOSED:
+            return int(error.exit_status)  # quiet: nobody is reading any more
         launch.renderer().error(error, command)
         return int(error.exit_status)
     except typer.Exit as done:
@@ -104,10 +143,14 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
             launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message()),
                                     command)
         else:
-            usage.show(file=err)
+            usage.show(file=launch.stderr)
         return int(ExitStatus.USAGE)
     except KeyboardInterrupt:
         return _interrupted(launch, command)
+    except BrokenPipeError:
+        # Whoever read our output went away (`sbx ... | head -1`): end quietly, as a shell
+        # pipeline does on SIGPIPE. Cleanup already ran in the commands' finally blocks.
+        return int(ExitStatus.OUTPUT_CLOSED)
     except Exception:
         if wants_traceback:
             raise
@@ -154,8 +197,23 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    sys.exit(cli())
+    for signum in INTERRUPTING_SIGNALS:
+        signal.signal(signum, _raise_interrupt)
+    status = cli()
+    if status == ExitStatus.OUTPUT_CLOSED:
+        _silence_closed_output()
+    sys.exit(status)
+
+
+def _silence_closed_output() -> None:
+    """Point stdout/stderr at /dev/null, so the interpreter's final flush of a closed pipe does
+    not print "Exception ignored ... BrokenPipeError" (the recipe in Python's signal docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            continue
 
 
 if __name__ == "__main__":

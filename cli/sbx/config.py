@@ -10,10 +10,11 @@ Precedence, highest first (SPEC §4; ``sbx explain`` shows which one won):
 
 Validation is strict (SPEC §4, STYLE items 11-12): the shipped JSON Schema
 (``sbx/schema/config.schema.json``) checks types and bounds, then an explicit pass checks the
-cross-field rule ``tmp_bytes + workspace_bytes <= memory_bytes`` on the effective values. An
-unknown key or a bad value makes its whole section invalid, and any invalid section makes sbx
-refuse with one :class:`~sbx.errors.ConfigError` listing every problem: a section is never
-partially applied and never silently replaced by defaults. A missing file means all defaults.
+cross-field rule ``tmp_bytes + workspace_bytes + home_bytes <= memory_bytes`` on the effective
+values. An unknown key or a bad value makes its whole section invalid, and any invalid section
+makes sbx refuse with one :class:`~sbx.errors.ConfigError` listing every problem: a section is
+never partially applied and never silently replaced by defaults. A missing file means all
+defaults.
 
 The schema holds bounds only; :data:`DEFAULTS` is the one place defaults live.
 """
@@ -60,8 +61,11 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "cpu_millis": 1000,
         "tmp_bytes": 256 * MiB,
         "workspace_bytes": 512 * MiB,
+        "home_bytes": 256 * MiB,
         "timeout_ms": 3_600_000,
         "user": 1000,
+        "root_workspace": "refuse",
+        "detach_keys": "ctrl-p,ctrl-q",
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,
@@ -85,6 +89,8 @@ _PATTERN_MESSAGES: Final[Mapping[str, str]] = MappingProxyType({
     "network.proxy_bind_host": "must be a host name or address without spaces",
     "mounts.allowed_roots": "must be an absolute path",
     "mounts.blocked": "must be an absolute path",
+    "sandbox.detach_keys": "must be keys like ctrl-p,ctrl-q (a character or ctrl-<letter>, "
+                           "comma-separated, no spaces)",
 })
 
 _TOML_TYPE_NAMES: Final[Mapping[str, str]] = MappingProxyType({
@@ -110,9 +116,10 @@ _SIZE_SUFFIX: Final[Mapping[str, int]] = MappingProxyType(
 _BARE_KEY: Final = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-# The two tmpfs mounts are backed by memory and count against the container's memory limit, so
-# caps that add up to more than the limit would let a full /tmp get the workload OOM-killed.
-_CROSS_KEYS: Final = ("memory_bytes", "tmp_bytes", "workspace_bytes")
+# The tmpfs mounts (/tmp, the workspace, HOME) are backed by memory and count against the
+# container's memory limit, so caps that add up to more than the limit would let a full /tmp
+# get the workload OOM-killed.
+_CROSS_KEYS: Final = ("memory_bytes", "tmp_bytes", "workspace_bytes", "home_bytes")
 
 
 @dataclass(frozen=True)
@@ -130,8 +137,11 @@ class SandboxSettings:
     cpu_millis: Sourced[int]
     tmp_bytes: Sourced[int]
     workspace_bytes: Sourced[int]
+    home_bytes: Sourced[int]
     timeout_ms: Sourced[int]
     user: Sourced[int]  # fallback uid when the image's USER is root/unset; gid = same number
+    root_workspace: Sourced[str]  # "refuse" | "sandbox-user": a root-owned rw workspace
+    detach_keys: Sourced[str]  # the keys that end a TTY session from the host
 
 
 @dataclass(frozen=True)
@@ -189,11 +199,12 @@ class Config:
         on the effective values; a violation raises :class:`SbxError` with
         ``Reason.INVALID_ARGUMENT`` naming ``source`` (e.g. ``"flag --timeout"``).
         """
-        names = [f.name for f in dataclasses.fields(SandboxSettings)]
+        names = [f.name for f in dataclasses.fields(SandboxSettings)
+                 if f.name not in ("root_workspace", "detach_keys")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)
-        sandbox = dataclasses.replace(self.sandbox, **{key: override})
+        sandbox = dataclasses.replace(self.sandbox, **{key: cast(Any, override)})
         dotted = f"sandbox.{key}"
         subschema = _schema()["properties"]["sandbox"]["properties"][key]
         # A wrong type first: bounds on a value of the wrong type only repeat the point.
@@ -597,6 +608,9 @@ def _message(error: ValidationError, key: str, value: object) -> str:
         return _PATTERN_MESSAGES.get(key, "has an invalid format")
     if validator == "minLength":
         return "must not be empty"
+    if validator == "enum":
+        # The allowed values are sbx's own words, safe to show; the value given is not echoed.
+        return "must be one of " + ", ".join(json.dumps(choice) for choice in bound)
     # Not reached with the shipped schema; the value is not echoed since it may be a secret.
     return f"is invalid ({validator})"
 
@@ -657,13 +671,14 @@ def _cross_field_problems(sandbox: Mapping[str, Any],
 
 
 def _cross_field_message(values: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
-    memory, tmp, workspace = (int(values[key]) for key in _CROSS_KEYS)
-    if tmp + workspace <= memory:
+    memory, tmp, workspace, home = (int(values[key]) for key in _CROSS_KEYS)
+    if tmp + workspace + home <= memory:
         return None
     return (
-        "tmp_bytes + workspace_bytes must not exceed memory_bytes: "
+        "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: "
         f"{_size(tmp)}{labels['tmp_bytes']} + {_size(workspace)}{labels['workspace_bytes']} "
-        f"= {_size(tmp + workspace)} > {_size(memory)}{labels['memory_bytes']}"
+        f"+ {_size(home)}{labels['home_bytes']} "
+        f"= {_size(tmp + workspace + home)} > {_size(memory)}{labels['memory_bytes']}"
     )
 
 

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sbx import paths
+from sbx.session.mode import HostStreams
 
 if TYPE_CHECKING:
     from sbx.config import Config
     from sbx.driver import Driver
     from sbx.render import Renderer
+
+NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_terminal=False)
 
 
 def _docker_driver(env: Mapping[str, str]) -> Driver:
@@ -35,6 +38,8 @@ class AppContext:
     verbose: int = 0
     traceback: bool = False
     driver_factory: Callable[[Mapping[str, str]], Driver] = field(default=_docker_driver)
+    passthrough: tuple[str, ...] | None = None  # the ARGS after `--`
+    streams: HostStreams = NO_STREAMS  # sbx's own stdin/stdout, for interactive runs
 
     @cached_property
     def driver(self) -> Driver:
@@ -61,4 +66,4 @@ class AppContext:
         return load_config(self.env)
 
 
-__all__ = ["AppContext"]
+__all__ = ["NO_STREAMS", "AppContext"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import struct
 import tarfile
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from sbx.hardening import ContainerSpec
+    from sbx.session.stream import AttachedStream
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -94,9 +96,17 @@ class Driver(Protocol):
               build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
     def read_image_file(self, image_id: str, path: str,
                         labels: Mapping[str, str]) -> bytes | None: ...
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]: ...
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo: ...
     def create(self, spec: ContainerSpec) -> str: ...
     def start(self, container_id: str) -> None: ...
     def output(self, container_id: str) -> Iterator[tuple[str, bytes]]: ...
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream: ...
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None: ...
     def wait(self, container_id: str, timeout_s: float) -> int | None: ...
     def kill(self, container_id: str) -> None: ...
     def remove_container(self, container_id: str) -> bool: ...
@@ -285,6 +295,50 @@ class DockerDriver:
                     return extracted.read() if extracted else None
         return None
 
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
+        image; None for a path that is absent or not a directory. Nothing is started: one
+        container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
+        import base64
+
+        with self._engine_errors(f"inspecting paths in image {image_id[:19]}"):
+            created = self._api.create_container(
+                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                network_disabled=True)
+            cid = str(created["Id"])
+            modes: dict[str, int | None] = {}
+            try:
+                for path in paths:
+                    response = self._api.head(self._api._url("/containers/{0}/archive", cid),
+                                              params={"path": path})
+                    header = response.headers.get("X-Docker-Container-Path-Stat")
+                    if response.status_code != 200 or not header:
+                        modes[path] = None
+                        continue
+                    stat = json.loads(base64.b64decode(header))
+                    modes[path] = _unix_mode(int(stat.get("mode", 0)))
+            finally:
+                self._api.remove_container(cid, force=True)
+        return modes
+
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo:
+        """``image`` plus the files (and directory modes) in ``tar``, committed as ``tag`` with
+        ``image``'s run configuration. Nothing is started; the helper container carries
+        ``helper_labels`` so a crash leaves nothing ``sbx gc`` cannot find."""
+        with self._engine_errors(f"preparing image {tag}", Reason.CREATE_FAILED):
+            created = self._api.create_container(
+                image.id, command=["/nonexistent-sbx-probe"], labels=dict(helper_labels),
+                network_disabled=True)
+        cid = str(created["Id"])
+        try:
+            self.put_archive(cid, "/", tar)
+            return self.commit(cid, tag, {**image.labels, **image_labels}, image)
+        finally:
+            self.remove_container(cid)
+
     # -- containers --------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> str:
@@ -331,6 +385,43 @@ class DockerDriver:
                 response.close()
 
         return chunks()
+
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream:
+        """The container's attach stream (stdout, stderr and, when asked, stdin), as a socket.
+
+        Call it before :meth:`start`: the engine then copies every byte the workload writes,
+        from the first, into this connection, and ends it only after the last, so nothing is
+        missed at either end (unlike a followed log). Without a TTY the bytes are framed
+        (:mod:`sbx.session.frames`); with one they are the terminal's raw stream.
+        """
+        from sbx.session.stream import AttachedStream
+
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
+                                  "stdin": 1 if stdin else 0}
+        if detach_keys:
+            params["detachKeys"] = detach_keys
+        api = self._api
+        with self._engine_errors("attaching to the sandbox", Reason.START_FAILED):
+            response = api.post(
+                api._url("/containers/{0}/attach", container_id), None,
+                params=params, stream=True,
+                headers={"Connection": "Upgrade", "Upgrade": "tcp"})
+            api._raise_for_status(response)
+        sock = _upgraded_socket(response)
+        return AttachedStream(sock, keep=response)
+
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
+        """Set the sandbox terminal's size (a TTY session); a finished container is ignored."""
+        import docker
+
+        with self._engine_errors("resizing the sandbox terminal", Reason.START_FAILED):
+            try:
+                self._api.resize(container_id, height=rows, width=columns)
+            except docker.errors.APIError as exc:
+                # Stopped or gone between the SIGWINCH and now: nothing to resize.
+                if exc.status_code not in (404, 409, 500):
+                    raise
 
     def wait(self, container_id: str, timeout_s: float) -> int | None:
         """The exit status, or None when the container still runs after ``timeout_s``."""
@@ -691,6 +782,36 @@ class DockerDriver:
         return image
 
 
+def _unix_mode(go_mode: int) -> int | None:
+    """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
+    not a directory."""
+    if not go_mode & (1 << 31):  # ModeDir
+        return None
+    mode = go_mode & 0o777
+    if go_mode & (1 << 23):  # ModeSetuid
+        mode |= 0o4000
+    if go_mode & (1 << 22):  # ModeSetgid
+        mode |= 0o2000
+    if go_mode & (1 << 20):  # ModeSticky
+        mode |= 0o1000
+    return mode
+
+
+def _upgraded_socket(response: Any) -> socket.socket:
+    """The raw socket under an upgraded (hijacked) HTTP response.
+
+    The response's reader has consumed exactly the status line and headers: the attach is made
+    before the container starts, so no stream byte can have been read ahead into its buffer.
+    """
+    raw = response.raw._fp.fp.raw  # the SocketIO http.client reads the response from
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):  # pragma: no cover - ssh/npipe transports
+        raise SbxError(Reason.START_FAILED,
+                       "this engine transport cannot carry an interactive session",
+                       hint="Use the engine's unix socket (unset DOCKER_HOST) or tcp.")
+    return sock
+
+
 def _split_tag(ref: str) -> tuple[str, str | None]:
     """``host:port/repo:tag`` → (``host:port/repo``, ``tag``); a digest reference stays whole."""
     if "@" in ref:
@@ -746,8 +867,10 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "labels": dict(spec.labels),
         "network_disabled": spec.network_mode == "none",
         "host_config": host_config,
-        "stdin_open": False,
-        "tty": False,
+        # stdin_open makes the SDK set AttachStdin and StdinOnce: the engine closes the
+        # workload's stdin when the attached client half-closes its side (EOF propagates).
+        "stdin_open": spec.stdin_open,
+        "tty": spec.tty,
     }
 
 

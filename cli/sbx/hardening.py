@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from sbx.config import SandboxSettings
 
 TMP_TARGET: Final = "/tmp"  # noqa: S108 - the container's /tmp, a size-capped tmpfs
 DEFAULT_WORKSPACE: Final = "/workspace"
@@ -32,6 +35,15 @@ class Limits:
     cpu_millis: int
     tmp_bytes: int
     workspace_bytes: int
+    home_bytes: int
+
+    @classmethod
+    def from_sandbox(cls, sandbox: SandboxSettings) -> Limits:
+        """The configured limits (``[sandbox]``), the one place they are read from config."""
+        return cls(memory_bytes=sandbox.memory_bytes.value, pids=sandbox.pids.value,
+                   cpu_millis=sandbox.cpu_millis.value, tmp_bytes=sandbox.tmp_bytes.value,
+                   workspace_bytes=sandbox.workspace_bytes.value,
+                   home_bytes=sandbox.home_bytes.value)
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,8 @@ class ContainerSpec:
     security_opt: tuple[str, ...] = ("no-new-privileges:true",)
     privileged: bool = False
     init: bool = True
+    tty: bool = False  # a pseudo-terminal for an interactive session
+    stdin_open: bool = False  # stdin attached (and closed by the engine when the client's ends)
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -79,18 +93,24 @@ def build_spec(
     entrypoint: Sequence[str] | None,
     env: Mapping[str, str],
     labels: Mapping[str, str],
+    home: str,
     extra_tmpfs: Mapping[str, str] | None = None,
     privileged: bool = False,
     network_mode: str = "none",
+    tty: bool = False,
+    stdin_open: bool = False,
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
     Without a host workspace the workspace is a tmpfs owned by the sandbox user (mode 0700), so
-    nothing the workload writes reaches the host disk.
+    nothing the workload writes reaches the host disk. HOME is always a tmpfs of its own, owned
+    by the sandbox user and capped at ``home_bytes``: the root stays read-only and the agent
+    still has somewhere to keep its caches and settings for the session.
     """
     if uid == 0 or gid == 0:
         raise ValueError("the sandbox user must not be uid or gid 0")
-    tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777")}
+    tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777"),
+             home: tmpfs_options(limits.home_bytes, mode="0700", uid=uid, gid=gid)}
     tmpfs.update(extra_tmpfs or {})
     binds = list(extra_binds)
     if workspace_bind is None:
@@ -98,7 +118,7 @@ def build_spec(
                                                 uid=uid, gid=gid)
     else:
         binds.insert(0, workspace_bind)
-    full_env = dict(env)
+    full_env = {**env, "HOME": home}
     full_env["SBX_WORKSPACE"] = workspace_target
     return ContainerSpec(
         image=image,
@@ -116,6 +136,8 @@ def build_spec(
         binds=tuple(binds),
         privileged=privileged,
         network_mode=network_mode,
+        tty=tty,
+        stdin_open=stdin_open,
     )
 
 
@@ -175,6 +197,10 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
     if spec.working_dir in spec.tmpfs and f"size={limits.workspace_bytes}" not in \
             spec.tmpfs[spec.working_dir]:
         problems.append("workspace tmpfs is not size-capped")
+    home = spec.env.get("HOME", "")
+    home_tmpfs = spec.tmpfs.get(home, "")
+    if f"size={limits.home_bytes}" not in home_tmpfs or "nosuid" not in home_tmpfs:
+        problems.append("HOME is not a size-capped nosuid tmpfs")
     if spec.network_mode in FORBIDDEN_NETWORK_MODES or spec.network_mode.startswith("container:"):
         problems.append(f"network mode {spec.network_mode!r} is forbidden")
     if spec.privileged and not privileged_consented:

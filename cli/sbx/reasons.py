@@ -30,7 +30,9 @@ class ExitStatus(enum.IntEnum):
     TIMEOUT = 124  # the run exceeded its time limit (like coreutils `timeout`)
     REFUSED = 125  # refused before anything started: config, kit, mount, engine, image...
     FAILED = 126  # the engine or sbx failed after sbx asked it to build, create or start
-    INTERRUPTED = 130  # Ctrl-C / SIGTERM; everything the run created was removed
+    INTERRUPTED = 130  # Ctrl-C / SIGTERM / SIGHUP / SIGQUIT, or a TTY session detached;
+    # everything the run created was removed
+    OUTPUT_CLOSED = 141  # the reader of sbx's output went away (128 + SIGPIPE, like a shell)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class Reason(enum.StrEnum):
     INTERNAL_ERROR = "internal_error"
     SECRET_STORE_UNSAFE = "secret_store_unsafe"  # noqa: S105 -- a reason code, not a password
     REGISTRY_UNREACHABLE = "registry_unreachable"
+    WORKSPACE_UNWRITABLE = "workspace_unwritable"
+    DETACHED = "detached"
+    OUTPUT_CLOSED = "output_closed"
 
     @property
     def info(self) -> ReasonInfo:
@@ -281,6 +286,33 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "pushed and the lock was not changed.",
         "Check the reference's host and port and that the registry is running, then retry.",
         _E.REFUSED,
+    ),
+    _R.WORKSPACE_UNWRITABLE: ReasonInfo(
+        "Workspace not writable by the sandbox user",
+        "The workspace is mounted read-write, but the user the sandbox would run as cannot "
+        "create files in it (it belongs to root, or --user names someone else). sbx refuses "
+        "instead of giving the agent a workspace that is read-only in practice.",
+        "Run on a directory you own (the sandbox then runs as its owner), pass --access ro, "
+        "drop or change --user, or for a root-owned workspace set `[sandbox] root_workspace "
+        '= "sandbox-user"` in the config file.',
+        _E.REFUSED,
+    ),
+    _R.DETACHED: ReasonInfo(
+        "Session ended from the host",
+        "The detach keys (default ctrl-p,ctrl-q; `--detach-keys` or `[sandbox] detach_keys`) "
+        "were typed in a TTY session. A one-shot sandbox cannot outlive its session, so the "
+        "workload was stopped and everything the run created was removed.",
+        "Nothing to fix; to type the keys themselves in the sandbox, choose other detach keys.",
+        _E.INTERRUPTED,
+    ),
+    _R.OUTPUT_CLOSED: ReasonInfo(
+        "Output closed by its reader",
+        "Whoever read sbx's output went away (e.g. `sbx run ... | head -1`). sbx stopped the "
+        "workload quietly, removed everything the run created, and exits 141 as a shell "
+        "pipeline does for SIGPIPE.",
+        "Nothing to fix; keep the reader open until the run ends if the rest of the output "
+        "matters.",
+        _E.OUTPUT_CLOSED,
     ),
 }
 

@@ -171,7 +171,7 @@ class Renderer:
 
     # -- workload passthrough ----------------------------------------------------------------
 
-    def workload_output(self, stream: str, chunk: bytes) -> None:
+    def workload_output(self, stream: str, chunk: bytes | memoryview) -> None:
         sink = self._raw_err if stream == "stderr" else self._raw_out
         if sink is None:
             sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer

@@ -37,6 +37,14 @@ def engine() -> DockerDriver:
     return driver
 
 
+def user_owned(path: Path, uid: int = 1000) -> Path:
+    """Give ``path`` to a non-root user when the tests run as root, as a user's project is:
+    the sandbox takes the workspace owner's uid, and refuses a root-owned rw workspace."""
+    if os.geteuid() == 0:
+        os.chown(path, uid, uid)
+    return path
+
+
 def owned(driver: DockerDriver, state_home: Path) -> list[OwnedObject]:
     return driver.list_owned(labels.home_selector(home_hash(state_home)))
 

@@ -28,7 +28,7 @@ from sbx.core.capabilities import SUPPORTED
 from sbx.driver import DockerDriver
 from sbx.paths import home_hash
 
-from .conftest import BUSYBOX, owned
+from .conftest import BUSYBOX, owned, user_owned
 
 pytestmark = pytest.mark.docker
 
@@ -475,7 +475,8 @@ def bounded_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """[sandbox] memory_bytes = 1 GiB, so a kit request can be under or over the bound."""
     config = tmp_path / "bounded.toml"
     config.write_text(f"[sandbox]\nmemory_bytes = {GIB}\ntmp_bytes = {64 * MIB}\n"
-                      f"workspace_bytes = {64 * MIB}\ncpu_millis = 1000\n", encoding="utf-8")
+                      f"workspace_bytes = {64 * MIB}\nhome_bytes = {64 * MIB}\n"
+                      "cpu_millis = 1000\n", encoding="utf-8")
     return {**env, "SBX_CONFIG": str(config)}
 
 
@@ -789,6 +790,7 @@ def test_bundled_examples_compose_and_run(sbx_cli: Runner, env: dict[str, str],
     echo ---
     cat "$(dirname "$SBX_WORKSPACE")/AGENTS.md"
     """
+    user_owned(workspace)
     args = ["examples/hello", "--kit", "examples/gh", "--kit", "examples/tool", str(workspace)]
     data = _run_json(sbx_cli, env, args, script, cwd=REPO)
     probe, profile = _sections(data["stdout"])

@@ -54,7 +54,8 @@ def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, st
                                          state_home: Path, sbx_cli: Any) -> None:
     Path(env["SBX_CONFIG"]).write_text(
         "[sandbox]\nmemory_bytes = 67108864\npids = 32\ncpu_millis = 500\n"
-        "tmp_bytes = 8388608\nworkspace_bytes = 8388608\n", encoding="utf-8")
+        "tmp_bytes = 8388608\nworkspace_bytes = 8388608\nhome_bytes = 8388608\n",
+        encoding="utf-8")
     envelope = sbx_cli(["doctor", "--json"], env=env).envelope()
     assert envelope["exit_code"] == 0
     checks = {c["id"]: c for c in envelope["data"]["checks"]}  # type: ignore[index]
@@ -64,7 +65,7 @@ def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, st
     assert readings["memory"]["read"] == "64 MiB" and readings["pids"]["read"] == "32"
     assert readings["cpu"]["read"] == "0.500 CPUs"
     assert all(r["enforced"] for r in readings.values())
-    assert checks["config"]["detail"].endswith("is valid (5 settings from the file)")
+    assert checks["config"]["detail"].endswith("is valid (6 settings from the file)")
     assert owned(engine, state_home) == []
 
 

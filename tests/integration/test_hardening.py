@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import user_owned
+
 pytestmark = pytest.mark.docker
 
 MEMORY = 512 * 1024 * 1024
 TMP = 32 * 1024 * 1024
 WORKSPACE = 48 * 1024 * 1024
+HOME_BYTES = 40 * 1024 * 1024
 PIDS = 48
 CPU_MILLIS = 500
 
@@ -21,6 +24,7 @@ CONFIG = f"""
 memory_bytes = {MEMORY}
 tmp_bytes = {TMP}
 workspace_bytes = {WORKSPACE}
+home_bytes = {HOME_BYTES}
 pids = {PIDS}
 cpu_millis = {CPU_MILLIS}
 timeout_ms = 60000
@@ -145,6 +149,7 @@ def test_fork_bomb_is_contained_by_the_pids_limit(run_in: Runner) -> None:
 def test_host_outside_the_workspace_is_not_visible(tmp_path: Path, run_in: Runner) -> None:
     project = tmp_path / "host" / "project"
     project.mkdir(parents=True)
+    user_owned(project)
     (project / "inside.txt").write_text("workspace-file", encoding="utf-8")
     secret = tmp_path / "host" / "sibling-secret.txt"
     marker = "sbx-marker-host-only-4f1d"

@@ -17,7 +17,7 @@ from sbx.driver import DockerDriver
 from sbx.errors import SbxError
 from sbx.reasons import Reason
 
-from .conftest import BUSYBOX, owned
+from .conftest import BUSYBOX, owned, user_owned
 
 pytestmark = pytest.mark.docker
 
@@ -101,9 +101,11 @@ def test_workspace_rw_read_only_and_none(tmp_path: Path, busybox_kit: Path, sbx_
     workspace.mkdir()
     (workspace / "seed.txt").write_text("seed", encoding="utf-8")
     unwritable = sbx_cli(["run", str(busybox_kit), str(workspace), "--", "true"], env=env)
-    if os.geteuid() == 0:  # root-owned: the sandbox user 1000 cannot write, and sbx says so
+    if os.geteuid() == 0:  # root-owned: never a silently read-only workspace
+        assert unwritable.exit_code == 125
         assert "cannot write" in unwritable.stderr
-    os.chown(workspace, 1000, 1000) if os.geteuid() == 0 else None
+        assert "(workspace_unwritable)" in unwritable.stderr
+    user_owned(workspace)
     write = 'cat seed.txt; echo; echo written > "$SBX_WORKSPACE/out.txt"; echo rc=$?'
 
     rw = sbx_cli(["run", str(busybox_kit), str(workspace), "--", "sh", "-c", write], env=env)

@@ -41,12 +41,14 @@ INT_BOUNDS: dict[str, tuple[int, int | None]] = {
     "sandbox.cpu_millis": (1, 256000),
     "sandbox.tmp_bytes": (1, 16 * GiB),
     "sandbox.workspace_bytes": (1, 16 * GiB),
+    "sandbox.home_bytes": (1, 16 * GiB),
     "sandbox.timeout_ms": (1, 604_800_000),
     "sandbox.user": (1, 4_294_967_294),
     "gc.grace_seconds": (0, None),
     "gc.batch_size": (1, 10000),
 }
 SANDBOX_KEYS = list(DEFAULTS["sandbox"])
+INT_SANDBOX_KEYS = [key for key in SANDBOX_KEYS if f"sandbox.{key}" in INT_BOUNDS]
 SETTINGS_CLASSES = {"sandbox": SandboxSettings, "network": NetworkSettings,
                     "mounts": MountSettings, "gc": GcSettings}
 
@@ -106,8 +108,11 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.cpu_millis": 1000,
         "sandbox.tmp_bytes": 256 * MiB,
         "sandbox.workspace_bytes": 512 * MiB,
+        "sandbox.home_bytes": 256 * MiB,
         "sandbox.timeout_ms": 3_600_000,
         "sandbox.user": 1000,
+        "sandbox.root_workspace": "refuse",
+        "sandbox.detach_keys": "ctrl-p,ctrl-q",
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -150,17 +155,20 @@ def test_load_config_missing_under_home_gives_defaults(tmp_path: Path) -> None:
 VALID_CASES: list[tuple[str, dict[str, object]]] = [
     # (TOML text, {dotted key: expected value})
     ("[sandbox]\nmemory_bytes = 68719476736\n", {"sandbox.memory_bytes": 64 * GiB}),
-    ("[sandbox]\nmemory_bytes = 805306368\n", {"sandbox.memory_bytes": 768 * MiB}),
+    ("[sandbox]\nmemory_bytes = 1073741824\n", {"sandbox.memory_bytes": GiB}),
     ("[sandbox]\npids = 1\n", {"sandbox.pids": 1}),
     ("[sandbox]\npids = 65536\n", {"sandbox.pids": 65536}),
     ("[sandbox]\ncpu_millis = 1\n", {"sandbox.cpu_millis": 1}),
     ("[sandbox]\ncpu_millis = 256_000\n", {"sandbox.cpu_millis": 256000}),
     ("[sandbox]\ntmp_bytes = 1\n", {"sandbox.tmp_bytes": 1}),
-    ("[sandbox]\nmemory_bytes = 34359738368\ntmp_bytes = 17179869184\n"
-     "workspace_bytes = 17179869184\n",
-     {"sandbox.memory_bytes": 32 * GiB, "sandbox.tmp_bytes": 16 * GiB,
-      "sandbox.workspace_bytes": 16 * GiB}),
+    ("[sandbox]\nmemory_bytes = 51539607552\ntmp_bytes = 17179869184\n"
+     "workspace_bytes = 17179869184\nhome_bytes = 17179869184\n",
+     {"sandbox.memory_bytes": 48 * GiB, "sandbox.tmp_bytes": 16 * GiB,
+      "sandbox.workspace_bytes": 16 * GiB, "sandbox.home_bytes": 16 * GiB}),
     ("[sandbox]\nworkspace_bytes = 1\n", {"sandbox.workspace_bytes": 1}),
+    ("[sandbox]\nroot_workspace = \"sandbox-user\"\n",
+     {"sandbox.root_workspace": "sandbox-user"}),
+    ("[sandbox]\ndetach_keys = \"ctrl-x,x\"\n", {"sandbox.detach_keys": "ctrl-x,x"}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -326,10 +334,12 @@ UNKNOWN_CASES = [
      "unknown key; known keys: batch_size, grace_seconds"),
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
-     "unknown key; known keys: cpu_millis, memory_bytes, pids, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
+     "root_workspace, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
-     "unknown key; known keys: cpu_millis, memory_bytes, pids, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
+     "root_workspace, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
@@ -343,7 +353,8 @@ UNKNOWN_CASES = [
     ("qqq = 1\n", "qqq", 1,
      "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
-     "unknown key; known keys: cpu_millis, memory_bytes, pids, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
+     "root_workspace, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
 ]
 
@@ -492,36 +503,41 @@ def test_sourced_lines_point_at_the_key(tmp_path: Path) -> None:
 # --- cross-field rule --------------------------------------------------------------------------
 
 CROSS_OK = [
-    "[sandbox]\nmemory_bytes = 805306368\n",  # 256 MiB + 512 MiB == 768 MiB: equal is allowed
-    "[sandbox]\nmemory_bytes = 2\ntmp_bytes = 1\nworkspace_bytes = 1\n",
-    "[sandbox]\ntmp_bytes = 3758096384\n",  # 3.5 GiB + 512 MiB == 4 GiB default
+    # 256 MiB + 512 MiB + 256 MiB == 1 GiB: equal is allowed
+    "[sandbox]\nmemory_bytes = 1073741824\n",
+    "[sandbox]\nmemory_bytes = 3\ntmp_bytes = 1\nworkspace_bytes = 1\nhome_bytes = 1\n",
+    "[sandbox]\ntmp_bytes = 3489660928\n",  # 3.25 GiB + 512 MiB + 256 MiB == 4 GiB default
 ]
 
 CROSS_BAD = [
     # (text, blamed key, line, message)
     ("[sandbox]\nmemory_bytes = 536870912\n", "sandbox.memory_bytes", 2,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 256 MiB (default) + "
-     "512 MiB (default) = 768 MiB > 512 MiB"),
-    ("[sandbox]\nmemory_bytes = 805306367\n", "sandbox.memory_bytes", 2,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 256 MiB (default) + "
-     "512 MiB (default) = 768 MiB > 805306367 bytes"),
-    ("[sandbox]\ntmp_bytes = 3758096385\n", "sandbox.tmp_bytes", 2,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 3758096385 bytes + "
-     "512 MiB (default) = 4294967297 bytes > 4 GiB (default)"),
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 256 MiB (default) "
+     "+ 512 MiB (default) + 256 MiB (default) = 1 GiB > 512 MiB"),
+    ("[sandbox]\nmemory_bytes = 1073741823\n", "sandbox.memory_bytes", 2,
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 256 MiB (default) "
+     "+ 512 MiB (default) + 256 MiB (default) = 1 GiB > 1073741823 bytes"),
+    ("[sandbox]\ntmp_bytes = 3489660929\n", "sandbox.tmp_bytes", 2,
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 3489660929 bytes "
+     "+ 512 MiB (default) + 256 MiB (default) = 4294967297 bytes > 4 GiB (default)"),
     ("[sandbox]\npids = 5\nworkspace_bytes = 17179869184\n", "sandbox.workspace_bytes", 3,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 256 MiB (default) + "
-     "16 GiB = 16640 MiB > 4 GiB (default)"),
-    ("[sandbox]\ntmp_bytes = 2\nworkspace_bytes = 2\nmemory_bytes = 3\n",
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 256 MiB (default) "
+     "+ 16 GiB + 256 MiB (default) = 16896 MiB > 4 GiB (default)"),
+    ("[sandbox]\ntmp_bytes = 2\nworkspace_bytes = 2\nmemory_bytes = 5\nhome_bytes = 2\n",
      "sandbox.memory_bytes", 4,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 2 bytes + 2 bytes = 4 bytes > "
-     "3 bytes"),
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 2 bytes + 2 bytes "
+     "+ 2 bytes = 6 bytes > 5 bytes"),
+    ("[sandbox]\nhome_bytes = 4294967296\n", "sandbox.home_bytes", 2,
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 256 MiB (default) "
+     "+ 512 MiB (default) + 4 GiB = 4864 MiB > 4 GiB (default)"),
 ]
 
 
 @pytest.mark.parametrize("text", CROSS_OK)
 def test_cross_field_rule_allows(tmp_path: Path, text: str) -> None:
     sandbox = load(tmp_path, text).sandbox
-    assert sandbox.tmp_bytes.value + sandbox.workspace_bytes.value <= sandbox.memory_bytes.value
+    assert sandbox.tmp_bytes.value + sandbox.workspace_bytes.value \
+        + sandbox.home_bytes.value <= sandbox.memory_bytes.value
 
 
 @pytest.mark.parametrize(("text", "key", "line", "message"), CROSS_BAD)
@@ -653,11 +669,11 @@ OVERRIDE_BAD: list[tuple[str, object, str]] = [
     ("user", True, "must be an integer, not a boolean"),
     ("cpu_millis", 1.0, "must be an integer, not a float"),
     ("memory_bytes", 512 * MiB,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 256 MiB (default) + "
-     "512 MiB (default) = 768 MiB > 512 MiB (flag --x)"),
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 256 MiB (default) + "
+     "512 MiB (default) + 256 MiB (default) = 1 GiB > 512 MiB (flag --x)"),
     ("tmp_bytes", 4 * GiB,
-     "tmp_bytes + workspace_bytes must not exceed memory_bytes: 4 GiB (flag --x) + "
-     "512 MiB (default) = 4608 MiB > 4 GiB (default)"),
+     "tmp_bytes + workspace_bytes + home_bytes must not exceed memory_bytes: 4 GiB (flag --x) + "
+     "512 MiB (default) + 256 MiB (default) = 4864 MiB > 4 GiB (default)"),
 ]
 
 
@@ -678,19 +694,20 @@ def test_flag_override_that_breaks_a_rule_is_an_invalid_argument(
 
 
 def test_flag_override_cross_rule_names_file_values(tmp_path: Path) -> None:
-    path = write(tmp_path, "[sandbox]\nmemory_bytes = 2147483648\ntmp_bytes = 1073741824\n")
+    path = write(tmp_path, "[sandbox]\nmemory_bytes = 2147483648\ntmp_bytes = 1073741824\n"
+                           "home_bytes = 1\n")
     config = load_config_file(path)
     with pytest.raises(SbxError) as caught:
-        config.with_sandbox_override("workspace_bytes", GiB + 1, "flag --workspace-size")
+        config.with_sandbox_override("workspace_bytes", GiB, "flag --workspace-size")
     assert caught.value.message.endswith(
-        f"1 GiB (from {path}:3) + 1073741825 bytes (flag --workspace-size) = 2147483649 bytes "
-        f"> 2 GiB (from {path}:2)")
+        f"1 GiB (from {path}:3) + 1 GiB (flag --workspace-size) + 1 bytes (from {path}:4) = "
+        f"2147483649 bytes > 2 GiB (from {path}:2)")
 
 
 def test_flag_override_exactly_at_the_cross_limit_is_allowed(tmp_path: Path) -> None:
     config = load_config_file(tmp_path / "absent.toml")
-    overridden = config.with_sandbox_override("memory_bytes", 768 * MiB, "flag --memory")
-    assert overridden.sandbox.memory_bytes.value == 768 * MiB
+    overridden = config.with_sandbox_override("memory_bytes", GiB, "flag --memory")
+    assert overridden.sandbox.memory_bytes.value == GiB
 
 
 def test_flag_override_of_an_unknown_key_is_a_bug(tmp_path: Path) -> None:
@@ -774,11 +791,11 @@ _VALUES = st.one_of(
     _NASTY_TEXT,
     st.lists(st.integers(), max_size=2),
 )
-_KEYS = st.one_of(st.sampled_from(SANDBOX_KEYS), _NASTY_TEXT)
+_KEYS = st.one_of(st.sampled_from(INT_SANDBOX_KEYS), _NASTY_TEXT)
 # Mostly-plausible tables, so that a fair share of examples loads and the success branch is
 # exercised too, not only the refusals.
 _PLAUSIBLE = st.dictionaries(
-    st.sampled_from(SANDBOX_KEYS),
+    st.sampled_from(INT_SANDBOX_KEYS),
     st.one_of(st.integers(min_value=0, max_value=70_000),
               st.sampled_from([256 * MiB, 512 * MiB, 768 * MiB, GiB, 4 * GiB, 64 * GiB])),
     max_size=7,
@@ -799,7 +816,7 @@ def test_random_sandbox_tables_load_within_bounds_or_are_refused(
     lines = path.read_text(encoding="utf-8").split("\n")
     assert set(table) <= set(SANDBOX_KEYS)
     sandbox = config.sandbox
-    for key in SANDBOX_KEYS:
+    for key in INT_SANDBOX_KEYS:
         sourced: Sourced[int] = getattr(sandbox, key)
         low, high = INT_BOUNDS[f"sandbox.{key}"]
         assert type(sourced.value) is int
@@ -810,7 +827,8 @@ def test_random_sandbox_tables_load_within_bounds_or_are_refused(
             assert lines[line - 1].startswith(f"{key} =")
         else:
             assert sourced == Sourced(DEFAULTS["sandbox"][key], DEFAULT_SOURCE)
-    assert sandbox.tmp_bytes.value + sandbox.workspace_bytes.value <= sandbox.memory_bytes.value
+    assert sandbox.tmp_bytes.value + sandbox.workspace_bytes.value \
+        + sandbox.home_bytes.value <= sandbox.memory_bytes.value
 
 
 # --- the line scanner on its own (defensive paths a file tomlkit accepts never reaches) --------
@@ -837,8 +855,8 @@ def test_unexpected_schema_keyword_message_does_not_echo_the_value() -> None:
 
     from sbx.config import _message  # private: the catch-all for keywords the schema lacks
 
-    error = ValidationError("m", validator="enum", validator_value=["a"], instance="hunter2")
-    assert _message(error, "network.upstream_proxy", "hunter2") == "is invalid (enum)"
+    error = ValidationError("m", validator="const", validator_value="a", instance="hunter2")
+    assert _message(error, "network.upstream_proxy", "hunter2") == "is invalid (const)"
 
 
 def test_tomlkit_error_without_position(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -852,3 +870,15 @@ def test_tomlkit_error_without_position(tmp_path: Path, monkeypatch: pytest.Monk
     assert caught.value.message == f"{path} is not valid TOML: tomlkit gave up"
     assert caught.value.details == {"file": str(path), "line": None, "error": "tomlkit gave up"}
     assert caught.value.hint == f"Fix the TOML syntax in {path}."
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[sandbox]\nroot_workspace = "map"\n', "must be one of"),
+    ("[sandbox]\nroot_workspace = 1\n", "must be a string, not an integer"),
+    ('[sandbox]\ndetach_keys = "ctrl-p, ctrl-q"\n', "must be keys like ctrl-p,ctrl-q"),
+    ('[sandbox]\ndetach_keys = ""\n', "must be keys like ctrl-p,ctrl-q"),
+])
+def test_session_and_workspace_choices_are_validated(tmp_path: Path, text: str,
+                                                     message: str) -> None:
+    problem = only_problem(tmp_path, text)
+    assert message in problem["message"], problem

@@ -48,7 +48,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 USER = HostFacts("posix", "Linux", 1000, 1000)
 ROOT = HostFacts("posix", "Linux", 0, 0)
 DEFAULTS = Limits(memory_bytes=4 * GiB, pids=128, cpu_millis=1000, tmp_bytes=256 * MiB,
-                  workspace_bytes=512 * MiB)
+                  workspace_bytes=512 * MiB, home_bytes=512 * MiB)
 V2_OK = b"cgroup=2\nmemory=4294967296\nswap=0\npids=128\ncpu=100000 100000\n"
 V1_OK = (b"cgroup=1\nmemory=4294967296\nmemsw=4294967296\npids=128\n"
          b"cpu_quota=100000\ncpu_period=100000\n")
@@ -470,7 +470,7 @@ def test_unenforced_limits_are_named(output: bytes, unenforced: list[str]) -> No
 
 def test_memory_is_compared_within_a_page_and_cpu_within_a_milli() -> None:
     limits = Limits(memory_bytes=100 * MiB + 123, pids=32, cpu_millis=333, tmp_bytes=1,
-                    workspace_bytes=1)
+                    workspace_bytes=1, home_bytes=1)
     output = f"cgroup=2\nmemory={100 * MiB}\nswap=0\npids=32\ncpu=33300 100000\n".encode()
     assert all(_enforced(output, limits).values())
     judged = doctor_core.judge_limits(limits, parse_probe_output(output.decode()), "img")

@@ -8,6 +8,7 @@ images; only the engine is faked, because this is a test of a pure decision.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,10 @@ class FakeEngine:
                         labels: Mapping[str, str]) -> bytes | None:
         return PASSWD if path == "/etc/passwd" else b"root:x:0:\nagent:x:1000:\n"
 
+    def image_path_modes(self, image_id: str, paths: Any,
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        return {path: 0o1777 if path == "/tmp" else None for path in paths}
+
 
 @contextmanager
 def _no_progress(_title: str) -> Iterator[Callable[[str], None]]:
@@ -66,6 +71,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name in ("ws", "m0", "m1", "m2"):
         (root / name).mkdir()
         dirs[name] = root / name
+    if os.geteuid() == 0:
+        # The sandbox takes the workspace owner's uid; a root-owned one is refused for rw.
+        os.chown(root / "ws", 1000, 1000)
     return dirs
 
 
@@ -75,6 +83,7 @@ sandbox_values = st.fixed_dictionaries({
     "cpu_millis": st.integers(1, 256000),
     "tmp_bytes": st.integers(1, 256 << 20),
     "workspace_bytes": st.integers(1, 512 << 20),
+    "home_bytes": st.integers(1, 256 << 20),
     "user": st.integers(1, 60000),
 })
 
@@ -135,6 +144,9 @@ def test_every_run_path_is_hardened_identically(
     assert host["pids_limit"] == values["pids"]
     assert host["nano_cpus"] == values["cpu_millis"] * 1_000_000
     assert f"size={values['tmp_bytes']}" in host["tmpfs"]["/tmp"]
+    home = kwargs["environment"]["HOME"]
+    assert f"size={values['home_bytes']}" in host["tmpfs"][home]
+    assert f"uid={kwargs['user'].split(':')[0]}" in host["tmpfs"][home]
     uid, gid = (int(x) for x in kwargs["user"].split(":"))
     assert uid != 0 and gid != 0
     assert not any("docker.sock" in b for b in host["binds"])
@@ -156,4 +168,4 @@ def _limits(values: dict[str, int]) -> Any:
     from sbx.hardening import Limits
 
     return Limits(values["memory_bytes"], values["pids"], values["cpu_millis"],
-                  values["tmp_bytes"], values["workspace_bytes"])
+                  values["tmp_bytes"], values["workspace_bytes"], values["home_bytes"])

@@ -28,9 +28,31 @@ def run(
     mount: Annotated[list[str] | None, typer.Option(
         "--mount", metavar="SRC:DST[:ro|rw]",
         help="Extra host mount, checked by the mount policy (repeatable).")] = None,
-    timeout: Annotated[float | None, typer.Option(
-        "--timeout", metavar="SECONDS",
-        help="Kill the workload after this long (exit 124).")] = None,
+    timeout: Annotated[str | None, typer.Option(
+        "--timeout", metavar="DURATION",
+        help="Kill the workload after this long: 90, 90s, 30m or 2h (exit 124).")] = None,
+    interactive: Annotated[bool | None, typer.Option(
+        "--interactive", "-i",
+        help="Forward stdin to the workload (default: when stdin is a pipe or a file, or in a "
+             "TTY session).")] = None,
+    tty: Annotated[bool | None, typer.Option(
+        "--tty/--no-tty", "-t",
+        help="Allocate a terminal in the sandbox (default: when stdin and stdout are both "
+             "terminals).")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", "-e", metavar="NAME[=VALUE]",
+        help="Set a variable in the sandbox; NAME alone takes the host's value (repeatable).",
+    )] = None,
+    env_file: Annotated[list[str] | None, typer.Option(
+        "--env-file", metavar="FILE",
+        help="Read NAME=VALUE lines from FILE (repeatable).")] = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", metavar="UID[:GID]",
+        help="Run as this uid:gid (default: the workspace's owner, else the image's user).",
+    )] = None,
+    detach_keys: Annotated[str | None, typer.Option(
+        "--detach-keys", metavar="KEYS",
+        help="Keys that end a TTY session from the host (default ctrl-p,ctrl-q).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -38,6 +60,7 @@ def run(
 
     Arguments after `--` replace the image's CMD.
     """
+    from sbx.core.durations import parse_duration
     from sbx.core.run import RunRequest
     from sbx.core.run import run as run_core
     from sbx.render import Envelope
@@ -48,12 +71,19 @@ def run(
         workspace=workspace,
         access=access,
         mounts=tuple(mount or ()),
-        timeout_s=timeout,
+        timeout_s=parse_duration(timeout) if timeout is not None else None,
         command=app.passthrough,
         capture_output=as_json,
         kits=tuple(kit or ()),
         args=tuple(arg or ()),
         allow_privileged=allow_privileged,
+        interactive=interactive,
+        tty=tty,
+        env=tuple(env or ()),
+        env_files=tuple(env_file or ()),
+        user=user,
+        detach_keys=detach_keys,
+        host=app.streams,
     )
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,

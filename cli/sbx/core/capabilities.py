@@ -13,6 +13,7 @@ Each implemented type maps onto the hardened shape without widening it silently:
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,10 +124,9 @@ def _resources(entry: Entry | None, limits: Limits,
         elif wanted > limits.memory_bytes:
             problems.append(f"memory {config['memory']} exceeds the configured bound "
                             f"[sandbox] memory_bytes = {limits.memory_bytes}")
-        elif limits.tmp_bytes + limits.workspace_bytes > wanted:
+        elif (tmpfs := limits.tmp_bytes + limits.workspace_bytes + limits.home_bytes) > wanted:
             problems.append(f"memory {config['memory']} is below tmp_bytes + workspace_bytes "
-                            f"({limits.tmp_bytes + limits.workspace_bytes}), which the tmpfs "
-                            "mounts count against")
+                            f"+ home_bytes ({tmpfs}), which the tmpfs mounts count against")
         else:
             memory = wanted
     cpu = config.get("cpu")
@@ -140,7 +140,7 @@ def _resources(entry: Entry | None, limits: Limits,
     if config.get("gpu"):
         problems.append(f"gpu {config['gpu']!r} cannot be provided by this sbx")
     if not problems:
-        return Limits(memory, limits.pids, cpu_millis, limits.tmp_bytes, limits.workspace_bytes)
+        return dataclasses.replace(limits, memory_bytes=memory, cpu_millis=cpu_millis)
     origin = entry.origins[0]
     if entry.optional:
         skipped.append(SelectionRecord(origin.kit, origin.path, RESOURCES, "; ".join(problems)))

@@ -786,10 +786,7 @@ class LimitReading:
 def configured_limits(config: Config) -> Limits:
     from sbx.hardening import Limits
 
-    sandbox = config.sandbox
-    return Limits(memory_bytes=sandbox.memory_bytes.value, pids=sandbox.pids.value,
-                  cpu_millis=sandbox.cpu_millis.value, tmp_bytes=sandbox.tmp_bytes.value,
-                  workspace_bytes=sandbox.workspace_bytes.value)
+    return Limits.from_sandbox(config.sandbox)
 
 
 def probe_candidates(local: Sequence[tuple[str, int]]) -> list[str]:
@@ -809,6 +806,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     configured user) and helper labels; it is removed on every path. A run directory recording
     doctor's pid lets ``sbx gc`` remove it should doctor be killed in between.
     """
+    from sbx.core.identity import FALLBACK_HOME
     from sbx.hardening import DEFAULT_WORKSPACE, build_spec
 
     driver = ctx.driver
@@ -825,7 +823,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     spec = build_spec(image=image.id, uid=uid, gid=uid, limits=limits,
                       workspace_target=DEFAULT_WORKSPACE, workspace_bind=None, extra_binds=(),
                       command=(), entrypoint=("/bin/sh", "-c", PROBE_SCRIPT), env={},
-                      labels=labels)
+                      home=FALLBACK_HOME, labels=labels)
     run_dir = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
     container_id: str | None = None
     try:

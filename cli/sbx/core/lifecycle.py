@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from sbx.core.mountpoints import TMP_MODE, TMP_PATH
 from sbx.driver import Driver, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import ContainerSpec
@@ -124,8 +125,10 @@ def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
                                home=accounts.home(sandbox_user), workdir=workdir,
                                boundary_env=boundary_env)
         # HOSTNAME is the sandbox's own, read when the hook runs (baseline, never the host's).
+        # stdin stays the workload's: a hook that reads it would swallow what the user pipes
+        # or types.
         line = 'env -i "HOSTNAME=$(cat /etc/hostname 2>/dev/null)" ' + " ".join(
-            shlex.quote(a) for a in hook_argv(hook, env)[2:])
+            shlex.quote(a) for a in hook_argv(hook, env)[2:]) + " </dev/null"
         if hook.background:
             lines.append(f"{line} &")
             continue
@@ -136,17 +139,21 @@ def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
     return "\n".join(lines) + "\n"
 
 
-def _tar(entries: Sequence[tuple[str, bytes, int, int, int]]) -> bytes:
-    """(path, content, mode, uid, gid) → a tar archive rooted at /."""
+def _tar(entries: Sequence[tuple[str, bytes | None, int, int, int]]) -> bytes:
+    """(path, content or None for a directory, mode, uid, gid) → a tar archive rooted at /."""
     buffer = io.BytesIO()
     now = int(time.time())
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path, content, mode, uid, gid in entries:
             info = tarfile.TarInfo(path.lstrip("/"))
-            info.size = len(content)
             info.mode = mode
             info.uid, info.gid = uid, gid
             info.mtime = now
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                archive.addfile(info)
+                continue
+            info.size = len(content)
             archive.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
 
@@ -195,7 +202,7 @@ def run_create_step(step: CreateStep, plan: LifecyclePlan,
 
 
 def _write_files(step: CreateStep, container_id: str, plan: LifecyclePlan) -> None:
-    entries: list[tuple[str, bytes, int, int, int]] = []
+    entries: list[tuple[str, bytes | None, int, int, int]] = []
     seen: set[str] = set()
     for kit_file in plan.files:
         if kit_file.path in seen:
@@ -207,6 +214,9 @@ def _write_files(step: CreateStep, container_id: str, plan: LifecyclePlan) -> No
         uid, gid = (step.uid, step.gid) if kit_file.owner_is_sandbox_user else (0, 0)
         mode = kit_file.mode if kit_file.mode is not None else 0o644
         entries.append((kit_file.path, kit_file.content.encode("utf-8"), mode, uid, gid))
+    # The per-run image keeps /tmp a world-writable sticky directory whatever the kit files
+    # did (the engine gives the /tmp tmpfs the mode of the directory it is mounted on).
+    entries.insert(0, (TMP_PATH, None, TMP_MODE, 0, 0))
     if plan.startup:
         script = startup_script(plan.startup, container_env=step.container_env,
                                 accounts=step.accounts, sandbox_user=f"{step.uid}",

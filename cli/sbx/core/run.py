@@ -9,6 +9,7 @@ found by the labels every object carries.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -16,7 +17,6 @@ import math
 import os
 import shlex
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +41,8 @@ from sbx.core.egress import (
     start_proxy,
     trust_bundle,
 )
+from sbx.core.envflags import parse_env
+from sbx.core.identity import FALLBACK_HOME, WorkspaceOwner, choose_user, home_path
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
 from sbx.core.kitset import KitSet, effective_composition, load_kit_set
 from sbx.core.lifecycle import (
@@ -52,10 +54,12 @@ from sbx.core.lifecycle import (
     parse_accounts,
     run_create_step,
 )
+from sbx.core.mountpoints import prepare_mountpoints
 from sbx.driver import Driver, EngineInfo, ImageInfo
 from sbx.errors import SbxError
 from sbx.hardening import (
     DEFAULT_WORKSPACE,
+    TMP_TARGET,
     BindMount,
     ContainerSpec,
     Limits,
@@ -68,14 +72,21 @@ from sbx.kits.args import final_environment
 from sbx.kits.compose import Composition
 from sbx.mounts import MountPolicy, check_mount, check_source, parse_mount_flag
 from sbx.reasons import Reason
+from sbx.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
+from sbx.session.mode import HostStreams, SessionMode, decide_mode
+from sbx.session.pump import Session, SessionEnd
+from sbx.session.terminal import raw_mode, terminal_environment, window_size
 
 if TYPE_CHECKING:
     from sbx.core.firewall import BridgeGuard
     from sbx.core.ports import PortForwarder
+    from sbx.session.stream import AttachedStream
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
 OUTPUT_DRAIN_S: Final = 5.0
+NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
+                                     stdout_is_terminal=False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,13 @@ class RunRequest:
     kits: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     allow_privileged: bool = False
+    interactive: bool | None = None  # -i; None = decided from the host streams
+    tty: bool | None = None  # -t True, --no-tty False, None = decided from the host streams
+    env: tuple[str, ...] = ()  # -e NAME[=VALUE]
+    env_files: tuple[str, ...] = ()  # --env-file FILE
+    user: str | None = None  # --user UID[:GID]
+    detach_keys: str | None = None  # --detach-keys (else [sandbox] detach_keys)
+    host: HostStreams = NO_HOST_STREAMS
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,9 @@ class RunPlan:
     bridge: str | None = None
     egress: EgressPlan | None = None
     warnings: tuple[str, ...] = ()
+    mode: SessionMode = field(default_factory=lambda: SessionMode(False, False, False))
+    home: str = FALLBACK_HOME
+    detach_keys: str = DEFAULT_DETACH_KEYS
 
     @property
     def references(self) -> list[str]:
@@ -158,6 +179,8 @@ class RunResult:
             "privileged": plan.capabilities.privileged,
             "warnings": list(plan.warnings),
             "ports": self.ports,
+            "home": plan.home,
+            "session": plan.mode.as_dict(),
         }
         if self.stdout or self.stderr or self.truncated:
             data["stdout"] = self.stdout.decode("utf-8", "replace")
@@ -178,7 +201,7 @@ def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
             "skipped": records["skipped"] + later}
 
 
-OutputSink = Callable[[str, bytes], None]
+OutputSink = Callable[[str, bytes | memoryview], None]
 ProgressFactory = Callable[[str], Any]
 
 
@@ -214,10 +237,14 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                            cache_dir=ctx.state_home / "cache" / "descriptors",
                            supported=SUPPORTED, lock_home=ctx.state_home)
     access = _access(request)
+    session_mode = decide_mode(interactive=request.interactive, tty=request.tty,
+                               capture=request.capture_output, host=request.host)
+    detach_keys = _detach_keys(request, config)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
                                   extra_blocked=config.mounts.blocked.value,
                                   allowed_roots=config.mounts.allowed_roots.value)
     workspace_host = _workspace_source(ctx, policy, request, access)
+    owner = _workspace_owner(workspace_host)
     mount_requests = [parse_mount_flag(text) for text in request.mounts]
 
     driver = ctx.driver
@@ -228,33 +255,21 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     labels = label_keys.object_labels(
         home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=references,
         role=label_keys.ROLE_HELPER)
-    workload = kit_set.workload
-    workload_image = ensure_kit_image(driver, workload.local, progress,
-                                      workload.expanded.build_args)
-    mixin_images = [
-        (kit.reference, ensure_kit_image(driver, kit.local, progress,
-                                         kit.expanded.build_args).image
-         if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
-        for kit in kit_set.mixins
-    ]
-    if mixin_images:
-        from sbx.core.assemble import assemble  # only compositions pay for the assembler
-
-        assembled = assemble(driver, workload_image, mixin_images, progress,
-                             workload_ref=workload.reference,
-                             cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
-        image, image_tag, image_built = assembled.image, assembled.tag, assembled.built
-    else:
-        image, image_tag, image_built = workload_image.image, workload_image.tag, False
+    image, image_tag, image_built = _kit_image(ctx, kit_set, progress, labels)
     workspace_target = image.workdir or DEFAULT_WORKSPACE
     extra_binds = [
         _bind(check_mount(policy, mount, reserved_targets={workspace_target}))
         for mount in mount_requests
     ]
     _refuse_duplicate_targets(extra_binds)
-    user = resolve_user(driver, image, fallback_uid=config.sandbox.user.value,
-                        fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
-                        cache_dir=ctx.state_home / "cache" / "users", helper_labels=labels)
+    users_cache = ctx.state_home / "cache" / "users"
+    user, user_warnings = choose_user(
+        flag=request.user, owner=owner, access=access,
+        root_workspace=config.sandbox.root_workspace.value,
+        image_user=lambda: resolve_user(
+            driver, image, fallback_uid=config.sandbox.user.value,
+            fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
+            cache_dir=users_cache, helper_labels=labels))
     exports = kit_set.env_exports
     container_env = final_environment(
         dict(_env_pairs(image.env)), exports,
@@ -262,10 +277,12 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     composition, _effective = effective_composition(
         kit_set, container_env, SUPPORTED, cache_dir=ctx.state_home / "cache" / "effective")
     capabilities = plan_capabilities(
-        composition, limits=_limits(config), allow_privileged=request.allow_privileged,
-        workspace_target=workspace_target,
+        composition, limits=Limits.from_sandbox(config.sandbox),
+        allow_privileged=request.allow_privileged, workspace_target=workspace_target,
         kits={k.reference: k.local for k in kit_set.kits})
     command, entrypoint = _command(request, image, capabilities, kit_set)
+    user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
+                         credential_names=_credential_names(composition))
     egress = _plan_egress(ctx, composition, capabilities)
     # The CA goes into the per-run image, so a network policy always takes the create step.
     needs_create_step = capabilities.needs_create_step or egress is not None
@@ -276,6 +293,13 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     network = f"sbx-{run_id[:16]}" if networked else None
     bridge = f"sbx{run_id[:12]}" if networked else None
     limits = capabilities.limits
+    home = home_path(
+        taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
+               *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
+    image = prepare_mountpoints(driver, image, home=home,
+                                cache_dir=ctx.state_home / "cache" / "mountpoints",
+                                helper_labels=labels)
+    session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
         image=run_image_tag or image.id,
         uid=user.uid,
@@ -289,28 +313,55 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                                      in zip(volume_names, capabilities.volumes, strict=True))],
         command=command,
         entrypoint=entrypoint,
-        env={**exports, "SBX_RUN_ID": run_id},
+        env={**exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
+        home=home,
         labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
         extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
                                          uid=user.uid, gid=user.gid)
                      for path, (size, mode) in capabilities.tmpfs.items()},
         privileged=capabilities.privileged,
         network_mode=network or "none",
+        tty=session_mode.tty,
+        stdin_open=session_mode.stdin,
     )
     violations = hardening_violations(spec, limits,
                                       privileged_consented=request.allow_privileged)
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
-    warnings = (*_workspace_warnings(workspace_host, access, user), *capabilities.notes)
+    warnings = (*user_warnings, *capabilities.notes)
     return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
                    capabilities=capabilities, image=image, image_tag=image_tag,
-                   image_built=workload_image.built or image_built, user=user, spec=spec,
+                   image_built=image_built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
                    workspace_host=workspace_host, access=access, labels=labels,
                    container_env=container_env, run_image_tag=run_image_tag,
                    volume_names=volume_names, network=network, bridge=bridge,
-                   egress=egress, warnings=warnings)
+                   egress=egress, warnings=warnings, mode=session_mode, home=home,
+                   detach_keys=detach_keys)
+
+
+def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
+               labels: Mapping[str, str]) -> tuple[ImageInfo, str, bool]:
+    """(image, tag, built) of the workload, with the mixins' layers assembled onto it."""
+    driver = ctx.driver
+    workload = kit_set.workload
+    workload_image = ensure_kit_image(driver, workload.local, progress,
+                                      workload.expanded.build_args)
+    mixin_images = [
+        (kit.reference, ensure_kit_image(driver, kit.local, progress,
+                                         kit.expanded.build_args).image
+         if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
+        for kit in kit_set.mixins
+    ]
+    if not mixin_images:
+        return workload_image.image, workload_image.tag, workload_image.built
+    from sbx.core.assemble import assemble  # only compositions pay for the assembler
+
+    assembled = assemble(driver, workload_image, mixin_images, progress,
+                         workload_ref=workload.reference,
+                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
+    return assembled.image, assembled.tag, workload_image.built or assembled.built
 
 
 def _plan_egress(ctx: AppContext, composition: Composition,
@@ -351,26 +402,35 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
     return argv[1:], argv[:1]
 
 
-def _workspace_warnings(host: str | None, access: str, user: SandboxUser) -> tuple[str, ...]:
-    """Say up front when the sandbox user will not be able to write its rw workspace.
+def _workspace_owner(host: str | None) -> WorkspaceOwner | None:
+    if host is None:
+        return None
+    return WorkspaceOwner.of(host, os.stat(host))
 
-    The workspace is mounted as it is on the host (sbx never chowns a user's directory), so a
-    directory owned by someone else is read-only in practice; better to say so than to let the
-    agent discover it halfway through its task.
-    """
-    if host is None or access != "rw":
-        return ()
-    stat = os.stat(host)
-    writable = (
-        (stat.st_uid == user.uid and stat.st_mode & 0o200)
-        or (stat.st_gid == user.gid and stat.st_mode & 0o020)
-        or stat.st_mode & 0o002
-    )
-    if writable:
-        return ()
-    return (f"workspace {host} is owned by {stat.st_uid}:{stat.st_gid} with mode "
-            f"{stat.st_mode & 0o777:o}; the sandbox user {user.uid}:{user.gid} cannot write "
-            "to it (chown it, or pass --access ro to make that explicit)",)
+
+def _detach_keys(request: RunRequest, config: Config) -> str:
+    """``--detach-keys`` beats ``[sandbox] detach_keys``; refused when it does not parse."""
+    if request.detach_keys is not None:
+        text, source = request.detach_keys, "--detach-keys"
+    else:
+        setting = config.sandbox.detach_keys
+        text, source = setting.value, f"[sandbox] detach_keys ({setting.source})"
+    try:
+        parse_detach_keys(text)
+    except ValueError as error:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{source}: {error}") from None
+    return text
+
+
+def _credential_names(composition: Composition) -> set[str]:
+    """The variables kits' credential@1 entries hold a sentinel in."""
+    names: set[str] = set()
+    for credential in composition.credentials:
+        api = credential.config.get("apiKey")
+        name = api.get("name") if isinstance(api, Mapping) else None
+        if isinstance(name, str) and name:
+            names.add(name)
+    return names
 
 
 def _timeout_ms(seconds: float) -> int:
@@ -436,13 +496,6 @@ def _check_engine(info: EngineInfo) -> None:
             details={"limits": ["memory", "pids", "cpu"]})
 
 
-def _limits(config: Config) -> Limits:
-    sandbox = config.sandbox
-    return Limits(memory_bytes=sandbox.memory_bytes.value, pids=sandbox.pids.value,
-                  cpu_millis=sandbox.cpu_millis.value, tmp_bytes=sandbox.tmp_bytes.value,
-                  workspace_bytes=sandbox.workspace_bytes.value)
-
-
 # -- execution: create, stream, wait, always remove -----------------------------------------
 
 
@@ -453,7 +506,7 @@ class _Capture:
         self.parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.truncated = False
 
-    def __call__(self, stream: str, chunk: bytes) -> None:
+    def __call__(self, stream: str, chunk: bytes | memoryview) -> None:
         buffer = self.parts[stream]
         room = OUTPUT_CAPTURE_BYTES - len(buffer)
         if room < len(chunk):
@@ -484,36 +537,32 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         container_id = driver.create(spec)
         created.container = container_id
         _update_run_dir(run_dir, container_id)
+        # Attached before the start, so the stream holds every byte from the first.
+        stream = driver.attach(container_id, stdin=plan.mode.stdin,
+                               detach_keys=plan.detach_keys if plan.mode.tty else None)
+        created.stream = stream
+        deadline = time.monotonic() + plan.timeout_s
         driver.start(container_id)
-        reader = _start_reader(driver, container_id, sink)
-        address = (driver.container_ip(container_id, plan.network)
-                   if plan.network is not None else None)
-        if address is not None:  # None: no ports, or the workload already finished
-            from sbx.core.ports import PortForwarder
-
-            created.forwarder = PortForwarder(address)
-            for published in created.forwarder.start(plan.capabilities.ports):
-                on_notice(f"port {published.key} is published on "
-                           f"{published.host}:{published.host_port}")
+        terminal_fd = request.host.stdin_fd if plan.mode.raw else None
+        resize = _resizer(driver, container_id, terminal_fd)
+        resize()  # as soon as it runs: the workload may ask for its size at once
+        _start_ports(driver, plan, created, container_id, on_notice)
         skipped = _selection(plan)["skipped"]
         _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
             "workload": plan.kit_set.workload.reference, "kits": plan.references,
             "image": plan.image_tag, "user": plan.spec.user,
             "workspace_access": plan.access, "privileged": plan.spec.privileged,
-            "skipped": skipped})
+            "skipped": skipped, "session": plan.mode.as_dict()})
         for record in skipped:
             _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
-        exit_code = driver.wait(container_id, plan.timeout_s)
+        session = Session(stream, tty=plan.mode.tty,
+                          stdin_fd=request.host.stdin_fd if plan.mode.stdin else None,
+                          sink=sink, escape=parse_detach_keys(plan.detach_keys),
+                          on_resize=resize if terminal_fd is not None else None)
+        exit_code, end = _session(driver, container_id, session, terminal_fd, deadline)
         if exit_code is None:
-            driver.kill(container_id)
-            reader.join(OUTPUT_DRAIN_S)
-            _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "warning", {
-                "reason": Reason.TIMEOUT.value, "duration_s": _elapsed(started)})
-            raise SbxError(Reason.TIMEOUT,
-                           f"the workload ran past its time limit of {plan.timeout_s:g}s and "
-                           "was killed",
-                           details={"run_id": plan.run_id, "timeout_s": plan.timeout_s})
-        reader.join(OUTPUT_DRAIN_S)
+            _ended_early(ctx, plan, end, started)
+        assert exit_code is not None  # noqa: S101 - _ended_early always raises
         _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "info",
                {"exit_code": exit_code, "duration_s": _elapsed(started)})
         result = RunResult(plan.run_id, exit_code, time.monotonic() - started, plan)
@@ -529,6 +578,66 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         cleanup_errors.extend(_cleanup(ctx, plan, driver, created, run_dir))
 
 
+def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,
+             deadline: float) -> tuple[int | None, SessionEnd]:
+    """Pump the session (the host terminal raw for its duration), then the exit status; None
+    when the workload had to be stopped (deadline, detach, output closed)."""
+    with session, session.resize_on_sigwinch(), \
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+        end = session.pump(deadline)
+        exit_code = (driver.wait(container_id, max(deadline - time.monotonic(), 0.001))
+                     if end is SessionEnd.EOF else None)
+        if exit_code is None:
+            driver.kill(container_id)
+            session.drain(OUTPUT_DRAIN_S if end is not SessionEnd.OUTPUT_CLOSED else 0)
+    return exit_code, end
+
+
+def _resizer(driver: Driver, container_id: str, terminal_fd: int | None) -> Callable[[], None]:
+    """Sets the sandbox terminal to the host terminal's size (a no-op without a terminal)."""
+    def resize() -> None:
+        if terminal_fd is None:
+            return
+        size = window_size(terminal_fd)
+        if size is not None:
+            with contextlib.suppress(SbxError):  # gone already: nothing left to resize
+                driver.resize(container_id, rows=size[0], columns=size[1])
+
+    return resize
+
+
+def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id: str,
+                 on_notice: Callable[[str], None]) -> None:
+    if not plan.capabilities.ports or plan.network is None:
+        return
+    address = driver.container_ip(container_id, plan.network)
+    if address is None:  # the workload already finished
+        return
+    from sbx.core.ports import PortForwarder
+
+    created.forwarder = PortForwarder(address)
+    for published in created.forwarder.start(plan.capabilities.ports):
+        on_notice(f"port {published.key} is published on "
+                  f"{published.host}:{published.host_port}")
+
+
+def _ended_early(ctx: AppContext, plan: RunPlan, end: SessionEnd, started: float) -> None:
+    """The workload was stopped before it finished by itself: say why (always raises)."""
+    if end is SessionEnd.DETACHED:
+        reason, message = Reason.DETACHED, (
+            f"the session was ended from the host ({plan.detach_keys}); the sandbox was "
+            "stopped and removed")
+    elif end is SessionEnd.OUTPUT_CLOSED:
+        reason, message = Reason.OUTPUT_CLOSED, "the reader of sbx's output went away"
+    else:
+        reason, message = Reason.TIMEOUT, (
+            f"the workload ran past its time limit of {plan.timeout_s:g}s and was killed")
+    _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "warning", {
+        "reason": reason.value, "duration_s": _elapsed(started)})
+    raise SbxError(reason, message,
+                   details={"run_id": plan.run_id, "timeout_s": plan.timeout_s})
+
+
 @dataclass
 class _Created:
     """Everything this run asked the engine to create, so cleanup removes exactly that."""
@@ -540,6 +649,7 @@ class _Created:
     guard: BridgeGuard | None = None  # only runs with a network import these
     forwarder: PortForwarder | None = None
     proxy: ProxyProcess | None = None
+    stream: AttachedStream | None = None
 
 
 def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
@@ -645,25 +755,11 @@ def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile
     return files
 
 
-def _start_reader(driver: Driver, container_id: str, sink: OutputSink) -> threading.Thread:
-    # The log stream is opened in the reader thread, in parallel with the wait: the log holds
-    # everything from the first byte, and the container is removed only after the join.
-    def pump() -> None:
-        try:
-            for stream, chunk in driver.output(container_id):
-                sink(stream, chunk)
-        except SbxError:
-            # The container went away under us (killed, removed); the wait reports why.
-            return
-
-    thread = threading.Thread(target=pump, name=f"sbx-output-{container_id[:12]}", daemon=True)
-    thread.start()
-    return thread
-
-
 def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
              run_dir: Path) -> list[str]:
     """Remove what this run created, container first (it holds the image and volumes)."""
+    if created.stream is not None:
+        created.stream.close()
     if created.forwarder is not None:
         created.forwarder.stop()
     if created.proxy is not None:
