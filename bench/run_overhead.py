@@ -228,6 +228,7 @@ def warm_up_sbx(setup: Setup) -> dict[str, Any]:
 def sandbox_spec(setup: Setup, image: str, user: str, workspace: str) -> Any:
     """The ContainerSpec sbx builds for this run, from sbx's own config and build_spec."""
     from sbx.config import load_config
+    from sbx.core.identity import FALLBACK_HOME
     from sbx.hardening import Limits, build_spec
 
     sandbox = load_config(setup.env).sandbox
@@ -235,7 +236,7 @@ def sandbox_spec(setup: Setup, image: str, user: str, workspace: str) -> Any:
     uid, _, gid = user.partition(":")
     return build_spec(image=image, uid=int(uid), gid=int(gid), limits=limits,
                       workspace_target=workspace, workspace_bind=None, extra_binds=(),
-                      command=WORKLOAD, entrypoint=None, env={},
+                      command=WORKLOAD, entrypoint=None, env={}, home=FALLBACK_HOME,
                       labels={BENCH_LABEL: setup.token})
 
 
@@ -253,7 +254,8 @@ def docker_run_argv(docker: str, spec: Any) -> list[str]:
              "--pids-limit", str(spec.pids_limit), "--cpus", f"{spec.nano_cpus / 1e9:g}"]
     for target, options in spec.tmpfs.items():
         argv += ["--tmpfs", f"{target}:{options}"]
-    argv += ["--network", spec.network_mode]
+    argv += ["--network", spec.network_mode, "--log-driver", spec.log_driver]
+    argv += [arg for key, value in spec.log_options for arg in ("--log-opt", f"{key}={value}")]
     if spec.init:
         argv.append("--init")
     argv += ["--workdir", spec.working_dir, "--pull", "never"]

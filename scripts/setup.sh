@@ -16,6 +16,11 @@ command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
 command -v zsh >/dev/null 2>&1 || need_pkgs+=(zsh)
 command -v fish >/dev/null 2>&1 || need_pkgs+=(fish)
 command -v groff >/dev/null 2>&1 || need_pkgs+=(groff-base)
+# Interactive sessions are tested as a person uses them: in a real terminal (tmux), and as a
+# host user who is neither root nor uid 1000 (run with setpriv from util-linux).
+command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
+command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
+[ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 # A real OCI registry for the `sbx pull` / `sbx kit push` tests (started per test on loopback).
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
   || need_pkgs+=(docker-registry)
@@ -35,6 +40,13 @@ if ! timeout 10 docker version >/dev/null 2>&1; then
   done
   timeout 10 docker version >/dev/null 2>&1 || {
     log "dockerd did not answer within 60 s; its log:"; tail -30 /var/log/sbx-dockerd.log >&2; exit 1; }
+fi
+
+# The non-root host user of the ownership tests: in the docker group, uid 4321 (not 1000, the
+# usual image user, so a test can tell the two apart).
+if ! id -u sbx-tester >/dev/null 2>&1; then
+  log "creating the test user sbx-tester (uid 4321, group docker)"
+  useradd --uid 4321 --user-group --groups docker --create-home --shell /bin/bash sbx-tester
 fi
 
 # The pull tests push to and pull from 127.0.0.1:<port> over plain HTTP; dockerd treats

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Final
+from typing import IO, Any
 
 from sbx import __version__
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
 from sbx.session.mode import HostStreams
 from sbx.session.terminal import is_terminal
+from sbx.signals import INTERRUPTING_SIGNALS
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,19 @@ def _command_name(args: Sequence[str]) -> str:
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    # SIGTERM, SIGHUP (the terminal or SSH session closed) and SIGQUIT take the same path as
-    # Ctrl-C, so the run's cleanup (finally blocks) executes and the terminal is restored.
+    """SIGINT, SIGTERM, SIGHUP (the terminal or SSH session closed) and SIGQUIT all take the
+    path of Ctrl-C, so the run's cleanup (finally blocks) executes and the terminal is restored.
+
+    Only the first one interrupts: later ones are ignored, or a second signal (a closing
+    terminal sends SIGHUP twice: the kernel's and the shell's) would land inside the cleanup
+    and leave the sandbox running.
+    """
+    for other in INTERRUPTING_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-INTERRUPTING_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
 
 
 def host_streams(stdin: IO[Any] | None, stdout: IO[Any]) -> HostStreams:
@@ -86,8 +94,9 @@ def host_streams(stdin: IO[Any] | None, stdout: IO[Any]) -> HostStreams:
             os.fstat(fd)
     except (OSError, ValueError, AttributeError):
         fd = None
+    out_fd = _fileno(stdout)
     return HostStreams(stdin_fd=fd, stdin_is_terminal=is_terminal(fd),
-                       stdout_is_terminal=is_terminal(_fileno(stdout)))
+                       stdout_is_terminal=is_terminal(out_fd), stdout_fd=out_fd)
 
 
 def _fileno(stream: IO[Any]) -> int | None:

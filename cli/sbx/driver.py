@@ -252,6 +252,10 @@ class DockerDriver:
                 dockerfile=dockerfile, tag=tag, labels=dict(labels),
                 buildargs=dict(build_args or {}),
                 rm=True, forcerm=True, pull=False, decode=True, nocache=False,
+                # A kit's RUN steps get no network: the default bridge would give them a route
+                # out and the host's resolver, outside any policy. What needs the network
+                # belongs in an install-phase hook, which goes through the egress proxy.
+                network_mode="none",
             )
             for chunk in stream:
                 if "error" in chunk:
@@ -856,6 +860,7 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "network_mode": spec.network_mode,
         "privileged": spec.privileged,
         "init": spec.init,
+        "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
     }
     return {
         "image": spec.image,

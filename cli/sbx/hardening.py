@@ -18,6 +18,12 @@ TMP_TARGET: Final = "/tmp"  # noqa: S108 - the container's /tmp, a size-capped t
 DEFAULT_WORKSPACE: Final = "/workspace"
 FORBIDDEN_NETWORK_MODES: Final = frozenset({"host"})
 DOCKER_SOCKETS: Final = ("/var/run/docker.sock", "/run/docker.sock")
+# The engine's own copy of a container's output. sbx reads a sandbox's output from the attach
+# stream, so a run keeps none (the default json-file driver has no size limit: a chatty
+# workload would fill the host's disk); the helpers whose output is read back from the log
+# (doctor's limit probe) keep a small bounded one.
+NO_ENGINE_LOG: Final = ("none", ())
+BOUNDED_ENGINE_LOG: Final = ("json-file", (("max-size", "1m"), ("max-file", "1")))
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class ContainerSpec:
     init: bool = True
     tty: bool = False  # a pseudo-terminal for an interactive session
     stdin_open: bool = False  # stdin attached (and closed by the engine when the client's ends)
+    log_driver: str = BOUNDED_ENGINE_LOG[0]
+    log_options: tuple[tuple[str, str], ...] = BOUNDED_ENGINE_LOG[1]
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -99,6 +107,7 @@ def build_spec(
     network_mode: str = "none",
     tty: bool = False,
     stdin_open: bool = False,
+    engine_log: bool = False,
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
@@ -138,6 +147,8 @@ def build_spec(
         network_mode=network_mode,
         tty=tty,
         stdin_open=stdin_open,
+        log_driver=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[0],
+        log_options=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[1],
     )
 
 
@@ -201,6 +212,8 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
     home_tmpfs = spec.tmpfs.get(home, "")
     if f"size={limits.home_bytes}" not in home_tmpfs or "nosuid" not in home_tmpfs:
         problems.append("HOME is not a size-capped nosuid tmpfs")
+    if spec.log_driver != "none" and not dict(spec.log_options).get("max-size"):
+        problems.append(f"the engine log ({spec.log_driver}) has no size limit")
     if spec.network_mode in FORBIDDEN_NETWORK_MODES or spec.network_mode.startswith("container:"):
         problems.append(f"network mode {spec.network_mode!r} is forbidden")
     if spec.privileged and not privileged_consented:
@@ -212,5 +225,6 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
     return problems
 
 
-__all__ = ["DEFAULT_WORKSPACE", "TMP_TARGET", "BindMount", "ContainerSpec", "Limits",
-           "build_create_step_spec", "build_spec", "hardening_violations", "tmpfs_options"]
+__all__ = ["BOUNDED_ENGINE_LOG", "DEFAULT_WORKSPACE", "NO_ENGINE_LOG", "TMP_TARGET", "BindMount",
+           "ContainerSpec", "Limits", "build_create_step_spec", "build_spec",
+           "hardening_violations", "tmpfs_options"]

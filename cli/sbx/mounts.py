@@ -30,10 +30,12 @@ it is the path that was checked.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import posixpath
 import pwd
+import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +57,10 @@ PARENT_OF_BLOCKED: Final = "parent_of_blocked"
 OUTSIDE_ALLOWED_ROOTS: Final = "outside_allowed_roots"
 RELATIVE_TARGET: Final = "relative_target"
 RESERVED_TARGET: Final = "reserved_target"
+SOCKET: Final = "socket"
+SPECIAL_FILE: Final = "special_file"
+SOURCE_UNREADABLE: Final = "source_unreadable"
+SOURCE_CHANGED: Final = "source_changed"
 
 RULES: Final[tuple[str, ...]] = (
     UNSAFE_CHARACTERS,
@@ -68,6 +74,10 @@ RULES: Final[tuple[str, ...]] = (
     SOURCE_MISSING,
     RELATIVE_TARGET,
     RESERVED_TARGET,
+    SOCKET,
+    SPECIAL_FILE,
+    SOURCE_UNREADABLE,
+    SOURCE_CHANGED,
 )
 
 # --- what is blocked ------------------------------------------------------------------------------
@@ -85,6 +95,13 @@ UNSAFE_PATH_CHARACTERS: Final[Mapping[str, str]] = {
 # for completeness but is matched first by the Docker family below.
 CREDENTIAL_NAMES: Final[tuple[str, ...]] = (
     ".ssh", ".aws", ".docker", ".config", ".gnupg", ".netrc", ".npm", ".cargo",
+    # Cluster, cloud and registry logins, token files, and the git settings a sandbox could
+    # use to run code on the host (core.fsmonitor, credential helpers in ~/.gitconfig).
+    ".kube", ".minikube", ".azure", ".oci", ".terraform.d", ".vault-token", ".git-credentials",
+    ".gitconfig", ".pypirc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".m2", ".gradle",
+    ".composer", ".pgpass", ".my.cnf", ".s3cfg", ".boto", ".password-store",
+    ".local/share/keyrings", ".mozilla", ".thunderbird", ".pki",
+    ".bash_history", ".zsh_history",
 )
 
 # Whoever can reach a container engine's socket or state owns the host.
@@ -101,6 +118,23 @@ DOCKER_PATHS: Final[tuple[str, ...]] = (
     "/var/run/podman",
     "/run/buildkit",
     "/var/run/buildkit",
+    # The rest of the container and VM engine family: CRI-O, Kubernetes' k3s, libvirt, LXD,
+    # incus, nerdctl/containerd's rootful state.
+    "/run/crio",
+    "/var/run/crio",
+    "/var/lib/containers",
+    "/run/k3s",
+    "/var/lib/rancher",
+    "/run/libvirt",
+    "/var/run/libvirt",
+    "/var/lib/libvirt",
+    "/var/lib/lxd",
+    "/var/snap/lxd",
+    "/var/lib/incus",
+    "/run/incus",
+    "/var/run/incus",
+    "/run/dockershim.sock",
+    "/var/run/dockershim.sock",
 )
 # Rootless engines put their socket in each user's XDG_RUNTIME_DIR; the uid is not known here.
 DOCKER_SOCKET_GLOBS: Final[tuple[str, ...]] = (
@@ -109,7 +143,12 @@ DOCKER_SOCKET_GLOBS: Final[tuple[str, ...]] = (
 )
 # A file with one of these names is an engine socket wherever it lives (e.g. a copy or a
 # bind-mounted socket inside a project).
-DOCKER_SOCKET_NAMES: Final[frozenset[str]] = frozenset({"docker.sock", "podman.sock"})
+DOCKER_SOCKET_NAMES: Final[frozenset[str]] = frozenset({
+    "docker.sock", "podman.sock", "containerd.sock", "crio.sock", "buildkitd.sock",
+    "libvirt-sock", "incus.socket", "dockershim.sock",
+})
+# An sbx state home (secrets, run records) wherever a user's environment may have put one.
+DEFAULT_STATE_HOME: Final = ".local/state/sbx"
 
 # Exactly "/" (everything is inside it, so it cannot be a tree rule) plus trees blocked entirely.
 SYSTEM_ROOT: Final = "/"
@@ -143,6 +182,13 @@ _HINTS: Final[Mapping[str, str]] = {
                            "to `[mounts]` in the config file.",
     RELATIVE_TARGET: "Give the container path as an absolute path without '..', e.g. /data.",
     RESERVED_TARGET: "Pick another container path, e.g. /mnt/NAME.",
+    SOCKET: "A socket is a door to whatever listens on it; mount a directory without sockets "
+            "(move the socket out, or mount a narrower directory).",
+    SPECIAL_FILE: "Mount a directory or a regular file; devices and FIFOs are never mounted.",
+    SOURCE_UNREADABLE: "sbx could not resolve the path to check it; mount a plain directory "
+                       "that this user can read.",
+    SOURCE_CHANGED: "The path changed between the check and the mount (a component became a "
+                    "symbolic link); run again, and find out what is modifying it.",
 }
 
 
@@ -180,6 +226,9 @@ class MountPolicy:
     extra_blocked: tuple[Path, ...] = ()
     allowed_roots: tuple[Path, ...] = ()
     docker_paths: tuple[Path, ...] = ()
+    # Other places an sbx state home may be: the XDG default while SBX_HOME points elsewhere,
+    # and every home's default (another user's sbx secrets are as secret as ours).
+    other_state_homes: tuple[Path, ...] = ()
 
     @classmethod
     def for_host(
@@ -205,9 +254,14 @@ class MountPolicy:
             home = Path(_absolute(candidate))
             if str(home) != SYSTEM_ROOT and home not in homes:
                 homes.append(home)
+        state_homes = [home / DEFAULT_STATE_HOME for home in homes]
+        xdg_state = env.get("XDG_STATE_HOME", "")
+        if posixpath.isabs(xdg_state):
+            state_homes.insert(0, Path(_absolute(xdg_state)) / "sbx")
         return cls(
             homes=tuple(homes),
             state_home=Path(_absolute(str(state_home))),
+            other_state_homes=tuple(state_homes),
             extra_blocked=tuple(_config_path(p, env, "extra blocked path") for p in extra_blocked),
             allowed_roots=tuple(_config_path(p, env, "allowed root") for p in allowed_roots),
             docker_paths=_docker_paths_from_env(env),
@@ -244,9 +298,17 @@ def check_source(policy: MountPolicy, source: str) -> Path:
         raise MountBlocked("mount source is empty (rule source_missing)",
                            rule=SOURCE_MISSING, path=source, hint=_HINTS[SOURCE_MISSING])
     lexical = _absolute(source)
-    canonical = _canonical(lexical)
     blocked = _blocked_entries(policy)
+    # The lexical form first: /proc/1/root/... is refused as /proc before anything under it is
+    # read (resolving it could fail, or reach another root).
     _check_blocked(lexical, lexical, blocked)
+    try:
+        canonical = _canonical(lexical)
+    except (OSError, ValueError) as exc:
+        raise MountBlocked(
+            f"mount source {lexical} cannot be resolved ({_os_reason(exc)}) "
+            f"(rule {SOURCE_UNREADABLE})",
+            rule=SOURCE_UNREADABLE, path=lexical, hint=_HINTS[SOURCE_UNREADABLE]) from exc
     if canonical != lexical:
         _check_blocked(lexical, canonical, blocked)
 
@@ -260,12 +322,43 @@ def check_source(policy: MountPolicy, source: str) -> Path:
                 rule=OUTSIDE_ALLOWED_ROOTS, path=lexical, hint=_HINTS[OUTSIDE_ALLOWED_ROOTS],
             )
 
-    if not os.path.exists(canonical):
+    try:
+        status = os.stat(canonical)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise MountBlocked(
+                f"{_subject(lexical, canonical, f'cannot be read ({_os_reason(exc)})')} "
+                f"(rule {SOURCE_UNREADABLE})",
+                rule=SOURCE_UNREADABLE, path=lexical, hint=_HINTS[SOURCE_UNREADABLE]) from exc
         raise MountBlocked(
             f"{_subject(lexical, canonical, 'does not exist')} (rule {SOURCE_MISSING})",
             rule=SOURCE_MISSING, path=lexical, hint=_HINTS[SOURCE_MISSING],
-        )
+        ) from None
+    except ValueError as exc:
+        raise MountBlocked(
+            f"mount source {lexical} cannot be read ({_os_reason(exc)}) "
+            f"(rule {SOURCE_UNREADABLE})",
+            rule=SOURCE_UNREADABLE, path=lexical, hint=_HINTS[SOURCE_UNREADABLE]) from exc
+    check_file_type(lexical, canonical, status.st_mode)
     return Path(canonical)
+
+
+def check_file_type(lexical: str, canonical: str, mode: int) -> None:
+    """Only directories and regular files are mounted: a socket is a door to whatever listens
+    on it (an engine, an agent, a desktop bus), and devices and FIFOs are not data."""
+    if stat.S_ISSOCK(mode):
+        raise MountBlocked(f"{_subject(lexical, canonical, 'is a socket')} (rule {SOCKET})",
+                           rule=SOCKET, path=lexical, hint=_HINTS[SOCKET])
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise MountBlocked(
+            f"{_subject(lexical, canonical, 'is not a directory or a regular file')} "
+            f"(rule {SPECIAL_FILE})", rule=SPECIAL_FILE, path=lexical, hint=_HINTS[SPECIAL_FILE])
+
+
+def _os_reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__
 
 
 def check_target(target: str, *, reserved_targets: Collection[str] = ()) -> str:
@@ -392,7 +485,12 @@ def _blocked_entries(policy: MountPolicy) -> list[_Blocked]:
 
     def add(path: str, rule: str, label: str, *, tree: bool = True) -> None:
         lexical = _absolute(path)
-        for form in (lexical, _canonical(lexical)):
+        forms: tuple[str, ...]
+        try:
+            forms = (lexical, _canonical(lexical))
+        except (OSError, ValueError):
+            forms = (lexical,)  # cannot be resolved: blocked under the name it has
+        for form in forms:
             if form in seen:
                 continue
             seen.add(form)
@@ -411,6 +509,8 @@ def _blocked_entries(policy: MountPolicy) -> list[_Blocked]:
         add(tree, SYSTEM_PATH, f"system directory {tree}")
     add(str(policy.state_home), SBX_STATE,
         f"sbx's state home {policy.state_home}, which holds secrets")
+    for other in policy.other_state_homes:
+        add(str(other), SBX_STATE, f"an sbx state home {other}, which holds secrets")
     for home in policy.homes:
         for name in CREDENTIAL_NAMES:
             if name != ".docker":
@@ -557,4 +657,9 @@ __all__ = [
     "OUTSIDE_ALLOWED_ROOTS",
     "RELATIVE_TARGET",
     "RESERVED_TARGET",
+    "SOCKET",
+    "SPECIAL_FILE",
+    "SOURCE_UNREADABLE",
+    "SOURCE_CHANGED",
+    "check_file_type",
 ]

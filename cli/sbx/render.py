@@ -109,12 +109,17 @@ class Renderer:
         return "NO_COLOR" not in self._env and _isatty(file)
 
     def _line(self, file: IO[str], markup: str, plain: str) -> None:
-        if self._styled(file):
-            console = self.err if file is self._err_file else self.out
-            console.print(markup)
-        else:
-            file.write(plain + "\n")
-            file.flush()
+        # A message for a terminal or reader that is gone (a closed SSH session: EIO; a closed
+        # pipe) is dropped: it must not turn a clean exit into a crash.
+        try:
+            if self._styled(file):
+                console = self.err if file is self._err_file else self.out
+                console.print(markup)
+            else:
+                file.write(plain + "\n")
+                file.flush()
+        except (OSError, ValueError):
+            return
 
     # -- results -----------------------------------------------------------------------------
 

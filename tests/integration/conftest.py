@@ -83,3 +83,51 @@ def kit_factory(tmp_path: Path) -> Callable[..., Path]:
 def busybox_kit(kit_factory: Callable[..., Path]) -> Path:
     return kit_factory("probe",
                        f"FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\nCMD [\"true\"]\n")
+
+
+TESTER = "sbx-tester"  # uid 4321, in the docker group (scripts/setup.sh creates it)
+TESTER_UID = 4321
+
+
+@pytest.fixture(scope="session")
+def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The argv that runs this checkout's sbx as the non-root host user ``sbx-tester``.
+
+    The development venv lives where other users may not read it (and its interpreter links
+    into root's home), so the test copies sbx and its dependencies to a world-readable
+    directory and runs them with the system's python3 (the same 3.11 ABI).
+    """
+    import pwd
+    import shutil
+    import sysconfig
+
+    if os.geteuid() != 0:
+        pytest.skip("switching to the test user needs root")
+    try:
+        pwd.getpwnam(TESTER)
+    except KeyError:
+        message = f"the test user {TESTER} is missing: run scripts/setup.sh"
+        if os.environ.get("SBX_REQUIRE_ENGINE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.fail("no system python3 for the test user")
+    root = tmp_path_factory.mktemp("tester-sbx")
+    shutil.copytree(sysconfig.get_paths()["purelib"], root / "site",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pth", "__editable__*",
+                                                  "sbx*", "_pytest", "pytest*", "mypy*",
+                                                  "hypothesis*"))
+    shutil.copytree(Path(__file__).resolve().parents[2] / "cli" / "sbx", root / "src" / "sbx",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [root, *root.parents]:
+        if path == Path("/"):
+            break
+        path.chmod(path.stat().st_mode | 0o555 if path == root else path.stat().st_mode | 0o111)
+    for directory, _dirs, files in os.walk(root):
+        os.chmod(directory, 0o755)  # noqa: S103 - the test user must read this copy
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
+    return ["setpriv", f"--reuid={TESTER_UID}", f"--regid={TESTER_UID}", "--init-groups",
+            "env", f"PYTHONPATH={root / 'src'}:{root / 'site'}", "PYTHONDONTWRITEBYTECODE=1",
+            python, "-m", "sbx"]

@@ -157,7 +157,8 @@ def test_symlink_to_allowed_dir_returns_its_target(host: Host) -> None:
     assert check_source(host.policy, str(host.outside / "link")) == host.project / "src"
 
 
-@pytest.mark.parametrize("name", [".sshkeys", ".ssh-old", ".configure", ".aws2", "ssh", ".npmrc"])
+@pytest.mark.parametrize("name", [".sshkeys", ".ssh-old", ".configure", ".aws2", "ssh", ".npm2",
+                                  ".kubeconfig", ".gitconfig.d"])
 def test_comparison_is_component_wise_in_homes(host: Host, name: str) -> None:
     (host.home / name).mkdir()
     assert check_source(host.policy, str(host.home / name)) == host.home / name

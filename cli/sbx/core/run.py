@@ -17,6 +17,7 @@ import math
 import os
 import shlex
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -76,6 +77,7 @@ from sbx.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.session.pump import Session, SessionEnd
 from sbx.session.terminal import raw_mode, terminal_environment, window_size
+from sbx.signals import deferred_interrupts
 
 if TYPE_CHECKING:
     from sbx.core.firewall import BridgeGuard
@@ -544,7 +546,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         deadline = time.monotonic() + plan.timeout_s
         driver.start(container_id)
         terminal_fd = request.host.stdin_fd if plan.mode.raw else None
-        resize = _resizer(driver, container_id, terminal_fd)
+        size_fd = request.host.size_fd() if plan.mode.tty else None
+        resize = _resizer(driver, container_id, size_fd)
         resize()  # as soon as it runs: the workload may ask for its size at once
         _start_ports(driver, plan, created, container_id, on_notice)
         skipped = _selection(plan)["skipped"]
@@ -558,7 +561,7 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         session = Session(stream, tty=plan.mode.tty,
                           stdin_fd=request.host.stdin_fd if plan.mode.stdin else None,
                           sink=sink, escape=parse_detach_keys(plan.detach_keys),
-                          on_resize=resize if terminal_fd is not None else None)
+                          on_resize=resize if size_fd is not None else None)
         exit_code, end = _session(driver, container_id, session, terminal_fd, deadline)
         if exit_code is None:
             _ended_early(ctx, plan, end, started)
@@ -575,7 +578,10 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         result.cleanup_errors = cleanup_errors
         return result
     finally:
-        cleanup_errors.extend(_cleanup(ctx, plan, driver, created, run_dir))
+        # A signal here (a closing terminal sends SIGHUP twice) must not stop the removal
+        # halfway: it is held back and raised once everything is gone.
+        with deferred_interrupts():
+            cleanup_errors.extend(_cleanup(ctx, plan, driver, created, run_dir))
 
 
 def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,
@@ -588,9 +594,33 @@ def _session(driver: Driver, container_id: str, session: Session, terminal_fd: i
         exit_code = (driver.wait(container_id, max(deadline - time.monotonic(), 0.001))
                      if end is SessionEnd.EOF else None)
         if exit_code is None:
-            driver.kill(container_id)
-            session.drain(OUTPUT_DRAIN_S if end is not SessionEnd.OUTPUT_CLOSED else 0)
+            _stop(driver, container_id, session, end)
     return exit_code, end
+
+
+def _stop(driver: Driver, container_id: str, session: Session, end: SessionEnd) -> None:
+    """Kill a workload that has to end early, without ever waiting on a stalled stream.
+
+    The engine does not finish a kill while the container's attach stream is backed up (seen
+    on 20.10: the kill request then hangs for a minute). When nobody reads our output any more
+    the stream is closed first; otherwise it is drained while the kill runs, so what the
+    workload wrote before it died still arrives (bounded by OUTPUT_DRAIN_S).
+    """
+    if end is SessionEnd.OUTPUT_CLOSED:
+        session.close_stream()
+        with contextlib.suppress(SbxError):  # cleanup force-removes it anyway
+            driver.kill(container_id)
+        return
+
+    def kill() -> None:
+        with contextlib.suppress(SbxError):
+            driver.kill(container_id)
+
+    killer = threading.Thread(target=kill, name="sbx-kill", daemon=True)
+    killer.start()
+    session.drain(OUTPUT_DRAIN_S)
+    session.close_stream()
+    killer.join(OUTPUT_DRAIN_S)
 
 
 def _resizer(driver: Driver, container_id: str, terminal_fd: int | None) -> Callable[[], None]:

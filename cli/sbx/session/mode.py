@@ -26,6 +26,14 @@ class HostStreams:
     stdin_fd: int | None  # None: no usable stdin (closed, or not a real file)
     stdin_is_terminal: bool
     stdout_is_terminal: bool
+    stdout_fd: int | None = None
+
+    def size_fd(self) -> int | None:
+        """The terminal a TTY session takes its window size from: stdout's, as docker does,
+        else stdin's (``-t`` with output redirected); None without either."""
+        if self.stdout_is_terminal:
+            return self.stdout_fd
+        return self.stdin_fd if self.stdin_is_terminal else None
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,10 @@ class Session:
                     if end is not None:
                         return end
 
+    def close_stream(self) -> None:
+        """Hang up on the engine: no more output is read and no more input is sent."""
+        self._stream.close()
+
     def drain(self, seconds: float) -> None:
         """After the workload was stopped: deliver what is still in flight, bounded in time."""
         deadline = time.monotonic() + seconds
