@@ -105,7 +105,7 @@ def main() -> int:
     process, host = start_registry(work / "registry")
     try:
         env = {**os.environ, "SBX_HOME": str(work / "state"),
-               "SBX_CONFIG": str(work / "none.toml")}
+               "SBX_CONFIG": os.devnull}
         kit = work / KIT
         kit.mkdir()
         (kit / f"{KIT}.yaml").write_text(DESCRIPTOR, encoding="utf-8")

@@ -16,9 +16,10 @@ the same (temporary, default) config, so both sides run the identical container 
 Part 2 times process start: ``python -c pass`` vs ``sbx --help`` (same venv interpreter), with
 ``import sbx.app`` and the ``sbx run`` import path as a breakdown.
 
-Everything sbx writes goes to a temporary SBX_HOME (and SBX_CONFIG points at a missing file, so
-the user's config cannot change the limits); nothing touches the user's state. No network
-traffic leaves the machine: every container runs with ``--network none``, nothing is pulled.
+Everything sbx writes goes to a temporary SBX_HOME (and SBX_CONFIG points at an empty file,
+/dev/null, so the user's config cannot change the limits); nothing touches the user's state.
+No network traffic leaves the machine: every container runs with ``--network none``, nothing
+is pulled.
 
 Exit status: 0 whenever results were printed (targets are reported, not asserted); 1 when the
 benchmark could not be set up or a workload failed.
@@ -192,7 +193,7 @@ def make_setup(root: Path) -> Setup:
     (kit / f"{KIT_STEM}.dockerfile").write_text(KIT_RECIPE, encoding="utf-8")
     env = dict(os.environ)
     env["SBX_HOME"] = str(home)
-    env["SBX_CONFIG"] = str(root / "no-config.toml")  # missing file: all defaults
+    env["SBX_CONFIG"] = os.devnull  # an empty config file: all defaults
     env.pop("SBX_TRACEBACK", None)
     return Setup(python=python, sbx=sbx, docker=docker, env=env, home=home, kit=kit,
                  token=uuid.uuid4().hex)

@@ -113,6 +113,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -s e -l env -x -d 'Set a variable in the
 complete -c sbx -n '__sbx_in "sbx run"' -l env-file -x -d 'Read NAME=VALUE lines from FILE (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (default: the workspace\'s owner, else the image\'s user)'
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
+complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change the workspace\'s git configuration and hooks (read-only...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -155,7 +156,12 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secr
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'registry_unreachable' -d 'Registry unreachable'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'workspace_unwritable' -d 'Workspace not writable by the sandbox user'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'detached' -d 'Session ended from the host'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_lost' -d 'Lost the engine during a run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State home not writable'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file damaged'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'

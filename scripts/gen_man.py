@@ -51,9 +51,12 @@ EXIT_MEANINGS: dict[str, str] = {
 }
 
 ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("SBX_CONFIG", "Path of the config file. Overrides the XDG location below."),
+    ("SBX_CONFIG", "Path of the config file. Overrides the XDG location below. The file must "
+                   "exist (an empty file means all defaults): a missing one is invalid_config, "
+                   "never defaults."),
     ("SBX_HOME", "The state home (audit log, runs, caches, crash reports). Overrides the XDG "
-                 "location below."),
+                 "location below. Created when missing; one that is not a writable directory "
+                 "is state_unwritable."),
     ("XDG_CONFIG_HOME", "Without SBX_CONFIG the config file is $XDG_CONFIG_HOME/sbx/config.toml "
                         "(~/.config/sbx/config.toml when unset; a relative value is ignored)."),
     ("XDG_STATE_HOME", "Without SBX_HOME the state home is $XDG_STATE_HOME/sbx "
@@ -76,7 +79,8 @@ SANDBOX_ENVIRONMENT: tuple[tuple[str, str], ...] = (
 
 FILES: tuple[tuple[str, str], ...] = (
     ("$SBX_CONFIG, $XDG_CONFIG_HOME/sbx/config.toml, ~/.config/sbx/config.toml",
-     "The config file (TOML), first match wins. A missing file means all defaults."),
+     "The config file (TOML), first match wins. A missing file at an XDG or home location "
+     "means all defaults; a file named by $SBX_CONFIG must exist."),
     ("$SBX_HOME, $XDG_STATE_HOME/sbx, ~/.local/state/sbx",
      "The state home, first match wins; STATE below."),
     ("STATE/audit.jsonl", "The audit log: one JSON object per line, never a secret value."),

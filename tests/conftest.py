@@ -18,8 +18,11 @@ from sbx.__main__ import cli
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Hermetic by default (STYLE item 20): any code path that falls back to the default state
     # home or config path lands in the test's tmp dir, never in the developer's home.
+    # No SBX_CONFIG: a config file named there must exist (a missing one is invalid_config),
+    # while the default location, under XDG_CONFIG_HOME here, may be absent (all defaults).
+    # Tests that want a config file set SBX_CONFIG to one they wrote.
     monkeypatch.setenv("SBX_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("SBX_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("SBX_CONFIG", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("SBX_TRACEBACK", raising=False)

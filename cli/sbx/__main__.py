@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 from sbx import __version__
@@ -25,7 +24,7 @@ from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
 from sbx.session.mode import HostStreams
 from sbx.session.terminal import is_terminal
-from sbx.signals import INTERRUPTING_SIGNALS
+from sbx.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
 
 
 @dataclass(frozen=True)
@@ -68,19 +67,6 @@ def _command_name(args: Sequence[str]) -> str:
     return next((a for a in args if not a.startswith("-")), "sbx")
 
 
-def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-    """SIGINT, SIGTERM, SIGHUP (the terminal or SSH session closed) and SIGQUIT all take the
-    path of Ctrl-C, so the run's cleanup (finally blocks) executes and the terminal is restored.
-
-    Only the first one interrupts: later ones are ignored, or a second signal (a closing
-    terminal sends SIGHUP twice: the kernel's and the shell's) would land inside the cleanup
-    and leave the sandbox running.
-    """
-    for other in INTERRUPTING_SIGNALS:
-        signal.signal(other, signal.SIG_IGN)
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 
 
 
@@ -121,11 +107,19 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
         streams=host_streams(stdin if stdin is not None else sys.stdin, out),
     )
     try:
-        return _dispatch(launch, head, environment)
+        status = _dispatch(launch, head, environment)
     except BrokenPipeError:
         # Whoever read our output went away (`sbx ... | head -1`), here while reporting: end
         # quietly, as a shell pipeline does on SIGPIPE.
         return int(ExitStatus.OUTPUT_CLOSED)
+    except KeyboardInterrupt:  # while importing, before the command's own handling
+        return _interrupted(launch, _command_name(head))
+    if interrupted() is not None and status not in (ExitStatus.INTERRUPTED,
+                                                    ExitStatus.OUTPUT_CLOSED):
+        # The signal's KeyboardInterrupt was swallowed somewhere (a library's bare except):
+        # the user still asked sbx to stop, and the exit status says so.
+        return _interrupted(launch, _command_name(head))
+    return status
 
 
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
@@ -160,13 +154,38 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
         # Whoever read our output went away (`sbx ... | head -1`): end quietly, as a shell
         # pipeline does on SIGPIPE. Cleanup already ran in the commands' finally blocks.
         return int(ExitStatus.OUTPUT_CLOSED)
+    except OSError as exc:
+        # The state home on a full disk or a read-only mount, or not a directory, is the
+        # user's environment, not a bug: whatever path a module did not wrap itself still
+        # ends as `state_unwritable` with a fix (sbx.state). Any other OSError is a bug.
+        translated = _state_error(exc, environment)
+        if translated is None:
+            if wants_traceback:
+                raise
+            return _crash(launch, environment, head)
+        launch.renderer().error(translated, command)
+        return int(translated.exit_status)
     except Exception:
         if wants_traceback:
             raise
-        report = write_crash_report(environment, head)
-        launch.renderer().crash(str(report) if report else None)
-        return int(ExitStatus.INTERNAL)
+        return _crash(launch, environment, head)
     return int(result) if isinstance(result, int) else 0
+
+
+def _crash(launch: Launch, environment: Mapping[str, str], head: Sequence[str]) -> int:
+    report = write_crash_report(environment, head)
+    launch.renderer().crash(str(report) if report else None)
+    return int(ExitStatus.INTERNAL)
+
+
+def _state_error(exc: OSError, environment: Mapping[str, str]) -> SbxError | None:
+    from sbx import paths, state
+
+    try:
+        home = paths.state_home(environment)
+    except SbxError:
+        return None
+    return state.from_os_error(exc, home)
 
 
 def _interrupted(launch: Launch, command: str) -> int:
@@ -198,16 +217,18 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
             f"- command: sbx {' '.join(argv[:1])} (arguments omitted)\n\n"
             "```\n" + traceback_module.format_exc() + "```\n"
         )
-        path.write_text(body, encoding="utf-8")
+        path.write_text(body, encoding="utf-8", errors="backslashreplace")
         os.chmod(path, 0o600)
         return path
-    except OSError:
+    except (OSError, ValueError, SbxError):
+        # No report beats a second crash: the state home may be unwritable, not a directory,
+        # unnamed (SbxError) or not even a valid path (ValueError: a NUL in SBX_HOME).
         return None
 
 
 def main() -> None:
     for signum in INTERRUPTING_SIGNALS:
-        signal.signal(signum, _raise_interrupt)
+        signal.signal(signum, interrupt)
     status = cli()
     if status == ExitStatus.OUTPUT_CLOSED:
         _silence_closed_output()

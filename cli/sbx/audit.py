@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -33,6 +34,8 @@ KIT_PULLED: Final = "kit_pulled"
 # previous_digest, widenings, via}
 KIT_WIDENING_ACCEPTED: Final = "kit_widening_accepted"
 KIT_WIDENING_REFUSED: Final = "kit_widening_refused"
+# a run created or changed files in its workspace that host tools execute: {paths}
+WORKSPACE_HOST_CONFIG_CHANGED: Final = "workspace_host_config_changed"
 
 
 def audit_path(state_home: Path) -> Path:
@@ -71,28 +74,75 @@ def _append(path: Path, entry: Mapping[str, Any]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
+    except OSError as error:
+        # os.write names no file; a full disk must still say which file it could not append to.
+        raise OSError(error.errno, error.strerror, str(path)) from error
     finally:
         os.close(fd)
 
 
-def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
+# One event is a few hundred bytes; a longer line is not one sbx wrote.
+MAX_LINE_BYTES: Final = 1024 * 1024
+_FIELDS: Final = (("timestamp", str), ("event_type", str), ("severity", str), ("details", dict))
+
+
+@dataclass
+class AuditLog:
+    """The well-formed events of the audit log, in order, and how many lines were not."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+
+
+def read_log(state_home: Path) -> AuditLog:
+    """Every well-formed event; a line that is not one (not UTF-8, not JSON, nested too deep,
+    too long, not an object, a field of the wrong type) is skipped and counted — the log is
+    append-only and may hold a torn or foreign line, which must not hide the others."""
+    log = AuditLog()
     path = audit_path(state_home)
-    if not path.exists():
-        return
-    with path.open(encoding="utf-8") as handle:
-        for raw in handle:
-            line = raw.strip()
-            if not line:
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return log
+    with handle:
+        while True:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return log
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # the rest of the over-long line
+                    raw = handle.readline(MAX_LINE_BYTES)
+                log.skipped += 1
                 continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
+            if not raw.strip():
                 continue
-            if isinstance(event, dict):
-                yield event
+            event = _event(raw)
+            if event is None:
+                log.skipped += 1
+            else:
+                log.events.append(event)
+
+
+def _event(raw: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+        return None
+    if not isinstance(event, dict):
+        return None
+    for name, kind in _FIELDS:
+        if not isinstance(event.get(name), kind):
+            return None
+    run_id = event.get("run_id")
+    return event if run_id is None or isinstance(run_id, str) else None
+
+
+def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
+    yield from read_log(state_home).events
 
 
 __all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "GC_REMOVED", "SANDBOX_FINISHED",
            "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "SECRET_REMOVED", "SECRET_SET", "audit_path",
-           "read_events", "record", "EGRESS_DENIED", "record_at", "KIT_PULLED",
-           "KIT_WIDENING_ACCEPTED", "KIT_WIDENING_REFUSED"]
+           "read_events", "record", "EGRESS_DENIED", "record_at", "KIT_PULLED", "AuditLog",
+           "MAX_LINE_BYTES", "read_log",
+           "KIT_WIDENING_ACCEPTED", "KIT_WIDENING_REFUSED", "WORKSPACE_HOST_CONFIG_CHANGED"]

@@ -13,8 +13,8 @@ Validation is strict (SPEC §4, STYLE items 11-12): the shipped JSON Schema
 cross-field rule ``tmp_bytes + workspace_bytes + home_bytes <= memory_bytes`` on the effective
 values. An unknown key or a bad value makes its whole section invalid, and any invalid section
 makes sbx refuse with one :class:`~sbx.errors.ConfigError` listing every problem: a section is
-never partially applied and never silently replaced by defaults. A missing file means all
-defaults.
+never partially applied and never silently replaced by defaults. A missing file at the
+default location means all defaults; a file named by ``$SBX_CONFIG`` must exist.
 
 The schema holds bounds only; :data:`DEFAULTS` is the one place defaults live.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -240,8 +241,24 @@ class Config:
 
 
 def load_config(env: Mapping[str, str]) -> Config:
-    """Load the config file that :func:`sbx.paths.config_path` picks from ``env``."""
-    return load_config_file(paths.config_path(env))
+    """Load the config file that :func:`sbx.paths.config_path` picks from ``env``.
+
+    A file named by ``$SBX_CONFIG`` must exist: the user asked for that file, so a typo or a
+    missing mount must not quietly mean defaults (and, with them, no ``[mounts]
+    allowed_roots``). Only the default location (``$XDG_CONFIG_HOME/sbx/config.toml``) may be
+    absent, which means all defaults.
+    """
+    path = paths.config_path(env)
+    if paths.config_path_is_explicit(env) and not os.path.lexists(path):
+        raise ConfigError(
+            f"{paths.CONFIG_ENV} names the config file {path}, which does not exist",
+            hint=f"Create {path} (an empty file means all defaults), correct "
+                 f"{paths.CONFIG_ENV}, or unset it to use the default location "
+                 "($XDG_CONFIG_HOME/sbx/config.toml, which may be absent).",
+            details={"file": str(path), "variable": paths.CONFIG_ENV,
+                     "error": "missing"},
+        )
+    return load_config_file(path)
 
 
 def load_config_file(path: Path) -> Config:
@@ -290,6 +307,12 @@ def _read(path: Path) -> str | None:
     """Return the file's text, or None when there is no file at all."""
     try:
         raw = path.read_bytes()
+    except ValueError as exc:  # e.g. a NUL in the path: no file can have that name
+        raise ConfigError(
+            f"{path!r} is not a usable config file path: {exc}",
+            hint=f"Point {paths.CONFIG_ENV} at a config file.",
+            details={"file": str(path), "error": str(exc)},
+        ) from exc
     except FileNotFoundError as exc:
         if not path.is_symlink():
             return None

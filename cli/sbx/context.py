@@ -53,7 +53,13 @@ class AppContext:
 
     @cached_property
     def state_home(self) -> Path:
-        return paths.state_home(self.env)
+        """The state home, refused (``state_unwritable``) when it exists but is not a
+        directory; a missing one is created by the first write."""
+        from sbx.state import check_home
+
+        home = paths.state_home(self.env)
+        check_home(home, paths.state_home_source(self.env))
+        return home
 
     @cached_property
     def home_hash(self) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbx.errors import EngineUnavailable, SbxError
 from sbx.reasons import Reason
+from sbx.signals import deferred_interrupts
 
 if TYPE_CHECKING:
     import docker
@@ -131,6 +132,7 @@ class Driver(Protocol):
     def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
                        internal: bool) -> str: ...
     def container_ip(self, container_id: str, network: str) -> str | None: ...
+    def container_pid(self, container_id: str) -> int | None: ...
     def network_gateway(self, network_id: str) -> str: ...
     # image assembly (sbx.core.assemble)
     def export_image(self, image_id: str,
@@ -279,19 +281,14 @@ class DockerDriver:
         """Read one file out of an image without starting anything (create, copy, remove)."""
         import docker
 
-        with self._engine_errors(f"reading {path} from image {image_id[:19]}"):
-            container = self._api.create_container(
-                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
-                network_disabled=True)
-            cid = str(container["Id"])
+        action = f"reading {path} from image {image_id[:19]}"
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
             try:
-                try:
-                    chunks, _stat = self._api.get_archive(cid, path)
-                except docker.errors.NotFound:
-                    return None
-                data = b"".join(chunks)
-            finally:
-                self._api.remove_container(cid, force=True)
+                chunks, _stat = self._api.get_archive(cid, path)
+            except docker.errors.NotFound:
+                return None
+            data = b"".join(chunks)
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             for member in archive.getmembers():
                 if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
@@ -306,25 +303,39 @@ class DockerDriver:
         container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
         import base64
 
-        with self._engine_errors(f"inspecting paths in image {image_id[:19]}"):
-            created = self._api.create_container(
-                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
-                network_disabled=True)
-            cid = str(created["Id"])
-            modes: dict[str, int | None] = {}
-            try:
-                for path in paths:
-                    response = self._api.head(self._api._url("/containers/{0}/archive", cid),
-                                              params={"path": path})
-                    header = response.headers.get("X-Docker-Container-Path-Stat")
-                    if response.status_code != 200 or not header:
-                        modes[path] = None
-                        continue
-                    stat = json.loads(base64.b64decode(header))
-                    modes[path] = _unix_mode(int(stat.get("mode", 0)))
-            finally:
-                self._api.remove_container(cid, force=True)
+        action = f"inspecting paths in image {image_id[:19]}"
+        modes: dict[str, int | None] = {}
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
+            for path in paths:
+                response = self._api.head(self._api._url("/containers/{0}/archive", cid),
+                                          params={"path": path})
+                header = response.headers.get("X-Docker-Container-Path-Stat")
+                if response.status_code != 200 or not header:
+                    modes[path] = None
+                    continue
+                stat = json.loads(base64.b64decode(header))
+                modes[path] = _unix_mode(int(stat.get("mode", 0)))
         return modes
+
+    @contextmanager
+    def _probe_container(self, image_id: str, labels: Mapping[str, str],
+                         action: str) -> Iterator[str]:
+        """A container of ``image_id`` that is never started, removed on the way out; created
+        and handed over with interrupts held back, so a signal cannot orphan it."""
+        cid: str | None = None
+        try:
+            # A signal during the create is raised at the end of this block, inside the try,
+            # so the container is removed whatever happens.
+            with deferred_interrupts(), self._engine_errors(action):
+                cid = str(self._api.create_container(
+                    image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                    network_disabled=True)["Id"])
+            yield cid
+        finally:
+            if cid is not None:
+                with deferred_interrupts():
+                    self.remove_container(cid)
 
     def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
                      image_labels: Mapping[str, str],
@@ -332,16 +343,9 @@ class DockerDriver:
         """``image`` plus the files (and directory modes) in ``tar``, committed as ``tag`` with
         ``image``'s run configuration. Nothing is started; the helper container carries
         ``helper_labels`` so a crash leaves nothing ``sbx gc`` cannot find."""
-        with self._engine_errors(f"preparing image {tag}", Reason.CREATE_FAILED):
-            created = self._api.create_container(
-                image.id, command=["/nonexistent-sbx-probe"], labels=dict(helper_labels),
-                network_disabled=True)
-        cid = str(created["Id"])
-        try:
+        with self._probe_container(image.id, helper_labels, f"preparing image {tag}") as cid:
             self.put_archive(cid, "/", tar)
             return self.commit(cid, tag, {**image.labels, **image_labels}, image)
-        finally:
-            self.remove_container(cid)
 
     # -- containers --------------------------------------------------------------------------
 
@@ -357,12 +361,9 @@ class DockerDriver:
             self._api.start(container_id)
 
     def output(self, container_id: str) -> Iterator[tuple[str, bytes]]:
-        """The container's stdout/stderr from its start, live, as (stream, chunk) pairs.
-
-        Read from the followed log rather than an attach: an attach made before start can miss
-        the output of a workload that exits at once (seen on engine 20.10), while the log holds
-        everything from the first byte and a follow ends when the container stops.
-        """
+        """The container's stdout/stderr from its engine log, followed, as (stream, chunk)
+        pairs. Only for containers that keep a (bounded) engine log, such as doctor's limit
+        probe; a sandbox's output is read from its attach stream (:meth:`attach`)."""
         api = self._api
         with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
             response = api._get(
@@ -581,6 +582,13 @@ class DockerDriver:
                 return gateway
         raise SbxError(Reason.CREATE_FAILED, f"network {network_id[:12]} has no gateway address")
 
+    def container_pid(self, container_id: str) -> int | None:
+        """The host pid of the container's first process; None once it is not running."""
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            attrs = self._api.inspect_container(container_id)
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        return pid or None
+
     def container_ip(self, container_id: str, network: str) -> str | None:
         """The container's address on ``network``; None once it has stopped (no address)."""
         with self._engine_errors("reading the sandbox's address", Reason.START_FAILED):
@@ -731,22 +739,15 @@ class DockerDriver:
         import urllib3
 
         action = f"exporting the files of image {image_id[:19]}"
-        with self._engine_errors(action, Reason.BUILD_FAILED):
-            created = self._api.create_container(
-                image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
-                network_disabled=True)
-        cid = str(created["Id"])
-        try:
-            with self._engine_errors(action, Reason.BUILD_FAILED):
-                try:
-                    yield from self._api.export(cid)
-                except urllib3.exceptions.HTTPError as exc:
-                    # The SDK streams the body through urllib3, whose errors requests never
-                    # wraps once the response has started.
-                    raise EngineUnavailable(f"{action}: the stream broke: {_short(exc)}",
-                                            hint=_situation_hint(self._env, str(exc))) from exc
-        finally:
-            self.remove_container(cid)
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action, Reason.BUILD_FAILED):
+            try:
+                yield from self._api.export(cid)
+            except urllib3.exceptions.HTTPError as exc:
+                # The SDK streams the body through urllib3, whose errors requests never
+                # wraps once the response has started.
+                raise EngineUnavailable(f"{action}: the stream broke: {_short(exc)}",
+                                        hint=_situation_hint(self._env, str(exc))) from exc
 
     # -- registry images ---------------------------------------------------------------------
 
@@ -850,19 +851,28 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "pids_limit": spec.pids_limit,
         "nano_cpus": spec.nano_cpus,
         "tmpfs": dict(spec.tmpfs),
-        "binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'},rprivate"
-                  for m in spec.binds if not m.volume],
-        # Named volumes go through the mounts API with nocopy: fresh and empty, never seeded
+        # Host paths go through the mounts API as typed binds: unlike the legacy Binds list,
+        # the engine refuses a source that vanished instead of creating it (as root, on the
+        # host). Named volumes go through it too, with nocopy: fresh and empty, never seeded
         # with the image's files at that path (volume@1: mounted empty before hooks).
-        "mounts": [{"Target": m.target, "Source": m.source, "Type": "volume",
-                    "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
-                   for m in spec.binds if m.volume],
+        "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind",
+                    "ReadOnly": m.read_only, "BindOptions": {"Propagation": "rprivate"}}
+                   for m in spec.binds if not m.volume]
+                  + [{"Target": m.target, "Source": m.source, "Type": "volume",
+                      "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
+                     for m in spec.binds if m.volume],
         "network_mode": spec.network_mode,
         "privileged": spec.privileged,
         "init": spec.init,
         "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
     }
+    healthcheck = None
+    if spec.healthcheck is not None:
+        test, interval = spec.healthcheck
+        healthcheck = {"test": list(test), "interval": interval * 1_000_000_000,
+                       "timeout": 10 * 1_000_000_000, "retries": 1, "start_period": 0}
     return {
+        "healthcheck": healthcheck,
         "image": spec.image,
         "command": list(spec.command) if spec.command is not None else None,
         "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,

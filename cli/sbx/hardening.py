@@ -77,6 +77,9 @@ class ContainerSpec:
     stdin_open: bool = False  # stdin attached (and closed by the engine when the client's ends)
     log_driver: str = BOUNDED_ENGINE_LOG[0]
     log_options: tuple[tuple[str, str], ...] = BOUNDED_ENGINE_LOG[1]
+    # The engine's health check, used as a deadline the sandbox keeps by itself (see
+    # deadline_check): (argv, interval in seconds), or None.
+    healthcheck: tuple[tuple[str, ...], int] | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -150,6 +153,21 @@ def build_spec(
         log_driver=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[0],
         log_options=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[1],
     )
+
+
+def deadline_check(deadline: int, timeout_s: float) -> tuple[tuple[str, ...], int]:
+    """A health check that kills every process of the sandbox once ``deadline`` (unix time)
+    has passed: the engine runs it inside the container, as its user, on its own, so a sandbox
+    does not outlive its time limit even when every sbx process was SIGKILLed.
+
+    ``kill -KILL -1`` reaches everything the sandbox user runs except the container's init,
+    which exits with its child. It needs /bin/sh, ``date`` and ``kill`` in the image; without
+    them the check fails harmlessly and only sbx itself enforces the limit. The interval keeps
+    the overshoot small for short runs and the cost low for long ones.
+    """
+    interval = 1 if timeout_s <= 120 else 5
+    script = f'[ "$(date +%s)" -lt {int(deadline)} ] || kill -KILL -1'
+    return ("CMD", "/bin/sh", "-c", script), interval
 
 
 def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
@@ -226,5 +244,5 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
 
 
 __all__ = ["BOUNDED_ENGINE_LOG", "DEFAULT_WORKSPACE", "NO_ENGINE_LOG", "TMP_TARGET", "BindMount",
-           "ContainerSpec", "Limits", "build_create_step_spec", "build_spec",
+           "ContainerSpec", "deadline_check", "Limits", "build_create_step_spec", "build_spec",
            "hardening_violations", "tmpfs_options"]

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from sbx import state
 from sbx.errors import SbxError
-from sbx.kits.descriptor import parse_descriptor_text
+from sbx.kits.descriptor import MAX_DESCRIPTOR_BYTES, parse_descriptor_text
 from sbx.kits.local import LocalKit
 from sbx.kits.surface import Surface, Widening, diff_widenings
 from sbx.reasons import Reason
 
 LOCK_FILE: Final = "kits.lock.json"
+MAX_LOCK_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
 LOCK_VERSION: Final = 1
 DESCRIPTORS_DIR: Final = "kits"
 
@@ -93,19 +95,32 @@ class Lock:
 
 
 def read_lock(path: Path) -> Lock:
-    """The lock at ``path``; an absent file is an empty lock, a damaged one a refusal."""
+    """The lock at ``path``; an absent file is an empty lock, a damaged one a refusal
+    (``state_corrupt``). A damaged lock is never read as empty: that would forget every
+    approved permission surface, and the next pull of a widened kit would pass the gate."""
+    fix = f"Move {path} aside (keep it to inspect), then `sbx pull` the kits again."
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
     except FileNotFoundError:
         return Lock()
     except OSError as exc:
-        raise SbxError(Reason.INVALID_CONFIG, f"cannot read the kit lock {path}: {exc}") from exc
+        raise state.corrupt(path, f"it cannot be read ({exc.strerror})", what="the kit lock",
+                            fix=fix) from exc
+    if len(raw) > MAX_LOCK_BYTES:
+        raise state.corrupt(path, f"it is larger than {MAX_LOCK_BYTES} bytes",
+                            what="the kit lock", fix=fix)
     try:
-        return Lock.from_json(json.loads(text))
-    except ValueError as exc:
-        raise SbxError(Reason.INVALID_CONFIG, f"the kit lock {path} is damaged: {exc}",
-                       hint=f"Inspect or remove {path}, then `sbx pull` the kits again.",
-                       ) from exc
+        return Lock.from_json(json.loads(raw.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        raise state.corrupt(path, f"it is not UTF-8 text (byte offset {exc.start})",
+                            what="the kit lock", fix=fix) from exc
+    except RecursionError as exc:
+        raise state.corrupt(path, "its JSON is nested too deeply", what="the kit lock",
+                            fix=fix) from exc
+    except ValueError as exc:  # not JSON, or not the lock's shape
+        problem = " ".join(str(exc).split())[:200]
+        raise state.corrupt(path, problem, what="the kit lock", fix=fix) from exc
 
 
 def write_lock(path: Path, lock: Lock) -> None:
@@ -115,19 +130,28 @@ def write_lock(path: Path, lock: Lock) -> None:
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    """Write ``payload`` to ``path`` atomically; a full or read-only state home is
+    ``state_unwritable`` (and the old file, if any, is left as it was)."""
+    with state.writing(path, "write"):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(temp, 0o600)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+            try:
+                _write_all(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(temp, 0o600)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # --- locked registry kits at run time ------------------------------------------------------
@@ -150,13 +174,23 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     if entry is None:
         return None
     stored = descriptor_path(state_home, entry.digest)
+    fix = f"Move {stored} aside, then fetch it again with `sbx pull {reference}`."
     try:
-        text = stored.read_text(encoding="utf-8")
-    except OSError as exc:
+        with stored.open("rb") as handle:
+            raw = handle.read(MAX_DESCRIPTOR_BYTES + 1)
+    except FileNotFoundError as exc:
         raise SbxError(Reason.IMAGE_MISSING,
                        f"kit {reference} is locked at {entry.digest}, but its descriptor "
                        f"({stored}) is missing",
                        hint=f"Fetch it again with `sbx pull {reference}`.") from exc
+    except OSError as exc:
+        raise state.corrupt(stored, f"it cannot be read ({exc.strerror})",
+                            what="the stored descriptor", fix=fix) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise state.corrupt(stored, f"it is not UTF-8 text (byte offset {exc.start})",
+                            what="the stored descriptor", fix=fix) from exc
     descriptor = parse_descriptor_text(text, f"{reference} (locked {entry.digest[:19]})",
                                        authored=False)
     stem = reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"

@@ -68,7 +68,8 @@ def config_path(env: Mapping[str, str]) -> Path:
     """Return the config file path: ``$SBX_CONFIG``, else ``$XDG_CONFIG_HOME/sbx/config.toml``,
     else ``$HOME/.config/sbx/config.toml``.
 
-    The file need not exist (a missing file means all defaults). Raises :class:`ConfigError`
+    The file at a default location need not exist (a missing file means all defaults); one
+    named by ``$SBX_CONFIG`` must (:func:`sbx.config.load_config`). Raises :class:`ConfigError`
     when none of the variables is set.
     """
     explicit = _get(env, CONFIG_ENV)
@@ -97,6 +98,19 @@ def state_home(env: Mapping[str, str]) -> Path:
     return base / APP_DIR_NAME
 
 
+def state_home_source(env: Mapping[str, str]) -> str:
+    """Which variable chose the state home (``SBX_HOME``, ``XDG_STATE_HOME`` or ``HOME``), for
+    messages that tell the user what to change."""
+    if _get(env, HOME_ENV) is not None:
+        return HOME_ENV
+    return "XDG_STATE_HOME" if _xdg(env, "XDG_STATE_HOME") is not None else "HOME"
+
+
+def config_path_is_explicit(env: Mapping[str, str]) -> bool:
+    """Whether ``$SBX_CONFIG`` names the config file (then the file must exist)."""
+    return _get(env, CONFIG_ENV) is not None
+
+
 def home_hash(state_home: Path) -> str:
     """Return the first 32 hex digits of the SHA-256 of the canonical state home path.
 
@@ -112,6 +126,8 @@ __all__ = [
     "config_path",
     "state_home",
     "home_hash",
+    "state_home_source",
+    "config_path_is_explicit",
     "CONFIG_ENV",
     "HOME_ENV",
     "CONFIG_FILE_NAME",

@@ -76,6 +76,11 @@ class Reason(enum.StrEnum):
     WORKSPACE_UNWRITABLE = "workspace_unwritable"
     DETACHED = "detached"
     OUTPUT_CLOSED = "output_closed"
+    STATE_UNWRITABLE = "state_unwritable"
+    STATE_CORRUPT = "state_corrupt"
+    ENGINE_LOST = "engine_lost"
+    PROXY_CLIENT_REFUSED = "proxy_client_refused"
+    RESPONSE_UNMASKABLE = "response_unmaskable"
 
     @property
     def info(self) -> ReasonInfo:
@@ -305,6 +310,15 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Nothing to fix; to type the keys themselves in the sandbox, choose other detach keys.",
         _E.INTERRUPTED,
     ),
+    _R.ENGINE_LOST: ReasonInfo(
+        "Lost the engine during a run",
+        "The connection to the Docker engine broke after sbx had created the sandbox (the "
+        "engine stopped, restarted or its socket went away). The workload's outcome is "
+        "unknown; what sbx could not remove is named in the message.",
+        "Start the engine again (`docker version` must answer), then run `sbx gc` to remove "
+        "what the run left behind.",
+        _E.FAILED,
+    ),
     _R.OUTPUT_CLOSED: ReasonInfo(
         "Output closed by its reader",
         "Whoever read sbx's output went away (e.g. `sbx run ... | head -1`). sbx stopped the "
@@ -313,6 +327,49 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Nothing to fix; keep the reader open until the run ends if the rest of the output "
         "matters.",
         _E.OUTPUT_CLOSED,
+    ),
+    _R.STATE_UNWRITABLE: ReasonInfo(
+        "State home not writable",
+        "sbx could not write to its state home (SBX_HOME, else $XDG_STATE_HOME/sbx: the audit "
+        "log, run records, caches, the kit lock): the disk or quota is full, the filesystem is "
+        "read-only, this user may not write there, or the state home is not a directory. "
+        "sbx refuses rather than run a sandbox it could not record (gc finds what runs leave "
+        "by those records).",
+        "Follow the fix printed with the message: free space, fix the directory's owner and "
+        "mode, or point SBX_HOME at a writable directory (it is created if missing).",
+        _E.REFUSED,
+    ),
+    _R.STATE_CORRUPT: ReasonInfo(
+        "State file damaged",
+        "A file in sbx's state home (the kit lock, a pulled kit's stored descriptor) is not "
+        "what sbx wrote: not UTF-8, not JSON, the wrong shape, or nested too deeply. sbx does "
+        "not guess past it or replace it silently: a kit lock read as empty would forget the "
+        "permissions you approved.",
+        "Move the named file aside (keep it to inspect), then `sbx pull` the kits again; "
+        "`sbx gc` keeps working and never deletes on doubt.",
+        _E.REFUSED,
+    ),
+    _R.PROXY_CLIENT_REFUSED: ReasonInfo(
+        "Egress proxy client refused",
+        "Something other than the sandbox tried to use a run's egress proxy: the request had "
+        "no Proxy-Authorization with the run's proxy credentials (407), or it came from an "
+        "address outside the run's network (403). Only the sandbox may use its proxy, so "
+        "nobody else gets its credentials injected; the attempt was audited.",
+        "Inside the sandbox, use the proxy URL of HTTP_PROXY/HTTPS_PROXY as given: it carries "
+        "the run's credentials (curl, Python requests/urllib and Node send them). Nothing "
+        "outside the sandbox may use it.",
+        _E.DENIED,
+    ),
+    _R.RESPONSE_UNMASKABLE: ReasonInfo(
+        "Response could not be checked for the secret",
+        "The origin of a domain where sbx injects a credential answered with a content "
+        "encoding sbx cannot decode (br, zstd, compress...) or a malformed one, so the proxy "
+        "could not mask the secret out of the body and refused to pass it on (502). sbx asks "
+        "such origins for identity bodies (Accept-Encoding: identity) and decodes gzip and "
+        "deflate itself.",
+        "Nothing to change in the sandbox; if the origin keeps sending such bodies despite "
+        "Accept-Encoding: identity, report it to the kit's author.",
+        _E.FAILED,
     ),
 }
 

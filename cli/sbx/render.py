@@ -7,6 +7,7 @@ through :meth:`Renderer.workload_output` so that it, too, has one door).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -89,8 +90,8 @@ class Renderer:
                  env: Mapping[str, str] | None = None,
                  raw_out: IO[bytes] | None = None, raw_err: IO[bytes] | None = None,
                  width: int | None = None) -> None:
-        self._out_file = out
-        self._err_file = err
+        self._out_file = _tolerant(out)
+        self._err_file = _tolerant(err)
         self._env = dict(env or {})
         self.as_json = as_json
         self._raw_out = raw_out
@@ -114,9 +115,9 @@ class Renderer:
         try:
             if self._styled(file):
                 console = self.err if file is self._err_file else self.out
-                console.print(markup)
+                console.print(_encodable(markup, file))
             else:
-                file.write(plain + "\n")
+                file.write(_encodable(plain, file) + "\n")
                 file.flush()
         except (OSError, ValueError):
             return
@@ -318,6 +319,9 @@ class Renderer:
             self.envelope(Envelope(command="explain", status="ok", exit_code=0,
                                    data=result.as_dict()))
             return
+        if result.skipped_lines:
+            self.warn(f"{result.audit_log}: skipped {result.skipped_lines} line(s) that are not "
+                      "well-formed audit events (damaged or foreign)")
         if result.run_id is None:
             self._plain(f"no runs recorded in {result.audit_log}")
             return
@@ -512,6 +516,44 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+# What a terminal or pipe that cannot show a character gets instead (PYTHONIOENCODING=ascii,
+# LANG=C on an old system): readable ASCII first, then a backslash escape, never a crash and
+# never a silently dropped line.
+_ASCII_FALLBACK: Final = str.maketrans({
+    "\u2713": "+", "\u2717": "x", "\u2014": "-", "\u2013": "-", "\u2026": "...",
+    "\u2192": "->", "\u2190": "<-", "\u2018": "'", "\u2019": "'", "\u201c": '"',
+    "\u201d": '"', "\u2022": "*", "\u00a7": "S", "\u00d7": "x"})
+
+
+def _encodable(text: str, file: IO[str]) -> str:
+    """``text`` as ``file``'s encoding can carry it (lone surrogates from a non-UTF-8 command
+    line or file name included)."""
+    encoding = getattr(file, "encoding", None)
+    if not isinstance(encoding, str):
+        return text
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        return text.translate(_ASCII_FALLBACK).encode(encoding, "backslashreplace").decode(
+            encoding, "replace")
+    except LookupError:
+        return text
+    return text
+
+
+def _tolerant(stream: IO[str]) -> IO[str]:
+    """``stream`` set to escape what its encoding cannot carry instead of raising
+    ``UnicodeEncodeError`` (a text stream's default for stdout is to raise), so that output
+    the renderer does not build line by line (rich tables) cannot crash sbx either."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if callable(reconfigure) and getattr(stream, "errors", None) == "strict":
+        # A stream that forbids it (already read from, say) keeps raising; _encodable still
+        # guards every line the renderer writes itself.
+        with contextlib.suppress(OSError, ValueError):
+            reconfigure(errors="backslashreplace")
+    return stream
 
 
 def _isatty(file: IO[str]) -> bool:

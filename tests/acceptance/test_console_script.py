@@ -40,6 +40,7 @@ def _nothing_left_behind(tmp_path: Path) -> Iterator[None]:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    (tmp_path / "config.toml").touch()  # SBX_CONFIG must name a file; empty means defaults
     env = {**os.environ, "SBX_HOME": str(tmp_path / "state"),
            "SBX_CONFIG": str(tmp_path / "config.toml"), "NO_COLOR": "1"}
     env.update(extra)

@@ -14,6 +14,7 @@ from sbx import labels
 from sbx.driver import DockerDriver, OwnedObject
 from sbx.errors import SbxError
 from sbx.paths import home_hash
+from support.origin import Internet
 
 BUSYBOX = "sbx-test/busybox:1"
 
@@ -35,6 +36,14 @@ def engine() -> DockerDriver:
             pytest.fail(message)
         pytest.skip(message)
     return driver
+
+
+@pytest.fixture(scope="module")
+def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
+    """The local "internet" (tests/support/origin.py), one per test module."""
+    net = Internet(tmp_path_factory.mktemp("internet"))
+    yield net
+    net.close()
 
 
 def user_owned(path: Path, uid: int = 1000) -> Path:

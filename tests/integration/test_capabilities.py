@@ -65,7 +65,7 @@ def _collect_garbage() -> Iterator[None]:
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
     # The sentinel rides along in every run's host environment: nothing may carry it inside.
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml"),
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
             "KIT_HOST_SENTINEL": HOST_SENTINEL}
 
 

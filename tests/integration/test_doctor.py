@@ -35,6 +35,7 @@ LINE = re.compile(r"^(?:[✓!✗]  \S.* — \S.*|    fix: .+ \([a-z_]+\)"
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "cfg.toml").touch()  # SBX_CONFIG must name a file; empty means defaults
     return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "cfg.toml")}
 
 

@@ -39,7 +39,7 @@ def _checks(result: Any) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull}
 
 
 def test_bundled_composition_checks_out(sbx_cli: Any, env: dict[str, str]) -> None:

@@ -76,13 +76,6 @@ CREDENTIALS = (
 )
 
 
-@pytest.fixture(scope="module")
-def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
-    net = Internet(tmp_path_factory.mktemp("pki"))
-    yield net
-    net.close()
-
-
 def start(directory: Path, net: Network, *, internet: Internet | None, phase: str = "runtime",
           credentials: Sequence[CredentialSpec] = CREDENTIALS, limits: Limits | None = None,
           secrets: dict[str, str] | None = None, upstream_url: str | None = None,

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +58,9 @@ capabilities:
 """
 
 
-@pytest.fixture(scope="module")
-def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
-    net = Internet(tmp_path_factory.mktemp("internet"))
-    yield net
-    net.close()
-
-
 @pytest.fixture
 def egress_env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[network]\nupstream_proxy = "{internet.upstream.url}"\n'
-        f'upstream_ca_file = "{internet.pki.ca_file}"\n', encoding="utf-8")
+    config = internet.sbx_config(tmp_path / "config.toml")
     internet.origin.clear()
     return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(config),
             "NO_COLOR": "1"}
@@ -199,7 +189,7 @@ def test_no_way_around_the_proxy(gh_kit: Path, sbx_cli: Any, egress_env: dict[st
         'echo "direct=$(curl -sS -m 5 --noproxy "*" https://api.github.com/ >/dev/null 2>&1 '
         '&& echo reached || echo failed)"; '
         f'echo "dns=$(getent hosts {name} >/dev/null && echo resolved || echo failed)"; '
-        'gw=$(echo "$HTTPS_PROXY" | sed -E "s#http://([^:]+):.*#\\1#"); '
+        'gw=$(echo "$HTTPS_PROXY" | sed -E "s#http://([^@]*@)?([^:@]+):[0-9]+\\$#\\2#"); '
         f'echo "hostsvc=$(curl -sS -m 3 --noproxy "*" http://$gw:{port}/ >/dev/null 2>&1 '
         '&& echo reached || echo failed)"'
     )

@@ -43,7 +43,7 @@ SBX = str(Path(sys.executable).with_name("sbx"))
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull}
 
 
 def wait_for(what: str, probe: Callable[[], Any], *, timeout_s: float = 60.0,

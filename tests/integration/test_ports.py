@@ -89,7 +89,7 @@ def test_port_is_published_on_loopback_and_host_services_are_closed(
     )
     kit = kit_factory("portkit", f"FROM {BUSYBOX}\nUSER agent\n", PORT_KIT)
     env = {**os.environ, "SBX_HOME": str(state_home),
-           "SBX_CONFIG": str(tmp_path / "none.toml"), "NO_COLOR": "1"}
+           "SBX_CONFIG": os.devnull, "NO_COLOR": "1"}
     process = _run_in_background(["run", str(kit), "--timeout", "30", "--", "sh", "-c", script],
                                  env)
     try:
@@ -112,7 +112,7 @@ def test_json_reports_published_ports(kit_factory: Callable[..., Path], state_ho
                                       tmp_path: Path, sbx_cli: Callable[..., object]) -> None:
     kit = kit_factory("portjson", f"FROM {BUSYBOX}\nUSER agent\n", PORT_KIT)
     env = {**os.environ, "SBX_HOME": str(state_home),
-           "SBX_CONFIG": str(tmp_path / "none.toml")}
+           "SBX_CONFIG": os.devnull}
     result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c",
                       "ls /sys/class/net; sleep 1"], env=env)
     envelope = result.envelope()  # type: ignore[attr-defined]
@@ -155,7 +155,7 @@ def test_without_ports_there_is_no_network(busybox_kit: Path, state_home: Path,
                                            tmp_path: Path,
                                            sbx_cli: Callable[..., object]) -> None:
     env = {**os.environ, "SBX_HOME": str(state_home),
-           "SBX_CONFIG": str(tmp_path / "none.toml")}
+           "SBX_CONFIG": os.devnull}
     result = sbx_cli(["run", "--json", str(busybox_kit), "--", "ls", "/sys/class/net"],
                      env=env)
     data = result.envelope()["data"]  # type: ignore[attr-defined]

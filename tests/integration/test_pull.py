@@ -46,7 +46,7 @@ def network(*hosts: str) -> str:
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull}
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "none.toml")}
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull}
 
 
 def test_workload_exit_status_and_streams_pass_through(busybox_kit: Path, sbx_cli: Any,
@@ -231,7 +231,9 @@ def test_engine_error_mid_run_still_removes_the_container(
     with pytest.raises(SbxError) as raised:
         run(ctx, RunRequest(workload=str(busybox_kit), command=("sleep", "30")),
             on_output=lambda _s, _c: None, progress=_no_progress)
-    assert raised.value.reason is Reason.DOCKER_UNREACHABLE
+    # Lost after the container was created: a failure after the start (126), not a refusal.
+    assert raised.value.reason is Reason.ENGINE_LOST
+    assert raised.value.exit_status == 126
     assert failing.created, "the container was never created; the test proves nothing"
     assert owned(engine, state_home) == []
 

@@ -230,7 +230,7 @@ def pane(tmp_path: Path, state_home: Path) -> Iterator[Pane]:
         pytest.skip("tmux is missing")
     script = tmp_path / "sbx.sh"
     script.write_text(RUN_SCRIPT.format(
-        home=shlex.quote(str(state_home)), config=shlex.quote(str(tmp_path / "none.toml")),
+        home=shlex.quote(str(state_home)), config=shlex.quote(os.devnull),
         bin=shlex.quote(str(VENV_BIN)), sbx=shlex.quote(SBX)), encoding="utf-8")
     script.chmod(0o755)
     suffix = uuid.uuid4().hex[:12]

@@ -48,6 +48,7 @@ PROBE_TMP = 'stat -c %a /tmp && touch /tmp/probe && echo tmp-writable && id -u'
 
 @pytest.fixture
 def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "config.toml").touch()  # SBX_CONFIG must name a file; empty means defaults
     return {**os.environ, "SBX_HOME": str(state_home),
             "SBX_CONFIG": str(tmp_path / "config.toml")}
 
@@ -93,7 +94,7 @@ def test_non_root_user_runs_as_itself_and_owns_what_the_agent_creates(
     notes.write_text("original\n", encoding="utf-8")
     os.chown(notes, TESTER_UID, TESTER_UID)
     env = {**os.environ, "HOME": str(home), "SBX_HOME": str(state_home),
-           "SBX_CONFIG": str(tmp_path / "config.toml")}
+           "SBX_CONFIG": os.devnull}
     script = ("set -e; echo created > created.txt; mkdir subdir; echo inner > subdir/inner.txt; "
               "echo edited >> notes.txt; id -u; id -g; echo \"$HOME\"; touch \"$HOME/probe\"; "
               "stat -c '%u:%g %a' \"$HOME\"; stat -c %a /tmp; touch /tmp/probe")

@@ -11,19 +11,28 @@ The origin records every request it receives (:class:`Seen`: method, target, hea
 the TLS server name) and counts accepted connections, so tests can prove what crossed the
 boundary — and that nothing did. Endpoints: ``/bytes/N`` answers N bytes (a large download);
 ``/status/NNN`` answers that status; ``/echo-headers`` answers the request headers as JSON (what a
-hostile echo service would do); anything else answers ``{"method", "path", "headers", "host",
+hostile echo service would do); ``.../echo-encoded/<codings>[/chunk/<n>]`` (under any prefix)
+answers the same JSON with ``Content-Encoding: <codings>`` whatever the request accepted
+(``gzip``/``x-gzip`` and ``deflate`` really encode, in order; any other name, e.g. ``br``, is
+declared but the bytes stay as they are, as a hostile origin would send them), chunked in
+``n``-byte chunks when asked; anything else answers ``{"method", "path", "headers", "host",
 "sni", "body_length"}`` as JSON.
+Every TLS server name a client offered (handshake finished or not) is kept:
+:meth:`Origin.server_names`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gzip
 import ipaddress
 import json
 import socket
 import ssl
 import threading
+import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,8 +306,17 @@ class Origin:
         self.pki = pki
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
+        self.names: list[str | None] = []  # every TLS server name offered, in order
         self.http = _OriginListener(self, None)
-        self.https = _OriginListener(self, pki.server_context())
+        context = pki.server_context()
+
+        def remember(sock: Any, name: str | None, _ctx: ssl.SSLContext) -> None:
+            sock.sbx_sni = name
+            with self._lock:
+                self.names.append(name)
+
+        context.sni_callback = remember
+        self.https = _OriginListener(self, context)
 
     @property
     def http_port(self) -> int:
@@ -323,6 +341,12 @@ class Origin:
     def clear(self) -> None:
         with self._lock:
             self.seen.clear()
+            self.names.clear()
+
+    def server_names(self) -> list[str | None]:
+        """The TLS server names clients offered since the last :meth:`clear`."""
+        with self._lock:
+            return list(self.names)
 
     def respond(self, stream: socket.socket, seen: Seen) -> bool:
         path = seen.path
@@ -341,6 +365,8 @@ class Origin:
                 stream.sendall(piece)
                 remaining -= len(piece)
             return True
+        if "/echo-encoded/" in path:
+            return self._encoded_echo(stream, seen, path)
         status = 200
         if path.startswith("/status/"):
             status = int(path.rsplit("/", 1)[1])
@@ -357,6 +383,34 @@ class Origin:
         head = (f"HTTP/1.1 {status} Test\r\nContent-Type: application/json\r\n{extra}"
                 f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
         stream.sendall(head + (b"" if seen.method == "HEAD" else body))
+        return True
+
+    @staticmethod
+    def _encoded_echo(stream: socket.socket, seen: Seen, path: str) -> bool:
+        """The request headers as JSON, content-coded as the path says (see the module doc)."""
+        parts = path.split("/echo-encoded/", 1)[1].split("/")
+        codings = [c for c in parts[0].split(",") if c]
+        chunk = int(parts[2]) if len(parts) >= 3 and parts[1] == "chunk" else 0
+        body = json.dumps(dict(seen.headers)).encode("utf-8")
+        for coding in codings:
+            if coding in ("gzip", "x-gzip"):
+                body = gzip.compress(body)
+            elif coding == "deflate":
+                body = zlib.compress(body)
+        head = "HTTP/1.1 200 Test\r\nContent-Type: application/json\r\n"
+        if codings:
+            head += f"Content-Encoding: {', '.join(codings)}\r\n"
+        if not chunk:
+            stream.sendall((head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+                           + (b"" if seen.method == "HEAD" else body))
+            return True
+        stream.sendall((head + "Transfer-Encoding: chunked\r\n\r\n").encode("latin-1"))
+        if seen.method != "HEAD":
+            for start in range(0, len(body), chunk):
+                piece = body[start:start + chunk]
+                stream.sendall(f"{len(piece):x}\r\n".encode("ascii") + piece + b"\r\n")
+                time.sleep(0.001)  # separate segments, so the proxy reads them separately
+            stream.sendall(b"0\r\n\r\n")
         return True
 
     def close(self) -> None:
@@ -558,13 +612,21 @@ class ProxyClient:
     CONNECT target, the TLS server name and the Host header."""
 
     def __init__(self, proxy_port: int, ca_files: Sequence[Path] = (),
-                 timeout: float = 15.0) -> None:
+                 timeout: float = 15.0, *, proxy_auth: str | None = None,
+                 proxy_host: str = "127.0.0.1") -> None:
         self.proxy_port = proxy_port
+        self.proxy_host = proxy_host
         self.ca_files = list(ca_files)  # trusted: the sbx CA (intercepted) + the test CA
         self.timeout = timeout
+        # The Proxy-Authorization value sent on every CONNECT and plain request (None: none).
+        self.proxy_auth = proxy_auth
+
+    def _auth(self) -> list[tuple[str, str]]:
+        return [] if self.proxy_auth is None else [("Proxy-Authorization", self.proxy_auth)]
 
     def _dial(self) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", self.proxy_port), timeout=self.timeout)
+        sock = socket.create_connection((self.proxy_host, self.proxy_port),
+                                        timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
@@ -572,7 +634,8 @@ class ProxyClient:
         """Send CONNECT; the open socket on 2xx (the caller closes it), else None."""
         sock = self._dial()
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+        extra = "".join(f"{k}: {v}\r\n" for k, v in self._auth())
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{extra}\r\n"
                      .encode("latin-1"))
         rfile = sock.makefile("rb", buffering=0)
         head = b""
@@ -638,7 +701,7 @@ class ProxyClient:
             authority = url.split("://", 1)[1].split("/", 1)[0]
             sock.sendall(_request_bytes(method, url,
                                         authority if host_header == "" else host_header,
-                                        headers, body))
+                                        [*self._auth(), *headers], body))
             with sock.makefile("rb") as rfile:
                 return read_response(rfile, head_only=method == "HEAD")
 
@@ -647,10 +710,13 @@ class ProxyClient:
 
 
 class ProxyProcess:
-    """``python -m sbx.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it: the
-    ready line is read from stdout (bounded wait); stdout and stderr are kept for inspection."""
+    """``python -m sbx.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it: stdin
+    is the owner's pipe (its first line the client token, empty for none; the pipe stays open
+    until :meth:`stop`), the ready line is read from stdout (bounded wait); stdout and stderr
+    are kept for inspection. :meth:`client` sends the token's Proxy-Authorization."""
 
-    def __init__(self, config: Any, config_path: Path, *, ready_timeout: float = 20.0) -> None:
+    def __init__(self, config: Any, config_path: Path, *, ready_timeout: float = 20.0,
+                 client_token: str | None = None) -> None:
         import os
         import select
         import subprocess
@@ -661,10 +727,13 @@ class ProxyProcess:
         config.write(config_path)
         self.config_path = config_path
         env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
+        self.client_token = client_token
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sbx.egress.proxy", str(config_path), config.run_id],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        assert self.proc.stdout is not None
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{client_token or ''}\n".encode("ascii"))
+        self.proc.stdin.flush()
         deadline = time.monotonic() + ready_timeout
         line = b""
         while not line.endswith(b"\n"):
@@ -689,7 +758,8 @@ class ProxyProcess:
 
     def client(self, timeout: float = 15.0) -> ProxyClient:
         extra = self.config.upstream_ca_file
-        return ProxyClient(self.port, [self.ca_file, *([extra] if extra else [])], timeout)
+        return ProxyClient(self.port, [self.ca_file, *([extra] if extra else [])], timeout,
+                           proxy_auth=basic_proxy_auth(self.client_token))
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -709,7 +779,7 @@ class ProxyProcess:
 
         if self.proc.poll() is None:
             self.proc.send_signal(signals.SIGTERM)
-        try:
+        try:  # communicate() also closes the owner's pipe (stdin)
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
@@ -725,9 +795,19 @@ class ProxyProcess:
         self.stop()
 
 
+def basic_proxy_auth(token: str | None, username: str = "sbx") -> str | None:
+    """The Proxy-Authorization value a client sends for ``http://sbx:<token>@...`` (None
+    without a token)."""
+    if token is None:
+        return None
+    import base64
+
+    return "Basic " + base64.b64encode(f"{username}:{token}".encode()).decode("ascii")
+
+
 __all__ = ["TEST_HOSTS", "Internet", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess",
-           "Response", "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "local_internet",
-           "read_response"]
+           "Response", "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "basic_proxy_auth",
+           "local_internet", "read_response"]
 
 
 class Internet:
@@ -742,3 +822,9 @@ class Internet:
     def close(self) -> None:
         self.upstream.close()
         self.origin.close()
+
+    def sbx_config(self, path: Path) -> Path:
+        """A config file that makes sbx reach this internet through its upstream proxy."""
+        path.write_text(f'[network]\nupstream_proxy = "{self.upstream.url}"\n'
+                        f'upstream_ca_file = "{self.pki.ca_file}"\n', encoding="utf-8")
+        return path

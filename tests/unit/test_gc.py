@@ -275,9 +275,12 @@ class Harness:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
         self.state = tmp_path / "state"
-        self.config = tmp_path / "config.toml"
+        # The default location (XDG_CONFIG_HOME), which may be absent: a file named by
+        # SBX_CONFIG must exist, and most tests here want the built-in defaults.
+        self.config = tmp_path / "xdg-config" / "sbx" / "config.toml"
+        self.config.parent.mkdir(parents=True)
         self.engine = FakeEngine()
-        self.env = {"SBX_HOME": str(self.state), "SBX_CONFIG": str(self.config),
+        self.env = {"SBX_HOME": str(self.state), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
                     "HOME": str(tmp_path), "NO_COLOR": "1"}
         self.out = io.StringIO()
         self.err = io.StringIO()
@@ -617,7 +620,8 @@ def test_a_failed_removal_is_reported_audited_and_keeps_the_run_dir(h: Harness) 
     assert details == [{"reason": "container_remove_failed", "count": 2, "source": "gc"}]
     removed = [e["details"] for e in h.audit_events() if e["event_type"] == "gc_removed"]
     assert removed == [{"container": 1, "network": 0, "volume": 0, "image": 0,
-                        "firewall_rule": 0, "run_dir": 0, "proxy": 0, "grace_seconds": 0}]
+                        "firewall_rule": 0, "run_dir": 0, "proxy": 0, "staging": 0,
+                        "grace_seconds": 0}]
 
 
 def test_networks_and_volumes_no_container_uses(h: Harness) -> None:

@@ -81,8 +81,9 @@ def test_write_is_atomic_and_leaves_no_temp_on_failure(tmp_path: Path,
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(SbxError, match="disk full") as caught:  # a reason, never a crash
         write_lock(path, Lock().with_entry(entry(digest=D2)))
+    assert caught.value.reason is Reason.STATE_UNWRITABLE
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kits.lock.json"]
 
@@ -98,7 +99,7 @@ def test_damaged_lock_is_refused(tmp_path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SbxError) as caught:
         read_lock(path)
-    assert caught.value.reason is Reason.INVALID_CONFIG
+    assert caught.value.reason is Reason.STATE_CORRUPT
 
 
 def never(_widenings: Sequence[Widening]) -> bool:

@@ -11,7 +11,9 @@ Never touches the engine. Logic lives in :mod:`sbx.core.explain`; printing in th
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -63,7 +65,7 @@ def explain(
     if reason is not None and not extra:
         renderer.reason(reason)
         return 0
-    if not extra and _REASON_LIKE.fullmatch(subject) and not (app.cwd / subject).exists():
+    if not extra and _REASON_LIKE.fullmatch(subject) and not _exists(app.cwd / subject):
         _not_a_reason(subject)
     if phase not in ("install", "runtime"):
         raise SbxError(Reason.INVALID_ARGUMENT, f"--phase {phase!r} is not install or runtime",
@@ -81,6 +83,14 @@ def explain(
     result = core.explain_request(kit_set, target, "install" if phase == "install" else "runtime")
     renderer.explain_request(result)
     return 0 if result.allowed else int(ExitStatus.DENIED)
+
+
+def _exists(path: Path) -> bool:
+    # A name too long to look up (or otherwise unusable) is no kit directory either.
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return False
 
 
 def _not_a_reason(subject: str) -> None:

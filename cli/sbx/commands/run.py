@@ -53,6 +53,10 @@ def run(
     detach_keys: Annotated[str | None, typer.Option(
         "--detach-keys", metavar="KEYS",
         help="Keys that end a TTY session from the host (default ctrl-p,ctrl-q).")] = None,
+    trust_workspace: Annotated[bool, typer.Option(
+        "--trust-workspace",
+        help="Let the sandbox change the workspace's git configuration and hooks (read-only by "
+             "default: the host runs them).")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -83,6 +87,7 @@ def run(
         env_files=tuple(env_file or ()),
         user=user,
         detach_keys=detach_keys,
+        trust_workspace=trust_workspace,
         host=app.streams,
     )
     renderer = app.renderer

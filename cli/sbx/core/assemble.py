@@ -42,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Final, Protocol
 from sbx import labels as label_keys
 from sbx.driver import Driver, ImageInfo
 from sbx.errors import SbxError
+from sbx.locks import name_lock
 from sbx.reasons import Reason
 
 if TYPE_CHECKING:
@@ -353,7 +354,8 @@ def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
         data = json.loads(cache.read_text(encoding="utf-8"))
         if data["format"] == INDEX_FORMAT and data["image"] == image_id:
             return {str(p): Entry(str(v[0]), str(v[1])) for p, v in data["entries"].items()}
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RecursionError):  # a damaged cache entry is a miss
         pass
     index = with_parents(export_index(driver, image_id, helper_labels, None))
     cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -406,7 +408,7 @@ def _context(recipe: str) -> bytes:
 def assemble(driver: Driver, workload: WorkloadImage,
              mixins: Sequence[tuple[str, ImageInfo | None]], progress: ProgressFactory, *,
              workload_ref: str, cache_dir: Path, helper_labels: Mapping[str, str],
-             ) -> AssembledImage:
+             lock_dir: Path | None = None) -> AssembledImage:
     """The runnable image: the workload, unchanged without mixins, else assembled (or reused).
 
     ``mixins`` are ``(reference, image)`` in composition order; ``None`` marks a
@@ -417,9 +419,19 @@ def assemble(driver: Driver, workload: WorkloadImage,
     content = [(ref, image) for ref, image in mixins if image is not None]
     if not content:
         return AssembledImage(workload.image, workload.tag, built=False)
-    base = workload.image
-    key = assembly_key(base.id, [image.id for _, image in content], _version())
+    key = assembly_key(workload.image.id, [image.id for _, image in content], _version())
     tag = assembled_tag(key)
+    with name_lock(lock_dir, tag):  # one assembly per tag however many runs start at once
+        return _cached_or_assembled(driver, workload, content, progress, key=key, tag=tag,
+                                    workload_ref=workload_ref, cache_dir=cache_dir,
+                                    helper_labels=helper_labels)
+
+
+def _cached_or_assembled(driver: Driver, workload: WorkloadImage,
+                         content: Sequence[tuple[str, ImageInfo]], progress: ProgressFactory,
+                         *, key: str, tag: str, workload_ref: str, cache_dir: Path,
+                         helper_labels: Mapping[str, str]) -> AssembledImage:
+    base = workload.image
     cached = driver.image(tag)
     if cached is not None:
         return AssembledImage(cached, tag, built=False)

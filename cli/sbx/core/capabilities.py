@@ -25,6 +25,7 @@ from sbx.errors import SbxError
 from sbx.hardening import Limits
 from sbx.kits.compose import Composition, Entry, size_bytes
 from sbx.kits.local import LocalKit
+from sbx.kits.markers import INDEX_END, INDEX_START, neutralise
 from sbx.kits.selection import SelectionRecord
 from sbx.kits.types import (
     AGENT_CONTEXT,
@@ -67,7 +68,7 @@ This workspace runs inside an sbx sandbox.
 class NamedVolume:
     path: str
     mode: int | None
-    size: int | None  # not enforceable on the engine's volume driver; recorded, not applied
+    size: int | None  # a size-capped file system of its own (sbx.core.sized_volumes) when set
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,16 @@ class CapabilityPlan:
 
 def plan_capabilities(composition: Composition, *, limits: Limits, allow_privileged: bool,
                       workspace_target: str, kits: Mapping[str, LocalKit],
-                      ) -> CapabilityPlan:
+                      volume_sizes_enforced: bool = False) -> CapabilityPlan:
+    """``volume_sizes_enforced``: whether sbx can give a sized ``volume@1`` a file system of
+    that size (it needs root); when it cannot, such a volume is refused (skipped if optional)
+    rather than left unbounded."""
     skipped: list[SelectionRecord] = []
     notes: list[str] = []
     limits = _resources(composition.resources, limits, skipped)
     privileged = _privileged(composition, allow_privileged)
-    tmpfs, volumes = _volumes(composition, limits, notes)
+    tmpfs, volumes = _volumes(composition, limits, notes, skipped,
+                              sizes_enforced=volume_sizes_enforced)
     files = list(_lifecycle_files(composition))
     files.extend(_profiles(composition, workspace_target, kits))
     ports = _ports(composition, skipped)
@@ -187,11 +192,12 @@ def _privileged(composition: Composition, allowed: bool) -> bool:
         details={"kits": kits})
 
 
-def _volumes(composition: Composition, limits: Limits,
-             notes: list[str]) -> tuple[dict[str, tuple[int, int | None]], list[NamedVolume]]:
+def _volumes(composition: Composition, limits: Limits, notes: list[str],
+             skipped: list[SelectionRecord], *, sizes_enforced: bool,
+             ) -> tuple[dict[str, tuple[int, int | None]], list[NamedVolume]]:
     tmpfs: dict[str, tuple[int, int | None]] = {}
     volumes: list[NamedVolume] = []
-    budget = limits.memory_bytes - limits.tmp_bytes - limits.workspace_bytes
+    budget = limits.memory_bytes - limits.tmp_bytes - limits.workspace_bytes - limits.home_bytes
     for volume in composition.volumes:
         size = size_bytes(volume.size) if volume.size else None
         mode = int(volume.mode, 8) if volume.mode else None
@@ -206,10 +212,18 @@ def _volumes(composition: Composition, limits: Limits,
                     f"{capped} bytes does not fit in the memory limit beside /tmp and the "
                     "workspace", hint="Raise [sandbox] memory_bytes or lower the sizes.")
             tmpfs[volume.path] = (capped, mode)
+        elif size is not None and not sizes_enforced:
+            origin = volume.origins[0]
+            reason = (f"{volume.path}: size {volume.size} cannot be enforced without root (sbx "
+                      "gives a sized volume a file system of that size, which needs mount)")
+            if volume.optional:
+                skipped.append(SelectionRecord(origin.kit, origin.path, VOLUME, reason))
+                continue
+            raise SbxError(Reason.UNSUPPORTED_CAPABILITY,
+                           f"refused: {origin.kit} {origin.path} ({VOLUME}) {reason}",
+                           hint="Run sbx as root, mark the volume optional, or drop its size "
+                                "(an unsized volume is bounded only by the host's disk).")
         else:
-            if size is not None:
-                notes.append(f"volume {volume.path}: size {volume.size} is recorded but not "
-                             "enforced (the engine's local volume driver has no size limit)")
             volumes.append(NamedVolume(volume.path, mode, size))
     return tmpfs, volumes
 
@@ -263,18 +277,19 @@ def _context_body(config: Mapping[str, Any], kit: LocalKit | None) -> str:
 
 
 def _neutralise(text: str) -> str:
-    # Kit prose must not be able to close or forge the managed index's section markers.
-    return text.replace("<!-- sbx:", "<!-- kit:")
+    # Kit prose must not be able to close or forge the managed index's section markers, in any
+    # spelling a reader would take for them (case, spacing, look-alikes: sbx.kits.markers).
+    return neutralise(text)
 
 
 def _kit_index(order: Sequence[str], bodies: Mapping[str, Sequence[str]]) -> str:
     lines = ["## Kits in this sandbox", ""]
     for reference in order:
-        lines.append(f"### {Path(reference).name or reference}")
+        lines.append(f"### {_neutralise(Path(reference).name or reference)}")
         lines.append("")
         lines.extend(bodies.get(reference) or ["(no notes)"])
         lines.append("")
-    return "<!-- sbx:kit-index -->\n" + "\n".join(lines) + "<!-- sbx:end -->\n"
+    return f"{INDEX_START}\n" + "\n".join(lines) + f"{INDEX_END}\n"
 
 
 __all__ = ["SUPPORTED", "CapabilityPlan", "NamedVolume", "plan_capabilities"]

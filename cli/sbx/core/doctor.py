@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbx import labels as label_keys
+from sbx import state
 from sbx.errors import ConfigError, SbxError
 from sbx.reasons import ExitStatus, Reason
 
@@ -855,10 +856,11 @@ def _write_probe_record(state_home: Path, run_id: str, deadline: int, image_ref:
     from sbx.core.gc import RUN_RECORD, RUNS_DIR
 
     run_dir = state_home / RUNS_DIR / run_id
-    run_dir.mkdir(parents=True, mode=0o700)
-    (run_dir / RUN_RECORD).write_text(json.dumps({
-        "run_id": run_id, "pid": os.getpid(), "deadline": deadline, "workload": PROBE_KIT,
-        "image": image_ref, "container_id": None}), encoding="utf-8")
+    with state.writing(run_dir, "write the probe's run record in", home=state_home):
+        run_dir.mkdir(parents=True, mode=0o700)
+        (run_dir / RUN_RECORD).write_text(json.dumps({
+            "run_id": run_id, "pid": os.getpid(), "deadline": deadline, "workload": PROBE_KIT,
+            "image": image_ref, "container_id": None}), encoding="utf-8")
     return run_dir
 
 
@@ -866,9 +868,10 @@ def _record_container(run_dir: Path, container_id: str) -> None:
     from sbx.core.gc import RUN_RECORD
 
     path = run_dir / RUN_RECORD
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["container_id"] = container_id
-    path.write_text(json.dumps(data), encoding="utf-8")
+    with state.writing(path, "update the probe's run record", home=run_dir.parent.parent):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["container_id"] = container_id
+        path.write_text(json.dumps(data), encoding="utf-8")
 
 
 def parse_probe_output(text: str) -> dict[str, str]:

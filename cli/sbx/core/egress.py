@@ -1,10 +1,16 @@
 """The run side of the egress boundary: plan it, start the proxy, switch phases, stop it.
 
 With a network policy in the composition, the sandbox joins a per-run ``internal`` network whose
-only way out is an egress proxy that sbx runs for that sandbox (a separate process, so a crashed
-``sbx run`` leaves something ``sbx gc`` can find by the run id in its command line). The proxy
-binds the network's gateway address; two firewall rules on the bridge let the sandbox reach that
-one port and nothing else of the host. If the proxy dies, there is no other route: egress stops.
+only way out is an egress proxy that sbx runs for that sandbox (a separate process, so ``sbx gc``
+can still find it by the run id in its command line). The proxy binds the network's gateway
+address; firewall rules on the bridge let the sandbox reach that one address and port and
+nothing else of the host. If the proxy dies, there is no other route: egress stops.
+
+Only the sandbox may use it: a random per-run token (never the credential secret) travels to
+the proxy on its stdin — the **owner pipe**, whose write end only this ``sbx`` process holds, so
+the proxy exits as soon as this process is gone, even after a SIGKILL — and to the sandbox
+inside the proxy URL (``http://sbx:<token>@gateway:port``); the proxy also refuses clients from
+outside the run's network. The token is never in argv, the config file, logs or ``--json``.
 
 Credentials come only from sbx's store. A required credential with no secret refuses the run
 before anything starts (``credential_unbound``); an optional one is skipped and recorded.
@@ -12,6 +18,7 @@ before anything starts (``credential_unbound``); an optional one is skipped and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -83,9 +90,12 @@ def plan_egress(composition: Composition, *, has_install_hooks: bool,
     return EgressPlan(composition, tuple(sorted(set(bound))), tuple(skipped), phase)
 
 
-def proxy_env(address: str, port: int) -> dict[str, str]:
-    """What the sandbox sees: the proxy in both spellings, nothing exempt, and the CA."""
-    url = f"http://{address}:{port}"
+def proxy_env(address: str, port: int, token: str | None = None) -> dict[str, str]:
+    """What the sandbox sees: the proxy (with the run's credentials when a token is given) in
+    both spellings, nothing exempt, and the CA."""
+    from sbx.egress.proxyauth import proxy_url
+
+    url = proxy_url(address, port, token)
     return {
         "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
         "NO_PROXY": "", "no_proxy": "",
@@ -102,11 +112,12 @@ def trust_bundle(ca_pem: bytes, system_bundle: bytes | None) -> bytes:
 
 @dataclass
 class ProxyProcess:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes]  # stdin: the owner pipe (its EOF ends the proxy)
     port: int
     phase_file: Path
     stderr_path: Path
     closed: bool = field(default=False)
+    client_token: str | None = field(default=None, repr=False)  # never shown
 
     @property
     def pid(self) -> int:
@@ -136,6 +147,7 @@ class ProxyProcess:
         if self.closed:
             return
         self.closed = True
+        _close_owner_pipe(self.process)
         if self.alive():
             self.process.terminate()
             try:
@@ -147,8 +159,14 @@ class ProxyProcess:
             self.process.stdout.close()
 
 
-def start_proxy(config_json: str, run_dir: Path, run_id: str) -> ProxyProcess:
-    """Start ``python -m sbx.egress.proxy CONFIG`` and wait for its ready line (bounded)."""
+def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
+                client_token: str | None = None) -> ProxyProcess:
+    """Start ``python -m sbx.egress.proxy CONFIG`` and wait for its ready line (bounded).
+
+    Its stdin is a pipe whose write end stays in this process (Python's pipes are not
+    inherited by other children): the first line is ``client_token`` (empty for none), and
+    the proxy exits when the pipe closes — when :meth:`ProxyProcess.stop` closes it, or when
+    this process dies by any means."""
     config_path = run_dir / "proxy.json"
     fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -160,9 +178,14 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str) -> ProxyProcess:
         # The run id is in argv, so gc can recognise an orphaned proxy by its command line.
         process = subprocess.Popen(
             proxy_argv(config_path, run_id),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
             env=_proxy_environment(), start_new_session=True)
-    assert process.stdout is not None  # noqa: S101 - PIPE above
+    assert process.stdout is not None and process.stdin is not None  # noqa: S101 - PIPE above
+    try:
+        process.stdin.write(f"{client_token or ''}\n".encode("ascii"))
+        process.stdin.flush()
+    except OSError:
+        pass  # it died already: the ready line below never comes, and that is reported
     deadline = time.monotonic() + START_TIMEOUT_S
     line = b""
     while time.monotonic() < deadline and process.poll() is None:
@@ -172,6 +195,7 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str) -> ProxyProcess:
             break
     text = line.decode("utf-8", "replace").strip()
     if not text.startswith(READY_PREFIX):
+        _close_owner_pipe(process)
         if process.poll() is None:
             process.kill()
             process.wait(STOP_TIMEOUT_S)
@@ -181,7 +205,13 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str) -> ProxyProcess:
                             "that a proxy can bind.",
                        details={"stderr": _tail(stderr_path)})
     return ProxyProcess(process, int(text[len(READY_PREFIX):].split()[0]),
-                        run_dir / "proxy.phase", stderr_path)
+                        run_dir / "proxy.phase", stderr_path, client_token=client_token)
+
+
+def _close_owner_pipe(process: subprocess.Popen[bytes]) -> None:
+    if process.stdin is not None and not process.stdin.closed:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
 
 
 def _proxy_environment() -> dict[str, str]:

@@ -83,7 +83,11 @@ def parse_target(target: str, method: str | None = None) -> Target:
                          "Give a method such as GET or POST before the target, or none.")
         method = method.upper()
     if "://" in target:
-        parts = urlsplit(target)
+        try:
+            parts = urlsplit(target)
+        except ValueError as exc:  # e.g. an unclosed IPv6 bracket: "http://[::1"
+            raise _usage(f"{target!r} is not a URL: {exc}",
+                         "Give a URL such as https://example.com/path.") from None
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
             raise _usage(f"{target!r}: the scheme {parts.scheme!r} is not http or https",
@@ -325,10 +329,12 @@ class RunExplanation:
     workload: str | None
     refusals: tuple[Refusal, ...]
     audit_log: str
+    skipped_lines: int = 0  # audit log lines that were not well-formed events
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "workload": self.workload, "audit_log": self.audit_log,
-                "refusals": [r.as_dict() for r in self.refusals]}
+                "refusals": [r.as_dict() for r in self.refusals],
+                "skipped_lines": self.skipped_lines}
 
 
 def _egress_target(details: Mapping[str, Any]) -> str:
@@ -377,12 +383,16 @@ def _refusal(event: Mapping[str, Any], prefix: str) -> Refusal | None:
 
 def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
     """The refusals of ``run_id`` (None: the last run recorded)."""
-    events = [e for e in audit.read_events(state_home) if e.get("event_type") in RUN_EVENTS
+    # Lines that are not well-formed events (a torn write, foreign or damaged bytes) are
+    # skipped and counted: they must not hide the runs recorded around them.
+    log_read = audit.read_log(state_home)
+    events = [e for e in log_read.events if e.get("event_type") in RUN_EVENTS
               and isinstance(e.get("run_id"), str) and e.get("run_id")]
     log = str(audit.audit_path(state_home))
+    skipped = log_read.skipped
     if run_id is None:
         if not events:
-            return RunExplanation(None, None, (), log)
+            return RunExplanation(None, None, (), log, skipped)
         run_id = str(events[-1]["run_id"])
     mine = [e for e in events if e.get("run_id") == run_id]
     if not mine:
@@ -394,7 +404,9 @@ def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
         details = event.get("details") or {}
         if event.get("event_type") == audit.SANDBOX_STARTED and isinstance(details, Mapping):
             workload = str(details.get("workload") or "") or None
-            kits = [str(k) for k in details.get("kits") or [] if k != workload]
+            listed = details.get("kits")
+            kits = [str(k) for k in (listed if isinstance(listed, list) else [])
+                    if k != workload]
             if workload:
                 prefix = " ".join(["sbx explain", shlex.quote(workload),
                                    *(f"--kit {shlex.quote(k)}" for k in kits)])
@@ -402,7 +414,7 @@ def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
                                                                                  Mapping):
             workload = workload or (str(details.get("workload") or "") or None)
     refusals = tuple(r for r in (_refusal(e, prefix) for e in mine) if r is not None)
-    return RunExplanation(run_id, workload, refusals, log)
+    return RunExplanation(run_id, workload, refusals, log, skipped)
 
 
 # --- the argument grammar ------------------------------------------------------------------------

@@ -2,10 +2,19 @@
 
 A container on an ``internal`` Docker network still reaches the host itself at the network's
 gateway address — and with it every host service listening on all interfaces (measured on these
-machines, TESTING.md). Two INPUT rules on the network's bridge close that: packets of
-connections the host opened (the port forwarder's, later the proxy's) are accepted, anything else
-from the bridge is dropped. Each rule carries a comment naming the run, so a crashed run's rules
-can be found and removed by ``sbx gc``.
+machines, TESTING.md). INPUT rules on the network's bridge close that: packets of connections
+the host opened (the port forwarder's) are accepted, TCP to the egress proxy's own address and
+port is accepted, anything else from the bridge is dropped. Every rule names the run's bridge
+(``-i``), and carries a comment naming the run, so a crashed run's rules can be found and
+removed by ``sbx gc``.
+
+Concurrent runs: each run's rules go in as one ``iptables-restore --noflush`` transaction
+(waiting for the xtables lock), every rule inserted at the top of INPUT in reverse order, so the
+run's accept always precedes its drop, whatever other runs (or Docker) insert at the same time —
+inserting rule by rule at fixed positions let another run's insertion slip between a run's
+accept and its drop and leave the drop first (issue #10: 4 of 30 concurrent runs lost their
+network). Without ``iptables-restore`` the same reverse-order inserts run one by one (the order
+still holds; only the all-or-nothing is lost).
 
 Installing rules needs root and iptables; without them the gap stays open and is reported
 (``sbx doctor`` names it too), never silently ignored.
@@ -13,10 +22,15 @@ Installing rules needs root and iptables; without them the gap stays open and is
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import ipaddress
 import os
 import re
 import shlex
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +44,8 @@ LOCK_WAIT_S: Final = 5
 CHAIN: Final = "INPUT"
 # Where iptables lives when cron's PATH lacks the sbin directories.
 _SBIN_CANDIDATES: Final = ("/usr/sbin/iptables", "/sbin/iptables")
+_SIOCGIFADDR: Final = 0x8915  # Linux ioctls: an interface's IPv4 address and netmask
+_SIOCGIFNETMASK: Final = 0x891B
 _RUN_ID: Final = re.compile(r"^[0-9a-f]{32}$")
 _IFNAME: Final = re.compile(r"^[A-Za-z0-9_.:@+-]{1,15}$")
 
@@ -39,6 +55,7 @@ class BridgeGuard:
     bridge: str
     run_id: str
     allow_tcp_ports: Sequence[int] = ()  # host ports the sandbox may open (the egress proxy)
+    proxy_address: str | None = None  # the proxy's address: the only one those ports open on
     installed: list[list[str]] = field(default_factory=list)
 
     @property
@@ -46,12 +63,22 @@ class BridgeGuard:
         return f"{COMMENT_PREFIX}{self.run_id}"
 
     def rules(self) -> list[list[str]]:
+        """The run's rules in the order they must end up in INPUT (accepts before the drop)."""
         base = ["-i", self.bridge, "-m", "comment", "--comment", self.comment]
         rules = [[*base, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]]
-        rules += [[*base, "-p", "tcp", "--dport", str(port), "-j", "ACCEPT"]
+        to = ["-d", f"{self.proxy_address}/32"] if self.proxy_address is not None else []
+        rules += [[*base, *to, "-p", "tcp", "--dport", str(port), "-j", "ACCEPT"]
                   for port in self.allow_tcp_ports]
         rules.append([*base, "-j", "DROP"])
         return rules
+
+    def restore_script(self) -> str:
+        """One ``iptables-restore --noflush`` transaction: every rule inserted at the top in
+        reverse order, so the final order is :meth:`rules`' whatever else is inserted."""
+        lines = ["*filter"]
+        lines += [shlex.join(["-I", CHAIN, "1", *rule]) for rule in reversed(self.rules())]
+        lines.append("COMMIT")
+        return "\n".join(lines) + "\n"
 
     def install(self) -> str | None:
         """Install the rules; returns a warning when they cannot be installed."""
@@ -60,19 +87,32 @@ class BridgeGuard:
             why = "iptables is missing" if iptables is None else "sbx is not running as root"
             return (f"host services listening on all interfaces are reachable from the sandbox "
                     f"network ({why}, so bridge {self.bridge} could not be closed)")
-        # Inserted in order at the top of INPUT, so they precede any broad ACCEPT.
-        for position, rule in enumerate(self.rules(), start=1):
-            _iptables([iptables, "-I", "INPUT", str(position), *rule])
-            self.installed.append(rule)
+        if self.proxy_address is not None:
+            ipaddress.IPv4Address(self.proxy_address)  # never a rule with a malformed address
+        rules = self.rules()
+        restore = _restore_binary(iptables)
+        if restore is not None:
+            try:
+                subprocess.run([restore, "-w", str(LOCK_WAIT_S), "--noflush"],
+                               input=self.restore_script().encode("ascii"), check=True,
+                               capture_output=True, timeout=IPTABLES_TIMEOUT_S)
+            except subprocess.CalledProcessError:
+                pass  # all or nothing: nothing was applied; try rule by rule below
+            else:
+                self.installed.extend(rules)
+                return None
+        for rule in reversed(rules):  # one by one: still always on top, still in order
+            _iptables([iptables, "-w", str(LOCK_WAIT_S), "-I", CHAIN, "1", *rule])
+            self.installed.insert(0, rule)
         return None
 
     def remove(self) -> list[str]:
         iptables = iptables_binary()
         errors: list[str] = []
         while self.installed and iptables is not None:
-            rule = self.installed.pop()
+            rule = self.installed.pop()  # the drop first
             try:
-                _iptables([iptables, "-D", "INPUT", *rule])
+                _iptables([iptables, "-w", str(LOCK_WAIT_S), "-D", CHAIN, *rule])
             except subprocess.CalledProcessError as error:
                 errors.append(f"iptables -D INPUT {' '.join(rule)}: {error}")
         return errors
@@ -81,6 +121,33 @@ class BridgeGuard:
 def _iptables(argv: list[str]) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=IPTABLES_TIMEOUT_S,
                    stdin=subprocess.DEVNULL)
+
+
+def _restore_binary(iptables: str) -> str | None:
+    """``iptables-restore`` of the same flavour as ``iptables`` (next to it), if present."""
+    candidate = str(Path(iptables).with_name(Path(iptables).name + "-restore"))
+    if os.access(candidate, os.X_OK):
+        return candidate
+    return shutil.which("iptables-restore")
+
+
+def bridge_network(bridge: str) -> str | None:
+    """The IPv4 network (CIDR) of a host interface, read from its address and netmask
+    (Linux); None when it has none or cannot be read. The egress proxy accepts clients only
+    from inside its run's network."""
+    if not _IFNAME.match(bridge):
+        return None
+    request = struct.pack("256s", bridge.encode("ascii"))
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            address = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)[20:24]
+            netmask = fcntl.ioctl(sock.fileno(), _SIOCGIFNETMASK, request)[20:24]
+    except OSError:
+        return None
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv4Network(
+            f"{socket.inet_ntoa(address)}/{socket.inet_ntoa(netmask)}", strict=False))
+    return None
 
 
 # -- finding and removing the rules a killed run left (sbx gc) ------------------------------------
@@ -249,5 +316,5 @@ def bridge_exists(name: str) -> bool:
 
 
 __all__ = ["CHAIN", "COMMENT_PREFIX", "BridgeGuard", "FirewallError", "FirewallUnavailable",
-           "RuleListingInvalid", "SbxRule", "bridge_exists", "iptables_binary",
+           "RuleListingInvalid", "SbxRule", "bridge_exists", "bridge_network", "iptables_binary",
            "list_sbx_rules", "parse_rules", "remove_rule"]

@@ -51,6 +51,7 @@ proxies, networks, volumes, per-run images and host firewall rules). In order:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -78,6 +79,7 @@ from sbx.core.firewall import (
     list_sbx_rules,
     remove_rule,
 )
+from sbx.core.sources import STAGING_ROOT, release_points, stale_staging
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
 
@@ -102,7 +104,8 @@ FULL_ID: Final = re.compile(r"^[0-9a-f]{64}$")
 IMAGE_ID: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
 RUN_IMAGE_REPOSITORY: Final = "sbx-run/"
 UNTAGGED: Final = "<none>:<none>"
-KINDS: Final = ("container", "network", "volume", "image", "firewall_rule", "run_dir", "proxy")
+KINDS: Final = ("container", "network", "volume", "image", "firewall_rule", "run_dir", "proxy",
+                 "staging")
 CONTAINER_STATES: Final = frozenset(
     {"created", "running", "paused", "restarting", "removing", "exited", "dead"})
 FINISHED_STATES: Final = frozenset({"exited", "dead"})
@@ -411,7 +414,7 @@ def _read_record(path: Path) -> RunRecord | None:
         return None
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep to read
         return None
     if not isinstance(data, dict):
         return None
@@ -687,6 +690,7 @@ class _Collector:
                                     "nothing shows which firewall rules are this home's")
             return self.result
         self._run_dirs(runs_list, remaining)
+        self._orphan_staging({run.name for run in runs_list}, remaining)
         return self.result
 
     # -- planning ------------------------------------------------------------------------
@@ -919,6 +923,8 @@ class _Collector:
             if self.dry_run:
                 self.result.removed.append(item)
                 continue
+            if not self._release_staging(run.name):
+                continue
             try:
                 shutil.rmtree(run.path)
             except FileNotFoundError:
@@ -934,6 +940,37 @@ class _Collector:
                            run.name)
                 continue
             self.result.removed.append(item)
+
+    def _release_staging(self, run_id: str) -> bool:
+        """Unmount a finished run's staging points (sbx.core.sources); False on a failure.
+        Only unmount and rmdir: a staging point is never deleted recursively."""
+        for staged_run, points in stale_staging(self.ctx.home_hash):
+            if staged_run != run_id:
+                continue
+            problems = release_points(points)
+            with contextlib.suppress(OSError):
+                (STAGING_ROOT / self.ctx.home_hash / run_id).rmdir()
+            if problems:
+                self._fail("staging_release_failed", Reason.CLEANUP_FAILED,
+                           "; ".join(problems), run_id)
+                return False
+            self.result.removed.append(GcItem("staging", run_id, run_id, "run_over",
+                                              f"{len(points)} staging mount(s)"))
+        return True
+
+    def _orphan_staging(self, run_dirs: set[str], remaining: set[str]) -> None:
+        """Staging points of runs that left no run directory and no object behind, once they
+        are older than the grace (a starting run writes its run directory first)."""
+        for run_id, _points in stale_staging(self.ctx.home_hash):
+            if run_id in run_dirs or run_id in remaining:
+                continue
+            try:
+                age = self.clock.now - (STAGING_ROOT / self.ctx.home_hash / run_id).stat().st_mtime
+            except OSError:
+                continue
+            if age < self.clock.grace_s or self.dry_run:
+                continue
+            self._release_staging(run_id)
 
     def _stop_proxy(self, run_id: str, pid: int) -> bool:
         """Stop a run's orphaned proxy; False (and a failure) when it would not stop."""

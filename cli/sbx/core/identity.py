@@ -16,7 +16,6 @@ the image/config user and says so in a warning.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 from collections.abc import Callable, Collection
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sbx.core.images import SandboxUser
+from sbx.core.sources import OpenedSource
 from sbx.errors import SbxError
 from sbx.reasons import Reason
 
@@ -41,8 +41,9 @@ class WorkspaceOwner:
     mode: int
 
     @classmethod
-    def of(cls, path: str, stat: os.stat_result) -> WorkspaceOwner:
-        return cls(path, stat.st_uid, stat.st_gid, stat.st_mode & 0o7777)
+    def of_opened(cls, source: OpenedSource) -> WorkspaceOwner:
+        """From the opened directory itself: what was checked is what is judged."""
+        return cls(source.path, source.uid, source.gid, source.mode & 0o7777)
 
 
 def parse_user_flag(text: str) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from sbx import labels as label_keys
 from sbx.driver import Driver, ImageInfo
 from sbx.errors import SbxError
 from sbx.kits.local import RECIPE_NAME, LocalKit, build_context, content_hash
+from sbx.locks import name_lock
 from sbx.reasons import Reason
 
 TAG_PREFIX: Final = "sbx-kit"
@@ -98,7 +99,8 @@ class KitImage:
 
 def ensure_kit_image(driver: Driver, kit: LocalKit,
                      progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
-                     build_args: Mapping[str, str] | None = None) -> KitImage:
+                     build_args: Mapping[str, str] | None = None, *,
+                     lock_dir: Path | None = None) -> KitImage:
     """The kit's image: reused when an image with the kit's content hash exists, else built.
 
     ``progress(title)`` is entered only when a build actually runs. A locked registry kit is
@@ -126,10 +128,20 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
         digest = hashlib.sha256(
             (digest + json.dumps(args, sort_keys=True)).encode("utf-8")).hexdigest()
     tag = kit_tag(kit, digest)
+    # One build per tag however many runs start at once (sbx.locks).
+    with name_lock(lock_dir, tag):
+        return _cached_or_built(driver, kit, tag, digest, args, progress)
+
+
+def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
+                     args: Mapping[str, str],
+                     progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
+                     ) -> KitImage:
     cached = driver.image(tag)
     if cached is not None:
         return KitImage(cached, tag, built=False)
-    missing = [ref for ref in base_images(kit.dockerfile_text) if driver.image(ref) is None]
+    missing = [ref for ref in base_images(kit.dockerfile_text or "")
+               if driver.image(ref) is None]
     if missing:
         names = ", ".join(missing)
         raise SbxError(
@@ -222,7 +234,7 @@ def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
         cached = json.loads(cache.read_text(encoding="utf-8"))
         return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
                 {k: int(v) for k, v in cached["group"].items()})
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
         pass
     passwd_text = driver.read_image_file(image.id, "/etc/passwd", helper_labels) or b""
     group_text = driver.read_image_file(image.id, "/etc/group", helper_labels) or b""

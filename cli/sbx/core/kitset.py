@@ -27,7 +27,7 @@ from sbx.kits.args import (
 )
 from sbx.kits.compose import Composition, Contribution, compose
 from sbx.kits.descriptor import validation_fingerprint
-from sbx.kits.local import LocalKit, load_local_kit
+from sbx.kits.local import LocalKit, load_local_kit, path_kind
 from sbx.kits.resolve import KitInput, Resolution, resolve
 from sbx.kits.selection import Selection, refuse_unsupported, select
 from sbx.reasons import Reason
@@ -111,7 +111,7 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
 
 def _load_kit(reference: str, *, cwd: Path, cache_dir: Path,
               lock_home: Path | None) -> LocalKit:
-    if lock_home is not None and not (cwd / reference).exists():
+    if lock_home is not None and path_kind(cwd / reference, reference) is None:
         from sbx.lock import load_locked_kit
 
         locked = load_locked_kit(reference, lock_home)

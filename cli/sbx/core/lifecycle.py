@@ -28,6 +28,7 @@ from sbx.errors import SbxError
 from sbx.hardening import ContainerSpec
 from sbx.kits.compose import Hook
 from sbx.reasons import Reason
+from sbx.signals import deferred_interrupts
 
 SBX_DIR: Final = "/.sbx"
 STARTUP_SCRIPT: Final = f"{SBX_DIR}/startup.sh"
@@ -183,8 +184,10 @@ def run_create_step(step: CreateStep, plan: LifecyclePlan,
     hook runs, so hooks and the workload can write there.
     """
     driver = step.driver
-    container_id = driver.create(step.spec)
+    container_id: str | None = None
     try:
+        with deferred_interrupts():  # created and recorded together (sbx.signals)
+            container_id = driver.create(step.spec)
         _write_files(step, container_id, plan)
         if plan.install or owned_paths:
             driver.start(container_id)
@@ -198,7 +201,11 @@ def run_create_step(step: CreateStep, plan: LifecyclePlan,
             driver.wait(container_id, 30)
         return driver.commit(container_id, step.image_tag, step.image_labels, step.base)
     finally:
-        driver.remove_container(container_id)
+        if container_id is not None:
+            # Held back from signals: an interrupted removal would leave the container, and
+            # the run's volumes it uses, behind.
+            with deferred_interrupts():
+                driver.remove_container(container_id)
 
 
 def _write_files(step: CreateStep, container_id: str, plan: LifecyclePlan) -> None:

@@ -21,6 +21,7 @@ from typing import Final
 
 from sbx import labels as label_keys
 from sbx.driver import Driver, ImageInfo
+from sbx.locks import name_lock
 
 TMP_PATH: Final = "/tmp"  # noqa: S108 - the sandbox's /tmp, not a host temp file
 TMP_MODE: Final = 0o1777
@@ -52,7 +53,8 @@ def directory_tar(modes: Mapping[str, int]) -> bytes:
 
 
 def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_dir: Path,
-                        helper_labels: Mapping[str, str]) -> ImageInfo:
+                        helper_labels: Mapping[str, str],
+                        lock_dir: Path | None = None) -> ImageInfo:
     """``image`` itself when its /tmp and HOME mount points are fine, else the derived image."""
     observed = _observed_modes(driver, image, (TMP_PATH, home), cache_dir, helper_labels)
     fixes = wanted_modes(observed, home=home)
@@ -60,13 +62,14 @@ def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_di
         return image
     digest = hashlib.sha256(json.dumps([image.id, sorted(fixes.items())]).encode()).hexdigest()
     tag = f"{PREPARED_TAG}/{digest[:32]}:1"
-    existing = driver.image(tag)
-    if existing is not None:
-        return existing
-    return driver.derive_image(
-        image, directory_tar(fixes), tag,
-        image_labels={PREPARED_FROM_LABEL: image.id, label_keys.VERSION: _version()},
-        helper_labels=helper_labels)
+    with name_lock(lock_dir, tag):
+        existing = driver.image(tag)
+        if existing is not None:
+            return existing
+        return driver.derive_image(
+            image, directory_tar(fixes), tag,
+            image_labels={PREPARED_FROM_LABEL: image.id, label_keys.VERSION: _version()},
+            helper_labels=helper_labels)
 
 
 def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,
@@ -78,7 +81,7 @@ def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], ca
         if isinstance(loaded, dict):
             known = {str(k): (int(v) if isinstance(v, int) else None)
                      for k, v in loaded.items()}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a damaged cache entry is a miss
         known = {}
     missing = [p for p in paths if p not in known]
     if missing:

@@ -17,6 +17,7 @@ import math
 import os
 import shlex
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sbx import audit
+from sbx import audit, state
 from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
-from sbx.core.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
+from sbx.core.capabilities import SUPPORTED, CapabilityPlan, NamedVolume, plan_capabilities
 from sbx.core.egress import (
     CA_BUNDLE,
     CA_FILE,
@@ -56,8 +57,21 @@ from sbx.core.lifecycle import (
     run_create_step,
 )
 from sbx.core.mountpoints import prepare_mountpoints
+from sbx.core.sources import (
+    SOCKET_SCAN_ENTRIES,
+    SOCKET_SCAN_SECONDS,
+    HostMounts,
+    OpenedSource,
+    Pin,
+    Staging,
+    mount_mismatches,
+    open_checked,
+    sockets_inside,
+    staging_available,
+)
+from sbx.core.workspace_trust import changes, git_pins, snapshot
 from sbx.driver import Driver, EngineInfo, ImageInfo
-from sbx.errors import SbxError
+from sbx.errors import MountBlocked, SbxError
 from sbx.hardening import (
     DEFAULT_WORKSPACE,
     TMP_TARGET,
@@ -66,18 +80,27 @@ from sbx.hardening import (
     Limits,
     build_create_step_spec,
     build_spec,
+    deadline_check,
     hardening_violations,
     tmpfs_options,
 )
 from sbx.kits.args import final_environment
 from sbx.kits.compose import Composition
-from sbx.mounts import MountPolicy, check_mount, check_source, parse_mount_flag
+from sbx.mounts import (
+    SOCKET,
+    SOURCE_CHANGED,
+    CheckedMount,
+    MountPolicy,
+    check_mount,
+    check_source,
+    parse_mount_flag,
+)
 from sbx.reasons import Reason
 from sbx.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.session.pump import Session, SessionEnd
 from sbx.session.terminal import raw_mode, terminal_environment, window_size
-from sbx.signals import deferred_interrupts
+from sbx.signals import deferred_interrupts, raise_if_interrupted
 
 if TYPE_CHECKING:
     from sbx.core.firewall import BridgeGuard
@@ -87,6 +110,7 @@ if TYPE_CHECKING:
 ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
 OUTPUT_DRAIN_S: Final = 5.0
+DEADLINE_MARGIN_S: Final = 3  # the sandbox's own deadline trails sbx's by this much
 NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
                                      stdout_is_terminal=False)
 
@@ -109,6 +133,7 @@ class RunRequest:
     env_files: tuple[str, ...] = ()  # --env-file FILE
     user: str | None = None  # --user UID[:GID]
     detach_keys: str | None = None  # --detach-keys (else [sandbox] detach_keys)
+    trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -142,6 +167,8 @@ class RunPlan:
     mode: SessionMode = field(default_factory=lambda: SessionMode(False, False, False))
     home: str = FALLBACK_HOME
     detach_keys: str = DEFAULT_DETACH_KEYS
+    host_mounts: HostMounts = field(default_factory=HostMounts)
+    host_config_before: Mapping[str, tuple[int, int, int]] | None = None
 
     @property
     def references(self) -> list[str]:
@@ -159,6 +186,7 @@ class RunResult:
     ports: list[dict[str, object]] = field(default_factory=list)
     truncated: bool = False
     cleanup_errors: list[str] = field(default_factory=list)
+    host_config_changed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         plan = self.plan
@@ -183,6 +211,7 @@ class RunResult:
             "ports": self.ports,
             "home": plan.home,
             "session": plan.mode.as_dict(),
+            "host_config_changed": self.host_config_changed,
         }
         if self.stdout or self.stderr or self.truncated:
             data["stdout"] = self.stdout.decode("utf-8", "replace")
@@ -246,7 +275,6 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                                   extra_blocked=config.mounts.blocked.value,
                                   allowed_roots=config.mounts.allowed_roots.value)
     workspace_host = _workspace_source(ctx, policy, request, access)
-    owner = _workspace_owner(workspace_host)
     mount_requests = [parse_mount_flag(text) for text in request.mounts]
 
     driver = ctx.driver
@@ -259,11 +287,34 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
         role=label_keys.ROLE_HELPER)
     image, image_tag, image_built = _kit_image(ctx, kit_set, progress, labels)
     workspace_target = image.workdir or DEFAULT_WORKSPACE
-    extra_binds = [
-        _bind(check_mount(policy, mount, reserved_targets={workspace_target}))
-        for mount in mount_requests
-    ]
-    _refuse_duplicate_targets(extra_binds)
+    checked = [check_mount(policy, mount, reserved_targets={workspace_target})
+               for mount in mount_requests]
+    _refuse_duplicate_targets(checked)
+    host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
+                                    trust=request.trust_workspace)
+    try:
+        return _plan(ctx, request, run_id, config=config, kit_set=kit_set, access=access,
+                     session_mode=session_mode, detach_keys=detach_keys, image=image,
+                     image_tag=image_tag, image_built=image_built, labels=labels,
+                     deadline=deadline, workspace_target=workspace_target,
+                     host_mounts=host_mounts)
+    except BaseException:
+        host_mounts.close()
+        raise
+
+
+def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
+          kit_set: KitSet, access: str, session_mode: SessionMode, detach_keys: str,
+          image: ImageInfo, image_tag: str, image_built: bool, labels: Mapping[str, str],
+          deadline: int, workspace_target: str, host_mounts: HostMounts) -> RunPlan:
+    """The rest of the plan, once the host paths are open (closed by the caller on failure)."""
+    driver = ctx.driver
+    timeout_s = config.sandbox.timeout_ms.value / 1000
+    workspace = host_mounts.workspace
+    owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
+    workspace_host = workspace.path if workspace is not None else None
+    extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
+                   for pin in host_mounts.pins if pin.source is not workspace]
     users_cache = ctx.state_home / "cache" / "users"
     user, user_warnings = choose_user(
         flag=request.user, owner=owner, access=access,
@@ -281,6 +332,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     capabilities = plan_capabilities(
         composition, limits=Limits.from_sandbox(config.sandbox),
         allow_privileged=request.allow_privileged, workspace_target=workspace_target,
+        volume_sizes_enforced=staging_available(),
         kits={k.reference: k.local for k in kit_set.kits})
     command, entrypoint = _command(request, image, capabilities, kit_set)
     user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
@@ -300,7 +352,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
     image = prepare_mountpoints(driver, image, home=home,
                                 cache_dir=ctx.state_home / "cache" / "mountpoints",
-                                helper_labels=labels)
+                                helper_labels=labels, lock_dir=ctx.state_home / "locks")
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
         image=run_image_tag or image.id,
@@ -310,9 +362,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
         workspace_target=workspace_target,
         workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
                         if workspace_host else None),
-        extra_binds=[*extra_binds, *(BindMount(name, volume.path, False, volume=True)
-                                     for name, volume
-                                     in zip(volume_names, capabilities.volumes, strict=True))],
+        extra_binds=[*extra_binds, *_volume_binds(volume_names, capabilities.volumes, {})],
         command=command,
         entrypoint=entrypoint,
         env={**exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
@@ -331,7 +381,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
-    warnings = (*user_warnings, *capabilities.notes)
+    warnings = (*user_warnings, *host_mounts.notes, *capabilities.notes)
+    before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
     return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
                    capabilities=capabilities, image=image, image_tag=image_tag,
                    image_built=image_built, user=user, spec=spec,
@@ -340,7 +391,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                    container_env=container_env, run_image_tag=run_image_tag,
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
-                   detach_keys=detach_keys)
+                   detach_keys=detach_keys, host_mounts=host_mounts, host_config_before=before)
 
 
 def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
@@ -348,11 +399,12 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
     """(image, tag, built) of the workload, with the mixins' layers assembled onto it."""
     driver = ctx.driver
     workload = kit_set.workload
+    locks = ctx.state_home / "locks"
     workload_image = ensure_kit_image(driver, workload.local, progress,
-                                      workload.expanded.build_args)
+                                      workload.expanded.build_args, lock_dir=locks)
     mixin_images = [
         (kit.reference, ensure_kit_image(driver, kit.local, progress,
-                                         kit.expanded.build_args).image
+                                         kit.expanded.build_args, lock_dir=locks).image
          if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
         for kit in kit_set.mixins
     ]
@@ -362,7 +414,8 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
 
     assembled = assemble(driver, workload_image, mixin_images, progress,
                          workload_ref=workload.reference,
-                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels)
+                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels,
+                         lock_dir=locks)
     return assembled.image, assembled.tag, workload_image.built or assembled.built
 
 
@@ -404,10 +457,33 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
     return argv[1:], argv[:1]
 
 
-def _workspace_owner(host: str | None) -> WorkspaceOwner | None:
-    if host is None:
-        return None
-    return WorkspaceOwner.of(host, os.stat(host))
+def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
+                      checked: Sequence[CheckedMount], *, trust: bool) -> HostMounts:
+    """Open every checked host path (so exactly it is mounted); the workspace first.
+
+    A read-write workspace also gets its git configuration pinned read-only unless the user
+    trusts it (sbx.core.workspace_trust).
+    """
+    mounts = HostMounts()
+    try:
+        if workspace_host is not None:
+            workspace = open_checked(workspace_host)
+            mounts.workspace = workspace
+            mounts.pins.append(Pin(workspace, workspace_target, access == "ro"))
+            if not workspace.is_dir:
+                raise SbxError(Reason.INVALID_ARGUMENT,
+                               f"workspace {workspace_host} is not a directory")
+        for mount in checked:
+            mounts.pins.append(Pin(open_checked(str(mount.source)), mount.target,
+                                   mount.read_only))
+        for pin in list(mounts.pins):
+            _refuse_sockets(pin.source, mounts.notes)
+        if workspace_host is not None and access == "rw" and not trust:
+            mounts.pins += git_pins(mounts.pins[0].source, workspace_target)
+    except BaseException:
+        mounts.close()
+        raise
+    return mounts
 
 
 def _detach_keys(request: RunRequest, config: Config) -> str:
@@ -470,11 +546,23 @@ def _workspace_source(ctx: AppContext, policy: MountPolicy, request: RunRequest,
     return None if access == "none" else str(canonical)
 
 
-def _bind(mount: Any) -> BindMount:
-    return BindMount(str(mount.source), mount.target, mount.read_only)
+def _refuse_sockets(source: OpenedSource, notes: list[str]) -> None:
+    """No socket below a mounted directory: each is a door to whatever listens on it."""
+    found, complete = sockets_inside(source)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise MountBlocked(
+            f"mount source {source.path} contains sockets: {shown} (rule {SOCKET})",
+            rule=SOCKET, path=source.path,
+            hint="Move the sockets out of the directory (or stop what listens there), or mount "
+                 "a narrower directory.")
+    if not complete:
+        notes.append(f"{source.path} is too large to check for sockets in full "
+                     f"(stopped after {SOCKET_SCAN_ENTRIES} entries or "
+                     f"{SOCKET_SCAN_SECONDS:g} s); sockets deeper down were not looked for")
 
 
-def _refuse_duplicate_targets(binds: list[BindMount]) -> None:
+def _refuse_duplicate_targets(binds: Sequence[CheckedMount]) -> None:
     seen: set[str] = set()
     for bind in binds:
         if bind.target in seen:
@@ -527,37 +615,19 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
     started = time.monotonic()
     cleanup_errors: list[str] = []
     try:
-        for name in plan.volume_names:
-            created.volumes.append(driver.create_volume(name, plan.labels))
-        boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
-        if plan.run_image_tag is not None:
-            _create_step(ctx, plan, driver, on_output, boundary, created.proxy)
-            created.image = plan.run_image_tag
-        spec = plan.spec
-        if boundary:
-            spec = dataclasses.replace(spec, env={**spec.env, **boundary})
-        container_id = driver.create(spec)
-        created.container = container_id
-        _update_run_dir(run_dir, container_id)
-        # Attached before the start, so the stream holds every byte from the first.
-        stream = driver.attach(container_id, stdin=plan.mode.stdin,
-                               detach_keys=plan.detach_keys if plan.mode.tty else None)
-        created.stream = stream
+        container_id, stream = _create_sandbox(ctx, plan, driver, created, run_dir, on_output,
+                                               on_warning)
         deadline = time.monotonic() + plan.timeout_s
+        raise_if_interrupted()
         driver.start(container_id)
         terminal_fd = request.host.stdin_fd if plan.mode.raw else None
         size_fd = request.host.size_fd() if plan.mode.tty else None
         resize = _resizer(driver, container_id, size_fd)
         resize()  # as soon as it runs: the workload may ask for its size at once
+        if created.staging is None:
+            _verify_mounts(driver, plan, container_id, on_warning)
         _start_ports(driver, plan, created, container_id, on_notice)
-        skipped = _selection(plan)["skipped"]
-        _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
-            "workload": plan.kit_set.workload.reference, "kits": plan.references,
-            "image": plan.image_tag, "user": plan.spec.user,
-            "workspace_access": plan.access, "privileged": plan.spec.privileged,
-            "skipped": skipped, "session": plan.mode.as_dict()})
-        for record in skipped:
-            _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
+        _audit_started(ctx, plan)
         session = Session(stream, tty=plan.mode.tty,
                           stdin_fd=request.host.stdin_fd if plan.mode.stdin else None,
                           sink=sink, escape=parse_detach_keys(plan.detach_keys),
@@ -576,12 +646,124 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
             result.stderr = bytes(capture.parts["stderr"])
             result.truncated = capture.truncated
         result.cleanup_errors = cleanup_errors
+        result.host_config_changed = _host_config_changes(ctx, plan, on_warning)
         return result
+    except SbxError as error:
+        if created.container is not None and error.reason is Reason.DOCKER_UNREACHABLE:
+            # Something was already created: this is not a refusal before the start.
+            raise SbxError(Reason.ENGINE_LOST,
+                           f"lost the Docker engine during the run: {error.message}",
+                           hint=error.hint, details=error.details) from error
+        raise
     finally:
         # A signal here (a closing terminal sends SIGHUP twice) must not stop the removal
         # halfway: it is held back and raised once everything is gone.
         with deferred_interrupts():
-            cleanup_errors.extend(_cleanup(ctx, plan, driver, created, run_dir))
+            problems = _cleanup(ctx, plan, driver, created, run_dir)
+        cleanup_errors.extend(problems)
+        pending = sys.exc_info()[1]
+        replacement = _say_what_is_left(pending, problems)
+        if replacement is not None:
+            raise replacement from pending
+
+
+def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
+    skipped = _selection(plan)["skipped"]
+    _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
+        "workload": plan.kit_set.workload.reference, "kits": plan.references,
+        "image": plan.image_tag, "user": plan.spec.user,
+        "workspace_access": plan.access, "privileged": plan.spec.privileged,
+        "skipped": skipped, "session": plan.mode.as_dict()})
+    for record in skipped:
+        _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
+
+
+def _final_spec(ctx: AppContext, plan: RunPlan, boundary: Mapping[str, str],
+                created: _Created) -> ContainerSpec:
+    """The planned spec plus what only exists now: the boundary environment (proxy, CA,
+    sentinels), the staged mount sources, and the sandbox's own deadline (a little after
+    sbx's, which it backs up)."""
+    spec = plan.spec
+    if boundary:
+        spec = dataclasses.replace(spec, env={**spec.env, **boundary})
+    spec = _staged(ctx, plan, spec, created)
+    return dataclasses.replace(spec, healthcheck=deadline_check(
+        math.ceil(time.time() + plan.timeout_s + DEADLINE_MARGIN_S), plan.timeout_s))
+
+
+def _staged(ctx: AppContext, plan: RunPlan, spec: ContainerSpec,
+            created: _Created) -> ContainerSpec:
+    """As root, give the engine staging points that name exactly the opened host paths; and
+    sized volumes their file systems."""
+    binds = list(spec.binds)
+    pins = plan.host_mounts.pins
+    if pins and staging_available():
+        staging = _staging(ctx, plan, created)
+        staged = {pin.target: staging.stage(pin.source) for pin in pins}
+        binds = [dataclasses.replace(bind, source=staged[bind.target])
+                 if not bind.volume and bind.target in staged else bind for bind in binds]
+    binds = [dataclasses.replace(bind, source=created.sized[bind.source])
+             if not bind.volume and bind.source in created.sized else bind for bind in binds]
+    return dataclasses.replace(spec, binds=tuple(binds))
+
+
+def _staging(ctx: AppContext, plan: RunPlan, created: _Created) -> Staging:
+    if created.staging is None:
+        created.staging = Staging.for_run(ctx.home_hash, plan.run_id)
+    return created.staging
+
+
+def _volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],
+                  sized: Mapping[str, str]) -> list[BindMount]:
+    """A Docker volume per unsized ``volume@1``; a sized one is a bind of its own file system
+    (named by the volume's name until that exists, see _staged)."""
+    return [BindMount(sized.get(name, name), volume.path, False, volume=False)
+            if volume.size is not None
+            else BindMount(name, volume.path, False, volume=True)
+            for name, volume in zip(names, volumes, strict=True)]
+
+
+def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
+                   on_warning: Callable[[str], None]) -> None:
+    """Without staging (sbx not root): what the container mounted must be what was opened.
+
+    Read from the container's own mountinfo right after the start; a difference stops the
+    sandbox (the README states the window this leaves as a residual risk)."""
+    pins = plan.host_mounts.pins
+    if not pins:
+        return
+    pid = driver.container_pid(container_id)
+    try:
+        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else None
+        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+    except OSError:
+        container = None
+    if container is None:
+        on_warning("the sandbox's mounts could not be verified (it had already finished)")
+        return
+    problems = mount_mismatches([(pin.target, pin.source) for pin in pins], container, host)
+    if problems:
+        driver.kill(container_id)
+        raise MountBlocked(
+            "a host path changed between the check and the mount; the sandbox was stopped: "
+            + "; ".join(problems) + f" (rule {SOURCE_CHANGED})", rule=SOURCE_CHANGED,
+            path=pins[0].source.path,
+            hint="Run again, and find out what is modifying the path while sbx starts.")
+
+
+def _host_config_changes(ctx: AppContext, plan: RunPlan,
+                         on_warning: Callable[[str], None]) -> list[str]:
+    """Host-executed files in the workspace the run created or changed: said and audited."""
+    if plan.host_config_before is None or plan.workspace_host is None:
+        return []
+    changed = changes(plan.host_config_before, snapshot(plan.workspace_host))
+    if changed:
+        on_warning("the sandbox created or changed files that tools on this host execute or "
+                   "obey; review them before you run anything in the workspace: "
+                   + ", ".join(changed[:20]) + (" ..." if len(changed) > 20 else ""))
+        _audit(ctx, audit.WORKSPACE_HOST_CONFIG_CHANGED, plan.run_id, "warning",
+               {"paths": changed[:200]})
+    return changed
 
 
 def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,
@@ -621,6 +803,60 @@ def _stop(driver: Driver, container_id: str, session: Session, end: SessionEnd) 
     session.drain(OUTPUT_DRAIN_S)
     session.close_stream()
     killer.join(OUTPUT_DRAIN_S)
+
+
+def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
+                    run_dir: Path, on_output: OutputSink,
+                    on_warning: Callable[[str], None]) -> tuple[str, AttachedStream]:
+    """Volumes, network and proxy, the create step, the container, its attach stream.
+
+    Each object is recorded in the same breath as it is created: a signal in between is held
+    back (sbx.signals), so the cleanup always knows everything there is to remove.
+    """
+    raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
+    for name, volume in zip(plan.volume_names, plan.capabilities.volumes, strict=True):
+        if volume.size is not None:  # a file system of exactly that size (sbx.core.sources)
+            staging = _staging(ctx, plan, created)
+            with deferred_interrupts():
+                created.sized[name] = staging.stage_filesystem(
+                    run_dir / "volumes" / f"{name}.img", volume.size, uid=plan.user.uid,
+                    gid=plan.user.gid, mode=volume.mode)
+            continue
+        with deferred_interrupts():
+            created.volumes.append(driver.create_volume(name, plan.labels))
+    boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
+    if plan.run_image_tag is not None:
+        created.image = plan.run_image_tag  # removing one never committed is a no-op
+        _create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized)
+    raise_if_interrupted()
+    with deferred_interrupts():
+        container_id = driver.create(_final_spec(ctx, plan, boundary, created))
+        created.container = container_id
+    _update_run_dir(run_dir, container_id)
+    # Attached before the start, so the stream holds every byte from the first.
+    with deferred_interrupts():
+        stream = driver.attach(container_id, stdin=plan.mode.stdin,
+                               detach_keys=plan.detach_keys if plan.mode.tty else None)
+        created.stream = stream
+    return container_id, stream
+
+
+def _say_what_is_left(error: BaseException | None,
+                      problems: Sequence[str]) -> SbxError | None:
+    """A failing run whose cleanup failed too says what it left behind, for ``sbx gc``; an
+    interrupted one gets an error that says so (instead of "everything was removed")."""
+    if not problems or error is None:
+        return None
+    left = "; ".join(problems)
+    advice = (f"sbx could not remove everything it created ({left}); `sbx gc` removes it "
+              "once the engine answers again.")
+    if isinstance(error, KeyboardInterrupt):
+        return SbxError(Reason.INTERRUPTED, "interrupted; " + advice,
+                        details={"left_for_gc": list(problems)})
+    if isinstance(error, SbxError):
+        error.details["left_for_gc"] = list(problems)
+        error.hint = (f"{error.hint} " if error.hint else "") + advice
+    return None
 
 
 def _resizer(driver: Driver, container_id: str, terminal_fd: int | None) -> Callable[[], None]:
@@ -680,6 +916,8 @@ class _Created:
     forwarder: PortForwarder | None = None
     proxy: ProxyProcess | None = None
     stream: AttachedStream | None = None
+    staging: Staging | None = None
+    sized: dict[str, str] = field(default_factory=dict)  # volume name -> its file system
 
 
 def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
@@ -691,26 +929,35 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
         return {}
     from sbx.core.firewall import BridgeGuard
 
-    created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
-                                            internal=True)
+    with deferred_interrupts():  # created and recorded together (sbx.signals)
+        created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
+                                                internal=True)
     boundary: dict[str, str] = {}
+    gateway: str | None = None
     if plan.egress is not None:
-        created.proxy, boundary = _start_egress(ctx, plan, driver, created.network, run_dir)
+        gateway = driver.network_gateway(created.network)
+        with deferred_interrupts():
+            created.proxy, boundary = _start_egress(ctx, plan, gateway, plan.bridge, run_dir)
+    # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
     created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
-        (created.proxy.port,) if created.proxy is not None else ()))
+        (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)
     gap = created.guard.install()
     if gap:
         on_warning(gap)
     return boundary
 
 
-def _start_egress(ctx: AppContext, plan: RunPlan, driver: Driver, network_id: str,
+def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
                   run_dir: Path) -> tuple[ProxyProcess, dict[str, str]]:
-    """Start this run's egress proxy on the network's gateway; the sandbox's boundary env."""
+    """Start this run's egress proxy on the network's gateway; the sandbox's boundary env.
+
+    Only the sandbox may use it: the proxy URL carries a fresh per-run token (handed to the
+    proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
+    from inside the run's network (issue #10, item 4)."""
+    from sbx.egress.proxyauth import new_token
     from sbx.egress.proxyconfig import CredentialSpec, ProxyConfig
 
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
-    gateway = driver.network_gateway(network_id)
     specs = tuple(CredentialSpec.from_credential(c) for c in plan.composition.credentials
                   if c.service in plan.egress.bound)
     network_settings = plan.config.network
@@ -722,10 +969,28 @@ def _start_egress(ctx: AppContext, plan: RunPlan, driver: Driver, network_id: st
         credentials=specs, listen_host=gateway, listen_port=0,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
-        explain_command=_explain_prefix(plan), phase_file=run_dir / "proxy.phase")
-    proxy = start_proxy(config.to_json(), run_dir, plan.run_id)
+        explain_command=_explain_prefix(plan), phase_file=run_dir / "proxy.phase",
+        peer_network=_sandbox_network(bridge, gateway))
+    token = new_token()
+    proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token)
     _update_run_dir(run_dir, None, proxy_pid=proxy.pid)
-    return proxy, {**proxy_env(gateway, proxy.port), **credential_env(specs)}
+    return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
+
+
+def _sandbox_network(bridge: str, gateway: str) -> str:
+    """The run network's address range (from its bridge), where the proxy's only client lives;
+    the proxy does not start without it (fail closed)."""
+    import ipaddress
+
+    from sbx.core.firewall import bridge_network
+
+    network = bridge_network(bridge)
+    if network is None or ipaddress.ip_address(gateway) not in ipaddress.ip_network(network):
+        raise SbxError(Reason.PROXY_FAILED,
+                       f"cannot read the address range of the sandbox network's bridge {bridge}"
+                       f" (gateway {gateway}); the egress proxy would not know its only client",
+                       hint="sbx's egress needs a Linux host with the engine's bridge networks.")
+    return network
 
 
 def _explain_prefix(plan: RunPlan) -> str:
@@ -735,12 +1000,12 @@ def _explain_prefix(plan: RunPlan) -> str:
 
 
 def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
-                 boundary: Mapping[str, str], proxy: ProxyProcess | None) -> None:
+                 boundary: Mapping[str, str], proxy: ProxyProcess | None,
+                 created_sized: Mapping[str, str]) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
-    volumes = [BindMount(name, volume.path, False, volume=True) for name, volume
-               in zip(plan.volume_names, plan.capabilities.volumes, strict=True)]
+    volumes = _volume_binds(plan.volume_names, plan.capabilities.volumes, created_sized)
     spec = build_create_step_spec(
         image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
         labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
@@ -816,6 +1081,12 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
             failed[reason] = failed.get(reason, 0) + 1
     if not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
+    if created.staging is not None:
+        staging_errors = created.staging.release()
+        errors.extend(staging_errors)
+        if staging_errors:
+            failed["staging_release_failed"] = len(staging_errors)
+    plan.host_mounts.close()
     if created.guard is not None:
         rule_errors = created.guard.remove()
         errors.extend(rule_errors)
@@ -830,25 +1101,28 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
     run_dir = ctx.state_home / "runs" / plan.run_id
-    run_dir.mkdir(parents=True, mode=0o700)
-    (run_dir / "run.json").write_text(json.dumps({
-        "run_id": plan.run_id, "pid": os.getpid(), "deadline": plan.deadline,
-        "workload": plan.kit_set.workload.reference, "kits": plan.references,
-        "image": plan.image_tag, "run_image": plan.run_image_tag,
-        "volumes": list(plan.volume_names), "container_id": None,
-    }), encoding="utf-8")
+    # A full or read-only state home refuses the run here, before anything is created.
+    with state.writing(run_dir, "write the run record in", home=ctx.state_home):
+        run_dir.mkdir(parents=True, mode=0o700)
+        (run_dir / "run.json").write_text(json.dumps({
+            "run_id": plan.run_id, "pid": os.getpid(), "deadline": plan.deadline,
+            "workload": plan.kit_set.workload.reference, "kits": plan.references,
+            "image": plan.image_tag, "run_image": plan.run_image_tag,
+            "volumes": list(plan.volume_names), "container_id": None,
+        }), encoding="utf-8")
     return run_dir
 
 
 def _update_run_dir(run_dir: Path, container_id: str | None, *,
                     proxy_pid: int | None = None) -> None:
     path = run_dir / "run.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if container_id is not None:
-        data["container_id"] = container_id
-    if proxy_pid is not None:
-        data["proxy_pid"] = proxy_pid  # gc stops an orphaned proxy by this pid + its argv
-    path.write_text(json.dumps(data), encoding="utf-8")
+    with state.writing(path, "update the run record", home=run_dir.parent.parent):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if container_id is not None:
+            data["container_id"] = container_id
+        if proxy_pid is not None:
+            data["proxy_pid"] = proxy_pid  # gc stops an orphaned proxy by this pid + its argv
+        path.write_text(json.dumps(data), encoding="utf-8")
 
 
 def _elapsed(started: float) -> float:

@@ -33,8 +33,14 @@ Semantics, all decided here and nowhere else:
 - Paths: matched after :func:`normalize_path` (query and fragment dropped, unreserved escapes
   decoded, ``//`` collapsed, ``.``/``..`` resolved; an encoded ``/`` or ``\\``, a ``..`` above
   the root, a control character or a malformed escape make the target invalid and refused, never
-  matched leniently). Path patterns: ``*`` is exactly one segment (inside a segment it matches
-  any run of characters within that segment), ``**`` any number of segments including none,
+  matched leniently). **Path parameters** (``;`` in a segment, raw or as ``%3B``) are read the
+  way servers that strip them (Tomcat, Spring, Jetty) read them *and* the way servers that keep
+  them read them: a segment whose part before the first ``;`` is ``.`` or ``..`` (``..;x``,
+  ``%2e%2e;``, ``.%3bx``) *is* ``.``/``..`` and is resolved (so the forwarded path no longer
+  holds it), and every other segment is matched both with and without its parameters — a deny
+  applies when either reading matches, an allow only when both do. Path patterns: ``*`` is
+  exactly one segment (inside a segment it matches any run of characters within that segment),
+  ``**`` any number of segments including none,
   anchored at both ends; a trailing ``/`` is ignored for matching. **Paths are case-sensitive**
   (``/REPOS/x`` is not ``/repos/x``), as HTTP origins treat them. An invalid path only matters
   when a rule with ``paths`` covers the host: to a host granted outright it is forwarded
@@ -192,6 +198,59 @@ def names_address(network: Network | None, phase: Phase, host: str, port: int) -
         pattern = _host_pattern(rule.host)
         if pattern.kind == "exact" and _pattern_covers(pattern, name, port):
             return rule
+    return None
+
+
+# Names of cloud instance-metadata services (what 169.254.169.254 and friends answer as). They
+# are refused even when an upstream proxy resolves names (and so the proxy never sees the
+# address): a sandbox must not reach the host's cloud identity through a name.
+METADATA_NAMES: Final = frozenset({
+    "metadata", "metadata.google.internal", "metadata.goog",  # Google Cloud
+    "instance-data", "instance-data.ec2.internal",  # AWS (regional forms below)
+    "metadata.azure.com", "metadata.azure.internal",  # Azure
+    "metadata.packet.net", "metadata.platformequinix.com",  # Equinix Metal
+    "metadata.tencentyun.com",  # Tencent Cloud
+    "api.metadata.cloud.ibm.com",  # IBM Cloud
+})
+# Addresses of cloud instance-metadata services. Most are link-local or private and refused as
+# such anyway; 192.0.0.192 (Oracle Cloud Classic) is one Python's ``is_global`` lets through.
+METADATA_ADDRESSES: Final = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254", "169.254.170.2", "169.254.169.123", "169.254.169.250",
+    "169.254.169.251", "169.254.169.253", "169.254.0.23", "169.254.42.42",
+    "100.100.100.200", "192.0.0.192", "fd00:ec2::254", "fd00:ec2::23", "fd20:ce::254",
+))
+# Special-use suffixes that never name a public host (RFC 6761/6762/8375, ICANN .internal).
+INTERNAL_SUFFIXES: Final = ("internal", "local", "localdomain", "home.arpa")
+
+
+def is_metadata_name(host: str) -> bool:
+    """Whether ``host`` is a cloud metadata service's name (:data:`METADATA_NAMES`, and the
+    regional ``instance-data.<region>.compute.internal`` / ``metadata.*.internal`` forms)."""
+    name = normalize_host(host)
+    if name is None:
+        return False
+    labels = name.split(".")
+    return name in METADATA_NAMES or (labels[0] in ("metadata", "instance-data")
+                                      and labels[-1] == "internal")
+
+
+def internal_name(host: str) -> str | None:
+    """Why the *name* ``host`` is internal (a cloud metadata name, a single-label name, a
+    special-use suffix), or None. The proxy refuses such names unless an allow rule names
+    that exact host (:func:`names_address`), whoever resolves them: with an upstream proxy the
+    proxy never sees their address, and a search domain turns a single label into anything."""
+    name = normalize_host(host)
+    if name is None or _is_ip(name):
+        return None
+    labels = name.split(".")
+    if is_metadata_name(name):
+        return "a cloud metadata service name"
+    if len(labels) == 1:
+        return ("a single-label name (completed by search domains or by an upstream proxy's "
+                "network, never a public host)")
+    for suffix in INTERNAL_SUFFIXES:
+        if name.endswith("." + suffix):
+            return f"a name under .{suffix}, which never names a public host"
     return None
 
 
@@ -455,7 +514,7 @@ def _normalize_path(raw: str, *, pattern: bool = False) -> tuple[str | None, str
         i += 1
     text = "".join(out)
     stack: list[str] = []
-    parts = text.split("/")[1:]
+    parts = [_dot_segment(segment) for segment in text.split("/")[1:]]
     for segment in parts:
         if segment in ("", "."):
             continue
@@ -467,6 +526,21 @@ def _normalize_path(raw: str, *, pattern: bool = False) -> tuple[str | None, str
             stack.append(segment)
     trailing = bool(stack) and parts[-1] in ("", ".", "..")
     return "/" + "/".join(stack) + ("/" if trailing else ""), ""
+
+
+_PARAMETERS: Final = re.compile(r";|%3B")  # where a segment's path parameters start
+
+
+def _bare(segment: str) -> str:
+    """A segment without its path parameters (``a;jsessionid=1`` → ``a``; ``;x`` → ``""``)."""
+    return _PARAMETERS.split(segment, maxsplit=1)[0]
+
+
+def _dot_segment(segment: str) -> str:
+    """``.``/``..`` carrying parameters (``..;x``, ``.%3Bx``) or an empty segment carrying
+    them (``;x``) are what parameter-stripping servers make of them: ``..``, ``.``, ``""``."""
+    bare = _bare(segment)
+    return bare if bare in ("", ".", "..") else segment
 
 
 def _segments(path: str) -> tuple[str, ...]:
@@ -509,10 +583,23 @@ def _glob_segments(pattern: tuple[str, ...], segments: tuple[str, ...]) -> bool:
     return reach[-1]
 
 
-def path_matches(pattern: str, path: str) -> bool:
-    """Whether the path glob ``pattern`` covers the already-normalised ``path``."""
+def path_matches(pattern: str, path: str, *, deny: bool = False) -> bool:
+    """Whether the path glob ``pattern`` covers the already-normalised ``path``.
+
+    Segments with path parameters are read both as sent and without their parameters (the
+    two ways origins read them): for an allow (``deny=False``) both readings must match, for
+    a deny either one does, so neither kind of origin can be reached around a rule.
+    """
     compiled = _path_pattern(pattern)
-    return compiled is not None and _glob_segments(compiled, _segments(path))
+    if compiled is None:
+        return False
+    segments = _segments(path)
+    raw = _glob_segments(compiled, segments)
+    if not any(_PARAMETERS.search(s) for s in (*segments, *compiled)):
+        return raw
+    stripped = _glob_segments(tuple(_bare(g) for g in compiled),
+                              tuple(_bare(s) for s in segments))
+    return (raw or stripped) if deny else (raw and stripped)
 
 
 # --- the decision --------------------------------------------------------------------------------
@@ -549,7 +636,7 @@ def _applies(rule: Rule, method: str | None, path: str | None, *, known: bool,
     if path is None:
         # Unknown path: a deny must assume it applies; an allow may not assume it does.
         return conservative and not known
-    return any(path_matches(p, path) for p in rule.paths)
+    return any(path_matches(p, path, deny=rule.action == "deny") for p in rule.paths)
 
 
 def _evaluate(rules: NetworkPhase, host: str, port: int, method: str | None,
@@ -772,4 +859,9 @@ __all__ = [
     "rule_dict",
     "names_address",
     "address_denied",
+    "internal_name",
+    "is_metadata_name",
+    "METADATA_NAMES",
+    "METADATA_ADDRESSES",
+    "INTERNAL_SUFFIXES",
 ]

@@ -5,11 +5,25 @@ Run as its own process (``python -m sbx.egress.proxy CONFIG_PATH RUN_ID``), it p
 install phase to the runtime phase on SIGUSR1 (never back; ``phase_file`` then says
 ``runtime``), re-reads the secret store on SIGHUP and exits on SIGTERM.
 
+Its stdin is its **owner's pipe**: the first line is the run's client token (empty for none),
+and the write end stays with the ``sbx`` process that started it. When that process ends — even
+by SIGKILL, when no cleanup code runs — the kernel closes the pipe, the proxy reads EOF and
+exits, so a one-shot run's proxy never outlives its owner (a pipe, not ``PR_SET_PDEATHSIG``,
+which fires on the death of the parent *thread* and is lost across a re-parenting).
+
+Who may use it (:mod:`sbx.egress.proxyauth`): with a token, every CONNECT and plain request must
+carry ``Proxy-Authorization`` with the run's credentials (else 407); with ``peer_network``,
+clients must come from inside the run's network and not from its gateway (else 403). A proxy
+listening on anything but loopback refuses to start without both.
+
 What it does with each client connection:
 
 - ``CONNECT host:port``: :func:`sbx.egress.policy.classify` says *denied* (403 and close),
   *unbounded* (a byte tunnel, no interception — unless a credential is injected for that host,
-  then it is intercepted so the secret can be set) or *bounded* (TLS is terminated with the state
+  then it is intercepted so the secret can be set; the client's first bytes are held until
+  judged: a TLS ClientHello must name the CONNECT host or no host, and must not hide it with
+  Encrypted Client Hello, else the tunnel ends with a TLS alert; the server's bytes flow at once
+  so server-first protocols work) or *bounded* (TLS is terminated with the state
   home CA's leaf for the CONNECT host; the client's SNI must name that host and every request's
   ``Host`` must too; each HTTP/1.1 request is judged by :func:`~sbx.egress.policy.decide` on its
   method and normalised path and forwarded — with the normalised path — only when allowed).
@@ -19,13 +33,21 @@ What it does with each client connection:
   allow rule names that address literally; the proxy connects to the exact address it checked,
   so a second DNS answer cannot rebind it. With ``upstream_proxy`` every outbound connection goes
   through the corporate proxy (``CONNECT`` for TLS, absolute-form for HTTP) and names are left to
-  it, but internal address literals and ``localhost`` names are still refused here.
+  it, but internal address literals, ``localhost`` names, single-label names and special-use
+  suffixes (``.internal``, ``.local``...) are still refused here
+  (:func:`sbx.egress.policy.internal_name`) unless a rule names that exact host. Cloud metadata
+  names (``metadata.google.internal``, ``instance-data``...) are refused that way with or without
+  an upstream, before any resolution.
 - Credentials (``credential@1``): on requests to an inject domain in the current phase the
   configured header is *replaced* with ``format % secret`` (or basic auth); any header carrying a
-  sentinel is dropped everywhere, so a sentinel never leaves; the secret is masked out of the
-  response an inject domain sends back (headers, and identity-encoded bodies); a credential whose
-  secret is not stored refuses its requests (502 ``credential_unbound``) instead of silently
-  sending the sentinel. Injection is refused over plain HTTP.
+  sentinel is dropped everywhere, so a sentinel never leaves; the secret (and its percent- and
+  JSON-escaped forms) is masked out of the response an inject domain sends back, across chunk
+  boundaries: headers and bodies — the proxy asks for ``Accept-Encoding: identity`` and drops
+  ``Range``/``If-Range`` there (a range could cut the secret in pieces no mask recognises),
+  decodes gzip/deflate bodies itself (:mod:`sbx.egress.encoding`) and refuses any other encoding
+  (502 ``response_unmaskable``); a credential whose secret is not stored refuses its requests
+  (502 ``credential_unbound``) instead of silently sending the sentinel. Injection is refused
+  over plain HTTP.
 - Refusals are HTTP 403 with ``X-Sbx-Reason: egress_denied``, ``X-Sbx-Rule`` and a text body that
   names host, method, path, the deciding rule (kit, capability index, phase) and the exact
   ``sbx explain … METHOD URL`` command; each is audited as ``egress_denied``. Any internal error
@@ -51,7 +73,9 @@ import asyncio
 import base64
 import contextlib
 import ipaddress
+import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -61,18 +85,28 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import h11
 
 from sbx import audit
+from sbx.egress import clienthello, proxyauth
+from sbx.egress.encoding import (
+    BodyDecoder,
+    CorruptBody,
+    UnsupportedEncoding,
+    content_codings,
+)
 from sbx.egress.policy import (
+    METADATA_ADDRESSES,
     Decision,
     Request,
     classify,
     decide,
     describe_rule,
     host_matches,
+    internal_name,
+    is_metadata_name,
     names_address,
     normalize_host,
 )
@@ -88,9 +122,14 @@ SBX_RULE: Final = "X-Sbx-Rule"
 DENIED: Final = "egress_denied"
 FAILED: Final = "proxy_failed"
 UNBOUND: Final = "credential_unbound"
+CLIENT_REFUSED: Final = "proxy_client_refused"
+UNMASKABLE: Final = "response_unmaskable"
 # Proxy-side refusal codes (the policy's own codes come from Decision.code).
 DESTINATION_BLOCKED: Final = "destination_blocked"
 SNI_MISMATCH: Final = "sni_mismatch"
+SNI_HIDDEN: Final = "sni_hidden"
+BAD_CLIENT_HELLO: Final = "bad_client_hello"
+ENCODED_RESPONSE: Final = "encoded_response"
 HOST_MISMATCH: Final = "host_mismatch"
 NOT_TLS: Final = "not_tls"
 NOT_HTTP: Final = "not_http"
@@ -104,8 +143,17 @@ HOP_BY_HOP: Final = frozenset({
 # Listed in Connection, these are still never dropped: framing and the target are not optional.
 NEVER_HOP: Final = frozenset({b"host", b"content-length", b"transfer-encoding"})
 METHOD_OVERRIDES: Final = (b"x-http-method-override", b"x-http-method", b"x-method-override")
+# Not forwarded to inject domains: a range of an echo could cut the secret into pieces no mask
+# recognises; and bodies must come back in an encoding the proxy can read.
+INJECT_DROPPED: Final = frozenset({b"range", b"if-range", b"accept-encoding"})
+# Validators of the encoded representation: wrong once the proxy decoded the body.
+DECODED_DROPPED: Final = frozenset({b"content-encoding", b"content-length", b"content-md5",
+                                    b"digest", b"content-digest", b"repr-digest",
+                                    b"accept-ranges", b"content-range"})
+CLIENT_AUDIT_LIMIT: Final = 1000  # client refusals recorded per proxy (outsiders may flood)
 _LOCAL_NAMES: Final = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_IETF_PROTOCOL: Final = ipaddress.IPv4Network("192.0.0.0/24")  # RFC 6890; not all non-global
 _NAT64_LOCAL: Final = ipaddress.IPv6Network("64:ff9b:1::/48")
 
 
@@ -129,6 +177,8 @@ class Refusal(Exception):
     suggestion: str | None = None
     sbx_reason: str = DENIED
     audited: bool = True
+    client: str | None = None  # the client's address, on refusals of the client itself
+    explain: str | None = None  # the explain command, when not the request's decision
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.reason}"
@@ -159,6 +209,25 @@ def proxy_refusal(code: str, reason: str, *, host: str, port: int, method: str |
                    f"none: refused by the proxy ({code})", suggestion)
 
 
+def client_refusal(code: str, *, client: str, host: str = "-", port: int = 0,
+                   method: str | None = None, path: str | None = None,
+                   scheme: str = "https") -> Refusal:
+    """The refusal of a client that is not the run's sandbox (407 credentials, 403 peer)."""
+    if code == proxyauth.PEER:
+        status, reason = 403, (f"the client {client} is not inside the sandbox's network; only "
+                               "the sandbox may use its egress proxy")
+    else:
+        status = 407
+        reason = ("the request carries no Proxy-Authorization with this run's proxy "
+                  "credentials" if code == proxyauth.MISSING else
+                  "the Proxy-Authorization does not hold this run's proxy credentials")
+    return Refusal(status, code, reason, host, port, method, path, scheme,
+                   code.replace("_", "-"), "none: refused by the proxy (its client)",
+                   "use the proxy URL of HTTP_PROXY/HTTPS_PROXY as given inside the sandbox "
+                   "(it carries the run's credentials); nothing else may use this proxy",
+                   CLIENT_REFUSED, client=client, explain=f"sbx explain {CLIENT_REFUSED}")
+
+
 def failure(status: int, code: str, reason: str, *, host: str = "-", port: int = 0,
             method: str | None = None, path: str | None = None, scheme: str = "https",
             sbx_reason: str = FAILED) -> Refusal:
@@ -177,6 +246,8 @@ def _url(scheme: str, host: str, port: int, path: str | None) -> str:
 
 def explain_line(command: str, refusal: Refusal) -> str:
     """The exact ``sbx explain`` command that shows this decision."""
+    if refusal.explain is not None:
+        return refusal.explain
     if refusal.method is None or refusal.method == "CONNECT":
         shown = f"[{refusal.host}]" if ":" in refusal.host else refusal.host
         return f"{command} {shlex.quote(f'{shown}:{refusal.port}')}"
@@ -191,8 +262,9 @@ def _clean(text: str, limit: int = 2000) -> str:
 
 
 def refusal_body(refusal: Refusal, explain_command: str) -> str:
-    what = "blocked by sbx egress policy" if refusal.sbx_reason == DENIED else \
-        "not carried by the sbx egress proxy"
+    what = {DENIED: "blocked by sbx egress policy",
+            CLIENT_REFUSED: "refused by the sbx egress proxy: only its sandbox may use it"}.get(
+        refusal.sbx_reason, "not carried by the sbx egress proxy")
     lines = [
         f"{what} ({refusal.status}, {refusal.sbx_reason}: {refusal.code})",
         f"host: {refusal.host}:{refusal.port}",
@@ -207,7 +279,8 @@ def refusal_body(refusal: Refusal, explain_command: str) -> str:
     return "\n".join(_clean(line) for line in lines) + "\n"
 
 
-_STATUS_TEXT: Final = {400: "Bad Request", 403: "Forbidden", 414: "URI Too Long",
+_STATUS_TEXT: Final = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required",
+                       414: "URI Too Long",
                        431: "Request Header Fields Too Large", 502: "Bad Gateway",
                        503: "Service Unavailable", 504: "Gateway Timeout"}
 
@@ -220,6 +293,8 @@ def refusal_response(refusal: Refusal, explain_command: str) -> bytes:
             f"Content-Type: text/plain; charset=utf-8\r\n"
             f"{SBX_REASON}: {refusal.sbx_reason}\r\n").encode("ascii")
     head += SBX_RULE.encode("ascii") + b": " + rule + b"\r\n"
+    if refusal.status == 407:
+        head += b'Proxy-Authenticate: Basic realm="sbx egress proxy"\r\n'
     head += (f"Content-Length: {len(body)}\r\nConnection: close\r\n"
              "Cache-Control: no-store\r\n\r\n").encode("ascii")
     return head + body
@@ -348,6 +423,8 @@ def blocked_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> s
         (address.is_multicast, "a multicast address"),
         (address.is_private, "a private address"),
         (address.is_reserved, "a reserved address"),
+        (address in METADATA_ADDRESSES, "a cloud metadata address"),
+        (address in _IETF_PROTOCOL, "an IETF protocol assignment (not a public host)"),
         (not address.is_global, "not a public address"),
     )
     for hit, why in checks:
@@ -443,6 +520,17 @@ class Masker:
         return tail
 
 
+def _escaped_forms(value: bytes) -> list[bytes]:
+    """``value`` as an echoing origin may write it back: as is, percent-encoded (either hex
+    case) and JSON-escaped."""
+    text = value.decode("utf-8", "replace")
+    percent = quote(text, safe="")
+    forms = [value, percent.encode("ascii"),
+             re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), percent).encode("ascii"),
+             json.dumps(text)[1:-1].encode("ascii")]
+    return list(dict.fromkeys(forms))
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     for value in secrets:
         if value:
@@ -518,12 +606,16 @@ class _Conn:
 
 class EgressProxy:
     """One run's egress proxy. ``secrets`` maps service → value (read by :func:`main` from the
-    secret store); a configured credential without a value refuses its requests."""
+    secret store); a configured credential without a value refuses its requests.
+    ``client_token``: the run's proxy token every request must carry (None: no credentials
+    asked, for loopback-only use)."""
 
     def __init__(self, config: ProxyConfig, *, server_context: Callable[[str], ssl.SSLContext],
                  secrets: Mapping[str, str], stderr: Callable[[str], None] | None = None,
-                 resolver: Resolver | None = None) -> None:
+                 resolver: Resolver | None = None, client_token: str | None = None) -> None:
         self.config = config
+        self._client_token = client_token
+        self._client_audited = 0
         self.limits: Limits = config.limits
         self.network: Network | None = config.network
         self.phase: Phase = config.phase
@@ -613,6 +705,8 @@ class EgressProxy:
     async def _on_client(self, reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter) -> None:
         client = TcpStream(reader, writer)
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else "-"
         task = asyncio.current_task()
         if task is None or len(self._conns) >= self.limits.max_connections:
             with contextlib.suppress(OSError, ConnectionError):
@@ -625,7 +719,7 @@ class EgressProxy:
         state = _Conn(self.phase, [client])
         self._conns[task] = state
         try:
-            await self._serve_client(client, state)
+            await self._serve_client(client, state, peer)
         except Refusal as refusal:
             await self._refuse(client, refusal)
         except (ConnectionError, OSError, TimeoutError, ssl.SSLError, h11.ProtocolError):
@@ -650,14 +744,26 @@ class EgressProxy:
                     await stream.flush()
 
     def _audit(self, refusal: Refusal) -> None:
-        if not refusal.audited or self._audited >= self.limits.max_audit_records:
+        if not refusal.audited:
             return
-        self._audited += 1
-        details = {"host": refusal.host, "port": refusal.port,
-                   "method": refusal.method or "CONNECT", "path": refusal.path,
-                   "scheme": refusal.scheme, "rule": refusal.rule, "code": refusal.code,
-                   "phase": self.phase, "status": refusal.status}
-        if self._audited == self.limits.max_audit_records:
+        # Refusals of outsiders have their own budget: they cannot crowd out the sandbox's.
+        if refusal.client is not None:
+            if self._client_audited >= CLIENT_AUDIT_LIMIT:
+                return
+            self._client_audited += 1
+            last = self._client_audited == CLIENT_AUDIT_LIMIT
+        else:
+            if self._audited >= self.limits.max_audit_records:
+                return
+            self._audited += 1
+            last = self._audited == self.limits.max_audit_records
+        details: dict[str, Any] = {
+            "host": refusal.host, "port": refusal.port, "method": refusal.method or "CONNECT",
+            "path": refusal.path, "scheme": refusal.scheme, "rule": refusal.rule,
+            "code": refusal.code, "phase": self.phase, "status": refusal.status}
+        if refusal.client is not None:
+            details["client"] = refusal.client
+        if last:
             details["last"] = "audit limit reached: later refusals are not recorded"
         try:
             audit.record_at(self.config.audit_log, audit.EGRESS_DENIED, run_id=self.config.run_id,
@@ -674,7 +780,7 @@ class EgressProxy:
                     continue
                 return event
 
-    async def _serve_client(self, client: TcpStream, state: _Conn) -> None:
+    async def _serve_client(self, client: TcpStream, state: _Conn, peer: str) -> None:
         conn = self._h11_server()
         timeout = self.limits.head_timeout
         pool: dict[Site, Upstream] = {}
@@ -686,6 +792,7 @@ class EgressProxy:
                     raise self._bad_request(error, "-", 0, "http") from None
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed (or PAUSED after a close)
+                self._admit(event, peer)
                 if event.method == b"CONNECT":
                     await self._connect(conn, client, event, state)
                     return
@@ -696,6 +803,34 @@ class EgressProxy:
         finally:
             for upstream in pool.values():
                 upstream.stream.abort()
+
+    def _admit(self, request: h11.Request, peer: str) -> None:
+        """Refuse a request that is not the sandbox's: a peer outside the run's network
+        (403), or without the run's proxy credentials (407). Every request is checked."""
+        code: str | None = None
+        network = self.config.peer_network
+        if network is not None and not proxyauth.peer_allowed(peer, network,
+                                                               self.config.listen_host):
+            code = proxyauth.PEER
+        elif self._client_token is not None:
+            values = [v for n, v in request.headers if n == b"proxy-authorization"]
+            code = proxyauth.check_authorization(values, self._client_token)
+        if code is None:
+            return
+        method = request.method.decode("ascii", "replace").upper()
+        target = request.target.decode("ascii", "replace")
+        host, port, path, scheme = "-", 0, None, "http"
+        if method == "CONNECT":
+            parsed = parse_authority(target, None)
+            scheme = "https"
+        else:
+            parts = urlsplit(target)
+            parsed = parse_authority(parts.netloc, 80) if parts.netloc else None
+            path = _clean(parts.path or "/", 300)
+        if parsed is not None:
+            host, port = normalize_host(parsed[0]) or _clean(parsed[0], 300), parsed[1]
+        raise client_refusal(code, client=peer, host=host, port=port, method=method,
+                             path=path, scheme=scheme)
 
     def _h11_server(self) -> h11.Connection:
         return h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
@@ -729,10 +864,88 @@ class EgressProxy:
         if handling == "unbounded" and not inject:
             upstream = await self._open_tunnel(host, port, state)
             await client.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await self._pipe(client, upstream, initial)
+            first = await self._hold_first_bytes(client, upstream, host, port, initial)
+            if first is not None:
+                await self._pipe(client, upstream, first)
             return
         await client.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await self._intercept(client, host, port, initial, state)
+
+    async def _hold_first_bytes(self, client: TcpStream, upstream: Stream, host: str, port: int,
+                                initial: bytes) -> bytes | None:
+        """The client's first bytes into a raw tunnel, once judged by :meth:`_judge_first`;
+        meanwhile the upstream's bytes flow to the client (server-first protocols). None when
+        the tunnel ended first, or was refused (a TLS alert to the client, the refusal
+        audited); nothing of the client's has then reached the upstream."""
+        buffered = initial
+        copier: asyncio.Task[None] | None = None
+        try:
+            while True:
+                try:
+                    if self._judge_first(buffered, host, port):
+                        return buffered
+                except Refusal as refusal:
+                    self._audit(refusal)
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await client.write(clienthello.alert(_ALERTS.get(
+                            refusal.code, clienthello.ALERT_HANDSHAKE_FAILURE)))
+                        await client.flush()
+                    return None
+                if copier is None:
+                    copier = asyncio.create_task(_copy(upstream, client))
+                reading = asyncio.ensure_future(client.read(READ_SIZE))
+                timeout = self.limits.handshake_timeout if buffered else self.limits.idle_timeout
+                done, _ = await asyncio.wait({reading, copier}, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if reading not in done:  # the upstream ended, or nothing came in time
+                    reading.cancel()
+                    await asyncio.gather(reading, return_exceptions=True)
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await client.flush()
+                    return None
+                data = reading.result()
+                if not data:
+                    return None
+                buffered += data
+        finally:
+            if copier is not None:
+                copier.cancel()
+                await asyncio.gather(copier, return_exceptions=True)
+
+    def _judge_first(self, data: bytes, host: str, port: int) -> bool:
+        """True once the first bytes of a raw tunnel may go (not TLS, or a ClientHello naming
+        the CONNECT host or no host); False while a ClientHello is incomplete; raises the
+        refusal of a hidden, mismatched or unreadable server name."""
+        if not data:
+            return False
+        if not clienthello.looks_like_tls(data):
+            return True  # tunnels carry any protocol; only TLS names a server here
+        try:
+            hello = clienthello.parse_client_hello(data)
+        except clienthello.NotAClientHello as error:
+            raise proxy_refusal(
+                BAD_CLIENT_HELLO, f"the TLS handshake sent into the tunnel to {host}:{port} "
+                f"cannot be read ({error}), so its server name cannot be checked (fail "
+                "closed)", host=host, port=port) from None
+        if hello is None:
+            if len(data) > clienthello.MAX_HELLO_BYTES + 8192:
+                raise proxy_refusal(BAD_CLIENT_HELLO, "the TLS ClientHello is too large",
+                                    host=host, port=port)
+            return False
+        if hello.hidden_name:
+            raise proxy_refusal(
+                SNI_HIDDEN, f"the TLS handshake into the tunnel to {host}:{port} hides its "
+                "server name (Encrypted Client Hello), so sbx cannot check it is the CONNECT "
+                "host", host=host, port=port,
+                suggestion="disable Encrypted Client Hello for egress through sbx")
+        name = hello.server_name
+        if name is not None and normalize_host(name) != host:
+            raise proxy_refusal(
+                SNI_MISMATCH, f"the TLS server name {_clean(name, 200)!r} is not the CONNECT "
+                f"host {host}", host=host, port=port,
+                suggestion="open the tunnel to the host the TLS handshake names (the policy "
+                           "judges that host)")
+        return True
 
     async def _intercept(self, client: TcpStream, host: str, port: int, initial: bytes,
                          state: _Conn) -> None:
@@ -1023,11 +1236,14 @@ class EgressProxy:
         needles: list[bytes] = []
         for injection in injections:
             secret = self._secrets.get(injection.service, "")
+            plain: list[bytes] = []
             if len(secret) >= 4:
-                needles.append(secret.encode("utf-8"))
-            needles.append(injection.value)
+                plain.append(secret.encode("utf-8"))
+            plain.append(injection.value)
             if injection.value.startswith(b"Basic "):
-                needles.append(injection.value[len(b"Basic "):])
+                plain.append(injection.value[len(b"Basic "):])
+            for value in plain:
+                needles.extend(_escaped_forms(value))
         return needles
 
     def _outbound_headers(self, headers: Sequence[tuple[bytes, bytes]],
@@ -1041,9 +1257,11 @@ class EgressProxy:
                 continue
             if any(sentinel in value for sentinel in self._sentinels):
                 continue  # a sentinel never leaves the proxy
-            if injections and name == b"accept-encoding":
-                continue  # identity bodies, so the secret can be masked in the answer
+            if injections and name in INJECT_DROPPED:
+                continue  # whole, readable bodies, so the secret can be masked in the answer
             out.append((name, value))
+        if injections:
+            out.append((b"accept-encoding", b"identity"))
         out.extend((i.header, i.value) for i in injections)
         return out
 
@@ -1071,6 +1289,7 @@ class EgressProxy:
                 raise ConnectionError("the client went away during the request body")
         if isinstance(upstream.stream, TcpStream):
             await upstream.stream.flush()
+        decoder: BodyDecoder | None = None
         while True:  # the response
             event = await self._next(up, upstream.stream, idle)
             if isinstance(event, h11.InformationalResponse):
@@ -1083,23 +1302,20 @@ class EgressProxy:
                 if len(event.headers) > self.limits.max_headers \
                         or head_size(event) > self.limits.max_head_bytes:
                     raise h11.RemoteProtocolError("the origin sent too large a response head")
+                decoder = self._decoder_for(event, method, upstream.site) if masker else None
                 await client.write(conn.send(h11.Response(
                     status_code=event.status_code, reason=event.reason,
-                    headers=self._inbound_headers(event.headers, masker))) or b"")
+                    headers=self._inbound_headers(event.headers, masker,
+                                                  decoded=decoder is not None))) or b"")
                 break
             else:
                 raise ConnectionError("the origin closed before answering")
         while True:  # the response body
             event = await self._next(up, upstream.stream, idle)
             if isinstance(event, h11.Data):
-                data = bytes(event.data) if masker is None else masker.feed(bytes(event.data))
-                if data:
-                    await client.write(conn.send(h11.Data(data=data)) or b"")
+                await self._send_body(conn, client, bytes(event.data), decoder, masker)
             elif isinstance(event, h11.EndOfMessage):
-                if masker is not None:
-                    tail = masker.flush()
-                    if tail:
-                        await client.write(conn.send(h11.Data(data=tail)) or b"")
+                await self._send_body(conn, client, None, decoder, masker)
                 await client.write(conn.send(h11.EndOfMessage()) or b"")
                 break
             else:
@@ -1107,13 +1323,57 @@ class EgressProxy:
         if isinstance(client, TcpStream):
             await client.flush()
 
+    def _decoder_for(self, response: h11.Response, method: str,
+                     site: Site) -> BodyDecoder | None:
+        """How to read an inject domain's encoded body (None: identity, or no body); an
+        encoding the proxy cannot undo refuses the response before any of it is sent."""
+        if method == "HEAD" or response.status_code in (204, 304):
+            return None
+        codings = content_codings(response.headers)
+        if not codings:
+            return None
+        try:
+            return BodyDecoder(codings)
+        except UnsupportedEncoding as error:
+            refusal = failure(
+                502, ENCODED_RESPONSE, f"{site.host} answered with {error}, which sbx cannot "
+                "decode to mask the injected secret out of it (it asked for identity); the "
+                "response is refused", host=site.host, port=site.port, method=method,
+                scheme=site.scheme, sbx_reason=UNMASKABLE)
+            refusal.audited = True
+            refusal.explain = f"sbx explain {UNMASKABLE}"
+            raise refusal from None
+
+    async def _send_body(self, conn: h11.Connection, client: Stream, data: bytes | None,
+                         decoder: BodyDecoder | None, masker: Masker | None) -> None:
+        """One chunk of a response body to the client (``None``: the body ended), decoded and
+        masked on inject domains; a body that does not decode ends the response here."""
+        try:
+            if decoder is not None:
+                pieces = list(decoder.feed(data)) if data is not None else list(decoder.finish())
+            else:
+                pieces = [data] if data else []
+        except CorruptBody as error:
+            raise ConnectionError(f"the origin's encoded body is malformed ({error})") from None
+        for piece in pieces:
+            out = piece if masker is None else masker.feed(piece)
+            if out:
+                await client.write(conn.send(h11.Data(data=out)) or b"")
+        if data is None and masker is not None:
+            tail = masker.flush()
+            if tail:
+                await client.write(conn.send(h11.Data(data=tail)) or b"")
+
     def _inbound_headers(self, headers: Iterable[tuple[bytes, bytes]],
-                         masker: Masker | None) -> list[tuple[bytes, bytes]]:
+                         masker: Masker | None, *, decoded: bool = False,
+                         ) -> list[tuple[bytes, bytes]]:
         headers = list(headers)
         listed = {token.strip().lower() for name, value in headers if name == b"connection"
                   for token in value.split(b",")} - NEVER_HOP
         if any(name == b"transfer-encoding" for name, _ in headers):
             listed.add(b"content-length")  # chunked wins (as h11 read it); never send both
+        if decoded:
+            listed |= DECODED_DROPPED  # the body is sent decoded, framed by h11 anew
         out: list[tuple[bytes, bytes]] = []
         for name, value in headers:
             if name in HOP_BY_HOP or name in listed:
@@ -1176,13 +1436,25 @@ class EgressProxy:
     def _check_literal(self, host: str, port: int) -> list[ipaddress.IPv4Address
                                                           | ipaddress.IPv6Address] | None:
         """For an IP literal: the address if it may be reached (refusal otherwise); None for a
-        name. ``localhost`` names are refused here too, resolver or not."""
+        name. ``localhost`` names, cloud metadata names and other internal-only names are
+        refused here too, resolver (or upstream proxy) or not, unless a rule names them."""
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
             if (host in _LOCAL_NAMES or host.endswith(".localhost")) \
                     and names_address(self.network, self.phase, host, port) is None:
                 raise self._blocked(host, port, host, "a loopback name") from None
+            # Metadata names always; other internal-only names when an upstream proxy resolves
+            # them (resolved here, the addresses they resolve to are checked instead).
+            why = internal_name(host) \
+                if self._upstream is not None or is_metadata_name(host) else None
+            if why is not None and names_address(self.network, self.phase, host, port) is None:
+                raise proxy_refusal(
+                    DESTINATION_BLOCKED, f"{host} is {why}; the proxy does not connect there, "
+                    "whoever resolves it, unless an allow rule names that exact host",
+                    host=host, port=port,
+                    suggestion=f"if this is intended, add the exact host `{host}` to "
+                               "network-policy allow") from None
             return None
         why = blocked_address(address)
         if why is not None and names_address(self.network, self.phase, str(address),
@@ -1359,6 +1631,19 @@ class EgressProxy:
                 return
 
 
+_ALERTS: Final = {SNI_MISMATCH: clienthello.ALERT_UNRECOGNIZED_NAME,
+                  SNI_HIDDEN: clienthello.ALERT_ACCESS_DENIED,
+                  BAD_CLIENT_HELLO: clienthello.ALERT_HANDSHAKE_FAILURE}
+
+
+async def _copy(src: Stream, dst: TcpStream) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends (cancelled by the caller before that, when
+    the tunnel proper takes over)."""
+    while data := await src.read(READ_SIZE):
+        await dst.write(data)
+    await dst.flush()
+
+
 def _buffered(reader: asyncio.StreamReader) -> bytes:
     """What a stream reader holds but nobody read yet (before its transport changes hands)."""
     buffer = getattr(reader, "_buffer", None)
@@ -1465,16 +1750,95 @@ def proxy_argv(config_path: Path, run_id: str) -> list[str]:
     return [sys.executable, "-m", "sbx.egress.proxy", str(config_path), run_id]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+OWNER_LINE_LIMIT: Final = 512
+
+
+def read_owner_line(fd: int) -> str | None:
+    """The first line of the owner's pipe (the client token, maybe empty); None at EOF before
+    a newline (the owner went away). Read byte by byte, so nothing after it is consumed."""
+    line = b""
+    while len(line) <= OWNER_LINE_LIMIT:
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        if byte == b"\n":
+            return line.decode("ascii", "replace").strip()
+        line += byte
+    return None
+
+
+def startable(config: ProxyConfig, token: str | None) -> str | None:
+    """Why this proxy must not start (None: it may). Listening anywhere but loopback means
+    other hosts' and containers' reach: then the run's token and peer network are required."""
+    if token is not None and not proxyauth.valid_token(token):
+        return "the client token on the owner pipe is malformed"
+    try:
+        loopback = ipaddress.ip_address(config.listen_host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and (token is None or config.peer_network is None):
+        return (f"listening on {config.listen_host} needs the run's client token (owner pipe) "
+                "and peer_network; refusing to serve anyone who can reach it")
+    return None
+
+
+def _watch_owner(loop: asyncio.AbstractEventLoop, fd: int, stop: Callable[[], None]) -> None:
+    """Stop when the owner's pipe reaches EOF: the sbx process that started us is gone."""
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+            stop()
+
+    loop.add_reader(fd, readable)
+
+
+def _owner_token(config: ProxyConfig, fd: int) -> str | int:
+    """The client token from the owner's pipe ("" for none), or the exit status to end with."""
+    try:
+        line = read_owner_line(fd)
+    except OSError as error:
+        _write_stderr(f"cannot read the owner's pipe: {error.strerror}")
+        return 1
+    if line is None:
+        _write_stderr("the owner's pipe ended before the first line: nobody owns this proxy")
+        return 1
+    refused = startable(config, line or None)
+    if refused is not None:
+        _write_stderr(refused)
+        return 2
+    return line
+
+
+def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> int:
+    """The proxy process. ``owner_fd`` (default: stdin) is the owner's pipe: its first line is
+    the client token (empty: none), and its EOF ends the proxy."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (1, 2):
-        _write_stderr("usage: python -m sbx.egress.proxy CONFIG_PATH [RUN_ID]")
+        _write_stderr("usage: python -m sbx.egress.proxy CONFIG_PATH [RUN_ID] "
+                      "(stdin: the owner's pipe)")
         return 2
     try:
         config = ProxyConfig.load(Path(args[0]))
         if len(args) == 2 and args[1] != config.run_id:
             _write_stderr(f"run id {args[1]!r} does not match the config's {config.run_id!r}")
             return 2
+    except SbxError as error:
+        _write_stderr(str(error))
+        return 1
+    fd = sys.stdin.fileno() if owner_fd is None else owner_fd
+    owned = _owner_token(config, fd)
+    if isinstance(owned, int):
+        return owned
+    token = owned or None
+    try:
         from sbx.egress.ca import CertificateAuthority
 
         ca = CertificateAuthority.load_or_create(config.state_home)
@@ -1491,7 +1855,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         report(note)
     proxy = EgressProxy(config, server_context=ca.ssl_context_for, secrets=secrets,
-                        stderr=report)
+                        stderr=report, client_token=token)
 
     def reload() -> None:
         fresh = load_secrets(config, report)
@@ -1508,6 +1872,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop.add_signal_handler(signal.SIGINT, proxy.stop)
         loop.add_signal_handler(signal.SIGUSR1, proxy.switch_to_runtime)
         loop.add_signal_handler(signal.SIGHUP, reload)
+        _watch_owner(loop, fd, proxy.stop)
         await proxy.serve(ready)
 
     try:
@@ -1528,14 +1893,17 @@ __all__ = [
     "explain_line",
     "injected_value",
     "load_secrets",
+    "client_refusal",
     "main",
     "origin_context",
     "parse_authority",
     "proxy_argv",
+    "read_owner_line",
     "redact",
     "refusal_body",
     "refusal_for",
     "refusal_response",
+    "startable",
 ]
 
 

@@ -4,7 +4,9 @@ Everything the proxy process needs and nothing it must not have: the composed ne
 phase (each with its kit, capability index and phase, so a refusal can name them), the starting
 phase, the credentials to inject (service, phase, domains, header format, sentinel) — but never a
 secret value: the proxy reads values from ``sbx.secrets.SecretStore(state_home)`` when it starts,
-never from its environment or this file — the upstream (corporate) proxy, and the bounds.
+never from its environment or this file — the upstream (corporate) proxy, the network its
+clients must come from (``peer_network``), and the bounds. The run's proxy token is not here
+either: it reaches the proxy over its owner pipe (``sbx.egress.proxy``).
 
 The format is versioned (``format``); unknown keys are refused so that a newer sbx and an older
 proxy never silently disagree about what is enforced. Loading validates every field and raises
@@ -13,6 +15,7 @@ proxy never silently disagree about what is enforced. Loading validates every fi
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -249,6 +252,9 @@ class ProxyConfig:
     explain_command: str = "sbx explain"  # refusal bodies append "METHOD URL" to this
     phase_file: Path | None = None  # the proxy writes its current phase here (an acknowledgement)
     limits: Limits = field(default_factory=Limits)
+    # Clients must come from inside this network (CIDR), never from listen_host itself: the
+    # run's internal network, where only the sandbox lives (None: any client, loopback only).
+    peer_network: str | None = None
 
     def __post_init__(self) -> None:
         if not self.run_id or any(c.isspace() for c in self.run_id):
@@ -268,6 +274,12 @@ class ProxyConfig:
                 raise ProxyConfigError("upstream_proxy must be an http:// or https:// URL with a "
                                        "host (and optionally user:password@ and :port), nothing "
                                        "after")
+        if self.peer_network is not None:
+            try:
+                ipaddress.ip_network(self.peer_network, strict=False)
+            except ValueError:
+                raise ProxyConfigError(f"peer_network {self.peer_network!r} is not a network "
+                                       "(CIDR)") from None
         seen: set[tuple[str, str]] = set()
         for credential in self.credentials:
             key = (credential.service, credential.phase)
@@ -295,6 +307,7 @@ class ProxyConfig:
             "explain_command": self.explain_command,
             "phase_file": None if self.phase_file is None else str(self.phase_file),
             "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
+            "peer_network": self.peer_network,
         }
 
     def to_json(self) -> str:
@@ -304,7 +317,8 @@ class ProxyConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> ProxyConfig:
         _keys(data, {"format", "run_id", "state_home", "audit_log", "network", "phase",
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
-                     "upstream_ca_file", "explain_command", "phase_file", "limits"}, "config")
+                     "upstream_ca_file", "explain_command", "phase_file", "limits",
+                     "peer_network"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -330,6 +344,7 @@ class ProxyConfig:
             explain_command=_str(data, "explain_command", "sbx explain"),
             phase_file=None if phase_file is None else Path(phase_file),
             limits=Limits(**dict(limits_raw)),
+            peer_network=_opt_str(data, "peer_network"),
         )
 
     @classmethod

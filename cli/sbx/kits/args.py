@@ -9,6 +9,8 @@ into every string value and every mapping key of the decoded document, never int
   are fields the schema types as strings even when they look numeric (volume ``size``/``mode``,
   host-mount ``mode``, lifecycle file ``mode``).
 - two keys that expand to the same key are an error.
+- expansion may add at most :data:`MAX_EXPANSION` characters to a descriptor in all: a value
+  used in many places multiplies, and a kit must not be able to build gigabytes from kilobytes.
 
 Argument values, in order of precedence: a supplied ``--arg NAME=VALUE``, else the declared
 ``default``; a ``required`` arg with neither is an error, as are values failing ``enum`` or
@@ -35,6 +37,7 @@ from typing import Any, Final, Literal
 
 from sbx.errors import SbxError
 from sbx.kits.descriptor import (
+    MAX_DESCRIPTOR_BYTES,
     Descriptor,
     Finding,
     Parts,
@@ -43,6 +46,7 @@ from sbx.kits.descriptor import (
     raise_diagnostics,
     to_plain,
 )
+from sbx.kits.patterns import PatternError, full_match
 from sbx.reasons import Reason
 
 _WS: Final = r"[ \t\n\f\r]*"  # RE2's \s: ASCII only, as in the reference implementation
@@ -63,6 +67,9 @@ _TEXT_FIELDS: Final[Mapping[str, tuple[tuple[str | None, ...], ...]]] = {
     "com.docker.sandbox/lifecycle@1": (("files", None, "mode"),),
 }
 _INT64: Final = 2**63
+# Characters expansion may add to one descriptor, all substitutions together (twice the size
+# a descriptor may have): see _Growth.
+MAX_EXPANSION: Final = 2 * MAX_DESCRIPTOR_BYTES
 
 
 def contains_arg_ref(text: str) -> bool:
@@ -178,9 +185,10 @@ def check_value(decl: ArgDecl, value: str, *, source: str = "value") -> str | No
         return (f"the {source} of kit arg {decl.name!r} is not one of the declared values: "
                 + ", ".join(decl.enum))
     if decl.pattern is not None:
+        # RE2, linear in the value: a backtracking engine would let a kit's pattern hang sbx.
         try:
-            matched = re.fullmatch(decl.pattern, value) is not None
-        except re.error:
+            matched = full_match(decl.pattern, value)
+        except PatternError:
             return f"kit arg {decl.name!r} declares an invalid pattern"
         if not matched:
             return (f"the {source} of kit arg {decl.name!r} does not match its pattern "
@@ -273,9 +281,10 @@ def expand(descriptor_data: Mapping[str, Any] | Descriptor, *, supplied: Mapping
         data = {}
     decls = declarations(data)
     values, problems = resolve_args(decls, supplied)
-    expanded = _Expander(decls, values, problems).node(data, ())
+    growth = _Growth(problems)
+    expanded = _Expander(decls, values, problems, growth).node(data, ())
     if env is not None:
-        expanded = _expand_environment(expanded, env, problems)
+        expanded = _expand_environment(expanded, env, problems, growth)
     if problems:
         _raise(problems, file, text)
     env_exports = {d.env: values[d.name] for d in decls.values()
@@ -303,12 +312,39 @@ def validate_effective(data: Mapping[str, Any], file: str, *, text: str | None =
     return Descriptor(data=plain, file=file)
 
 
+class _Growth:
+    """How many characters expansion has inserted, against :data:`MAX_EXPANSION`.
+
+    A value used in many places multiplies: a 100 KB default referenced 25,000 times in a
+    512 KiB descriptor would build gigabytes. Past the budget nothing more is substituted and
+    one finding says why, so expansion costs at most the budget in time and memory.
+    """
+
+    def __init__(self, problems: list[Finding]) -> None:
+        self.added = 0
+        self.problems = problems
+        self.exceeded = False
+
+    def allow(self, replacement: str, parts: Parts) -> bool:
+        if self.exceeded or self.added + len(replacement) > MAX_EXPANSION:
+            if not self.exceeded:
+                self.problems.append(Finding(parts, (
+                    f"expanding kit args and ${{{{ kit.env.* }}}} references adds more than "
+                    f"{MAX_EXPANSION // 1024} KiB to the descriptor, the limit: a value is too "
+                    "long for the number of places that use it")))
+            self.exceeded = True
+            return False
+        self.added += len(replacement)
+        return True
+
+
 class _Expander:
     def __init__(self, decls: Mapping[str, ArgDecl], values: Mapping[str, str],
-                 problems: list[Finding]) -> None:
+                 problems: list[Finding], growth: _Growth | None = None) -> None:
         self.decls = decls
         self.values = values
         self.problems = problems
+        self.growth = growth if growth is not None else _Growth(problems)
 
     def node(self, value: Any, parts: Parts, ctype: str | None = None,
              rel: tuple[str | int, ...] | None = None) -> Any:
@@ -343,7 +379,7 @@ class _Expander:
         if name is None:
             return self.text(value, parts)
         resolved = self.resolve(name, parts)
-        if resolved is None:
+        if resolved is None or not self.growth.allow(resolved, parts):
             return value
         return resolved if keep_text else typed_scalar(resolved)
 
@@ -353,7 +389,9 @@ class _Expander:
 
         def substitute(match: re.Match[str]) -> str:
             resolved = self.resolve(match.group(1), parts, on_key=on_key)
-            return match.group(0) if resolved is None else resolved
+            if resolved is None or not self.growth.allow(resolved, parts):
+                return match.group(0)
+            return resolved
 
         return ARG_REF.sub(substitute, value)
 
@@ -382,7 +420,7 @@ def _keeps_text(ctype: str | None, rel: tuple[str | int, ...] | None) -> bool:
 
 
 def _expand_environment(data: dict[str, Any], env: Mapping[str, str],
-                        problems: list[Finding]) -> dict[str, Any]:
+                        problems: list[Finding], growth: _Growth) -> dict[str, Any]:
     """Substitute ``${{ kit.env.NAME }}`` in capability config values (groups included)."""
     items = data.get("capabilities")
     if not isinstance(items, list):
@@ -395,40 +433,43 @@ def _expand_environment(data: dict[str, Any], env: Mapping[str, str],
             for j, member in enumerate(group["capabilities"]):
                 if isinstance(member, dict) and "config" in member:
                     path = ("capabilities", i, "group", "capabilities", j, "config")
-                    member["config"] = _env_node(member["config"], path, env, problems)
+                    member["config"] = _env_node(member["config"], path, env, problems,
+                                                 growth)
         elif "config" in item:
             item["config"] = _env_node(item["config"], ("capabilities", i, "config"), env,
-                                       problems)
+                                       problems, growth)
     return data
 
 
 def _env_node(value: Any, parts: Parts, env: Mapping[str, str],
-              problems: list[Finding]) -> Any:
+              problems: list[Finding], growth: _Growth) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, child in value.items():
             if contains_env_ref(key):
                 problems.append(Finding((*parts, key), "${{ kit.env.* }} references are not "
                                                        "allowed in mapping keys", on_key=True))
-            out[key] = _env_node(child, (*parts, key), env, problems)
+            out[key] = _env_node(child, (*parts, key), env, problems, growth)
         return out
     if isinstance(value, list):
-        return [_env_node(child, (*parts, i), env, problems) for i, child in enumerate(value)]
+        return [_env_node(child, (*parts, i), env, problems, growth)
+                for i, child in enumerate(value)]
     if isinstance(value, str) and contains_env_ref(value):
-        return _env_text(value, parts, env, problems)
+        return _env_text(value, parts, env, problems, growth)
     return value
 
 
 def _env_text(value: str, parts: Parts, env: Mapping[str, str],
-              problems: list[Finding]) -> str:
+              problems: list[Finding], growth: _Growth) -> str:
+    # Scans by position (never re-slicing the rest): linear in the length of ``value``.
     out: list[str] = []
-    rest = value
+    at = 0
     while True:
-        opener = ENV_OPENER.search(rest)
+        opener = ENV_OPENER.search(value, at)
         if opener is None:
-            out.append(rest)
+            out.append(value[at:])
             return "".join(out)
-        match = ENV_REF.match(rest, opener.start())
+        match = ENV_REF.match(value, opener.start())
         if match is None:
             problems.append(Finding(parts, "malformed ${{ kit.env.NAME }} reference"))
             return value
@@ -443,9 +484,11 @@ def _env_text(value: str, parts: Parts, env: Mapping[str, str],
                                            "${{ kit.* }} placeholder, which a kit.env value "
                                            "may not"))
             return value
-        out.append(rest[:opener.start()])
+        if not growth.allow(replacement, parts):
+            return value
+        out.append(value[at:opener.start()])
         out.append(replacement)
-        rest = rest[match.end():]
+        at = match.end()
 
 
 def _source_document(file: str, text: str | None) -> Any:
@@ -478,7 +521,7 @@ def _raise(problems: list[Finding], file: str, text: str | None) -> None:
 
 
 __all__ = [
-    "ARG_NAME", "ARG_OPENER", "ARG_REF", "ENV_OPENER", "ENV_REF", "KIT_OPENER",
+    "ARG_NAME", "ARG_OPENER", "ARG_REF", "ENV_OPENER", "ENV_REF", "KIT_OPENER", "MAX_EXPANSION",
     "ArgDecl", "ExpandedKit",
     "check_value", "contains_arg_ref", "contains_env_ref", "contains_placeholder",
     "declarations", "expand", "final_environment", "malformed_placeholders",

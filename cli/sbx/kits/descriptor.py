@@ -15,18 +15,30 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from sbx.errors import KitError
 
 SYNTAX_LINE: Final = "# syntax=docker/sandbox-kit:3"
 MAX_DESCRIPTOR_BYTES: Final = 512 * 1024  # KIT-SPEC-V3 §1.9 size budget
+# Structure budgets, far above any real kit (the largest in the corpus has ~240 nodes and
+# nests 12 deep) and low enough that decoding and validating any accepted document stays well
+# under a second: a descriptor is attacker-controlled input (a pulled or shared kit).
+MAX_DEPTH: Final = 32  # nested mappings/lists/scalars, counting the document itself
+MAX_NODES: Final = 5_000  # YAML nodes: every scalar, key, mapping and list
+# How much of the document is shown: every problem is counted and kept in `details`, but the
+# human message lists the first ones, each with at most a window of its source line.
+MAX_SHOWN_DIAGNOSTICS: Final = 50
+MAX_KEPT_DIAGNOSTICS: Final = 1000
+_SOURCE_WINDOW: Final = 120
 
 
 @dataclass(frozen=True)
@@ -43,7 +55,8 @@ class Diagnostic:
         subject = f"{self.path}: " if self.path else ""
         text = f"{where}: {subject}{self.message}"
         if self.source_line:
-            text += f"\n    {self.source_line}\n    {' ' * max(self.col - 1, 0)}^"
+            shown, caret = _window(self.source_line, self.col)
+            text += f"\n    {shown}\n    {' ' * caret}^"
         return text
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,12 +109,25 @@ def format_path(parts: Iterable[str | int]) -> str:
     return text
 
 
+def _window(line: str, col: int) -> tuple[str, int]:
+    """At most :data:`_SOURCE_WINDOW` characters of ``line`` around ``col`` and the caret's
+    offset in them: a one-line flow document must not be repeated whole under every problem."""
+    offset = max(col - 1, 0)
+    if len(line) <= _SOURCE_WINDOW:
+        return line, offset
+    start = min(max(offset - _SOURCE_WINDOW // 2, 0), len(line) - _SOURCE_WINDOW)
+    end = start + _SOURCE_WINDOW
+    head = "..." if start else ""
+    tail = "..." if end < len(line) else ""
+    return f"{head}{line[start:end]}{tail}", offset - start + len(head)
+
+
 _SCHEMA_DIR: Final = "schema"
 _SCHEMA_BASE: Final = "https://sbx.dev/schema/"
 # Sources whose text decides whether a descriptor is valid: hashed into the validation cache key,
 # so editing a schema or a rule can never serve a stale "valid" verdict.
 _RULE_MODULES: Final = ("kits/descriptor.py", "kits/rules.py", "kits/versions.py",
-                        "kits/args.py")
+                        "kits/args.py", "kits/patterns.py")
 
 
 def _schema_files() -> list[tuple[str, str]]:
@@ -150,7 +176,43 @@ def _validator() -> Any:
         contents = json.loads(text)
         resources_.append((f"{_SCHEMA_BASE}{name}", Resource.from_contents(contents)))
     registry: Registry[Any] = Registry().with_resources(resources_)
-    return Draft202012Validator(_schema(), registry=registry)
+    from jsonschema.validators import extend
+
+    # jsonschema compares unhashable items pairwise (quadratic: a list of a few thousand
+    # mappings takes minutes); the same verdict in linear time from canonical keys.
+    validator_class = cast(Any, extend)(Draft202012Validator, {"uniqueItems": _unique_items})
+    return validator_class(_schema(), registry=registry)
+
+
+def _unique_items(validator: Any, wanted: Any, instance: Any, _schema: Any) -> Iterator[Any]:
+    from jsonschema.exceptions import ValidationError
+
+    if not wanted or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield ValidationError("has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable key equal for exactly the values JSON Schema calls equal (1 == 1.0, but
+    true != 1; mappings regardless of key order)."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        number = int(value) if isinstance(value, float) and value.is_integer() else value
+        return ("number", "nan" if math.isnan(number) else number)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, Mapping):
+        return ("object", frozenset((str(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_canonical(v) for v in value))
+    return ("other", repr(value))
 
 
 def parse_descriptor_text(text: str, file: str, *, authored: bool = True) -> Descriptor:
@@ -168,16 +230,22 @@ def parse_descriptor_text(text: str, file: str, *, authored: bool = True) -> Des
 
 
 def load_document(text: str, file: str) -> Any:
-    """Parse YAML 1.2 (duplicate keys rejected) into ruamel's position-carrying mapping."""
+    """Parse YAML 1.2 (duplicate keys rejected) into ruamel's position-carrying mapping.
+
+    Hostile documents are refused before they cost anything: more than
+    :data:`MAX_DESCRIPTOR_BYTES`, nesting deeper than :data:`MAX_DEPTH`, more than
+    :data:`MAX_NODES` nodes, and any anchor, alias or merge key (see :func:`_strict_composer`).
+    """
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_DESCRIPTOR_BYTES:
+        _fail([_too_large(file, size)])
     lines = text.splitlines()
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_DESCRIPTOR_BYTES:
-        _fail([Diagnostic("", f"descriptor is larger than {MAX_DESCRIPTOR_BYTES} bytes",
-                          file, 1, 1)])
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.Composer = _strict_composer()
     try:
         document = yaml.load(text)
     except MarkedYAMLError as exc:
@@ -198,6 +266,59 @@ def load_document(text: str, file: str) -> Any:
         _fail([Diagnostic("", "a descriptor must be a mapping of fields", file, 1, 1,
                           _line_at(lines, 1))])
     return document
+
+
+def _too_large(file: str, size: int | None) -> Diagnostic:
+    limit = f"{MAX_DESCRIPTOR_BYTES // 1024} KiB ({MAX_DESCRIPTOR_BYTES} bytes)"
+    got = f"{size} bytes" if size is not None else "larger"
+    return Diagnostic("", f"the descriptor is {got}, over the {limit} limit for a kit "
+                          "descriptor (KIT-SPEC-V3 §1.9)", file, 1, 1)
+
+
+@cache
+def _strict_composer() -> Any:
+    """ruamel's composer, refusing what a kit never needs and an attacker would use.
+
+    - **Anchors and aliases** (``&a`` / ``*a``, and with them ``<<`` merge keys) are refused
+      outright rather than expanded under a budget: nothing in KIT-SPEC-V3 needs them; an
+      alias lets one line of text stand for a whole subtree (a few hundred bytes of
+      "billion laughs" expand to gigabytes in every pass that walks plain data); and a
+      reviewer reading a kit's permissions should see each one where it applies.
+    - **Depth** beyond :data:`MAX_DEPTH` and more than :data:`MAX_NODES` nodes: parsing stops
+      at the first node over the budget, so the cost of a refused document is bounded too.
+    """
+    from ruamel.yaml.composer import Composer, ComposerError
+    from ruamel.yaml.events import AliasEvent, ScalarEvent
+    from ruamel.yaml.nodes import MappingNode
+
+    class StrictComposer(Composer):
+        nodes = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.parser.peek_event()
+            if isinstance(event, AliasEvent):
+                raise ComposerError(None, None, f"YAML aliases (*{event.anchor}) are not "
+                                    "allowed in a kit descriptor: write the value out where "
+                                    "it applies", event.start_mark)
+            if getattr(event, "anchor", None) is not None:
+                raise ComposerError(None, None, f"YAML anchors (&{event.anchor}) are not "
+                                    "allowed in a kit descriptor", event.start_mark)
+            if isinstance(event, ScalarEvent) and isinstance(parent, MappingNode) \
+                    and index is None and event.value == "<<" and event.style is None:
+                raise ComposerError(None, None, "YAML merge keys (<<) are not allowed in a "
+                                    "kit descriptor", event.start_mark)
+            self.nodes += 1
+            if self.nodes > MAX_NODES:
+                raise ComposerError(None, None, f"the descriptor has more than {MAX_NODES} "
+                                    "YAML nodes (values, keys, lists and mappings), the limit "
+                                    "for a kit descriptor", event.start_mark)
+            if self.depth >= MAX_DEPTH:
+                raise ComposerError(None, None, f"the descriptor nests deeper than "
+                                    f"{MAX_DEPTH} levels, the limit for a kit descriptor",
+                                    event.start_mark)
+            return super().compose_node(parent, index)
+
+    return StrictComposer
 
 
 def check_document(document: Any, file: str, lines: Sequence[str], *, authored: bool = True,
@@ -359,7 +480,13 @@ def _json_type(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(to_plain(value), default=str)
+    # Encoded lazily and cut at 60 characters: a problem about a huge value (or many problems
+    # about one) must not serialise all of it each time.
+    text = ""
+    for chunk in json.JSONEncoder(default=str).iterencode(value):
+        text += chunk
+        if len(text) > 60:
+            break
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -447,10 +574,17 @@ def _fail(diagnostics: Sequence[Diagnostic]) -> Any:
     count = len(diagnostics)
     file = diagnostics[0].file if diagnostics else "descriptor"
     head = f"{file} is not a valid kit descriptor ({count} problem{'s' if count != 1 else ''})"
-    body = "\n\n".join(d.render() for d in diagnostics)
+    shown = diagnostics[:MAX_SHOWN_DIAGNOSTICS]
+    body = "\n\n".join(d.render() for d in shown)
+    if count > len(shown):
+        body += f"\n\n... and {count - len(shown)} more problems (--json lists up to " \
+                f"{MAX_KEPT_DIAGNOSTICS})"
+    details: dict[str, Any] = {
+        "diagnostics": [d.as_dict() for d in diagnostics[:MAX_KEPT_DIAGNOSTICS]]}
+    if count > MAX_KEPT_DIAGNOSTICS:
+        details["diagnostics_total"] = count
     raise KitError(head, body=body,
-                   hint="Fix each field at the path and position shown.",
-                   details={"diagnostics": [d.as_dict() for d in diagnostics]})
+                   hint="Fix each field at the path and position shown.", details=details)
 
 
 def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descriptor:
@@ -461,10 +595,7 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
     validation is a pure function of (schema, rules, text), and skipping the YAML parser and
     jsonschema saves tens of milliseconds on every run. Anything that fails is never cached.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail([Diagnostic("", f"cannot read descriptor: {exc}", str(path), 0, 0)])
+    text = read_descriptor_text(path)
     if cache_dir is None:
         return parse_descriptor_text(text, str(path))
     key = hashlib.sha256(
@@ -475,8 +606,8 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
         data = json.loads(entry.read_text(encoding="utf-8"))
         if isinstance(data, dict):
             return Descriptor(data=data, file=str(path))
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError, RecursionError):
+        pass  # a damaged cache entry is a miss: the descriptor is validated again
     descriptor = parse_descriptor_text(text, str(path))
     try:
         cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -488,12 +619,49 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
     return descriptor
 
 
+def read_descriptor_text(path: Path) -> str:
+    """The text of a descriptor file, read no further than the size limit: a huge file, a
+    FIFO or a device is refused (``invalid_kit``) without being read whole or blocking."""
+    file = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError) as exc:
+        _fail([Diagnostic("", f"cannot read descriptor: {_os_reason(exc)}", file, 0, 0)])
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            _fail([Diagnostic("", "the descriptor is not a regular file", file, 0, 0)])
+        if info.st_size > MAX_DESCRIPTOR_BYTES:
+            _fail([_too_large(file, info.st_size)])
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(MAX_DESCRIPTOR_BYTES + 1)
+    except OSError as exc:
+        _fail([Diagnostic("", f"cannot read descriptor: {_os_reason(exc)}", file, 0, 0)])
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_DESCRIPTOR_BYTES:
+        _fail([_too_large(file, None)])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _fail([Diagnostic("", f"the descriptor is not UTF-8 text (byte offset {exc.start})",
+                          file, 0, 0)])
+    raise AssertionError("unreachable")  # pragma: no cover - _fail always raises
+
+
+def _os_reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split())[:200]
+
+
 def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
     if diagnostics:
         _fail(sort_diagnostics(diagnostics))
 
 
-__all__ = ["MAX_DESCRIPTOR_BYTES", "SYNTAX_LINE", "Descriptor", "Diagnostic", "Finding", "Parts",
-           "check_document", "format_path", "load_document", "locate", "parse_descriptor_file",
-           "parse_descriptor_text", "position", "raise_diagnostics", "sort_diagnostics",
-           "to_plain", "validate_document", "validation_fingerprint"]
+__all__ = ["MAX_DEPTH", "MAX_DESCRIPTOR_BYTES", "MAX_NODES", "SYNTAX_LINE", "Descriptor",
+           "Diagnostic", "Finding", "Parts", "check_document", "format_path", "load_document",
+           "locate", "parse_descriptor_file", "parse_descriptor_text", "position",
+           "raise_diagnostics", "read_descriptor_text", "sort_diagnostics", "to_plain",
+           "validate_document", "validation_fingerprint"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,17 +68,45 @@ def find_descriptor(directory: Path) -> Path:
     )
 
 
+def path_kind(path: Path, reference: str) -> str | None:
+    """``"file"``, ``"dir"``, ``"other"`` or None (nothing there) for a path given on the
+    command line; a path the system cannot even look up (too long, a NUL, a symlink loop, no
+    permission) is ``invalid_argument``, never an unexpected error."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{_shown(reference)} is not a usable path (it contains NUL)",
+                       hint="Name a kit directory or a pulled kit reference.") from None
+    except OSError as exc:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{_shown(reference)} cannot be looked up: {exc.strerror}",
+                       hint="Name a kit directory (a shorter, readable path) or a pulled kit "
+                            "reference.") from None
+    if stat.S_ISDIR(info.st_mode):
+        return "dir"
+    return "file" if stat.S_ISREG(info.st_mode) else "other"
+
+
+def _shown(reference: str) -> str:
+    """A reference as messages show it: quoted, and cut when it is very long."""
+    return repr(reference if len(reference) <= 120 else reference[:117] + "...")
+
+
 def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) -> LocalKit:
     path = (cwd / reference).absolute() if not os.path.isabs(reference) else Path(reference)
-    if path.is_file() and path.suffix == ".yaml":
+    kind = path_kind(path, reference)
+    if kind == "file" and path.suffix == ".yaml":
         descriptor_path, directory = path, path.parent
-    elif path.is_dir():
+    elif kind == "dir":
         directory = path
         descriptor_path = find_descriptor(directory)
     else:
         raise SbxError(
             Reason.IMAGE_MISSING,
-            f"kit {reference!r} is neither a local kit directory nor a pulled kit",
+            f"kit {_shown(reference)} is neither a local kit directory nor a pulled kit",
             hint=f"Check the path, or fetch a registry kit first with `sbx pull {reference}`.",
         )
     descriptor = parse_descriptor_file(descriptor_path, cache_dir=cache_dir)
@@ -161,4 +190,4 @@ def content_hash(kit: LocalKit) -> str:
 
 
 __all__ = ["RECIPE_NAME", "LocalKit", "build_context", "content_hash", "find_descriptor",
-           "load_local_kit"]
+           "load_local_kit", "path_kind"]

@@ -33,6 +33,7 @@ from sbx.kits.args import (
     malformed_placeholders,
 )
 from sbx.kits.descriptor import Diagnostic, Finding, Parts, position
+from sbx.kits.patterns import check_pattern, full_match
 from sbx.kits.types import (
     ACP,
     AGENT_CONTEXT,
@@ -75,6 +76,7 @@ CONFIGLESS: Final = frozenset({PRIVILEGED, KIT_REGISTRY, SBX, LONG_RUNNING, GIT_
 HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST",
                                  "PUT", "TRACE"})
 METHOD_ANY: Final = "ANY"
+MAX_HTTP_GRANTS: Final = 10_000  # per network-policy@2 entry (hosts x methods x paths)
 PHASES: Final = ("install", "runtime")
 PROMPT: Final = "{{.Prompt}}"
 SESSION_ID: Final = "{{.SessionID}}"
@@ -86,7 +88,6 @@ TYPE_PATTERN: Final = re.compile(
 _SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _FILE_NAME_FORBIDDEN: Final = re.compile(r"[/\\\x00]")
 _TEMPLATE: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
-_RE2_UNSUPPORTED: Final = re.compile(r"\(\?[=!]|\(\?<[=!]|\\[1-9]")
 # A registry reference: [host[:port]/]path[:tag][@sha256:digest], lowercase path components.
 _PATH_COMPONENT: Final = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE: Final = re.compile(
@@ -287,20 +288,19 @@ def _args(doc: Mapping[str, Any], out: _Out) -> None:
             out.add(here, "env and buildArg are mutually exclusive: an arg resolves in one "
                           "phase (create or build)")
         pattern = _string(decl.get("pattern"))
-        compiled: re.Pattern[str] | None = None
+        usable = False
         if pattern:
-            if _RE2_UNSUPPORTED.search(pattern):
-                out.add((*here, "pattern"), "uses a lookaround or backreference, which RE2 "
-                                            "(the spec's regex dialect) does not support")
-            try:
-                compiled = re.compile(pattern)
-            except re.error as exc:
-                out.add((*here, "pattern"), f"invalid pattern: {exc}")
+            # RE2, the spec's dialect, compiled here so bad syntax is a finding at this field;
+            # never Python's backtracking `re` (sbx.kits.patterns).
+            problem = check_pattern(pattern)
+            if problem is not None:
+                out.add((*here, "pattern"), problem)
+            usable = problem is None
         default = _string(decl.get("default"))
         enum = _strings(decl.get("enum"))
         if default is not None and enum and default not in enum:
             out.add((*here, "default"), f"default {default!r} is not one of the enum values")
-        if default is not None and compiled is not None and not compiled.fullmatch(default):
+        if default is not None and pattern and usable and not full_match(pattern, default):
             out.add((*here, "default"), f"default {default!r} does not match the pattern")
         if default is not None and contains_placeholder(default):
             out.add((*here, "default"), "a default is a literal; it may not reference "
@@ -473,12 +473,21 @@ def _entry(entry: Entry, kind: str | None, out: _Out) -> None:
 
 
 def _network_v2(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+    grants = 0
     for phase in PHASES:
         rules = _mapping(config.get(phase))
         for side in ("allow", "deny"):
             for j, raw in enumerate(_items(rules.get(side))):
                 if isinstance(raw, Mapping):
                     _network_entry(entry.at("config", phase, side, j), phase, side, raw, out)
+                    grants += (len(_items(raw.get("hosts"))) * max(len(_items(raw.get(
+                        "methods"))), 1) * max(len(_items(raw.get("paths"))), 1))
+    if grants > MAX_HTTP_GRANTS:
+        # Each host x method x path is one grant in the permission surface a pull compares
+        # (sbx.kits.surface); a few hundred list items must not multiply into millions.
+        out.add(entry.at("config"), f"the policy combines {grants} host x method x path grants, "
+                                    f"more than {MAX_HTTP_GRANTS}: split it by host, or drop "
+                                    "methods or paths that add nothing")
 
 
 def _network_entry(at: Parts, phase: str, side: str, raw: Mapping[str, Any], out: _Out) -> None:

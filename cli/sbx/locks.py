@@ -1,0 +1,43 @@
+"""Per-name file locks, so concurrent runs build one image once instead of N times.
+
+Twenty first runs of one kit at once used to build it twenty times: each build re-tagged the
+same name and left the previous image dangling (19 of them). Whoever takes the lock for a tag
+builds it; the others wait, then find it present. Locks live in the state home (concurrent
+runs of one user share it); a lock that cannot be taken (an unwritable state home) costs only
+the deduplication, never the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def name_lock(lock_dir: Path | None, name: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``name`` (any string, e.g. an image tag) while inside."""
+    if lock_dir is None:
+        yield
+        return
+    fd: int | None = None
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        fd = os.open(lock_dir / f"{digest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing releases the lock
+
+
+__all__ = ["name_lock"]
