@@ -6,6 +6,11 @@ set -euo pipefail
 
 BUSYBOX_TAG="sbx-test/busybox:1"
 BOOKWORM_TAG="sbx-base/bookworm:1"
+# The base of the agent kits (examples/agents): what a coding agent expects to find on a
+# developer's machine, from Debian packages. No Node here: bookworm's nodejs is 18, older than
+# Gemini CLI needs; that kit brings an npm-published Node (see examples/agents/README.md).
+AGENT_TAG="sbx-base/agent:1"
+AGENT_PACKAGES="bash,python3,curl,ca-certificates,git,ripgrep,procps,less,jq,openssh-client,xz-utils,unzip,patch,diffutils,file"
 force=0
 [ "${1:-}" = "--force" ] && force=1
 
@@ -62,5 +67,25 @@ build_bookworm() {
   echo "build-images: built $BOOKWORM_TAG"
 }
 
+build_agent() {
+  have_image "$AGENT_TAG" && return 0
+  local dir mirror
+  mirror=$(debian_mirror)
+  dir=$(mktemp -d)
+  echo "build-images: debootstrap the agent base (a minute or two)..."
+  debootstrap --variant=minbase --include="$AGENT_PACKAGES" \
+    bookworm "$dir" "$mirror" >/tmp/sbx-debootstrap-agent.log 2>&1 \
+    || { tail -20 /tmp/sbx-debootstrap-agent.log >&2; exit 1; }
+  chroot "$dir" useradd --create-home --uid 1000 --user-group --shell /bin/bash agent
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' - "$AGENT_TAG" >/dev/null
+  rm -rf "$dir"
+  echo "build-images: built $AGENT_TAG"
+}
+
 build_busybox
 build_bookworm
+build_agent

@@ -16,6 +16,8 @@ command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
 command -v zsh >/dev/null 2>&1 || need_pkgs+=(zsh)
 command -v fish >/dev/null 2>&1 || need_pkgs+=(fish)
 command -v groff >/dev/null 2>&1 || need_pkgs+=(groff-base)
+# `man` reads the page the wheel installs (tests/acceptance/test_wheel_install.py).
+command -v man >/dev/null 2>&1 || need_pkgs+=(man-db)
 # Interactive sessions are tested as a person uses them: in a real terminal (tmux), and as a
 # host user who is neither root nor uid 1000 (run with setpriv from util-linux).
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
@@ -60,11 +62,21 @@ if [ ! -x .venv/bin/python ]; then
   log "creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import sbx, pytest, hypothesis, mypy' >/dev/null 2>&1 \
+# The distribution was called `sbx` before it became sbx-sandbox (the PyPI name `sbx` is
+# taken): an old editable install of it would shadow the new one's console script.
+if .venv/bin/python -m pip show -q sbx >/dev/null 2>&1; then
+  log "removing the old 'sbx' distribution from .venv (now sbx-sandbox)"
+  .venv/bin/python -m pip uninstall -q -y sbx
+  rm -f .venv/.sbx-installed
+fi
+if ! .venv/bin/python -c 'import sbx, pytest, hypothesis, mypy, hatchling, pipx' >/dev/null 2>&1 \
     || [ pyproject.toml -nt .venv/.sbx-installed ]; then
   log "installing sbx and its development tools into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
   touch .venv/.sbx-installed
 fi
+# The runtime dependencies as wheels, pinned to what .venv has: the packaging test installs
+# the built wheel with pipx from here, offline (a no-op when already filled).
+.venv/bin/python scripts/wheelhouse.py .venv/sbx-wheelhouse
 
 bash scripts/build-images.sh

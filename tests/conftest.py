@@ -27,6 +27,9 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("SBX_TRACEBACK", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # Never the developer's OS keyring: `sbx secret set` uses the file store unless a test
+    # chooses a keyring backend itself (tests/support/fakekeyring.py).
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
 
 
 @dataclass

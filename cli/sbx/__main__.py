@@ -124,7 +124,6 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
     import typer
-    from typer._click import exceptions as click_exceptions
 
     from sbx.app import app
 
@@ -141,12 +140,13 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
         return int(done.exit_code or 0)
     except typer.Abort:
         return _interrupted(launch, command)
-    except click_exceptions.ClickException as usage:
+    except typer.TyperException as usage:
+        # typer's public base of its (vendored) click usage errors: no private module needed.
         if launch.as_json:
             launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message()),
                                     command)
         else:
-            usage.show(file=launch.stderr)
+            launch.renderer().usage_error(usage)
         return int(ExitStatus.USAGE)
     except KeyboardInterrupt:
         return _interrupted(launch, command)

@@ -13,13 +13,18 @@ from typing import Annotated, Any
 import typer
 
 from sbx import __version__
+from sbx.commands import completion as completion_command
+from sbx.commands import config as config_command
 from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
 from sbx.commands import kit as kit_command
+from sbx.commands import kit_author as kit_author_command
 from sbx.commands import pull as pull_command
 from sbx.commands import run as run_command
+from sbx.commands import sandboxes as sandboxes_command
 from sbx.commands import secret as secret_command
+from sbx.commands import secret_import as secret_import_command
 from sbx.commands import version as version_command
 from sbx.errors import SbxError
 from sbx.reasons import Reason
@@ -84,10 +89,17 @@ app.command("doctor")(_interruptible(doctor_command.doctor))
 app.command("pull")(_interruptible(pull_command.pull))
 app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
+app.command("ls")(_interruptible(sandboxes_command.ls))
+app.command("attach")(_interruptible(sandboxes_command.attach))
+app.command("exec")(_interruptible(sandboxes_command.exec_))
+app.command("logs")(_interruptible(sandboxes_command.logs))
+app.command("stop")(_interruptible(sandboxes_command.stop))
+app.command("rm")(_interruptible(sandboxes_command.rm))
 
 secret_app = typer.Typer(
     name="secret",
-    help="Store, list and remove the secrets that kits' credential@1 capabilities use.",
+    help="Store, list, import and remove the secrets that kits' credential@1 capabilities "
+         "use.",
     no_args_is_help=True,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -95,16 +107,33 @@ secret_app = typer.Typer(
 secret_app.command("set")(_interruptible(secret_command.set_secret))
 secret_app.command("ls")(_interruptible(secret_command.ls))
 secret_app.command("rm")(_interruptible(secret_command.rm))
+secret_app.command("import")(_interruptible(secret_import_command.import_secrets))
 app.add_typer(secret_app, name="secret")
 
 kit_app = typer.Typer(
     name="kit",
-    help="Publish local kits to a registry.",
+    help="Create, check, inspect and publish kits.",
     no_args_is_help=True,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+kit_app.command("init")(_interruptible(kit_author_command.init))
+kit_app.command("validate")(_interruptible(kit_author_command.validate))
+kit_app.command("inspect")(_interruptible(kit_author_command.inspect))
 kit_app.command("push")(_interruptible(kit_command.push))
 app.add_typer(kit_app, name="kit")
+
+config_app = typer.Typer(
+    name="config",
+    help="Show where the config file is and every setting in effect.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app.command("path")(_interruptible(config_command.path))
+config_app.command("show")(_interruptible(config_command.show))
+app.add_typer(config_app, name="config")
+
+app.command("completion")(_interruptible(completion_command.completion))
 
 __all__ = ["app"]

@@ -80,6 +80,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
     "gc": MappingProxyType({
         "grace_seconds": 600,
         "batch_size": 256,
+        "named_ttl": None,
     }),
 })
 
@@ -162,6 +163,7 @@ class MountSettings:
 class GcSettings:
     grace_seconds: Sourced[int]
     batch_size: Sourced[int]
+    named_ttl: Sourced[int | None]  # None: gc never removes a named sandbox by itself
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from sbx.reasons import Reason
 from sbx.signals import deferred_interrupts
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import docker
     from docker.models.containers import Container
 
@@ -104,9 +106,18 @@ class Driver(Protocol):
                      helper_labels: Mapping[str, str]) -> ImageInfo: ...
     def create(self, spec: ContainerSpec) -> str: ...
     def start(self, container_id: str) -> None: ...
-    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]: ...
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]: ...
     def attach(self, container_id: str, *, stdin: bool,
                detach_keys: str | None = None) -> AttachedStream: ...
+    def stop(self, container_id: str, timeout_s: int) -> None: ...
+    def container_finished_at(self, container_id: str) -> float | None: ...
+    def container_state(self, container_id: str) -> str | None: ...
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]: ...
+    def exec_exit_code(self, exec_id: str) -> int | None: ...
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None: ...
     def resize(self, container_id: str, *, rows: int, columns: int) -> None: ...
     def wait(self, container_id: str, timeout_s: float) -> int | None: ...
     def kill(self, container_id: str) -> None: ...
@@ -351,24 +362,120 @@ class DockerDriver:
 
     def create(self, spec: ContainerSpec) -> str:
         kwargs = create_kwargs(spec)
+        name = kwargs.pop("name", None)
+        stdin_once = kwargs.pop("stdin_once", True)
+        kwargs.pop("use_config_proxy", None)  # the config is built here: nothing is injected
         with self._engine_errors("creating the sandbox container", Reason.CREATE_FAILED):
             host_config = self._api.create_host_config(**kwargs.pop("host_config"))
-            created = self._api.create_container(host_config=host_config, **kwargs)
+            config = self._api.create_container_config(host_config=host_config, **kwargs)
+            # The SDK ties StdinOnce to stdin_open; a named sandbox keeps its stdin open across
+            # attaches (a detach must not close the workload's stdin).
+            if kwargs.get("stdin_open"):
+                config["StdinOnce"] = stdin_once
+            created = self._api.create_container_from_config(config, name=name)
         return str(created["Id"])
+
+    def stop(self, container_id: str, timeout_s: int) -> None:
+        """Graceful stop (SIGTERM, then SIGKILL after ``timeout_s``); gone or stopped is fine."""
+        import docker
+
+        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.stop(container_id, timeout=timeout_s)
+            except docker.errors.NotFound:
+                return
+
+    def container_finished_at(self, container_id: str) -> float | None:
+        """When a stopped container stopped (unix time); None while it runs or is gone."""
+        from datetime import datetime
+
+        import docker
+
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            try:
+                attrs = self._api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+        state = attrs.get("State") or {}
+        if state.get("Running"):
+            return None
+        raw = str(state.get("FinishedAt") or "")
+        try:
+            # RFC 3339 with nanoseconds: keep microseconds for fromisoformat.
+            head = raw.partition(".")[0]
+            stamp = datetime.fromisoformat(head + ("+00:00" if raw.endswith("Z") else ""))
+        except ValueError:
+            return None
+        return stamp.timestamp() if stamp.year > 1 else None
+
+    def container_state(self, container_id: str) -> str | None:
+        """``running``, ``exited``, ``created``...; None when the container does not exist."""
+        import docker
+
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            try:
+                attrs = self._api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+        return str((attrs.get("State") or {}).get("Status") or "") or None
+
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]:
+        """An exec in a running sandbox with its stream attached (raw with a TTY, framed
+        without); returns the stream and the exec id. The exec runs with the container's
+        hardening (capabilities, no-new-privileges, cgroup limits, network) as ``user``."""
+        from sbx.session.stream import AttachedStream
+
+        api = self._api
+        with self._engine_errors("starting a command in the sandbox", Reason.START_FAILED):
+            created = api.exec_create(container_id, list(argv), stdout=True, stderr=True,
+                                      stdin=stdin, tty=tty, user=user,
+                                      environment=dict(env) or None, workdir=workdir)
+            exec_id = str(created["Id"])
+            response = api.post(api._url("/exec/{0}/start", exec_id),
+                                headers={"Connection": "Upgrade", "Upgrade": "tcp",
+                                         "Content-Type": "application/json"},
+                                data=json.dumps({"Tty": tty, "Detach": False}), stream=True)
+            api._raise_for_status(response)
+        return AttachedStream(_upgraded_socket(response), keep=response), exec_id
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        with self._engine_errors("reading a command's status", Reason.START_FAILED):
+            info = self._api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        return None if info.get("Running") or code is None else int(code)
+
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None:
+        import docker
+
+        with self._engine_errors("resizing the command's terminal", Reason.START_FAILED):
+            try:
+                self._api.exec_resize(exec_id, height=rows, width=columns)
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (404, 409, 500):
+                    raise
 
     def start(self, container_id: str) -> None:
         with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
             self._api.start(container_id)
 
-    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]:
-        """The container's stdout/stderr from its engine log, followed, as (stream, chunk)
-        pairs. Only for containers that keep a (bounded) engine log, such as doctor's limit
-        probe; a sandbox's output is read from its attach stream (:meth:`attach`)."""
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]:
+        """The container's stdout/stderr from its engine log (followed until it stops when
+        ``follow``), as (stream, chunk) pairs. Only for containers that keep a (bounded) engine
+        log: doctor's limit probe and named sandboxes; a run's output is read from its attach
+        stream (:meth:`attach`)."""
         api = self._api
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0}
+        if tail is not None:
+            params["tail"] = tail
         with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+            # A TTY container's log is the terminal's raw stream, not framed.
+            tty = bool((api.inspect_container(container_id).get("Config") or {}).get("Tty"))
             response = api._get(
                 api._url("/containers/{0}/logs", container_id),
-                params={"stdout": 1, "stderr": 1, "follow": 1}, stream=True, timeout=None)
+                params=params, stream=True, timeout=None)
             api._raise_for_status(response)
 
         def chunks() -> Iterator[tuple[str, bytes]]:
@@ -376,6 +483,12 @@ class DockerDriver:
             # length), then the payload; read through urllib3 so chunked encoding is undone.
             try:
                 with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+                    while tty:
+                        data = response.raw.read(65536, decode_content=False) \
+                            if not hasattr(response.raw, "read1") else response.raw.read1(65536)
+                        if not data:
+                            return
+                        yield "stdout", data
                     while True:
                         header = response.raw.read(8)
                         if len(header) < 8:
@@ -553,7 +666,10 @@ class DockerDriver:
             f"WORKDIR {like.workdir or '/'}",
             *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
         ]
-        with self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
+        # Held back from signals: the engine finishes a commit whose client went away, so an
+        # interrupted request would leave an image the run's cleanup already looked for.
+        with deferred_interrupts(), \
+                self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
             self._api.commit(container_id, repository=repository, tag=version or "latest",
                              changes=changes)
         image = self.image(tag)
@@ -873,6 +989,11 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
                        "timeout": 10 * 1_000_000_000, "retries": 1, "start_period": 0}
     return {
         "healthcheck": healthcheck,
+        "name": spec.name,
+        "stdin_once": spec.stdin_once,
+        # Never the proxies of the user's Docker client config: they would reach the sandbox's
+        # environment, credentials in the URL included.
+        "use_config_proxy": False,
         "image": spec.image,
         "command": list(spec.command) if spec.command is not None else None,
         "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
@@ -905,6 +1026,50 @@ def _image_info(attrs: Mapping[str, Any]) -> ImageInfo:
     )
 
 
+def docker_auth_config(registry: str, config_file: Path,
+                       env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The docker SDK's own resolution of ``registry``'s credentials from ``config_file``
+    (``docker.auth``: ``credHelpers``, ``credsStore`` through ``docker.credentials``' helper
+    protocol, then ``auths``), or None for anonymous access.
+
+    The helper runs with ``env`` over the process environment and, as in the SDK and the
+    docker CLI, is looked up on the process's PATH. Errors are :class:`ValueError` (an
+    unreadable ``auths`` entry) or :class:`LookupError` (the named helper failed), carrying
+    no text from the file or the helper, which may hold secrets.
+    """
+    import warnings
+
+    from docker import auth, credentials
+    from docker.errors import DockerException
+
+    try:
+        config = auth.load_config(config_path=str(config_file), credstore_env=dict(env))
+    except (ValueError, TypeError, DockerException) as exc:
+        raise ValueError(type(exc).__name__) from None
+    try:
+        with warnings.catch_warnings():
+            # The SDK warns when a helper is not on PATH; the caller reports that itself.
+            warnings.simplefilter("ignore")
+            found = config.resolve_authconfig(registry)
+    except (DockerException, credentials.StoreError, ValueError, KeyError) as exc:
+        raise LookupError(type(exc).__name__) from None
+    return dict(found) if found else None
+
+
+def docker_credential_store(registry: str, config_file: Path) -> str | None:
+    """The credential helper the Docker config names for ``registry`` (``credHelpers``, else
+    ``credsStore``), as the SDK chooses it; None when it names none."""
+    from docker import auth
+    from docker.errors import DockerException
+
+    try:
+        config = auth.load_config(config_path=str(config_file))
+    except (ValueError, TypeError, DockerException):  # reported by docker_auth_config
+        return None
+    store = config.get_credential_store(registry)
+    return str(store) if store else None
+
+
 def _is_read_timeout(exc: BaseException) -> bool:
     import requests
 
@@ -926,4 +1091,4 @@ def _short(exc: BaseException) -> str:
 
 
 __all__ = ["API_TIMEOUT_S", "DockerDriver", "Driver", "EngineInfo", "ImageInfo", "OwnedObject",
-           "RawListing", "create_kwargs"]
+           "RawListing", "create_kwargs", "docker_auth_config", "docker_credential_store"]

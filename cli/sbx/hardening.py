@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from sbx.labels import NAME as NAME_LABEL
+
 if TYPE_CHECKING:
     from sbx.config import SandboxSettings
 
@@ -80,6 +82,8 @@ class ContainerSpec:
     # The engine's health check, used as a deadline the sandbox keeps by itself (see
     # deadline_check): (argv, interval in seconds), or None.
     healthcheck: tuple[tuple[str, ...], int] | None = None
+    name: str | None = None  # the engine's container name (named sandboxes)
+    stdin_once: bool = True  # the engine closes stdin when the attached client's ends
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -111,6 +115,9 @@ def build_spec(
     tty: bool = False,
     stdin_open: bool = False,
     engine_log: bool = False,
+    home_volume: str | None = None,
+    stdin_once: bool = True,
+    name: str | None = None,
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
@@ -121,8 +128,9 @@ def build_spec(
     """
     if uid == 0 or gid == 0:
         raise ValueError("the sandbox user must not be uid or gid 0")
-    tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777"),
-             home: tmpfs_options(limits.home_bytes, mode="0700", uid=uid, gid=gid)}
+    tmpfs = {TMP_TARGET: tmpfs_options(limits.tmp_bytes, mode="1777")}
+    if home_volume is None:
+        tmpfs[home] = tmpfs_options(limits.home_bytes, mode="0700", uid=uid, gid=gid)
     tmpfs.update(extra_tmpfs or {})
     binds = list(extra_binds)
     if workspace_bind is None:
@@ -152,6 +160,8 @@ def build_spec(
         stdin_open=stdin_open,
         log_driver=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[0],
         log_options=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[1],
+        stdin_once=stdin_once,
+        name=name,
     )
 
 
@@ -228,7 +238,10 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
         problems.append("workspace tmpfs is not size-capped")
     home = spec.env.get("HOME", "")
     home_tmpfs = spec.tmpfs.get(home, "")
-    if f"size={limits.home_bytes}" not in home_tmpfs or "nosuid" not in home_tmpfs:
+    # A named sandbox keeps HOME in a volume of its own (it persists across stop/start).
+    home_kept = NAME_LABEL in spec.labels and any(b.target == home for b in spec.binds)
+    if not home_kept and (f"size={limits.home_bytes}" not in home_tmpfs
+                          or "nosuid" not in home_tmpfs):
         problems.append("HOME is not a size-capped nosuid tmpfs")
     if spec.log_driver != "none" and not dict(spec.log_options).get("max-size"):
         problems.append(f"the engine log ({spec.log_driver}) has no size limit")

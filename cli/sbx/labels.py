@@ -15,6 +15,7 @@ DEADLINE: Final = f"{PREFIX}.deadline"
 KITS: Final = f"{PREFIX}.kits"
 VERSION: Final = f"{PREFIX}.version"
 ROLE: Final = f"{PREFIX}.role"
+NAME: Final = f"{PREFIX}.name"  # on everything a named sandbox owns
 
 # Roles: the sandbox itself, and short-lived helper containers (reading a file out of an image,
 # doctor's limit probe) that are removed right after use.
@@ -46,5 +47,5 @@ def deadline_of(labels: Mapping[str, str]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-__all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "PREFIX", "ROLE", "ROLE_HELPER",
+__all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "NAME", "PREFIX", "ROLE", "ROLE_HELPER",
            "ROLE_SANDBOX", "RUN", "VERSION", "deadline_of", "home_selector", "object_labels"]

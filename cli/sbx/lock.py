@@ -2,7 +2,8 @@
 
 ``{"version": 1, "kits": [{"reference", "digest", "image", "kind", "args", "permissions"}]}``.
 Written atomically (temp file in the same directory, fsync, rename), so a crash or a refused
-pull never leaves a half-written or changed lock.
+pull never leaves a half-written or changed lock. Kits are keyed by their normalised reference
+(:func:`sbx.registry.normalize_reference`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sbx.kits.descriptor import MAX_DESCRIPTOR_BYTES, parse_descriptor_text
 from sbx.kits.local import LocalKit
 from sbx.kits.surface import Surface, Widening, diff_widenings
 from sbx.reasons import Reason
+from sbx.registry import canonical_reference
 
 LOCK_FILE: Final = "kits.lock.json"
 MAX_LOCK_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
@@ -70,14 +72,18 @@ class Lock:
     kits: tuple[LockEntry, ...] = ()
 
     def get(self, reference: str) -> LockEntry | None:
-        return next((k for k in self.kits if k.reference == reference), None)
+        """The entry for ``reference`` in any spelling Docker treats as the same (``ubuntu`` =
+        ``docker.io/library/ubuntu:latest``, :func:`sbx.registry.normalize_reference`), so
+        entries written before references were normalised are still found."""
+        wanted = canonical_reference(reference)
+        return next((k for k in self.kits if canonical_reference(k.reference) == wanted), None)
 
     def with_entry(self, entry: LockEntry) -> Lock:
         """The lock with ``entry`` replacing the one for its reference (in place), or appended."""
-        if self.get(entry.reference) is None:
+        previous = self.get(entry.reference)
+        if previous is None:
             return replace(self, kits=(*self.kits, entry))
-        return replace(self, kits=tuple(entry if k.reference == entry.reference else k
-                                        for k in self.kits))
+        return replace(self, kits=tuple(entry if k is previous else k for k in self.kits))
 
     def to_json(self) -> dict[str, Any]:
         return {"version": LOCK_VERSION, "kits": [k.to_json() for k in self.kits]}
@@ -193,7 +199,7 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
                             what="the stored descriptor", fix=fix) from exc
     descriptor = parse_descriptor_text(text, f"{reference} (locked {entry.digest[:19]})",
                                        authored=False)
-    stem = reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"
+    stem = entry.reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"
     return LocalKit(reference=reference, directory=stored.parent, stem=stem,
                     descriptor=descriptor, dockerfile_text=None, image=entry.image)
 
@@ -225,10 +231,20 @@ def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept:
     """Decide a pull of ``digest`` with surface ``candidate`` against the lock entry.
 
     ``confirm`` is the terminal prompt (None without a terminal). Widenings need ``accept`` or
-    a confirmation; narrowing and movement inside the granted surface apply silently.
+    a confirmation; narrowing and movement inside the granted surface apply silently. A first
+    pull is a widening from nothing: a kit that asks for any permission needs the same
+    approval (refused as :attr:`Decision.REFUSED` with no previous entry); one that asks for
+    none is pinned silently.
     """
     if previous is None:
-        return GateResult(Decision.NEW)
+        everything = tuple(diff_widenings(Surface(), candidate))
+        if not everything:
+            return GateResult(Decision.NEW)
+        if accept:
+            return GateResult(Decision.NEW, everything, "accept-flag")
+        if confirm is not None and confirm(everything):
+            return GateResult(Decision.NEW, everything, "terminal")
+        return GateResult(Decision.REFUSED, everything)
     widenings = tuple(diff_widenings(previous.permissions, candidate))
     if not widenings:
         same = previous.digest == digest

@@ -58,6 +58,7 @@ class Reason(enum.StrEnum):
     CREDENTIAL_UNBOUND = "credential_unbound"
     MOUNT_BLOCKED = "mount_blocked"
     PERMISSION_WIDENED = "permission_widened"
+    PERMISSION_UNAPPROVED = "permission_unapproved"
     CONSENT_REQUIRED = "consent_required"
     HOST_SERVICES_EXPOSED = "host_services_exposed"
     BUILD_FAILED = "build_failed"
@@ -180,6 +181,15 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "A new version of a locked kit asks for more than the version that was approved, and "
         "the widening was not approved.",
         "Review the listed widenings, then pull again on a terminal and confirm, or pass "
+        "`--accept`.",
+        _E.REFUSED,
+    ),
+    _R.PERMISSION_UNAPPROVED: ReasonInfo(
+        "Kit permissions not approved",
+        "The first pull of a kit shows every permission it asks for (hosts it may reach, "
+        "credentials, ports, storage, privileged...) and needs approval, which was not given: "
+        "no terminal to confirm on, the question was declined, and no --accept.",
+        "Review the listed permissions, then pull again on a terminal and confirm, or pass "
         "`--accept`.",
         _E.REFUSED,
     ),

@@ -6,6 +6,11 @@ as insecure), HTTPS otherwise. Authentication: anonymous first; on a 401 the use
 credentials (:mod:`sbx.registry_auth`, resolved only then, from the injected environment) answer
 a ``Basic`` challenge directly, or a ``Bearer`` one through a token from the realm the registry
 named (https only, unless the realm is on loopback), and the request is retried once.
+
+References are read as Docker reads them (:func:`normalize_reference`): a first component that
+is not a host (no ``.`` or ``:``, not ``localhost``) means Docker Hub, so ``docker/sbx-kit-x:1``
+is ``docker.io/docker/sbx-kit-x:1`` and ``ubuntu`` is ``docker.io/library/ubuntu:latest``;
+Docker Hub's API is ``registry-1.docker.io``.
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ TIMEOUT_S: Final = 30.0
 MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024
 
 _REFERENCE = re.compile(
-    r"^(?P<host>[A-Za-z0-9.-]+(?::[0-9]+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
+    r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?)/"
+    r"(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+DOCKER_HUB: Final = "docker.io"
+DOCKER_HUB_API: Final = "registry-1.docker.io"  # where Docker Hub's registry API answers
+_HUB_ALIASES: Final = frozenset({"docker.io", "index.docker.io"})
+DEFAULT_TAG: Final = "latest"
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,14 @@ class Reference:
         return f"{self.host}/{self.repository}"
 
     @property
+    def canonical(self) -> str:
+        """The normalised reference (``docker.io/library/ubuntu:latest``): what the lock keys
+        kits by, so every spelling of one reference finds the same entry."""
+        tag = f":{self.tag}" if self.tag else ""
+        digest = f"@{self.digest}" if self.digest else ""
+        return f"{self.name}{tag}{digest}"
+
+    @property
     def target(self) -> str:
         """The manifest to GET: the digest when given, else the tag (default ``latest``)."""
         return self.digest or self.tag or "latest"
@@ -65,25 +83,62 @@ class Reference:
         return f"{self.name}@{digest}"
 
     @property
+    def api_host(self) -> str:
+        return DOCKER_HUB_API if self.host == DOCKER_HUB else self.host
+
+    @property
     def base_url(self) -> str:
         loopback = _loopback(self.host.rsplit(":", 1)[0])
-        return f"{'http' if loopback else 'https'}://{self.host}/v2/{self.repository}"
+        return f"{'http' if loopback else 'https'}://{self.api_host}/v2/{self.repository}"
 
 
 def _loopback(hostname: str) -> bool:
     return hostname in ("localhost", "[::1]", "::1") or hostname.startswith("127.")
 
 
+def normalize_reference(text: str) -> str:
+    """``text`` as Docker normalises a reference (``reference.ParseNormalizedNamed``): a
+    first component that is no host (no ``.`` or ``:``, not ``localhost``, all lowercase) means
+    Docker Hub, whose single-name repositories live under ``library/``; ``index.docker.io`` is
+    ``docker.io``; without a tag or a digest the tag is ``latest``. Not validated here."""
+    rest, at, digest = text.partition("@")
+    slash = rest.find("/")
+    first = rest[:slash] if slash >= 0 else ""
+    if slash < 0 or ("." not in first and ":" not in first and first != "localhost"
+                     and first == first.lower()):
+        host, path = DOCKER_HUB, rest
+    else:
+        host, path = first, rest[slash + 1:]
+    if host in _HUB_ALIASES:
+        host = DOCKER_HUB
+        if "/" not in path.rsplit(":", 1)[0]:
+            path = f"library/{path}"
+    last = path.rsplit("/", 1)[-1]
+    if ":" not in last and not at:
+        path = f"{path}:{DEFAULT_TAG}"
+    return f"{host}/{path}{at}{digest}"
+
+
 def parse_reference(text: str) -> Reference:
-    """``host[:port]/repo[:tag][@sha256:…]``; the registry host must be explicit."""
-    match = _REFERENCE.match(text)
-    if match is None or not ("." in match["host"] or ":" in match["host"]
-                             or match["host"] == "localhost"):
+    """A registry reference as users write them (``ubuntu``, ``docker/kit:1``,
+    ``host[:port]/repo[:tag][@sha256:…]``), normalised as Docker does."""
+    match = _REFERENCE.match(normalize_reference(text)) if text and text.strip() == text \
+        else None
+    if match is None:
         raise SbxError(
             Reason.INVALID_ARGUMENT,
-            f"{text!r} is not a registry reference of the form host[:port]/repo[:tag][@digest]",
-            hint="Name the registry explicitly, e.g. 127.0.0.1:5000/kits/shell:1.")
+            f"{text!r} is not a registry reference of the form [host[:port]/]repo[:tag][@digest]",
+            hint="e.g. 127.0.0.1:5000/kits/shell:1, or docker/sbx-kit-x:1 for Docker Hub.")
     return Reference(match["host"], match["repo"], match["tag"], match["digest"])
+
+
+def canonical_reference(text: str) -> str:
+    """The normalised form of a registry reference, or ``text`` itself when it is none (a
+    local path, say)."""
+    try:
+        return parse_reference(text).canonical
+    except SbxError:
+        return text
 
 
 @dataclass(frozen=True)
@@ -346,7 +401,8 @@ def _platform(index: Mapping[str, Any], os_name: str, architecture: str) -> str 
     return str(entries[0].get("digest")) if entries else None
 
 
-__all__ = ["CAPABILITIES_ANNOTATION", "DESCRIPTOR_ANNOTATION", "SCHEMA_VERSION_ANNOTATION",
-           "KitManifest", "Manifest", "Reference", "annotate", "fetch_kit_manifest",
-           "fetch_token", "get_manifest", "kit_annotations", "parse_challenge", "parse_reference",
+__all__ = ["CAPABILITIES_ANNOTATION", "DESCRIPTOR_ANNOTATION", "DOCKER_HUB", "DOCKER_HUB_API",
+           "SCHEMA_VERSION_ANNOTATION", "KitManifest", "Manifest", "Reference", "annotate",
+           "canonical_reference", "fetch_kit_manifest", "fetch_token", "get_manifest",
+           "kit_annotations", "normalize_reference", "parse_challenge", "parse_reference",
            "put_manifest"]

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -20,8 +21,11 @@ from sbx.errors import SbxError
 from sbx.reasons import REGISTRY, ExitStatus, Reason
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
 
+    from sbx.core.configview import ConfigLocation, ConfigView
     from sbx.core.doctor import DoctorReport
     from sbx.core.explain import (
         RequestExplanation,
@@ -29,8 +33,11 @@ if TYPE_CHECKING:
         SandboxExplanation,
     )
     from sbx.core.gc import GcItem, GcResult
+    from sbx.core.kitinit import KitInitResult
     from sbx.core.kitpush import PushResult
+    from sbx.core.kitvalidate import KitValidation
     from sbx.core.pull import PullResult
+    from sbx.core.secretops import ImportCandidate, ImportResult
     from sbx.kits.surface import Widening
     from sbx.secrets import SecretInfo
 
@@ -175,6 +182,20 @@ class Renderer:
                f"({Reason.INTERNAL_ERROR.value})"
         self._line(self._err_file, _escape(line), line)
 
+    def usage_error(self, error: Exception) -> None:
+        """A usage error as typer/click show it (usage line, hint, message), on stderr."""
+        show = getattr(error, "show", None)
+        if callable(show):
+            show(file=self._err_file)
+            return
+        message = getattr(error, "format_message", lambda: str(error))()
+        self._line(self._err_file, f"Error: {_escape(message)}", f"Error: {message}")
+
+    def text(self, body: str) -> None:
+        """Text printed exactly as given on stdout (a completion script, a generated file)."""
+        self._out_file.write(body)
+        self._out_file.flush()
+
     # -- workload passthrough ----------------------------------------------------------------
 
     def workload_output(self, stream: str, chunk: bytes | memoryview) -> None:
@@ -278,10 +299,10 @@ class Renderer:
                         "once the image is built; it was judged literally (matching nothing), "
                         "so `sbx run` may decide otherwise")
 
-    def explain_sandbox(self, result: SandboxExplanation) -> None:
+    def explain_sandbox(self, result: SandboxExplanation, *, command: str = "explain") -> None:
         """The effective sandbox: kits, capabilities, hardening, network, credentials."""
         if self.as_json:
-            self.envelope(Envelope(command="explain", status="ok", exit_code=0,
+            self.envelope(Envelope(command=command, status="ok", exit_code=0,
                                    data=result.as_dict()))
             return
         self._plain("kits (composition order):")
@@ -335,6 +356,63 @@ class Renderer:
             self._plain(f"    rule: {refusal.rule}  code: {refusal.code}")
             self._plain(f"    fix:  {refusal.fix}")
             self._plain(f"    explain: {refusal.explain}")
+
+    # -- kits and config (sbx kit init|validate, sbx config path|show) ------------------------
+
+    def kit_init(self, result: KitInitResult) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="kit init", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        self._plain(f"created {result.kind} kit {result.name} in {result.directory}:")
+        for path in result.files:
+            self._plain(f"  {path.name}")
+        self._plain(f"check it:   sbx kit validate {result.directory}")
+        if result.kind == "workload":
+            self._plain(f"run it:     sbx run {result.directory}   (needs {result.base_image} "
+                        "present locally: sbx never pulls implicitly)")
+        else:
+            self._plain(f"compose it: sbx run WORKLOAD --kit {result.directory}")
+
+    def kit_validation(self, result: KitValidation) -> None:
+        """``valid`` on stdout, or the diagnostics and an ``invalid_kit`` line on stderr."""
+        status = 0 if result.valid else int(Reason.INVALID_KIT.exit_status)
+        if self.as_json:
+            self.envelope(Envelope(
+                command="kit validate", status="ok" if result.valid else "refused",
+                exit_code=status, data=result.as_dict(),
+                reason=None if result.valid else Reason.INVALID_KIT.value,
+                message=None if result.valid else f"{result.reference} is not a valid kit",
+                diagnostics=[dict(e) for e in result.errors]))
+            return
+        for warning in result.warnings:
+            self.warn(f"{result.reference}: {warning}")
+        if result.valid:
+            where = f" ({result.descriptor})" if result.descriptor else ""
+            self._plain(f"{result.reference}: valid {result.kind} kit{where}")
+            return
+        count = len(result.errors)
+        self.error(SbxError(Reason.INVALID_KIT,
+                            f"{result.reference} is not a valid kit ({count} problem"
+                            f"{'s' if count != 1 else ''})", body=result.body,
+                            hint="Fix each field at the path and position shown."), "kit")
+
+    def config_location(self, result: ConfigLocation) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="config path", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        self._plain(str(result.path))
+
+    def config_view(self, result: ConfigView) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="config show", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+            return
+        state = "" if result.exists else " (absent: every value is the default)"
+        self._plain(f"config file: {result.path}{state}")
+        for item in result.settings:
+            self._plain(f"  {item.name} = {item.value}  ({item.source}; {item.change})")
 
     # -- doctor ------------------------------------------------------------------------------
 
@@ -417,12 +495,24 @@ class Renderer:
         except EOFError:
             return ""
 
-    def secret_stored(self, info: SecretInfo) -> None:
+    def secret_stored(self, info: SecretInfo, directory: Path | None = None) -> None:
+        """Where the secret went: the OS keyring, the file store, or (dynamic) where it will
+        be read from at each run; never the value."""
         if self.as_json:
             self.envelope(Envelope(command="secret", status="ok", exit_code=0,
                                    data={"action": "set", **info.as_dict()}))
             return
-        text = f"stored secret for {info.service}: {info.masked} ({info.length} characters)"
+        if info.dynamic:
+            where = f"${info.reference}" if info.source == "env" else f"`{info.reference}`"
+            text = (f"secret for {info.service}: read from {where} on the host at each run "
+                    "start; the value is not stored")
+        elif info.source == "keyring":
+            text = (f"stored secret for {info.service} in the OS keyring ({info.reference}): "
+                    f"{info.masked} ({info.length} characters)")
+        else:
+            store = f" {directory}" if directory is not None else ""
+            text = (f"stored secret for {info.service}: {info.masked} ({info.length} "
+                    f"characters) in the file store{store} (mode 0600; no OS keyring found)")
         self._line(self._out_file, _escape(text), text)
 
     def secret_list(self, infos: Sequence[SecretInfo]) -> None:
@@ -439,11 +529,16 @@ class Renderer:
         from rich.table import Table
 
         table = Table(box=None, show_header=True, pad_edge=False)
-        for column in ("service", "secret", "length", "updated"):
+        for column in ("service", "secret", "length", "updated", "source"):
             table.add_column(column)
         for info in infos:
-            table.add_row(_escape(info.service), _escape(info.masked), str(info.length),
-                          info.updated.strftime("%Y-%m-%d %H:%M UTC"))
+            source = info.source
+            if info.dynamic:
+                source = f"{info.source} " + (f"${info.reference}" if info.source == "env"
+                                              else f"`{info.reference}`")
+            table.add_row(_escape(info.service), _escape(info.masked or "-"),
+                          str(info.length) if info.length is not None else "-",
+                          info.updated.strftime("%Y-%m-%d %H:%M UTC"), _escape(source))
         self.out.print(table)
 
     def secret_removed(self, service: str) -> None:
@@ -454,18 +549,48 @@ class Renderer:
         text = f"removed secret for {service}"
         self._line(self._out_file, _escape(text), text)
 
+    def confirm_import(self, candidate: ImportCandidate) -> bool:
+        """Ask before importing one variable (its name, service and length, never the value)."""
+        return self.confirm(f"Import ${candidate.variable} ({candidate.length} characters) as "
+                            f"the secret for {candidate.service}?")
+
+    def secret_import(self, result: ImportResult) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="secret", status="ok", exit_code=0,
+                                   data={"action": "import", **result.as_dict()}))
+            return
+        if not result.candidates:
+            self.note("no known API-key variable is set in this environment")
+            return
+        if result.dry_run:
+            for candidate in result.candidates:
+                state = (f"; already set ({candidate.existing})" if candidate.existing
+                         else f"; {candidate.problem}" if candidate.problem else "")
+                self._plain(f"would import ${candidate.variable} as {candidate.service} "
+                            f"({candidate.length} characters{state})")
+            return
+        for info in result.imported:
+            variable = next(c.variable for c in result.candidates if c.service == info.service)
+            where = "the OS keyring" if info.source == "keyring" else "the file store"
+            self._plain(f"imported ${variable} as {info.service} into {where}: {info.masked}")
+        for candidate, why in result.skipped:
+            self.note(f"skipped ${candidate.variable} ({candidate.service}): {why}")
+
     # -- registry: pull and kit push ---------------------------------------------------------
 
     def interactive(self) -> bool:
         """Whether a question can be asked: stdin and stderr are terminals (never under --json)."""
         return not self.as_json and _isatty(sys.stdin) and _isatty(self._err_file)
 
-    def confirm_widenings(self, reference: str, widenings: Sequence[Widening]) -> bool:
-        """Show a kit upgrade's widenings on stderr and ask; anything but yes declines."""
+    def confirm_widenings(self, reference: str, widenings: Sequence[Widening],
+                          first: bool = False) -> bool:
+        """Show a kit upgrade's widenings (or, on its first pull, every permission it asks
+        for) on stderr and ask; anything but yes declines."""
         from sbx.kits.surface import format_widenings
 
-        text = f"{reference}: the new version asks for more than you approved:\n" \
-               f"{format_widenings(widenings)}"
+        what = ("asks for these permissions" if first
+                else "the new version asks for more than you approved")
+        text = f"{reference}: {what}:\n{format_widenings(widenings)}"
         self._line(self._err_file, _escape(text), text)
         self._err_file.write("Accept these permissions? [y/N] ")
         self._err_file.flush()
@@ -474,6 +599,38 @@ class Renderer:
         except (OSError, ValueError):
             return False
         return answer.strip().lower() in {"y", "yes"}
+
+    def confirm(self, question: str) -> bool:
+        """Ask a yes/no question on stderr (the caller checked :meth:`interactive`)."""
+        self._err_file.write(f"{question} [y/N] ")
+        self._err_file.flush()
+        try:
+            answer = sys.stdin.readline()
+        except (OSError, ValueError):
+            return False
+        return answer.strip().lower() in {"y", "yes"}
+
+    # -- named sandboxes ---------------------------------------------------------------------
+
+    def sandbox_list(self, statuses: Sequence[Any], *, quiet: bool = False) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="ls", status="ok", exit_code=0,
+                                   data={"sandboxes": [s.as_dict() for s in statuses]}))
+            return
+        if quiet:
+            for status in statuses:
+                self._line(self._out_file, _escape(status.name), status.name)
+            return
+        rows = [("NAME", "WORKLOAD", "KITS", "STATUS", "WORKSPACE", "CREATED")]
+        for status in statuses:
+            created = (datetime.fromtimestamp(status.created, UTC).strftime("%Y-%m-%d %H:%M")
+                       if status.created else "-")
+            rows.append((status.name, status.workload, ",".join(status.kits) or "-",
+                         status.status, status.workspace or "-", created))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            text = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            self._line(self._out_file, _escape(text.rstrip()), text.rstrip())
 
     def pull_result(self, result: PullResult) -> None:
         if self.as_json:

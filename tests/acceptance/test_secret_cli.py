@@ -80,7 +80,7 @@ def test_set_with_json_and_replace(tmp_path: Path) -> None:
     assert first.returncode == 0
     assert _envelope(first)["data"] == {
         "action": "set", "service": "openai-api", "masked": "sk-sho****", "length": 8,
-        "updated": _envelope(first)["data"]["updated"]}
+        "source": "file", "reference": None, "updated": _envelope(first)["data"]["updated"]}
     second = _sbx(tmp_path, "secret", "set", "openai-api", stdin=TOKEN)
     assert second.returncode == 0
     assert (tmp_path / "state" / "secrets" / "openai-api").read_text(encoding="utf-8") == TOKEN
@@ -128,3 +128,96 @@ def test_a_group_readable_secret_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 125
     assert "(secret_store_unsafe)" in done.stderr and "chmod 600" in done.stderr
     _no_value_anywhere(tmp_path, done)
+
+
+# --- where secrets live: file or OS keyring, host variable, host command ----------------------
+
+
+def _sbx_env(env: dict[str, str], *args: str, stdin: str = "",
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SBX, *args], env=env, capture_output=True, text=True, input=stdin,
+                          timeout=60, check=False)
+
+
+def _nothing_stored(tmp_path: Path) -> None:
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_set_says_the_file_store_is_used_without_a_keyring(tmp_path: Path) -> None:
+    done = _sbx(tmp_path, "secret", "set", "github", stdin=TOKEN)
+    assert done.returncode == 0, done.stderr
+    assert "in the file store" in done.stdout and "no OS keyring" in done.stdout
+
+
+def test_from_env_and_from_command_store_only_the_reference(tmp_path: Path) -> None:
+    env = {**_env(tmp_path), "GH_TOKEN": TOKEN}
+    by_env = _sbx_env(env, "secret", "set", "github", "--from-env", "GH_TOKEN")
+    assert by_env.returncode == 0, by_env.stderr
+    assert "read from $GH_TOKEN on the host at each run start" in by_env.stdout
+    by_command = _sbx_env(env, "secret", "set", "openai", "--json", "--from-command",
+                          'printf %s "$GH_TOKEN"')
+    assert by_command.returncode == 0, by_command.stderr
+    data = _envelope(by_command)["data"]
+    assert (data["source"], data["reference"], data["masked"]) == (
+        "command", 'printf %s "$GH_TOKEN"', None)
+    listed = _sbx_env(env, "secret", "ls")
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert "env $GH_TOKEN" in rows["github"] and "command `printf" in rows["openai"]
+    unset = _sbx_env(_env(tmp_path), "secret", "set", "x", "--from-env", "NOT_SET_HERE")
+    assert unset.returncode == 2 and "$NOT_SET_HERE is not set" in unset.stderr
+    assert "nothing was stored" in unset.stderr and "--no-verify" in unset.stderr
+    failing = _sbx_env(env, "secret", "set", "y", "--from-command", "exit 4")
+    assert failing.returncode == 2 and "failed (exit 4)" in failing.stderr
+    later = _sbx_env(env, "secret", "set", "z", "--from-env", "LATER", "--no-verify")
+    assert later.returncode == 0, later.stderr
+    _no_value_anywhere(tmp_path, by_env, by_command, listed, unset, failing, later)
+    _nothing_stored(tmp_path)
+
+
+def test_import_offers_known_variables_and_needs_yes_without_a_terminal(
+        tmp_path: Path) -> None:
+    env = {**_env(tmp_path), "ANTHROPIC_API_KEY": TOKEN, "GH_TOKEN": TOKEN + "gh"}
+    for name in ("OPENAI_API_KEY", "GITHUB_TOKEN", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        env.pop(name, None)
+    refused = _sbx_env(env, "secret", "import")
+    assert refused.returncode == 2
+    assert "$ANTHROPIC_API_KEY as anthropic" in refused.stderr and "--yes" in refused.stderr
+    dry = _sbx_env(env, "secret", "import", "--dry-run")
+    assert dry.returncode == 0
+    assert f"would import $GH_TOKEN as github ({len(TOKEN) + 2} characters)" in dry.stdout
+    done = _sbx_env(env, "secret", "import", "--yes", "--json", "anthropic")
+    assert done.returncode == 0, done.stderr
+    [imported] = _envelope(done)["data"]["imported"]
+    assert imported["service"] == "anthropic" and imported["source"] == "file"
+    stored = (tmp_path / "state" / "secrets" / "anthropic").read_text(encoding="utf-8")
+    assert stored == TOKEN
+    again = _sbx_env(env, "secret", "import", "--yes")
+    assert again.returncode == 0
+    assert "skipped $ANTHROPIC_API_KEY (anthropic): anthropic already has a secret" \
+        in again.stderr
+    assert "imported $GH_TOKEN as github into the file store" in again.stdout
+    _no_value_anywhere(tmp_path, refused, dry, done, again)
+
+
+def test_an_os_keyring_plugin_gets_the_value_instead_of_the_file_store(tmp_path: Path) -> None:
+    support = Path(__file__).resolve().parents[1] / "support"
+    keyring_file = tmp_path / "keyring.json"
+    env = {**_env(tmp_path), "PYTHON_KEYRING_BACKEND": "fakekeyring.FileKeyring",
+           "SBX_TEST_KEYRING_FILE": str(keyring_file),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(support),
+                                                       os.environ.get("PYTHONPATH")]))}
+    stored = _sbx_env(env, "secret", "set", "github", stdin=TOKEN)
+    assert stored.returncode == 0, stored.stderr
+    assert "in the OS keyring (fakekeyring.FileKeyring)" in stored.stdout
+    assert TOKEN in keyring_file.read_text(encoding="utf-8")
+    assert not (tmp_path / "state" / "secrets" / "github").exists()
+    listed = _sbx_env(env, "secret", "ls", "--json")
+    [entry] = _envelope(listed)["data"]["secrets"]
+    assert (entry["source"], entry["masked"]) == ("keyring", None)
+    removed = _sbx_env(env, "secret", "rm", "github")
+    assert removed.returncode == 0
+    assert TOKEN not in keyring_file.read_text(encoding="utf-8")
+    _no_value_anywhere(tmp_path, stored, listed, removed)
+    _nothing_stored(tmp_path)

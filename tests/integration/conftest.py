@@ -99,7 +99,7 @@ TESTER_UID = 4321
 
 
 @pytest.fixture(scope="session")
-def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """The argv that runs this checkout's sbx as the non-root host user ``sbx-tester``.
 
     The development venv lives where other users may not read it (and its interpreter links
@@ -122,21 +122,28 @@ def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     python = shutil.which("python3", path="/usr/bin:/bin")
     if python is None:
         pytest.fail("no system python3 for the test user")
-    root = tmp_path_factory.mktemp("tester-sbx")
+    import tempfile
+
+    # Its own directory, outside pytest's numbered temp dirs (another pytest session on the
+    # machine rotates those away), removed at the end of the session.
+    root = Path(tempfile.mkdtemp(prefix="sbx-tester-"))
+    # The tests' own directories (pytest's, 0700 by default) must be reachable by the user.
+    base = tmp_path_factory.getbasetemp()
+    for path in [base, *base.parents]:
+        if path == Path("/"):
+            break
+        path.chmod(path.stat().st_mode | 0o111)
     shutil.copytree(sysconfig.get_paths()["purelib"], root / "site",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pth", "__editable__*",
                                                   "sbx*", "_pytest", "pytest*", "mypy*",
                                                   "hypothesis*"))
     shutil.copytree(Path(__file__).resolve().parents[2] / "cli" / "sbx", root / "src" / "sbx",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for path in [root, *root.parents]:
-        if path == Path("/"):
-            break
-        path.chmod(path.stat().st_mode | 0o555 if path == root else path.stat().st_mode | 0o111)
     for directory, _dirs, files in os.walk(root):
         os.chmod(directory, 0o755)  # noqa: S103 - the test user must read this copy
         for name in files:
             os.chmod(os.path.join(directory, name), 0o644)
-    return ["setpriv", f"--reuid={TESTER_UID}", f"--regid={TESTER_UID}", "--init-groups",
-            "env", f"PYTHONPATH={root / 'src'}:{root / 'site'}", "PYTHONDONTWRITEBYTECODE=1",
-            python, "-m", "sbx"]
+    yield ["setpriv", f"--reuid={TESTER_UID}", f"--regid={TESTER_UID}", "--init-groups",
+           "env", f"PYTHONPATH={root / 'src'}:{root / 'site'}", "PYTHONDONTWRITEBYTECODE=1",
+           python, "-m", "sbx"]
+    shutil.rmtree(root, ignore_errors=True)

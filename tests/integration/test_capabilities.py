@@ -300,7 +300,8 @@ def test_hook_environment_is_declared_names_plus_baseline(kit_factory: KitMaker,
         assert "IMAGE_ONLY" not in hook_env and "KIT_HOST_SENTINEL" not in hook_env, name
         assert "PATH" in hook_env, name
     assert _values(install_text)["HOME"] == "/root"
-    assert _values(startup_text)["HOME"] == "/home/agent"
+    # Startup hooks run in the sandbox: they see its writable HOME, as the workload does.
+    assert _values(startup_text)["HOME"] == _values(workload_text)["HOME"] == "/home/sbx"
     # The undeclared image variable is real: the workload itself sees it.
     workload_env = _values(workload_text)
     assert workload_env["IMAGE_ONLY"] == "image-env-not-declared"

@@ -90,6 +90,7 @@ def test_port_is_published_on_loopback_and_host_services_are_closed(
     kit = kit_factory("portkit", f"FROM {BUSYBOX}\nUSER agent\n", PORT_KIT)
     env = {**os.environ, "SBX_HOME": str(state_home),
            "SBX_CONFIG": os.devnull, "NO_COLOR": "1"}
+    rules_before = _sbx_input_rules()
     process = _run_in_background(["run", str(kit), "--timeout", "30", "--", "sh", "-c", script],
                                  env)
     try:
@@ -103,9 +104,14 @@ def test_port_is_published_on_loopback_and_host_services_are_closed(
     assert process.returncode == 0, err
     assert "host=closed" in out
     assert listener.accepted == [], "the sandbox reached a host service"
+    assert _sbx_input_rules() <= rules_before, "firewall rules outlived the run"
+
+
+def _sbx_input_rules() -> set[str]:
+    """The host's sbx rules now (other runs on the machine may have their own)."""
     rules = subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, text=True,
                            check=False).stdout
-    assert "sbx-run-" not in rules, "firewall rules outlived the run"
+    return {line for line in rules.splitlines() if "sbx-run-" in line}
 
 
 def test_json_reports_published_ports(kit_factory: Callable[..., Path], state_home: Path,

@@ -117,7 +117,16 @@ def test_push_pull_pins_digest_and_surface(env: dict[str, str], state_home: Path
     assert json.loads(annotations[DESCRIPTOR_ANNOTATION])["kind"] == "workload"
     remove_local(registry)
 
-    done = sbx(env, "pull", "--json", ref)
+    # A first pull shows the kit's permissions and needs approval: no terminal, no --accept.
+    unapproved = sbx(env, "pull", ref)
+    assert unapproved.returncode == 125, unapproved.stderr
+    assert "permission_unapproved" in unapproved.stderr
+    assert "+ network.runtime.allow: a.example.com" in unapproved.stderr
+    assert not (state_home / "kits.lock.json").exists() and local_names(registry) == []
+    [event] = events(state_home, audit.KIT_WIDENING_REFUSED)
+    assert event["details"]["first_pull"] is True
+
+    done = sbx(env, "pull", "--json", "--accept", ref)
     assert done.returncode == 0, done.stderr
     item = json.loads(done.stdout)["data"]["pulled"][0]
     assert item["digest"] == digest and item["decision"] == "new"
@@ -138,7 +147,7 @@ def test_moved_tag_widening_is_gated_and_narrowing_is_silent(
         env: dict[str, str], state_home: Path, tmp_path: Path, registry: Registry) -> None:
     ref = registry.ref("kits/probe", "stable")
     first = push(env, tmp_path, "v1", ref, network("a.example.com"))
-    assert sbx(env, "pull", ref).returncode == 0
+    assert sbx(env, "pull", "--accept", ref).returncode == 0
     locked = (state_home / "kits.lock.json").read_bytes()
 
     second = push(env, tmp_path, "v2", ref, network("a.example.com", "b.example.com"))
@@ -196,7 +205,7 @@ def test_invalid_published_descriptor_pulls_nothing(env: dict[str, str], state_h
                                                     tmp_path: Path, registry: Registry) -> None:
     good = registry.ref("kits/probe", "good")
     push(env, tmp_path, "v1", good, network("a.example.com"))
-    assert sbx(env, "pull", good).returncode == 0
+    assert sbx(env, "pull", "--accept", good).returncode == 0
     locked = (state_home / "kits.lock.json").read_bytes()
 
     bad = registry.ref("kits/probe", "bad")
@@ -220,7 +229,7 @@ def test_registry_down_is_a_clear_refusal(env: dict[str, str], state_home: Path,
                                           tmp_path: Path, registry: Registry) -> None:
     ref = registry.ref("kits/probe", "1")
     push(env, tmp_path, "v1", ref, network("a.example.com"))
-    assert sbx(env, "pull", ref).returncode == 0
+    assert sbx(env, "pull", "--accept", ref).returncode == 0
     locked = (state_home / "kits.lock.json").read_bytes()
     registry.stop()
     done = sbx(env, "pull", ref)
@@ -275,7 +284,7 @@ def test_index_without_annotations_falls_back_to_the_platform_manifest(
     index_digest = put_manifest(parse_reference(ref), OCI_INDEX, body)
     remove_local(registry)
 
-    done = sbx(env, "pull", "--json", ref)
+    done = sbx(env, "pull", "--json", "--accept", ref)
     assert done.returncode == 0, done.stderr
     [item] = json.loads(done.stdout)["data"]["pulled"]
     assert item["kind"] == "workload"

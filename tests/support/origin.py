@@ -17,6 +17,8 @@ answers the same JSON with ``Content-Encoding: <codings>`` whatever the request 
 declared but the bytes stay as they are, as a hostile origin would send them), chunked in
 ``n``-byte chunks when asked; anything else answers ``{"method", "path", "headers", "host",
 "sni", "body_length"}`` as JSON.
+A test can route one host name to a handler of its own (:meth:`Origin.route`, e.g. the agents'
+APIs in ``tests/support/agent_api.py``); every other host keeps the endpoints above.
 Every TLS server name a client offered (handshake finished or not) is kept:
 :meth:`Origin.server_names`.
 """
@@ -33,7 +35,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 TEST_HOSTS = ("api.github.com", "github.com", "uploads.github.com", "example.com",
               "www.example.com", "example.net", "example.org", "install.example.net",
-              "localhost")
+              "localhost",
+              # The agents' hosts (tests/support/agent_api.py answers for them).
+              "api.anthropic.com", "platform.claude.com", "console.anthropic.com",
+              "api.openai.com", "auth.openai.com", "chatgpt.com",
+              "generativelanguage.googleapis.com", "oauth2.googleapis.com",
+              "registry.npmjs.org")
 TEST_ADDRESSES = ("127.0.0.1", "::1")
 SOCKET_TIMEOUT = 30.0
 _CHUNK = b"0123456789abcdef" * 65536  # 1 MiB
@@ -263,6 +270,18 @@ class Seen:
         return self.target.split("?", 1)[0]
 
 
+@dataclass(frozen=True)
+class Reply:
+    """What a routed handler answers: status, headers (no Content-Length) and the whole body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+Route = Callable[[Seen], "Reply | None"]
+
+
 class _OriginListener(_Server):
     def __init__(self, origin: Origin, tls: ssl.SSLContext | None) -> None:
         self.origin = origin
@@ -307,6 +326,7 @@ class Origin:
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
         self.names: list[str | None] = []  # every TLS server name offered, in order
+        self.routes: dict[str, Route] = {}  # host name -> its handler (see route())
         self.http = _OriginListener(self, None)
         context = pki.server_context()
 
@@ -348,7 +368,28 @@ class Origin:
         with self._lock:
             return list(self.names)
 
+    def route(self, host: str, handler: Route) -> None:
+        """Answer requests for ``host`` (the Host header, without a port) with ``handler``;
+        when it returns None the default endpoints answer."""
+        with self._lock:
+            self.routes[host.lower()] = handler
+
+    def unroute(self, host: str) -> None:
+        with self._lock:
+            self.routes.pop(host.lower(), None)
+
     def respond(self, stream: socket.socket, seen: Seen) -> bool:
+        host = (seen.header("host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        with self._lock:
+            handler = self.routes.get(host)
+        reply = handler(seen) if handler is not None else None
+        if reply is not None:
+            head = f"HTTP/1.1 {reply.status} Test\r\n" + "".join(
+                f"{name}: {value}\r\n" for name, value in reply.headers)
+            head += f"Content-Length: {len(reply.body)}\r\n\r\n"
+            stream.sendall(head.encode("latin-1") + (b"" if seen.method == "HEAD"
+                                                     else reply.body))
+            return True
         path = seen.path
         if "://" in path:  # absolute-form (through a proxy that forwarded it as is)
             path = "/" + path.split("://", 1)[1].partition("/")[2]
@@ -806,8 +847,8 @@ def basic_proxy_auth(token: str | None, username: str = "sbx") -> str | None:
 
 
 __all__ = ["TEST_HOSTS", "Internet", "LoopbackListener", "Origin", "ProxyClient", "ProxyProcess",
-           "Response", "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord", "basic_proxy_auth",
-           "local_internet", "read_response"]
+           "Reply", "Response", "Route", "Seen", "TestPKI", "UpstreamProxy", "UpstreamRecord",
+           "basic_proxy_auth", "local_internet", "read_response"]
 
 
 class Internet:

@@ -308,7 +308,8 @@ def test_tokens_and_urls() -> None:
     env = proxy_env("172.18.0.1", 3128, first)
     assert {env[k] for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")} == \
         {f"http://sbx:{first}@172.18.0.1:3128"}
-    assert env["NO_PROXY"] == env["no_proxy"] == ""
+    # Only the sandbox's own loopback is exempt from the proxy.
+    assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
 
 
 def test_the_token_is_not_in_the_proxy_process_repr() -> None:

@@ -29,8 +29,8 @@ from sbx.reasons import REGISTRY, ExitStatus, Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-COMPLETIONS = ROOT / "completions"
-MAN_PAGE = ROOT / "man" / "sbx.1"
+COMPLETIONS = ROOT / "cli" / "sbx" / "data" / "completions"
+MAN_PAGE = ROOT / "cli" / "sbx" / "data" / "man" / "sbx.1"
 REGEN_HINT = "run `python scripts/{script}` (or scripts/regen.sh) and commit the result"
 
 

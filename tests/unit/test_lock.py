@@ -108,12 +108,33 @@ def never(_widenings: Sequence[Widening]) -> bool:
 
 def test_gate_new_unchanged_and_within() -> None:
     candidate = Surface(network_runtime_allow=("a.example.com",))
-    assert gate(None, D1, candidate, accept=False, confirm=never).decision is Decision.NEW
+    assert gate(None, D1, Surface(), accept=False, confirm=never).decision is Decision.NEW
     assert gate(entry(), D1, candidate, accept=False, confirm=never).decision \
         is Decision.UNCHANGED
     narrowed = gate(entry(), D2, Surface(), accept=False, confirm=never)
     assert narrowed.decision is Decision.WITHIN and narrowed.allowed
     assert narrowed.widenings == ()
+
+
+def test_first_pull_of_a_kit_with_permissions_needs_approval() -> None:
+    candidate = Surface(network_runtime_allow=("a.example.com",), credentials_runtime=("gh",))
+    refused = gate(None, D1, candidate, accept=False, confirm=None)
+    assert refused.decision is Decision.REFUSED and not refused.allowed
+    assert [str(w) for w in refused.widenings] == [
+        "network.runtime.allow: a.example.com", "credentials.runtime: gh"]
+    by_flag = gate(None, D1, candidate, accept=True, confirm=never)
+    assert (by_flag.decision, by_flag.via) == (Decision.NEW, "accept-flag")
+    shown: list[list[str]] = []
+
+    def yes(widenings: Sequence[Widening]) -> bool:
+        shown.append([str(w) for w in widenings])
+        return True
+
+    by_terminal = gate(None, D1, candidate, accept=False, confirm=yes)
+    assert (by_terminal.decision, by_terminal.via) == (Decision.NEW, "terminal")
+    assert shown == [[str(w) for w in refused.widenings]]
+    assert gate(None, D1, candidate, accept=False, confirm=lambda _w: False).decision \
+        is Decision.REFUSED
 
 
 def test_gate_widening_refused_without_consent() -> None:
@@ -193,12 +214,12 @@ def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, desc
 def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     state = tmp_path / "state"
-    engine, _ = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"))
+    engine, _ = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"), accept=True)
     assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D1}"]
-    asked: list[tuple[str, list[str]]] = []
+    asked: list[tuple[str, list[str], bool]] = []
 
-    def decline(reference: str, widenings: Sequence[Widening]) -> bool:
-        asked.append((reference, [str(w) for w in widenings]))
+    def decline(reference: str, widenings: Sequence[Widening], first: bool) -> bool:
+        asked.append((reference, [str(w) for w in widenings], first))
         return False
 
     before = lock_path(state).read_bytes()
@@ -207,12 +228,12 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
                   confirm=decline)
     assert caught.value.reason is Reason.PERMISSION_WIDENED
     assert "  + network.runtime.allow: b.example.com" in (caught.value.body or "")
-    assert asked == [(REF, ["network.runtime.allow: b.example.com"])]
+    assert asked == [(REF, ["network.runtime.allow: b.example.com"], False)]
     assert lock_path(state).read_bytes() == before
 
     engine, result = pull_with(tmp_path, monkeypatch, D2,
                                published("a.example.com", "b.example.com"),
-                               confirm=lambda _r, _w: True)
+                               confirm=lambda _r, _w, _f: True)
     assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]
     assert result.items[0].gate is not None
     assert result.items[0].gate.decision is Decision.ACCEPTED

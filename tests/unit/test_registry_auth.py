@@ -1,10 +1,12 @@
-"""Registry credentials from Docker's config.json and credential helpers, and the registry's
-Basic / Bearer challenge flow against a loopback HTTP server."""
+"""Registry credentials from Docker's config.json and credential helpers (resolved by the
+docker SDK's own code), and the registry's Basic / Bearer challenge flow against a loopback
+HTTP server."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +23,12 @@ HOST = "registry.example.test:5000"
 SECRET = "s3cret-Value-42"  # noqa: S105 (a test value)
 
 
+@pytest.fixture(autouse=True)
+def _helpers_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK looks credential helpers up on the process's PATH (as the docker CLI does).
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def write_config(directory: Path, config: dict[str, Any]) -> dict[str, str]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -35,6 +43,17 @@ def helper(directory: Path, name: str, script: str) -> None:
     path.chmod(0o755)
 
 
+def login(user: str, password: str) -> str:
+    """An auths entry's `auth` field, as `docker login` writes it."""
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_plain_username_password_fields_are_not_read(tmp_path: Path) -> None:
+    # The docker SDK reads an auths entry's `auth` field only (what `docker login` writes).
+    env = write_config(tmp_path, {"auths": {HOST: {"username": "u", "password": "p"}}})
+    assert resolve(HOST, env) is None
+
+
 ECHO_HELPER = (  # answers for the host it read on stdin
     'read host\n[ "$1" = get ] || exit 3\n'
     f'printf \'{{"ServerURL":"%s","Username":"helper-user","Secret":"{SECRET}"}}\' "$host"\n')
@@ -47,7 +66,7 @@ def test_config_path_prefers_docker_config() -> None:
 
 
 def test_home_docker_config(tmp_path: Path) -> None:
-    write_config(tmp_path / ".docker", {"auths": {HOST: {"username": "u", "password": "p"}}})
+    write_config(tmp_path / ".docker", {"auths": {HOST: {"auth": login("u", "p")}}})
     assert resolve(HOST, {"HOME": str(tmp_path)}) == Credentials("u", "p")
 
 
@@ -71,8 +90,9 @@ def test_auths_url_key_and_identity_token(tmp_path: Path) -> None:
     env = write_config(tmp_path, {"auths": {f"https://{HOST}/v1/": {
         "username": "bob", "identitytoken": SECRET}}})
     found = resolve(HOST, env)
-    assert found == Credentials("bob", "", SECRET)
-    assert found is not None and found.auth_config() == {"username": "bob",
+    # The SDK keeps only the token of an identity-token entry (the refresh grant needs no user).
+    assert found == Credentials("", "", SECRET)
+    assert found is not None and found.auth_config() == {"username": "",
                                                           "identitytoken": SECRET}
 
 
@@ -87,7 +107,7 @@ def test_auths_invalid_base64_names_host_not_value(tmp_path: Path) -> None:
 
 def test_cred_helper_wins_over_auths_and_store(tmp_path: Path) -> None:
     env = write_config(tmp_path, {"credHelpers": {HOST: "sbxtest"}, "credsStore": "missing",
-                                  "auths": {HOST: {"username": "u", "password": "p"}}})
+                                  "auths": {HOST: {"auth": login("u", "p")}}})
     helper(tmp_path, "sbxtest", ECHO_HELPER)
     assert resolve(HOST, env) == Credentials("helper-user", SECRET)
 
@@ -100,7 +120,7 @@ def test_creds_store(tmp_path: Path) -> None:
 
 def test_creds_store_not_found_falls_back_to_auths(tmp_path: Path) -> None:
     env = write_config(tmp_path, {"credsStore": "sbxtest",
-                                  "auths": {HOST: {"username": "u", "password": "p"}}})
+                                  "auths": {HOST: {"auth": login("u", "p")}}})
     helper(tmp_path, "sbxtest", "echo 'credentials not found in native keychain'; exit 1\n")
     assert resolve(HOST, env) == Credentials("u", "p")
 
@@ -224,7 +244,7 @@ def test_bearer_flow_with_credentials(server: str, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "bearer")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", SECRET))
-    env = write_config(tmp_path, {"auths": {server: {"username": "alice", "password": SECRET}}})
+    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
     manifest = get_manifest(parse_reference(f"{server}/kits/x:1"), env=env)
     assert manifest.body == MANIFEST
     paths = [p.split("?")[0] for p, _ in Handler.seen]
@@ -247,7 +267,7 @@ def test_bearer_wrong_password_is_refused_without_leaking(
         server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "bearer")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", "right"))
-    env = write_config(tmp_path, {"auths": {server: {"username": "alice", "password": SECRET}}})
+    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
     with pytest.raises(SbxError) as caught:
         get_manifest(parse_reference(f"{server}/kits/x:1"), env=env)
     assert "token service" in caught.value.message and server in caught.value.message
@@ -258,7 +278,7 @@ def test_bearer_wrong_password_is_refused_without_leaking(
 def test_basic_challenge(server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "basic")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", SECRET))
-    env = write_config(tmp_path, {"auths": {server: {"username": "alice", "password": SECRET}}})
+    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
     assert get_manifest(parse_reference(f"{server}/kits/x:1"), env=env).body == MANIFEST
     assert [a for _, a in Handler.seen] == [None, basic("alice", SECRET)]
 

@@ -68,7 +68,8 @@ def test_round_trip_list_and_remove(store: SecretStore) -> None:
 
 def test_info_as_dict_never_holds_the_value(store: SecretStore) -> None:
     data = store.set("github", TOKEN).as_dict()
-    assert set(data) == {"service", "masked", "length", "updated"}
+    assert set(data) == {"service", "source", "reference", "masked", "length", "updated"}
+    assert (data["source"], data["reference"]) == ("file", None)
     assert TOKEN not in repr(data)
     assert data["updated"].endswith("+00:00")
 
@@ -259,8 +260,8 @@ def test_set_and_remove_are_audited_by_name_only(store: SecretStore, home: Path)
     store.remove("github")  # nothing removed, nothing audited
     events = list(audit.read_events(home))
     assert [(e["event_type"], e["details"]) for e in events] == [
-        (audit.SECRET_SET, {"service": "github", "replaced": False}),
-        (audit.SECRET_SET, {"service": "github", "replaced": True}),
+        (audit.SECRET_SET, {"service": "github", "replaced": False, "source": "file"}),
+        (audit.SECRET_SET, {"service": "github", "replaced": True, "source": "file"}),
         (audit.SECRET_REMOVED, {"service": "github"}),
     ]
     text = audit.audit_path(home).read_text(encoding="utf-8")

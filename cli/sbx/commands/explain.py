@@ -77,7 +77,7 @@ def explain(
         from sbx.secrets import SecretStore
 
         store = SecretStore(app.state_home)
-        bound = {s: store.get(s) is not None for s in core.credential_services(kit_set)}
+        bound = {s: store.has(s) for s in core.credential_services(kit_set)}
         renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound))
         return 0
     result = core.explain_request(kit_set, target, "install" if phase == "install" else "runtime")

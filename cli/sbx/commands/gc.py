@@ -18,6 +18,8 @@ def gc(
         "--grace", metavar="SECONDS", min=0,
         help="Seconds past a deadline before a run's objects count as stale "
              "(default: [gc] grace_seconds, 600).")] = None,
+    named: Annotated[bool, typer.Option(
+        "--named", help="Also remove stopped named sandboxes (never running ones).")] = False,
 ) -> int:
     """Remove what crashed or killed runs left behind (by label, this state home only).
 
@@ -27,7 +29,7 @@ def gc(
     from sbx.core.gc import GcRequest, collect
 
     app = ctx.obj
-    result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace))
+    result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace, named=named))
     app.renderer.gc_result(result, verbose=app.verbose)
     return int(result.exit_status)
 

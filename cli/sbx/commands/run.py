@@ -53,6 +53,12 @@ def run(
     detach_keys: Annotated[str | None, typer.Option(
         "--detach-keys", metavar="KEYS",
         help="Keys that end a TTY session from the host (default ctrl-p,ctrl-q).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", metavar="NAME",
+        help="A named sandbox: created if missing, else started/attached as it was created.",
+    )] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", "-d", help="Start the named sandbox and return (no attach).")] = False,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change the workspace's git configuration and hooks (read-only by "
@@ -88,6 +94,8 @@ def run(
         user=user,
         detach_keys=detach_keys,
         trust_workspace=trust_workspace,
+        name=name,
+        detach=detach,
         host=app.streams,
     )
     renderer = app.renderer

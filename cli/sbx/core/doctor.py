@@ -652,7 +652,7 @@ def check_kit_credentials(state: DoctorState) -> Finding:
     bound: list[str] = []
     for credential in composition.credentials:
         label = f"{credential.service} ({credential.phase})"
-        if store.get(credential.service) is not None:
+        if store.has(credential.service):  # a stored value or a host source (never read)
             bound.append(label)
         elif credential.optional:
             unbound_optional.append(label)

@@ -13,7 +13,10 @@ inside the proxy URL (``http://sbx:<token>@gateway:port``); the proxy also refus
 outside the run's network. The token is never in argv, the config file, logs or ``--json``.
 
 Credentials come only from sbx's store. A required credential with no secret refuses the run
-before anything starts (``credential_unbound``); an optional one is skipped and recorded.
+before anything starts (``credential_unbound``); an optional one is skipped and recorded. Values
+the ``sbx`` process resolved itself (the OS keyring, a host variable, a host command:
+:func:`sbx.secrets.resolve_for_run`) follow the token on the owner pipe's first line, so they
+are never written anywhere; the proxy reads the file store itself.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ PHASE_ACK_TIMEOUT_S: Final = 5.0
 CA_DIR: Final = "/etc/sbx"
 CA_FILE: Final = f"{CA_DIR}/ca.pem"
 CA_BUNDLE: Final = f"{CA_DIR}/ca-bundle.pem"
+LOOPBACK_NAMES: Final = "localhost,127.0.0.1,::1"  # NO_PROXY: the sandbox's own loopback
 SYSTEM_BUNDLES: Final = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                          "/etc/ssl/cert.pem")
 
@@ -52,6 +56,9 @@ class EgressPlan:
     bound: tuple[str, ...]  # services with a secret in the store
     skipped: tuple[SelectionRecord, ...] = ()
     initial_phase: str = "runtime"
+    # Values resolved in this process for the proxy's owner pipe; never shown or compared.
+    provided: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    modes: Mapping[str, str] = field(default_factory=dict)  # service -> "apikey" | "oauth"
 
     @property
     def credentials(self) -> tuple[object, ...]:
@@ -59,46 +66,77 @@ class EgressPlan:
 
 
 def plan_egress(composition: Composition, *, has_install_hooks: bool,
-                secret_available: Mapping[str, bool]) -> EgressPlan | None:
-    """None without a network policy (the sandbox then has no network at all)."""
+                secret_available: Mapping[str, bool],
+                provided: Mapping[str, str] | None = None,
+                oauth_available: Mapping[str, bool] | None = None) -> EgressPlan | None:
+    """None without a network policy (the sandbox then has no network at all).
+
+    Each credential is bound in one mode (:func:`sbx.oauth.credential_mode`): ``oauth`` when it
+    declares an OAuth half and ``oauth_available`` says tokens are stored, else ``apikey`` when
+    it declares an API key and ``secret_available`` says one is stored."""
+    from sbx.oauth import OAuthConfig, credential_mode, has_api_key, passthrough_refusal
+
     if composition.network is None:
         return None
     unbound_required: list[str] = []
+    hints: list[str] = []
     skipped: list[SelectionRecord] = []
     bound: list[str] = []
+    modes: dict[str, str] = {}
     for credential in composition.credentials:
-        if secret_available.get(credential.service):
-            bound.append(credential.service)
-        elif credential.optional:
-            skipped.append(SelectionRecord(
-                credential.kit, credential.declared_at or f"capabilities[{credential.index}]",
-                CREDENTIAL, f"no secret for service {credential.service!r} in sbx's store"))
-        else:
-            unbound_required.append(f"{credential.service} ({credential.kit}, "
-                                    f"{credential.phase} phase)")
+        service = credential.service
+        mode = credential_mode(service, credential.config,
+                               api_key=bool(secret_available.get(service)),
+                               oauth=bool((oauth_available or {}).get(service)))
+        where = credential.declared_at or f"capabilities[{credential.index}]"
+        refusal = passthrough_refusal(credential)
+        if refusal is not None and mode is None:
+            if not credential.optional:
+                raise refusal
+            skipped.append(SelectionRecord(credential.kit, where, CREDENTIAL, refusal.message))
+            continue
+        if mode is not None:
+            bound.append(service)
+            modes[service] = mode
+            continue
+        oauth = OAuthConfig.from_credential(service, credential.config) is not None
+        missing = ("no OAuth login and no secret" if oauth and has_api_key(credential.config)
+                   else "no OAuth login" if oauth else "no secret")
+        if credential.optional:
+            skipped.append(SelectionRecord(credential.kit, where, CREDENTIAL,
+                                           f"{missing} for service {service!r} in sbx's store"))
+            continue
+        unbound_required.append(f"{service} ({credential.kit}, {credential.phase} phase)")
+        hints.append(f"`sbx secret login {service}`" if oauth and not has_api_key(
+            credential.config) else f"`printf %s \"$TOKEN\" | sbx secret set {service}`"
+            + (f" or `sbx secret login {service}`" if oauth else ""))
     if unbound_required:
-        first = unbound_required[0].split(" ", 1)[0]
         raise SbxError(
             Reason.CREDENTIAL_UNBOUND,
             "required credentials have no secret in sbx's store: " + ", ".join(unbound_required),
-            hint=f"Store each one first, e.g. `printf %s \"$TOKEN\" | sbx secret set {first}`.",
+            hint=f"Store each one first, e.g. {hints[0]}.",
             details={"services": [u.split(" ", 1)[0] for u in unbound_required]})
     network = composition.network
     wants_install = bool(network.install.allow) or any(
         c.phase == "install" for c in composition.credentials if c.service in bound)
     phase = "install" if has_install_hooks and wants_install else "runtime"
-    return EgressPlan(composition, tuple(sorted(set(bound))), tuple(skipped), phase)
+    values = {s: v for s, v in (provided or {}).items()
+              if s in bound and modes.get(s) == "apikey"}
+    return EgressPlan(composition, tuple(sorted(set(bound))), tuple(skipped), phase, values,
+                      modes)
 
 
 def proxy_env(address: str, port: int, token: str | None = None) -> dict[str, str]:
     """What the sandbox sees: the proxy (with the run's credentials when a token is given) in
-    both spellings, nothing exempt, and the CA."""
+    both spellings, and the CA. Only the sandbox's own loopback is exempt (agents talk to
+    servers they start themselves there; that traffic never leaves the sandbox's network
+    namespace, and the proxy would refuse a loopback destination anyway)."""
     from sbx.egress.proxyauth import proxy_url
 
     url = proxy_url(address, port, token)
     return {
         "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-        "NO_PROXY": "", "no_proxy": "",
+        "NO_PROXY": LOOPBACK_NAMES, "no_proxy": LOOPBACK_NAMES,
         "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE,
         "NODE_EXTRA_CA_CERTS": CA_FILE,
     }
@@ -160,17 +198,33 @@ class ProxyProcess:
 
 
 def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
-                client_token: str | None = None) -> ProxyProcess:
+                client_token: str | None = None,
+                secrets: Mapping[str, str] | None = None) -> ProxyProcess:
     """Start ``python -m sbx.egress.proxy CONFIG`` and wait for its ready line (bounded).
 
     Its stdin is a pipe whose write end stays in this process (Python's pipes are not
     inherited by other children): the first line is ``client_token`` (empty for none), and
     the proxy exits when the pipe closes — when :meth:`ProxyProcess.stop` closes it, or when
-    this process dies by any means."""
+    this process dies by any means. ``secrets`` (service → value) follow the token on that
+    line, encoded (:func:`sbx.secrets.encode_provided`)."""
+    config_path = write_proxy_config(config_json, run_dir)
+    return launch_proxy(config_path, run_dir, run_id, client_token=client_token,
+                        secrets=secrets)
+
+
+def write_proxy_config(config_json: str, run_dir: Path) -> Path:
+    """``<run_dir>/proxy.json`` (0600, never overwritten: a run writes its own once)."""
     config_path = run_dir / "proxy.json"
     fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(config_json)
+    return config_path
+
+
+def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
+                 client_token: str | None = None,
+                 secrets: Mapping[str, str] | None = None) -> ProxyProcess:
+    """Start the proxy on an existing config file; see :func:`start_proxy`."""
     stderr_path = run_dir / "proxy.log"
     from sbx.egress.proxy import proxy_argv
 
@@ -182,7 +236,7 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
             env=_proxy_environment(), start_new_session=True)
     assert process.stdout is not None and process.stdin is not None  # noqa: S101 - PIPE above
     try:
-        process.stdin.write(f"{client_token or ''}\n".encode("ascii"))
+        process.stdin.write(_owner_line(client_token, secrets))
         process.stdin.flush()
     except OSError:
         pass  # it died already: the ready line below never comes, and that is reported
@@ -208,6 +262,16 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
                         run_dir / "proxy.phase", stderr_path, client_token=client_token)
 
 
+def _owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
+    """The owner pipe's first line: the token, then the encoded secrets when there are any."""
+    line = client_token or ""
+    if secrets:
+        from sbx.secrets import encode_provided
+
+        line += "|" + encode_provided(secrets)
+    return f"{line}\n".encode("ascii")
+
+
 def _close_owner_pipe(process: subprocess.Popen[bytes]) -> None:
     if process.stdin is not None and not process.stdin.closed:
         with contextlib.suppress(OSError):
@@ -228,15 +292,24 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 
 def credential_env(specs: Sequence[object]) -> dict[str, str]:
-    """Each proxy-managed credential's variable holds its sentinel; inject-only sets nothing."""
+    """Each proxy-managed credential's variable holds its sentinel; inject-only sets nothing.
+    ``SBX_CRED_<SERVICE>_MODE`` says which half of each credential is bound (``apikey`` or
+    ``oauth``), for kit hooks that configure the agent accordingly."""
+    from sbx.oauth import mode_env_name
+
     out: dict[str, str] = {}
     for spec in specs:
         env = getattr(spec, "env", None)
         sentinel = getattr(spec, "sentinel", None)
         if env and sentinel:
             out[str(env)] = str(sentinel)
+        service = getattr(spec, "service", None)
+        if service:
+            out[mode_env_name(str(service))] = "oauth" if getattr(spec, "oauth", None) \
+                else "apikey"
     return out
 
 
 __all__ = ["CA_BUNDLE", "CA_FILE", "SYSTEM_BUNDLES", "EgressPlan", "ProxyProcess",
-           "credential_env", "plan_egress", "proxy_env", "start_proxy", "trust_bundle"]
+           "credential_env", "launch_proxy", "plan_egress", "proxy_env", "start_proxy",
+           "trust_bundle", "write_proxy_config"]

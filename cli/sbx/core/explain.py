@@ -132,7 +132,8 @@ def load(workload: str, mixins: Sequence[str], args: Sequence[str], *, cwd: Path
          state_home: Path) -> KitSet:
     """The kit set exactly as ``sbx run`` loads it (decode, args, selection, resolution)."""
     return load_kit_set(workload, mixins, args, cwd=cwd,
-                        cache_dir=state_home / "cache" / "descriptors", supported=SUPPORTED)
+                        cache_dir=state_home / "cache" / "descriptors", supported=SUPPORTED,
+                        lock_home=state_home)
 
 
 def static_composition(kit_set: KitSet) -> Composition:
@@ -239,7 +240,8 @@ class SandboxExplanation:
 _FLAGS: Final = {"sandbox.timeout_ms": "--timeout SECONDS"}
 
 
-def _config_item(key: str, value: object, source: str, config: Config) -> Item:
+def config_item(key: str, value: object, source: str, config: Config) -> Item:
+    """One setting as explain and `sbx config show` print it: value, source, what changes it."""
     section, _, name = key.partition(".")
     change = f"[{section}] {name} in {config.path}"
     if key in _FLAGS:
@@ -273,7 +275,7 @@ def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool
                          "it cannot be turned on here",
                          {"kit": r.kit, "path": r.path, "type": r.type, "reason": r.reason})
                     for k in kit_set.kits for r in k.selection.skipped)
-    hardening = tuple(_config_item(key, value, source, config)
+    hardening = tuple(config_item(key, value, source, config)
                       for key, value, source in config.provenance())
     network: dict[str, tuple[Item, ...]] = {}
     for phase in PHASES:
@@ -447,6 +449,6 @@ def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
 
 
 __all__ = ["Item", "Refusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
-           "Target", "credential_services", "explain_prefix", "explain_request", "explain_run",
-           "explain_sandbox", "is_run_id", "load", "parse_target", "pending_rules", "reason_of",
-           "split_request", "static_composition"]
+           "Target", "config_item", "credential_services", "explain_prefix", "explain_request",
+           "explain_run", "explain_sandbox", "is_run_id", "load", "parse_target",
+           "pending_rules", "reason_of", "split_request", "static_composition"]

@@ -106,6 +106,24 @@ class BridgeGuard:
             self.installed.insert(0, rule)
         return None
 
+    def ensure(self) -> str | None:
+        """For a named sandbox's later start: install the rules unless every one is there
+        already (they outlive a stop, not a host reboot)."""
+        iptables = iptables_binary()
+        if iptables is not None and os.geteuid() == 0:
+            present = []
+            for rule in self.rules():
+                done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), "-C", CHAIN, *rule],
+                                      capture_output=True, timeout=IPTABLES_TIMEOUT_S,
+                                      stdin=subprocess.DEVNULL, check=False)
+                present.append(done.returncode == 0)
+            if all(present):
+                self.installed = self.rules()
+                return None
+            self.installed = [r for r, there in zip(self.rules(), present, strict=True) if there]
+            self.remove()
+        return self.install()
+
     def remove(self) -> list[str]:
         iptables = iptables_binary()
         errors: list[str] = []

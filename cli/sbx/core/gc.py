@@ -79,7 +79,7 @@ from sbx.core.firewall import (
     list_sbx_rules,
     remove_rule,
 )
-from sbx.core.sources import STAGING_ROOT, release_points, stale_staging
+from sbx.core.sources import NAMED_PREFIX, STAGING_ROOT, release_points, stale_staging
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
 
@@ -126,6 +126,7 @@ DOCKER_UNREACHABLE: Final = "docker_unreachable"
 class GcRequest:
     dry_run: bool = False
     grace_s: int | None = None  # None: [gc] grace_seconds from the config
+    named: bool = False  # --named: also remove stopped named sandboxes
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class ContainerEntry:
     state: str
     run_id: str | None
     deadline_raw: str | None
+    named: bool = False  # a named sandbox's (label dev.sbx.name): `sbx rm` removes it
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class SharedEntry:
     id: str
     run_id: str | None
     deadline_raw: str | None
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ class ImageEntry:
     tags: tuple[str, ...]
     run_id: str | None
     deadline_raw: str | None
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +239,10 @@ class RunRecord:
     pid: int | None
     deadline: int | None
     proxy_pid: int | None
+    named: bool = False  # the run that created a named sandbox: kept with it
+    # Whether the sbx process that owns the run still holds its owner lock (runs/<id>/
+    # owner.lock): None for runs without one. Unlike a pid, a lock cannot be reused.
+    owner_alive: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -287,7 +295,8 @@ def _parse_container(entry: object, home_hash: str) -> ContainerEntry:
     if not isinstance(state, str) or state not in CONTAINER_STATES:
         raise ListingInvalid(f"container {ident[:12]} has an unknown state ({_clip(state)})")
     labels = _labels(entry, f"container {ident[:12]}", home_hash)
-    return ContainerEntry(ident, state, _run_label(labels), labels.get(label_keys.DEADLINE))
+    return ContainerEntry(ident, state, _run_label(labels), labels.get(label_keys.DEADLINE),
+                          label_keys.NAME in labels)
 
 
 def _parse_network(entry: object, home_hash: str) -> SharedEntry:
@@ -297,7 +306,8 @@ def _parse_network(entry: object, home_hash: str) -> SharedEntry:
     if not isinstance(ident, str) or not FULL_ID.match(ident):
         raise ListingInvalid(f"a network entry has no valid id ({_clip(ident)})")
     labels = _labels(entry, f"network {ident[:12]}", home_hash)
-    return SharedEntry("network", ident, _run_label(labels), labels.get(label_keys.DEADLINE))
+    return SharedEntry("network", ident, _run_label(labels), labels.get(label_keys.DEADLINE),
+                       label_keys.NAME in labels)
 
 
 def parse_images(raw: Sequence[Any], home_hash: str) -> tuple[ImageEntry, ...]:
@@ -317,7 +327,8 @@ def _parse_image(entry: object, home_hash: str) -> ImageEntry:
     if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
         raise ListingInvalid(f"image {_short(ident)} has unreadable tags ({_clip(tags)})")
     labels = _labels(entry, f"image {_short(ident)}", home_hash)
-    return ImageEntry(ident, tuple(tags), _run_label(labels), labels.get(label_keys.DEADLINE))
+    return ImageEntry(ident, tuple(tags), _run_label(labels), labels.get(label_keys.DEADLINE),
+                      label_keys.NAME in labels)
 
 
 def _parse_volume(entry: object, home_hash: str) -> SharedEntry:
@@ -327,7 +338,8 @@ def _parse_volume(entry: object, home_hash: str) -> SharedEntry:
     if not isinstance(name, str) or not name:
         raise ListingInvalid(f"a volume entry has no valid name ({_clip(name)})")
     labels = _labels(entry, f"volume {name[:24]}", home_hash)
-    return SharedEntry("volume", name, _run_label(labels), labels.get(label_keys.DEADLINE))
+    return SharedEntry("volume", name, _run_label(labels), labels.get(label_keys.DEADLINE),
+                       label_keys.NAME in labels)
 
 
 def _clip(value: object) -> str:
@@ -419,7 +431,28 @@ def _read_record(path: Path) -> RunRecord | None:
     if not isinstance(data, dict):
         return None
     return RunRecord(_int(data.get("pid")), _int(data.get("deadline")),
-                     _int(data.get("proxy_pid")))
+                     _int(data.get("proxy_pid")), isinstance(data.get("name"), str),
+                     owner_alive(path.parent))
+
+
+OWNER_LOCK: Final = "owner.lock"
+
+
+def owner_alive(run_dir: Path) -> bool | None:
+    """Whether the run's owner holds ``owner.lock`` (None: the run has none)."""
+    try:
+        fd = os.open(run_dir / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases what was just taken
+    return False
 
 
 def _int(value: object) -> int | None:
@@ -443,21 +476,29 @@ class Clock:
     def run_live(self, record: RunRecord | None) -> bool:
         """The sbx process of a run is alive (inside its deadline + grace: past it, a live pid
         is a reused one or a hung run whose container goes by its deadline anyway)."""
-        if record is None or record.pid is None:
+        if record is None:
+            return False
+        if record.owner_alive is not None:
+            return record.owner_alive
+        if record.pid is None:
             return False
         if record.deadline is not None and self.past(record.deadline):
             return False
         return self.alive(record.pid)
 
     def run_over(self, run: RunDir | None) -> bool:
-        """Positive evidence that a run ended: its record names an sbx process that is gone."""
+        """Positive evidence that a run ended: its owner lock is free, or its record names an
+        sbx process that is gone."""
         return (run is not None and run.real_dir and run.record is not None
-                and run.record.pid is not None and not self.run_live(run.record))
+                and (run.record.owner_alive is not None or run.record.pid is not None)
+                and not self.run_live(run.record))
 
 
 def judge_container(entry: ContainerEntry, runs: Mapping[str, RunDir],
                     clock: Clock) -> tuple[bool, str, str]:
     """``(remove, why, detail)`` for one container."""
+    if entry.named:
+        return False, *_NAMED
     if entry.state in FINISHED_STATES:
         return True, entry.state, f"the container is {entry.state}"
     if entry.state == "removing":
@@ -471,6 +512,12 @@ def judge_container(entry: ContainerEntry, runs: Mapping[str, RunDir],
     if entry.state == "created" and entry.run_id is not None \
             and clock.run_over(runs.get(entry.run_id)):
         return True, "abandoned", "never started, and the sbx process that created it is gone"
+    run = runs.get(entry.run_id) if entry.run_id is not None else None
+    if run is not None and run.record is not None and run.record.owner_alive is False \
+            and run.age_s >= clock.grace_s:
+        # A one-shot sandbox never outlives its sbx process for longer than the grace.
+        return True, "owner_gone", (f"the sbx process that owned it is gone (its owner lock "
+                                    f"is free; grace {clock.grace_s}s)")
     return False, "inside_deadline", f"{entry.state}, deadline in {int(deadline - clock.now)}s"
 
 
@@ -478,6 +525,8 @@ def judge_shared(entry: SharedEntry, runs: Mapping[str, RunDir],
                  clock: Clock) -> tuple[bool, str, str]:
     """``(candidate, why, detail)`` for a network or volume; a candidate is removed only when
     no container still uses it."""
+    if entry.named:
+        return False, *_NAMED
     deadline = _deadline(entry.deadline_raw)
     if deadline is None:
         return False, *_deadline_problem(entry.deadline_raw)
@@ -494,6 +543,8 @@ def judge_image(entry: ImageEntry, runs: Mapping[str, RunDir],
     """``(candidate, why, detail)`` for an image of this home; a candidate is removed only when
     no container uses it. Only a run's own image qualifies: it names its run, and every tag it
     has is that run's ``sbx-run/<run id>:...`` (or it has none)."""
+    if entry.named:
+        return False, *_NAMED
     if entry.run_id is None:
         return False, "not_a_run_image", "it names no run; sbx removes only per-run images"
     own = f"{RUN_IMAGE_REPOSITORY}{entry.run_id}:"
@@ -514,6 +565,8 @@ def judge_rule(rule: SbxRule, runs: Mapping[str, RunDir], known: Mapping[str, in
     home knows: its rule is never touched.
     """
     run = runs.get(rule.run_id)
+    if run is not None and run.record is not None and run.record.named:
+        return False, *_NAMED
     if run is None and rule.run_id not in known:
         return False, "not_this_home", "its run is not one of this state home's (never touched)"
     record = run.record if run is not None else None
@@ -535,10 +588,16 @@ def judge_rule(rule: SbxRule, runs: Mapping[str, RunDir], known: Mapping[str, in
         f"its run may be live (deadline in {int(deadline - clock.now)}s)")
 
 
+_NAMED: Final = ("named", "a named sandbox's: `sbx rm NAME` removes it (`sbx gc --named` "
+                          "or `[gc] named_ttl` for stopped ones)")
+
+
 def judge_run_dir(run: RunDir, in_use: Set[str], clock: Clock) -> tuple[bool, str, str]:
     """``(remove, why, detail)`` for one run directory."""
     if not run.real_dir:
         return False, "not_a_directory", "not a real directory (never followed or removed)"
+    if run.record is not None and run.record.named:
+        return False, *_NAMED
     if run.name in in_use:
         return False, "in_use", "an object of this run is still present"
     if clock.run_live(run.record):
@@ -632,8 +691,35 @@ def collect(ctx: AppContext, request: GcRequest, *, clock: Callable[[], float] =
             return GcResult("locked", request.dry_run, grace,
                             note=f"another sbx gc holds {state_home / LOCK_FILE}; nothing done")
         result = _Collector(ctx, request, grace, batch, clock, procs, rules).run()
+        ttl = config.gc.named_ttl.value
+        if result.outcome == "done" and (request.named or ttl is not None):
+            _stopped_named(ctx, result, 0 if request.named or ttl is None else ttl, clock())
     _audit(state_home, result)
     return result
+
+
+def _stopped_named(ctx: AppContext, result: GcResult, ttl: int, now: float) -> None:
+    """Named sandboxes are never gc's to take, unless ``--named`` or ``[gc] named_ttl`` says
+    so: then the stopped ones (never a running one) stopped for at least ``ttl`` seconds."""
+    from sbx.core.named import remove
+    from sbx.core.sandboxes import SandboxStore
+
+    store = SandboxStore(ctx.state_home)
+    for name in store.names():
+        try:
+            record = store.load(name)
+            if record is None or record.container_id is None:
+                continue
+            finished = ctx.driver.container_finished_at(record.container_id)
+            if finished is None or now - finished < ttl:
+                continue
+            remove(ctx, [name])
+        except SbxError as error:
+            result.failed.append(GcFailure("named_remove_failed", error.reason,
+                                           f"named sandbox {name}: {error.message}", name))
+            continue
+        result.removed.append(GcItem("named", name, record.run_id, "stopped",
+                                     f"stopped {int(now - finished)}s ago"))
 
 
 def survey(ctx: AppContext, *, clock: Callable[[], float] = time.time) -> GcResult:
@@ -962,8 +1048,8 @@ class _Collector:
         """Staging points of runs that left no run directory and no object behind, once they
         are older than the grace (a starting run writes its run directory first)."""
         for run_id, _points in stale_staging(self.ctx.home_hash):
-            if run_id in run_dirs or run_id in remaining:
-                continue
+            if run_id in run_dirs or run_id in remaining or run_id.startswith(NAMED_PREFIX):
+                continue  # a named sandbox's points go with `sbx rm`
             try:
                 age = self.clock.now - (STAGING_ROOT / self.ctx.home_hash / run_id).stat().st_mtime
             except OSError:

@@ -2,6 +2,11 @@
 descriptor from its annotation, gate permission widenings against the lock, pull by digest, and
 pin the digests in the lock (SPEC §2.4, KIT-SPEC-V3 §5, §6.3).
 
+References are normalised as Docker does (``docker/kit:1`` = ``docker.io/docker/kit:1``) and
+locked under that form. A kit's first pull shows every permission it asks for and needs the same
+approval as a widening (a terminal's confirmation or ``--accept``; else
+``permission_unapproved``); a kit that asks for nothing is pinned silently.
+
 All references are preflighted and gated before anything is pulled, and the lock is written
 once, atomically, after every pull succeeded: a refusal, an invalid descriptor or an unreachable
 registry leave the image store and the lock as they were.
@@ -33,7 +38,8 @@ from sbx.reasons import Reason
 from sbx.registry import KitManifest, fetch_kit_manifest, parse_reference
 
 Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
-Confirm = Callable[[str, Sequence[Widening]], bool]
+# (reference, widenings, first pull?) → approved?
+Confirm = Callable[[str, Sequence[Widening], bool], bool]
 
 
 @dataclass(frozen=True)
@@ -142,8 +148,9 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
     path = lock_path(app.state_home)
     lock = read_lock(path)
     planned: list[PullItem] = []
-    for text in references:
-        ref = parse_reference(text)
+    for written in references:
+        ref = parse_reference(written)
+        text = ref.canonical  # the lock's key: every spelling of one reference is one kit
         manifest = fetch_kit_manifest(ref, env=app.env)
         pinned = ref.pinned(manifest.digest)
         kit = preflight(text, manifest)
@@ -152,28 +159,23 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
             continue
         kind, candidate = kit
         previous = lock.get(text)
-        ask = None if confirm is None else (lambda ws, t=text: confirm(t, ws))
+        ask = None if confirm is None else (
+            lambda ws, t=text, first=previous is None: confirm(t, ws, first))
         result = gate(previous, manifest.digest, candidate, accept=accept, confirm=ask)
         previous_digest = previous.digest if previous else None
         details = {"reference": text, "digest": manifest.digest,
-                   "previous_digest": previous_digest,
+                   "previous_digest": previous_digest, "first_pull": previous is None,
                    "widenings": [w.as_dict() for w in result.widenings]}
         if result.decision is Decision.REFUSED:
             audit.record(app.state_home, audit.KIT_WIDENING_REFUSED, run_id=None,
                          severity="warning", details=details)
-            raise SbxError(
-                Reason.PERMISSION_WIDENED,
-                f"{text} now resolves to {manifest.digest}, which asks for more than the "
-                f"locked {previous_digest}; nothing was pulled and the lock is unchanged",
-                body=format_widenings(result.widenings),
-                hint="Review the widenings, then pull again on a terminal and confirm, or "
-                     "pass --accept.",
-                details={**details, "problems": details["widenings"]})
-        if result.decision is Decision.ACCEPTED:
+            raise _refusal(text, manifest.digest, previous_digest, result, details)
+        if result.via is not None:  # approved: a widening, or a first pull's permissions
             audit.record(app.state_home, audit.KIT_WIDENING_ACCEPTED, run_id=None,
                          severity="warning", details={**details, "via": result.via})
-        elif result.decision is Decision.NEW and not candidate.is_empty():
-            on_notice(f"{text} asks for:\n" + _surface_lines(candidate))
+            if result.decision is Decision.NEW and result.via == "accept-flag":
+                on_notice(f"{text} asks for (accepted with --accept):\n"
+                          + _surface_lines(candidate))
         planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,
                                 previous_digest, descriptor_text=manifest.descriptor_text))
     done: list[PullItem] = []
@@ -200,6 +202,27 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
                              details={"reference": item.reference, "digest": item.digest,
                                       "previous_digest": item.previous_digest})
     return PullResult(tuple(done), str(path))
+
+
+def _refusal(text: str, digest: str, previous_digest: str | None, result: GateResult,
+             details: Mapping[str, Any]) -> SbxError:
+    extra = {**details, "problems": details["widenings"]}
+    if previous_digest is None:
+        return SbxError(
+            Reason.PERMISSION_UNAPPROVED,
+            f"{text} ({digest}) asks for permissions nobody approved; nothing was pulled and "
+            "the lock is unchanged",
+            body=format_widenings(result.widenings),
+            hint="Review them, then pull on a terminal and confirm, or pass --accept.",
+            details=extra)
+    return SbxError(
+        Reason.PERMISSION_WIDENED,
+        f"{text} now resolves to {digest}, which asks for more than the locked "
+        f"{previous_digest}; nothing was pulled and the lock is unchanged",
+        body=format_widenings(result.widenings),
+        hint="Review the widenings, then pull again on a terminal and confirm, or pass "
+             "--accept.",
+        details=extra)
 
 
 def _surface_lines(candidate: Surface) -> str:

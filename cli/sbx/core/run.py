@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import math
@@ -104,6 +105,7 @@ from sbx.signals import deferred_interrupts, raise_if_interrupted
 
 if TYPE_CHECKING:
     from sbx.core.firewall import BridgeGuard
+    from sbx.core.keeper import KeptProxy
     from sbx.core.ports import PortForwarder
     from sbx.session.stream import AttachedStream
 
@@ -134,6 +136,8 @@ class RunRequest:
     user: str | None = None  # --user UID[:GID]
     detach_keys: str | None = None  # --detach-keys (else [sandbox] detach_keys)
     trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
+    name: str | None = None  # --name: a named sandbox that persists (sbx.core.named)
+    detach: bool = False  # -d: start it and do not attach
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -169,6 +173,7 @@ class RunPlan:
     detach_keys: str = DEFAULT_DETACH_KEYS
     host_mounts: HostMounts = field(default_factory=HostMounts)
     host_config_before: Mapping[str, tuple[int, int, int]] | None = None
+    name: str | None = None  # a named sandbox: kept after the session (sbx.core.named)
 
     @property
     def references(self) -> list[str]:
@@ -180,16 +185,20 @@ class RunResult:
     run_id: str
     exit_code: int
     duration_s: float
-    plan: RunPlan
+    plan: RunPlan | None  # None: an existing named sandbox was started or attached
     stdout: bytes = b""
     stderr: bytes = b""
     ports: list[dict[str, object]] = field(default_factory=list)
     truncated: bool = False
     cleanup_errors: list[str] = field(default_factory=list)
     host_config_changed: list[str] = field(default_factory=list)
+    name: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         plan = self.plan
+        if plan is None:
+            return {"run_id": self.run_id, "exit_code": self.exit_code, "name": self.name,
+                    "duration_s": round(self.duration_s, 3)}
         data: dict[str, Any] = {
             "run_id": self.run_id,
             "exit_code": self.exit_code,
@@ -212,6 +221,7 @@ class RunResult:
             "home": plan.home,
             "session": plan.mode.as_dict(),
             "host_config_changed": self.host_config_changed,
+            "name": plan.name,
         }
         if self.stdout or self.stderr or self.truncated:
             data["stdout"] = self.stdout.decode("utf-8", "replace")
@@ -240,6 +250,24 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         progress: ProgressFactory,
         on_warning: Callable[[str], None] = lambda _text: None,
         on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+    if request.detach and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
+                       "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.name is not None:
+        from sbx.core.named import run_named
+
+        return run_named(ctx, request, on_output=on_output, progress=progress,
+                         on_warning=on_warning, on_notice=on_notice)
+    return run_new(ctx, request, on_output=on_output, progress=progress,
+                   on_warning=on_warning, on_notice=on_notice)
+
+
+def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+            progress: ProgressFactory,
+            on_warning: Callable[[str], None] = lambda _text: None,
+            on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+    """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
+    named sandbox)."""
     run_id = uuid.uuid4().hex
     try:
         plan = prepare(ctx, request, run_id, progress)
@@ -268,7 +296,9 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                            cache_dir=ctx.state_home / "cache" / "descriptors",
                            supported=SUPPORTED, lock_home=ctx.state_home)
     access = _access(request)
-    session_mode = decide_mode(interactive=request.interactive, tty=request.tty,
+    # A named sandbox is made for agents: a TTY unless --no-tty, whatever this terminal is.
+    tty = True if request.name is not None and request.tty is None else request.tty
+    session_mode = decide_mode(interactive=request.interactive, tty=tty,
                                capture=request.capture_output, host=request.host)
     detach_keys = _detach_keys(request, config)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
@@ -279,7 +309,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
 
     driver = ctx.driver
     _check_engine(driver.info())
-    timeout_s = config.sandbox.timeout_ms.value / 1000
+    timeout_s = _timeout_of(request, config)
     deadline = math.ceil(time.time() + timeout_s)
     references = [k.reference for k in kit_set.kits]
     labels = label_keys.object_labels(
@@ -309,7 +339,10 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
           deadline: int, workspace_target: str, host_mounts: HostMounts) -> RunPlan:
     """The rest of the plan, once the host paths are open (closed by the caller on failure)."""
     driver = ctx.driver
-    timeout_s = config.sandbox.timeout_ms.value / 1000
+    timeout_s = _timeout_of(request, config)
+    named = request.name
+    if named is not None:
+        labels = {**labels, label_keys.NAME: named}
     workspace = host_mounts.workspace
     owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
     workspace_host = workspace.path if workspace is not None else None
@@ -334,22 +367,33 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
         allow_privileged=request.allow_privileged, workspace_target=workspace_target,
         volume_sizes_enforced=staging_available(),
         kits={k.reference: k.local for k in kit_set.kits})
+    home = home_path(
+        taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
+               *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
+    if named is not None:
+        # HOME persists across stop/start: a volume of its own, sized where sbx can bound it.
+        capabilities = dataclasses.replace(capabilities, volumes=(
+            *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
+                                               if staging_available() else None)))
+    egress = _plan_egress(ctx, composition, capabilities)
+    if egress is not None and "oauth" in egress.modes.values():
+        from sbx.core.credfiles import credential_file_plan, with_credential_files
+
+        capabilities = with_credential_files(capabilities, *credential_file_plan(
+            composition, egress.modes, ctx.state_home))
     command, entrypoint = _command(request, image, capabilities, kit_set)
     user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
                          credential_names=_credential_names(composition))
-    egress = _plan_egress(ctx, composition, capabilities)
     # The CA goes into the per-run image, so a network policy always takes the create step.
     needs_create_step = capabilities.needs_create_step or egress is not None
     run_image_tag = f"sbx-run/{run_id}:1" if needs_create_step else None
-    volume_names = tuple(f"sbx-{run_id[:16]}-v{i}" for i in range(len(capabilities.volumes)))
+    volume_prefix = f"sbx-{ctx.home_hash[:8]}-{named}" if named else f"sbx-{run_id[:16]}"
+    volume_names = tuple(f"{volume_prefix}-v{i}" for i in range(len(capabilities.volumes)))
     # Ports and egress need an interface: a per-run internal network (no route beyond the host).
     networked = bool(capabilities.ports) or egress is not None
     network = f"sbx-{run_id[:16]}" if networked else None
     bridge = f"sbx{run_id[:12]}" if networked else None
     limits = capabilities.limits
-    home = home_path(
-        taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
-               *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
     image = prepare_mountpoints(driver, image, home=home,
                                 cache_dir=ctx.state_home / "cache" / "mountpoints",
                                 helper_labels=labels, lock_dir=ctx.state_home / "locks")
@@ -374,7 +418,13 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
         privileged=capabilities.privileged,
         network_mode=network or "none",
         tty=session_mode.tty,
-        stdin_open=session_mode.stdin,
+        # A named sandbox keeps stdin open across attaches, and a bounded engine log for
+        # `sbx logs`; its HOME is the last of its volumes.
+        stdin_open=session_mode.stdin or named is not None,
+        stdin_once=named is None,
+        engine_log=named is not None,
+        home_volume=volume_names[-1] if named is not None else None,
+        name=f"sbx-{named}-{ctx.home_hash[:8]}" if named is not None else None,
     )
     violations = hardening_violations(spec, limits,
                                       privileged_consented=request.allow_privileged)
@@ -391,7 +441,20 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
                    container_env=container_env, run_image_tag=run_image_tag,
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
-                   detach_keys=detach_keys, host_mounts=host_mounts, host_config_before=before)
+                   detach_keys=detach_keys, host_mounts=host_mounts, host_config_before=before,
+                   name=named)
+
+
+NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
+
+
+def _timeout_of(request: RunRequest, config: Config) -> float:
+    """A run's time limit in seconds. A named sandbox has none unless --timeout gives one: it
+    lives until it is stopped (its labels then carry a deadline years away, and gc leaves
+    named sandboxes alone anyway)."""
+    if request.name is not None and request.timeout_s is None:
+        return NO_DEADLINE_S
+    return float(config.sandbox.timeout_ms.value / 1000)
 
 
 def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
@@ -423,12 +486,19 @@ def _plan_egress(ctx: AppContext, composition: Composition,
                  capabilities: CapabilityPlan) -> EgressPlan | None:
     if composition.network is None:
         return None
-    from sbx.secrets import SecretStore
+    from sbx.secrets import SecretStore, resolve_for_run
 
-    store = SecretStore(ctx.state_home)
-    services = {c.service for c in composition.credentials}
+    # Keyring, host-variable and host-command secrets are resolved here, once, before anything
+    # starts; they reach the proxy over its owner pipe only (never disk, output or audit).
+    secrets = resolve_for_run(SecretStore(ctx.state_home), composition.credentials, ctx.env)
+    from sbx.oauth import OAuthStore
+
+    tokens = OAuthStore(ctx.state_home)
+    oauth = {c.service: tokens.has(c.service) for c in composition.credentials
+             if "oauth" in c.config}
     return plan_egress(composition, has_install_hooks=bool(capabilities.lifecycle.install),
-                       secret_available={s: store.get(s) is not None for s in services})
+                       secret_available=secrets.available, provided=secrets.provided,
+                       oauth_available=oauth)
 
 
 def _env_pairs(env: Sequence[str]) -> Iterator[tuple[str, str]]:
@@ -620,6 +690,9 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         deadline = time.monotonic() + plan.timeout_s
         raise_if_interrupted()
         driver.start(container_id)
+        if plan.name is not None and _keep_named(ctx, plan, request, created, container_id,
+                                                 on_notice):
+            return RunResult(plan.run_id, 0, time.monotonic() - started, plan)
         terminal_fd = request.host.stdin_fd if plan.mode.raw else None
         size_fd = request.host.size_fd() if plan.mode.tty else None
         resize = _resizer(driver, container_id, size_fd)
@@ -632,22 +705,19 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
                           stdin_fd=request.host.stdin_fd if plan.mode.stdin else None,
                           sink=sink, escape=parse_detach_keys(plan.detach_keys),
                           on_resize=resize if size_fd is not None else None)
-        exit_code, end = _session(driver, container_id, session, terminal_fd, deadline)
+        exit_code, end = _session(driver, container_id, session, terminal_fd, deadline,
+                                  keep=plan.name is not None)
+        if exit_code is None and plan.name is not None and end is SessionEnd.DETACHED:
+            on_notice(f"detached from {plan.name}; it keeps running (`sbx attach "
+                      f"{plan.name}` to return, `sbx stop {plan.name}` to stop it)")
+            exit_code = 0
         if exit_code is None:
             _ended_early(ctx, plan, end, started)
         assert exit_code is not None  # noqa: S101 - _ended_early always raises
         _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "info",
                {"exit_code": exit_code, "duration_s": _elapsed(started)})
-        result = RunResult(plan.run_id, exit_code, time.monotonic() - started, plan)
-        result.ports = [p.as_dict() for p in (created.forwarder.published
-                                              if created.forwarder else [])]
-        if capture is not None:
-            result.stdout = bytes(capture.parts["stdout"])
-            result.stderr = bytes(capture.parts["stderr"])
-            result.truncated = capture.truncated
-        result.cleanup_errors = cleanup_errors
-        result.host_config_changed = _host_config_changes(ctx, plan, on_warning)
-        return result
+        return _result(ctx, plan, exit_code, started, created, capture, cleanup_errors,
+                       on_warning)
     except SbxError as error:
         if created.container is not None and error.reason is Reason.DOCKER_UNREACHABLE:
             # Something was already created: this is not a refusal before the start.
@@ -665,6 +735,36 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         replacement = _say_what_is_left(pending, problems)
         if replacement is not None:
             raise replacement from pending
+
+
+def _result(ctx: AppContext, plan: RunPlan, exit_code: int, started: float,
+            created: _Created, capture: _Capture | None, cleanup_errors: list[str],
+            on_warning: Callable[[str], None]) -> RunResult:
+    result = RunResult(plan.run_id, exit_code, time.monotonic() - started, plan)
+    result.ports = [p.as_dict() for p in (created.forwarder.published
+                                          if created.forwarder else [])]
+    if capture is not None:
+        result.stdout = bytes(capture.parts["stdout"])
+        result.stderr = bytes(capture.parts["stderr"])
+        result.truncated = capture.truncated
+    result.cleanup_errors = cleanup_errors  # filled in by the caller's finally
+    result.host_config_changed = _host_config_changes(ctx, plan, on_warning)
+    return result
+
+
+def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: _Created,
+                container_id: str, on_notice: Callable[[str], None]) -> bool:
+    """A named sandbox that started is the sandbox's from now on (recorded, never removed by
+    this run); True when it was started detached (nothing to attach to here)."""
+    from sbx.core.named import record_created
+
+    record_created(ctx, plan, created_ids(created, container_id), request)
+    created.kept = True
+    if not request.detach:
+        return False
+    _audit_started(ctx, plan)
+    on_notice(f"{plan.name} started; `sbx attach {plan.name}` to use it")
+    return True
 
 
 def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
@@ -687,6 +787,8 @@ def _final_spec(ctx: AppContext, plan: RunPlan, boundary: Mapping[str, str],
     if boundary:
         spec = dataclasses.replace(spec, env={**spec.env, **boundary})
     spec = _staged(ctx, plan, spec, created)
+    if plan.timeout_s >= NO_DEADLINE_S:
+        return spec
     return dataclasses.replace(spec, healthcheck=deadline_check(
         math.ceil(time.time() + plan.timeout_s + DEADLINE_MARGIN_S), plan.timeout_s))
 
@@ -709,7 +811,8 @@ def _staged(ctx: AppContext, plan: RunPlan, spec: ContainerSpec,
 
 def _staging(ctx: AppContext, plan: RunPlan, created: _Created) -> Staging:
     if created.staging is None:
-        created.staging = Staging.for_run(ctx.home_hash, plan.run_id)
+        created.staging = (Staging.for_named(ctx.home_hash, plan.name) if plan.name is not None
+                           else Staging.for_run(ctx.home_hash, plan.run_id))
     return created.staging
 
 
@@ -767,15 +870,17 @@ def _host_config_changes(ctx: AppContext, plan: RunPlan,
 
 
 def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,
-             deadline: float) -> tuple[int | None, SessionEnd]:
+             deadline: float, *, keep: bool = False) -> tuple[int | None, SessionEnd]:
     """Pump the session (the host terminal raw for its duration), then the exit status; None
-    when the workload had to be stopped (deadline, detach, output closed)."""
+    when the workload had to be stopped (deadline, detach, output closed). A sandbox to
+    ``keep`` (a named one) is left running on a detach or a closed reader."""
     with session, session.resize_on_sigwinch(), \
             (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
         end = session.pump(deadline)
         exit_code = (driver.wait(container_id, max(deadline - time.monotonic(), 0.001))
                      if end is SessionEnd.EOF else None)
-        if exit_code is None:
+        if exit_code is None and not (keep and end in (SessionEnd.DETACHED,
+                                                       SessionEnd.OUTPUT_CLOSED)):
             _stop(driver, container_id, session, end)
     return exit_code, end
 
@@ -914,10 +1019,18 @@ class _Created:
     network: str | None = None
     guard: BridgeGuard | None = None  # only runs with a network import these
     forwarder: PortForwarder | None = None
-    proxy: ProxyProcess | None = None
+    proxy: ProxyProcess | KeptProxy | None = None
     stream: AttachedStream | None = None
     staging: Staging | None = None
     sized: dict[str, str] = field(default_factory=dict)  # volume name -> its file system
+    kept: bool = False  # a named sandbox that started: its objects outlive this run
+
+
+def created_ids(created: _Created, container_id: str) -> dict[str, Any]:
+    """What a named sandbox owns, for its record."""
+    return {"container_id": container_id, "network": created.network,
+            "volumes": list(created.volumes), "image": created.image,
+            "staging": list(created.staging.log) if created.staging is not None else []}
 
 
 def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
@@ -948,7 +1061,7 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
 
 
 def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
-                  run_dir: Path) -> tuple[ProxyProcess, dict[str, str]]:
+                  run_dir: Path) -> tuple[ProxyProcess | KeptProxy, dict[str, str]]:
     """Start this run's egress proxy on the network's gateway; the sandbox's boundary env.
 
     Only the sandbox may use it: the proxy URL carries a fresh per-run token (handed to the
@@ -958,8 +1071,9 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     from sbx.egress.proxyconfig import CredentialSpec, ProxyConfig
 
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
-    specs = tuple(CredentialSpec.from_credential(c) for c in plan.composition.credentials
-                  if c.service in plan.egress.bound)
+    specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
+                                                                              "apikey"))
+                  for c in plan.composition.credentials if c.service in plan.egress.bound)
     network_settings = plan.config.network
     ca_file = network_settings.upstream_ca_file.value
     config = ProxyConfig(
@@ -972,7 +1086,16 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         explain_command=_explain_prefix(plan), phase_file=run_dir / "proxy.phase",
         peer_network=_sandbox_network(bridge, gateway))
     token = new_token()
-    proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token)
+    proxy: ProxyProcess | KeptProxy
+    if plan.name is not None:
+        # A named sandbox's proxy outlives this process: a detached keeper owns it, with
+        # the token kept (0600) for its later starts (sbx.core.keeper).
+        from sbx.core.keeper import start_kept_proxy
+
+        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token)
+    else:
+        proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
+                            secrets=plan.egress.provided)
     _update_run_dir(run_dir, None, proxy_pid=proxy.pid)
     return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
 
@@ -1000,7 +1123,7 @@ def _explain_prefix(plan: RunPlan) -> str:
 
 
 def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
-                 boundary: Mapping[str, str], proxy: ProxyProcess | None,
+                 boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
                  created_sized: Mapping[str, str]) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
@@ -1023,7 +1146,7 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
         accounts=parse_accounts(passwd.decode("utf-8", "replace")),
         workdir=plan.workspace_target,
         on_output=lambda _stream, chunk: on_output("stderr", chunk),
-        boundary_env=boundary,
+        boundary_env=boundary, home=plan.home,
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
@@ -1052,11 +1175,16 @@ def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile
 
 def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
              run_dir: Path) -> list[str]:
-    """Remove what this run created, container first (it holds the image and volumes)."""
+    """Remove what this run created, container first (it holds the image and volumes); of a
+    named sandbox that started, only this process's own handles (the rest is the sandbox's)."""
     if created.stream is not None:
         created.stream.close()
     if created.forwarder is not None:
         created.forwarder.stop()
+    if created.kept:
+        plan.host_mounts.close()
+        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
+        return []
     if created.proxy is not None:
         created.proxy.stop()
     steps: list[tuple[str, Callable[[], bool]]] = []
@@ -1095,7 +1223,18 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     for reason, count in failed.items():
         _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
                {"reason": reason, "count": count})
+    _release_owner(plan.run_id)
     return errors
+
+
+_OWNER_LOCKS: dict[str, int] = {}  # run id -> its owner lock, held while the run lives
+
+
+def _release_owner(run_id: str) -> None:
+    fd = _OWNER_LOCKS.pop(run_id, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
@@ -1104,11 +1243,17 @@ def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     # A full or read-only state home refuses the run here, before anything is created.
     with state.writing(run_dir, "write the run record in", home=ctx.state_home):
         run_dir.mkdir(parents=True, mode=0o700)
+        # Held for as long as this process lives: gc tells an orphaned one-shot run by the
+        # lock being free (a pid can be reused, a lock cannot).
+        lock_fd = os.open(run_dir / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        _OWNER_LOCKS[plan.run_id] = lock_fd
         (run_dir / "run.json").write_text(json.dumps({
             "run_id": plan.run_id, "pid": os.getpid(), "deadline": plan.deadline,
             "workload": plan.kit_set.workload.reference, "kits": plan.references,
             "image": plan.image_tag, "run_image": plan.run_image_tag,
             "volumes": list(plan.volume_names), "container_id": None,
+            "name": plan.name,  # a named sandbox's: gc leaves it to `sbx rm`
         }), encoding="utf-8")
     return run_dir
 

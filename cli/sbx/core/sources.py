@@ -36,13 +36,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from sbx.errors import MountBlocked, SbxError
 from sbx.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_file_type
 from sbx.reasons import Reason
 
 STAGING_ROOT: Final = Path("/run/sbx")
+NAMED_PREFIX: Final = "named-"  # a named sandbox's staging directory: named-<name>
 MIN_FILESYSTEM_BYTES: Final = 256 * 1024  # the smallest ext4 mkfs makes
 _MS_BIND: Final = 4096
 _MS_REC: Final = 16384
@@ -235,10 +236,23 @@ class Staging:
 
     directory: Path
     points: list[Path] = field(default_factory=list)
+    # What each point holds, in order, so a named sandbox's later start re-stages the same
+    # points: {"kind": "bind", "path": ...} or {"kind": "fs", "image": ..., "mode": ...}.
+    log: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_run(cls, home_hash: str, run_id: str) -> Staging:
         return cls(STAGING_ROOT / home_hash / run_id)
+
+    @classmethod
+    def for_named(cls, home_hash: str, name: str) -> Staging:
+        """A named sandbox's points: at the same paths on every start (the container's
+        configuration names them), released and re-staged each time."""
+        staging = cls(STAGING_ROOT / home_hash / f"{NAMED_PREFIX}{name}")
+        with contextlib.suppress(OSError):
+            staging.points = sorted((p for p in staging.directory.iterdir()
+                                     if p.name.isdigit()), key=lambda p: int(p.name))
+        return staging
 
     def stage(self, source: OpenedSource) -> str:
         """Bind-mount exactly the opened object onto a new staging point; return its path."""
@@ -249,6 +263,7 @@ class Staging:
         else:
             point.touch(mode=0o600)
         self.points.append(point)
+        self.log.append({"kind": "bind", "path": source.path})
         libc = _libc()
         proc_path = f"/proc/self/fd/{source.fd}".encode()
         if libc.mount(proc_path, str(point).encode(), None, _MS_BIND, None) != 0:
@@ -270,6 +285,7 @@ class Staging:
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
         self.points.append(point)
+        self.log.append({"kind": "fs", "image": str(image)})
         size = max(size, MIN_FILESYSTEM_BYTES)
         try:
             image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -277,17 +293,36 @@ class Staging:
                 handle.truncate(size)
             for argv in (["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
                           "-E", f"root_owner={uid}:{gid}", str(image)],
-                         ["mount", "-o", "loop,nosuid,nodev", str(image), str(point)]):
+                         _mount_argv(image, point)):
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
                                       check=False, stdin=subprocess.DEVNULL)
                 if done.returncode != 0:
                     raise OSError(f"{argv[0]}: {(done.stderr or done.stdout).strip()[:200]}")
             os.chmod(point, mode if mode is not None else 0o755)
+            with contextlib.suppress(OSError):
+                (point / "lost+found").rmdir()  # mkfs's, not the sandbox's
         except (OSError, subprocess.SubprocessError) as exc:
             raise SbxError(Reason.CREATE_FAILED,
                            f"could not make a {size}-byte file system for a volume: {exc}",
                            hint="sbx needs mkfs.ext4 and loop devices for sized volumes "
                                 "(e2fsprogs, util-linux).") from exc
+        return str(point)
+
+    def remount_filesystem(self, image: Path) -> str:
+        """A file system made by :meth:`stage_filesystem` before (a named sandbox's volume),
+        mounted again on the next point."""
+        self._ensure_directory()
+        point = self.directory / str(len(self.points))
+        point.mkdir(mode=0o700)
+        self.points.append(point)
+        self.log.append({"kind": "fs", "image": str(image)})
+        done = subprocess.run(_mount_argv(image, point), capture_output=True, text=True,
+                              timeout=60, check=False, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise SbxError(Reason.CREATE_FAILED,
+                           f"could not mount the volume file system {image}: "
+                           f"{(done.stderr or done.stdout).strip()[:200]}",
+                           hint="`sbx rm` the sandbox and create it again if the file is gone.")
         return str(point)
 
     def _ensure_directory(self) -> None:
@@ -305,6 +340,10 @@ class Staging:
                 directory.rmdir()
         self.points.clear()
         return problems
+
+
+def _mount_argv(image: Path, point: Path) -> list[str]:
+    return ["mount", "-o", "loop,nosuid,nodev", str(image), str(point)]
 
 
 def release_points(points: Sequence[Path]) -> list[str]:
@@ -422,6 +461,7 @@ def mount_mismatches(expected: Sequence[tuple[str, OpenedSource]], container_mou
     return problems
 
 
-__all__ = ["STAGING_ROOT", "HostMounts", "MountEntry", "OpenedSource", "Pin", "Staging",
-           "mount_mismatches", "open_checked", "open_child", "parse_mountinfo", "release_points",
-           "root_in_filesystem", "sockets_inside", "stale_staging", "staging_available"]
+__all__ = ["NAMED_PREFIX", "STAGING_ROOT", "HostMounts", "MountEntry", "OpenedSource", "Pin",
+           "Staging", "mount_mismatches", "open_checked", "open_child", "parse_mountinfo",
+           "release_points", "root_in_filesystem", "sockets_inside", "stale_staging",
+           "staging_available"]

@@ -6,7 +6,9 @@ install phase to the runtime phase on SIGUSR1 (never back; ``phase_file`` then s
 ``runtime``), re-reads the secret store on SIGHUP and exits on SIGTERM.
 
 Its stdin is its **owner's pipe**: the first line is the run's client token (empty for none),
-and the write end stays with the ``sbx`` process that started it. When that process ends — even
+followed, after a ``|``, by the secrets ``sbx`` resolved itself (keyring, host variable, host
+command: :func:`sbx.secrets.encode_provided`) when there are any, and the write end stays with
+the ``sbx`` process that started it. When that process ends — even
 by SIGKILL, when no cleanup code runs — the kernel closes the pipe, the proxy reads EOF and
 exits, so a one-shot run's proxy never outlives its owner (a pipe, not ``PR_SET_PDEATHSIG``,
 which fires on the death of the parent *thread* and is lost across a re-parenting).
@@ -1726,13 +1728,18 @@ def _write_stderr(message: str) -> None:
         sys.stderr.flush()
 
 
-def load_secrets(config: ProxyConfig, report: Callable[[str], None]) -> dict[str, str]:
-    """The stored values of the configured credentials (never read from the environment)."""
+def load_secrets(config: ProxyConfig, report: Callable[[str], None], *,
+                 provided: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The values of the configured credentials (never read from the environment): those
+    ``provided`` over the owner pipe, and the file store's for the rest."""
     from sbx.secrets import SecretStore
 
     store = SecretStore(config.state_home)
     values: dict[str, str] = {}
+    values.update(provided or {})
     for service in dict.fromkeys(c.service for c in config.credentials):
+        if service in values:
+            continue
         try:
             value = store.get(service)
         except SbxError as error:
@@ -1750,7 +1757,9 @@ def proxy_argv(config_path: Path, run_id: str) -> list[str]:
     return [sys.executable, "-m", "sbx.egress.proxy", str(config_path), run_id]
 
 
-OWNER_LINE_LIMIT: Final = 512
+# The token (a few dozen characters) plus the encoded secrets resolved by sbx: room for a
+# handful of values at their 64 KiB limit.
+OWNER_LINE_LIMIT: Final = 1024 * 1024
 
 
 def read_owner_line(fd: int) -> str | None:
@@ -1800,8 +1809,9 @@ def _watch_owner(loop: asyncio.AbstractEventLoop, fd: int, stop: Callable[[], No
     loop.add_reader(fd, readable)
 
 
-def _owner_token(config: ProxyConfig, fd: int) -> str | int:
-    """The client token from the owner's pipe ("" for none), or the exit status to end with."""
+def _owner_token(config: ProxyConfig, fd: int) -> tuple[str, dict[str, str]] | int:
+    """The client token ("" for none) and the provided secrets from the owner's pipe, or the
+    exit status to end with."""
     try:
         line = read_owner_line(fd)
     except OSError as error:
@@ -1810,11 +1820,21 @@ def _owner_token(config: ProxyConfig, fd: int) -> str | int:
     if line is None:
         _write_stderr("the owner's pipe ended before the first line: nobody owns this proxy")
         return 1
-    refused = startable(config, line or None)
+    token, _, payload = line.partition("|")
+    provided: dict[str, str] = {}
+    if payload:
+        from sbx.secrets import decode_provided
+
+        try:
+            provided = decode_provided(payload)
+        except ValueError:
+            _write_stderr("the owner's pipe carried malformed secrets")
+            return 2
+    refused = startable(config, token or None)
     if refused is not None:
         _write_stderr(refused)
         return 2
-    return line
+    return token, provided
 
 
 def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> int:
@@ -1837,7 +1857,8 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
     owned = _owner_token(config, fd)
     if isinstance(owned, int):
         return owned
-    token = owned or None
+    token = owned[0] or None
+    provided = owned[1]
     try:
         from sbx.egress.ca import CertificateAuthority
 
@@ -1846,7 +1867,7 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
         _write_stderr(str(error))
         return 1
     notes: list[str] = []
-    secrets = load_secrets(config, notes.append)
+    secrets = load_secrets(config, notes.append, provided=provided)
     values = list(secrets.values())  # every value ever loaded: redacted from what is logged
 
     def report(message: str) -> None:
@@ -1858,7 +1879,7 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
                         stderr=report, client_token=token)
 
     def reload() -> None:
-        fresh = load_secrets(config, report)
+        fresh = load_secrets(config, report, provided=provided)
         values.extend(v for v in fresh.values() if v not in values)
         proxy.replace_secrets(fresh)
 

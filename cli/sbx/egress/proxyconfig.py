@@ -119,8 +119,63 @@ class Inject:
 
 
 @dataclass(frozen=True)
+class OAuthSpec:
+    """A credential used in its OAuth mode (:mod:`sbx.oauth`): the token endpoint the proxy
+    answers with sentinels, the hosts where the access sentinel becomes the real access token,
+    and the sentinels. The tokens themselves are read from ``sbx.oauth.OAuthStore``."""
+
+    token_host: str | None
+    token_path: str | None  # None: any path on the token host
+    hosts: tuple[str, ...]  # resourceHosts + the apiKey inject domains
+    access_sentinel: str
+    refresh_sentinel: str
+    access_field: str = "access_token"
+    refresh_field: str = "refresh_token"
+    expires_field: str = "expires_in"
+
+    def __post_init__(self) -> None:
+        for name in ("access_sentinel", "refresh_sentinel", "access_field", "refresh_field",
+                     "expires_field"):
+            value = getattr(self, name)
+            if not value or _controls(value) or any(c.isspace() for c in value):
+                raise ProxyConfigError(f"oauth {name} must be a non-empty word")
+        if self.access_sentinel == self.refresh_sentinel:
+            raise ProxyConfigError("oauth access and refresh sentinels must differ")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"token_host": self.token_host, "token_path": self.token_path,
+                "hosts": list(self.hosts), "access_sentinel": self.access_sentinel,
+                "refresh_sentinel": self.refresh_sentinel, "access_field": self.access_field,
+                "refresh_field": self.refresh_field, "expires_field": self.expires_field}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OAuthSpec:
+        _keys(data, {"token_host", "token_path", "hosts", "access_sentinel",
+                     "refresh_sentinel", "access_field", "refresh_field", "expires_field"},
+              "oauth")
+        return cls(token_host=_opt_str(data, "token_host"),
+                   token_path=_opt_str(data, "token_path"), hosts=tuple(_strs(data, "hosts")),
+                   access_sentinel=_str(data, "access_sentinel"),
+                   refresh_sentinel=_str(data, "refresh_sentinel"),
+                   access_field=_str(data, "access_field", "access_token"),
+                   refresh_field=_str(data, "refresh_field", "refresh_token"),
+                   expires_field=_str(data, "expires_field", "expires_in"))
+
+    def config(self) -> Any:
+        """The :class:`sbx.oauth.OAuthConfig` view (token parsing uses its field names)."""
+        from sbx.oauth import OAuthConfig
+
+        return OAuthConfig(self.token_host, self.token_path, self.hosts, self.access_sentinel,
+                           self.refresh_sentinel, None, self.access_field, self.refresh_field,
+                           self.expires_field)
+
+
+@dataclass(frozen=True)
 class CredentialSpec:
-    """One (service, phase) credential: where to inject it and what the sandbox holds instead."""
+    """One (service, phase) credential: where to inject it and what the sandbox holds instead.
+
+    In OAuth mode (``oauth`` set) nothing is injected from the secret store: the proxy answers
+    the token endpoint and swaps the access sentinel for the stored access token instead."""
 
     service: str
     phase: Phase
@@ -129,6 +184,7 @@ class CredentialSpec:
     env: str | None = None  # the variable that holds the sentinel, if any
     kit: str = ""
     index: int = -1
+    oauth: OAuthSpec | None = None
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -137,36 +193,59 @@ class CredentialSpec:
             raise ProxyConfigError(f"credential {self.service!r}: empty sentinel")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"service": self.service, "phase": self.phase,
+        data: dict[str, Any] = {
+                "service": self.service, "phase": self.phase,
                 "domains": [d.as_dict() for d in self.domains], "sentinel": self.sentinel,
                 "env": self.env, "kit": self.kit, "index": self.index}
+        if self.oauth is not None:
+            data["oauth"] = self.oauth.as_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CredentialSpec:
-        _keys(data, {"service", "phase", "domains", "sentinel", "env", "kit", "index"},
+        _keys(data, {"service", "phase", "domains", "sentinel", "env", "kit", "index", "oauth"},
               "credential")
         domains = data.get("domains")
         if not isinstance(domains, list):
             raise ProxyConfigError("credential.domains must be a list")
+        oauth = data.get("oauth")
         return cls(service=_str(data, "service"), phase=_phase(data.get("phase")),
                    domains=tuple(Inject.from_dict(_map(d, "inject")) for d in domains),
                    sentinel=_opt_str(data, "sentinel"), env=_opt_str(data, "env"),
-                   kit=_str(data, "kit", ""), index=_int(data, "index", -1))
+                   kit=_str(data, "kit", ""), index=_int(data, "index", -1),
+                   oauth=None if oauth is None else OAuthSpec.from_dict(_map(oauth, "oauth")))
 
     @classmethod
     def from_credential(cls, credential: Credential, *, sentinel: str | None = None,
-                        ) -> CredentialSpec:
-        """From a composed ``credential@1`` (apiKey form). The sentinel defaults to
-        :func:`sentinel_for` when the kit names a variable; inject-only gets none."""
+                        mode: str = "apikey") -> CredentialSpec:
+        """From a composed ``credential@1``: its apiKey half (the sentinel defaults to
+        :func:`sentinel_for` when the kit names a variable; inject-only gets none), or with
+        ``mode="oauth"`` its OAuth half (no variable, nothing injected from the store)."""
         api = credential.config.get("apiKey")
         api = api if isinstance(api, Mapping) else {}
-        env = api.get("name") or None
         raw = api.get("inject")
         injects: list[Any] = raw if isinstance(raw, list) else []
+        domains = tuple(Inject.from_dict(_map(i, "inject")) for i in injects)
+        if mode == "oauth":
+            from sbx.oauth import OAuthConfig
+
+            declared = OAuthConfig.from_credential(credential.service, credential.config)
+            if declared is None:
+                raise ProxyConfigError(f"credential {credential.service!r} declares no oauth")
+            hosts = tuple(dict.fromkeys((*declared.resource_hosts,
+                                         *(d.domain.lower() for d in domains))))
+            return cls(service=credential.service, phase=credential.phase, domains=(),
+                       kit=credential.kit, index=credential.index, oauth=OAuthSpec(
+                           token_host=declared.token_host, token_path=declared.token_path,
+                           hosts=hosts, access_sentinel=declared.access_sentinel,
+                           refresh_sentinel=declared.refresh_sentinel,
+                           access_field=declared.access_field,
+                           refresh_field=declared.refresh_field,
+                           expires_field=declared.expires_field))
+        env = api.get("name") or None
         if env is not None and sentinel is None:
             sentinel = sentinel_for(credential.service)
-        return cls(service=credential.service, phase=credential.phase,
-                   domains=tuple(Inject.from_dict(_map(i, "inject")) for i in injects),
+        return cls(service=credential.service, phase=credential.phase, domains=domains,
                    sentinel=sentinel if env is not None else None,
                    env=str(env) if env is not None else None,
                    kit=credential.kit, index=credential.index)
@@ -441,6 +520,7 @@ __all__ = [
     "DEFAULT_HEADER",
     "CredentialSpec",
     "Inject",
+    "OAuthSpec",
     "Limits",
     "ProxyConfig",
     "ProxyConfigError",

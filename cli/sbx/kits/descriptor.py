@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import posixpath
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,9 +162,82 @@ def validation_fingerprint() -> str:
 
 
 @cache
+def _schema_roots() -> dict[str, Any]:
+    """Each schema file's parsed contents, by relative name: the very objects the validator
+    walks, so a subschema in an error can be traced back to its file (:func:`_owner`)."""
+    return {name: json.loads(text) for name, text in _schema_files()}
+
+
+@cache
 def _schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(_schema_files()[0][1])
+    loaded: dict[str, Any] = _schema_roots()["kit.schema.json"]
     return loaded
+
+
+@cache
+def _owners() -> dict[int, str]:
+    """id() of every mapping inside a schema file → that file's name."""
+    owners: dict[int, str] = {}
+
+    def walk(node: Any, name: str) -> None:
+        if isinstance(node, dict):
+            owners[id(node)] = name
+            for value in node.values():
+                walk(value, name)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, name)
+
+    for name, root in _schema_roots().items():
+        walk(root, name)
+    return owners
+
+
+def _deref(schema: Any, owner: str, depth: int = 0) -> tuple[Any, str]:
+    """Follow ``$ref`` (``#/...`` within ``owner``, or another schema file) to the subschema
+    it names; unresolvable references come back unchanged."""
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if not isinstance(ref, str) or depth > 8:
+        return schema, owner
+    target, _, pointer = ref.partition("#")
+    if target.startswith(_SCHEMA_BASE):
+        owner = target.removeprefix(_SCHEMA_BASE)
+    elif target:  # relative to the referring file
+        owner = posixpath.normpath(posixpath.join(posixpath.dirname(owner), target))
+    roots = _schema_roots()
+    node: Any = roots.get(owner)
+    for part in filter(None, pointer.split("/")):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if node is None:
+        return schema, owner
+    return _deref(node, owner, depth + 1)
+
+
+def nested_suggestions(key: str, schema: Mapping[str, Any]) -> list[str]:
+    """Where ``key``, unknown at the level ``schema`` describes, is a field one level down:
+    ``config.allow`` of a network policy → ``runtime.allow`` (then ``install.allow``), in the
+    schema's order; close spellings (``alow``) count too."""
+    owner = _owners().get(id(schema), "kit.schema.json")
+    exact: list[str] = []
+    close: list[str] = []
+    for name, sub in (schema.get("properties") or {}).items():
+        resolved, _ = _deref(sub, owner)
+        fields = list((resolved.get("properties") or {}).keys()) \
+            if isinstance(resolved, Mapping) else []
+        if key in fields:
+            exact.append(f"{name}.{key}")
+        else:
+            close.extend(f"{name}.{m}" for m in difflib.get_close_matches(key, fields, n=1))
+    return exact or close
+
+
+def _did_you_mean(candidates: Sequence[str]) -> str:
+    quoted = [repr(c) for c in candidates]
+    if not quoted:
+        return ""
+    if len(quoted) == 1:
+        return f"; did you mean {quoted[0]}?"
+    return f"; did you mean {', '.join(quoted[:-1])} or {quoted[-1]}?"
 
 
 @cache
@@ -172,8 +246,7 @@ def _validator() -> Any:
     from referencing import Registry, Resource
 
     resources_: list[tuple[str, Resource[Any]]] = []
-    for name, text in _schema_files():
-        contents = json.loads(text)
+    for name, contents in _schema_roots().items():
         resources_.append((f"{_SCHEMA_BASE}{name}", Resource.from_contents(contents)))
     registry: Registry[Any] = Registry().with_resources(resources_)
     from jsonschema.validators import extend
@@ -394,7 +467,7 @@ def _diagnostics_for(error: Any, document: Any, file: str,
         for key in _unexpected_keys(error):
             line, col = _key_position(document, parts, key)
             hint = difflib.get_close_matches(key, known, n=1)
-            suffix = f"; did you mean {hint[0]!r}?" if hint else ""
+            suffix = _did_you_mean(hint or nested_suggestions(key, error.schema))
             out.append(Diagnostic(format_path([*parts, key]), f"unknown field {key!r}{suffix}",
                                   file, line, col, _line_at(lines, line)))
         return out
@@ -662,6 +735,6 @@ def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
 
 __all__ = ["MAX_DEPTH", "MAX_DESCRIPTOR_BYTES", "MAX_NODES", "SYNTAX_LINE", "Descriptor",
            "Diagnostic", "Finding", "Parts", "check_document", "format_path", "load_document",
-           "locate", "parse_descriptor_file", "parse_descriptor_text", "position",
-           "raise_diagnostics", "read_descriptor_text", "sort_diagnostics", "to_plain",
-           "validate_document", "validation_fingerprint"]
+           "locate", "nested_suggestions", "parse_descriptor_file", "parse_descriptor_text",
+           "position", "raise_diagnostics", "read_descriptor_text", "sort_diagnostics",
+           "to_plain", "validate_document", "validation_fingerprint"]

@@ -29,6 +29,7 @@ from sbx.session.stream import AttachedStream
 
 READ_BYTES: Final = 256 * 1024
 STDIN_READ_BYTES: Final = 64 * 1024
+MAX_WAIT_S: Final = 3600.0
 _WAKE_RESIZE: Final = b"w"
 _WAKE_DETACH: Final = b"d"
 
@@ -116,7 +117,8 @@ class Session:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return SessionEnd.DEADLINE
-                for key, _events in selector.select(timeout=remaining):
+                # Waits are capped (epoll takes at most ~24 days); the loop just waits again.
+                for key, _events in selector.select(timeout=min(remaining, MAX_WAIT_S)):
                     if key.data == "wake":
                         end = self._woken()
                         if end is not None:

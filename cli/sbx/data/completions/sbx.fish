@@ -62,24 +62,34 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version secret kit
+            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config
         case 'sbx secret'
-            printf '%s\n' set ls rm
+            printf '%s\n' set ls rm import
         case 'sbx kit'
-            printf '%s\n' push
+            printf '%s\n' init validate inspect push
+        case 'sbx config'
+            printf '%s\n' path show
     end
 end
 
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
             printf '%s\n' -k --kit --arg
         case 'sbx gc'
             printf '%s\n' --grace
+        case 'sbx exec'
+            printf '%s\n' -e --env
+        case 'sbx secret set'
+            printf '%s\n' --from-env --from-command
+        case 'sbx kit init'
+            printf '%s\n' --from
+        case 'sbx kit inspect'
+            printf '%s\n' -k --kit --arg
     end
 end
 
@@ -92,8 +102,16 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a doctor -d 'Check that this machine can
 complete -c sbx -n '__sbx_arg "sbx" 0' -a pull -d 'Fetch kits and plain images from a registry and pin kits\' digests in the lock'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list and remove the secrets that kits\' credential@1 capabilities use'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Publish local kits to a registry'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a ls -d 'List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a attach -d 'Attach to a running named sandbox (the detach keys leave it running)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a running named sandbox: its user, hardening and egress'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s output (its engine log, bounded)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets that kits\' credential@1 capabiliti...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -113,6 +131,8 @@ complete -c sbx -n '__sbx_in "sbx run"' -s e -l env -x -d 'Set a variable in the
 complete -c sbx -n '__sbx_in "sbx run"' -l env-file -x -d 'Read NAME=VALUE lines from FILE (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (default: the workspace\'s owner, else the image\'s user)'
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
+complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created if missing, else started/attached as it was created'
+complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change the workspace\'s git configuration and hooks (read-only...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
@@ -139,6 +159,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_capability' -d 'R
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Required credential not bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit upgrade widens permissions'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_unapproved' -d 'Kit permissions not approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
@@ -179,19 +200,57 @@ complete -c sbx -n '__sbx_in "sbx pull"' -s h -l help -d 'Show this message and 
 complete -c sbx -n '__sbx_in "sbx gc"' -l dry-run -d 'Only list what would be removed; change nothing'
 complete -c sbx -n '__sbx_in "sbx gc"' -l json -d 'Print one JSON envelope listing removed, kept and failed objects'
 complete -c sbx -n '__sbx_in "sbx gc"' -l grace -x -d 'Seconds past a deadline before a run\'s objects count as stale (default: [gc]...'
+complete -c sbx -n '__sbx_in "sbx gc"' -l named -d 'Also remove stopped named sandboxes (never running ones)'
 complete -c sbx -n '__sbx_in "sbx gc"' -s h -l help -d 'Show this message and exit'
 
 # sbx version
 complete -c sbx -n '__sbx_in "sbx version"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx version"' -s h -l help -d 'Show this message and exit'
 
+# sbx ls
+complete -c sbx -n '__sbx_in "sbx ls"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx ls"' -s q -l quiet -d 'Print names only'
+complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that are running now'
+complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx attach
+complete -c sbx -n '__sbx_in "sbx attach"' -s h -l help -d 'Show this message and exit'
+
+# sbx exec
+complete -c sbx -n '__sbx_in "sbx exec"' -s i -l interactive -d 'Forward stdin to the command'
+complete -c sbx -n '__sbx_in "sbx exec"' -s t -l tty -d 'Give the command a terminal'
+complete -c sbx -n '__sbx_in "sbx exec"' -l no-tty -d 'Give the command a terminal'
+complete -c sbx -n '__sbx_in "sbx exec"' -s e -l env -x -d 'Set a variable for the command (repeatable)'
+complete -c sbx -n '__sbx_in "sbx exec"' -s h -l help -d 'Show this message and exit'
+
+# sbx logs
+complete -c sbx -n '__sbx_in "sbx logs"' -s f -l follow -d 'Keep following'
+complete -c sbx -n '__sbx_in "sbx logs"' -s h -l help -d 'Show this message and exit'
+
+# sbx stop
+complete -c sbx -n '__sbx_in "sbx stop"' -s h -l help -d 'Show this message and exit'
+
+# sbx rm
+complete -c sbx -n '__sbx_in "sbx rm"' -s f -l force -d 'Do not ask (needed without a terminal)'
+complete -c sbx -n '__sbx_in "sbx rm"' -s h -l help -d 'Show this message and exit'
+
+# sbx completion
+complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx completion" 0' -a 'bash'
+complete -c sbx -n '__sbx_arg "sbx completion" 0' -a 'zsh'
+complete -c sbx -n '__sbx_arg "sbx completion" 0' -a 'fish'
+
 # sbx secret
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a set -d 'Store the secret for SERVICE; the value is read from stdin'
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List stored secrets, masked: service, value mask, length, last update'
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret for SERVICE (exit 2 when there is none)'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a set -d 'Store the secret for SERVICE, or where to get it at each run'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List secrets, masked: service, value mask, length, last update, where it lives'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret for SERVICE, from the OS keyring too (exit 2 when there is...'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a import -d 'Offer the API keys found in the environment as secrets, asking for each'
 complete -c sbx -n '__sbx_in "sbx secret"' -s h -l help -d 'Show this message and exit'
 
 # sbx secret set
+complete -c sbx -n '__sbx_in "sbx secret set"' -l from-env -x -d 'Read the value from this variable of sbx\'s environment at each run start (onl...'
+complete -c sbx -n '__sbx_in "sbx secret set"' -l from-command -x -d 'Run this command on the host (/bin/sh -c) at each run start and use what it p...'
+complete -c sbx -n '__sbx_in "sbx secret set"' -l no-verify -d 'With --from-env/--from-command: do not try the source now'
 complete -c sbx -n '__sbx_in "sbx secret set"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx secret set"' -s h -l help -d 'Show this message and exit'
 
@@ -203,10 +262,49 @@ complete -c sbx -n '__sbx_in "sbx secret ls"' -s h -l help -d 'Show this message
 complete -c sbx -n '__sbx_in "sbx secret rm"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx secret rm"' -s h -l help -d 'Show this message and exit'
 
+# sbx secret import
+complete -c sbx -n '__sbx_in "sbx secret import"' -s y -l yes -d 'Import without asking (needed when stdin is not a terminal)'
+complete -c sbx -n '__sbx_in "sbx secret import"' -l dry-run -d 'Only list what would be imported'
+complete -c sbx -n '__sbx_in "sbx secret import"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx secret import"' -s h -l help -d 'Show this message and exit'
+
 # sbx kit
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a init -d 'Create a minimal kit in DIR that validates and runs'
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a validate -d 'Check one kit with the loader `sbx run` uses; exit 125 (invalid_kit) when inv...'
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a inspect -d 'Show the effective composition: what `sbx run WORKLOAD --kit MIXIN...` would get'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a push -d 'Build a local kit\'s image as `sbx run` does, push it as REF, and annotate it'
 complete -c sbx -n '__sbx_in "sbx kit"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit init
+complete -c sbx -n '__sbx_in "sbx kit init"' -l mixin -d 'Create a mixin (declarations only) instead of a workload'
+complete -c sbx -n '__sbx_in "sbx kit init"' -l from -x -d 'The workload\'s base image (default debian:bookworm-slim); it must be present...'
+complete -c sbx -n '__sbx_in "sbx kit init"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx kit init"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit validate
+complete -c sbx -n '__sbx_in "sbx kit validate"' -l json -d 'Print {reference, kind, valid, errors, warnings} in an envelope'
+complete -c sbx -n '__sbx_in "sbx kit validate"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit inspect
+complete -c sbx -n '__sbx_in "sbx kit inspect"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit, as for `sbx run` (repeatable)'
+complete -c sbx -n '__sbx_in "sbx kit inspect"' -l arg -x -d 'A value for a kit arg (repeatable)'
+complete -c sbx -n '__sbx_in "sbx kit inspect"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx kit inspect"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx kit inspect" 0' -a '(__fish_complete_directories (commandline -ct))'
 
 # sbx kit push
 complete -c sbx -n '__sbx_in "sbx kit push"' -l json -d 'Print one JSON envelope with the pushed digest'
 complete -c sbx -n '__sbx_in "sbx kit push"' -s h -l help -d 'Show this message and exit'
+
+# sbx config
+complete -c sbx -n '__sbx_arg "sbx config" 0' -a path -d 'Print the path of the config file sbx reads (it need not exist)'
+complete -c sbx -n '__sbx_arg "sbx config" 0' -a show -d 'Show every setting in effect, with its value and where it came from'
+complete -c sbx -n '__sbx_in "sbx config"' -s h -l help -d 'Show this message and exit'
+
+# sbx config path
+complete -c sbx -n '__sbx_in "sbx config path"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx config path"' -s h -l help -d 'Show this message and exit'
+
+# sbx config show
+complete -c sbx -n '__sbx_in "sbx config show"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx config show"' -s h -l help -d 'Show this message and exit'

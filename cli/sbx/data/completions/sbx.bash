@@ -27,12 +27,12 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version secret kit'
+            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --trust-workspace --json -h --help'
-            __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --trust-workspace --json -h --help'
+            __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name'
             __sbx_nargs=2
             ;;
         'sbx explain')
@@ -52,18 +52,49 @@ __sbx_node() {
             __sbx_variadic=1
             ;;
         'sbx gc')
-            __sbx_options='--dry-run --json --grace -h --help'
+            __sbx_options='--dry-run --json --grace --named -h --help'
             __sbx_value_options='--grace'
             ;;
         'sbx version')
             __sbx_options='--json -h --help'
             ;;
+        'sbx ls')
+            __sbx_options='--json -q --quiet --all -h --help'
+            ;;
+        'sbx attach')
+            __sbx_options='-h --help'
+            __sbx_nargs=1
+            ;;
+        'sbx exec')
+            __sbx_options='-i --interactive -t --tty --no-tty -e --env -h --help'
+            __sbx_value_options='-e --env'
+            __sbx_nargs=1
+            ;;
+        'sbx logs')
+            __sbx_options='-f --follow -h --help'
+            __sbx_nargs=1
+            ;;
+        'sbx stop')
+            __sbx_options='-h --help'
+            __sbx_nargs=1
+            __sbx_variadic=1
+            ;;
+        'sbx rm')
+            __sbx_options='-f --force -h --help'
+            __sbx_nargs=1
+            __sbx_variadic=1
+            ;;
+        'sbx completion')
+            __sbx_options='-h --help'
+            __sbx_nargs=1
+            ;;
         'sbx secret')
-            __sbx_subcommands='set ls rm'
+            __sbx_subcommands='set ls rm import'
             __sbx_options='-h --help'
             ;;
         'sbx secret set')
-            __sbx_options='--json -h --help'
+            __sbx_options='--from-env --from-command --no-verify --json -h --help'
+            __sbx_value_options='--from-env --from-command'
             __sbx_nargs=1
             ;;
         'sbx secret ls')
@@ -73,13 +104,42 @@ __sbx_node() {
             __sbx_options='--json -h --help'
             __sbx_nargs=1
             ;;
+        'sbx secret import')
+            __sbx_options='-y --yes --dry-run --json -h --help'
+            __sbx_nargs=1
+            __sbx_variadic=1
+            ;;
         'sbx kit')
-            __sbx_subcommands='push'
+            __sbx_subcommands='init validate inspect push'
             __sbx_options='-h --help'
+            ;;
+        'sbx kit init')
+            __sbx_options='--mixin --from --json -h --help'
+            __sbx_value_options='--from'
+            __sbx_nargs=1
+            ;;
+        'sbx kit validate')
+            __sbx_options='--json -h --help'
+            __sbx_nargs=1
+            ;;
+        'sbx kit inspect')
+            __sbx_options='-k --kit --arg --json -h --help'
+            __sbx_value_options='-k --kit --arg'
+            __sbx_nargs=1
             ;;
         'sbx kit push')
             __sbx_options='--json -h --help'
             __sbx_nargs=2
+            ;;
+        'sbx config')
+            __sbx_subcommands='path show'
+            __sbx_options='-h --help'
+            ;;
+        'sbx config path')
+            __sbx_options='--json -h --help'
+            ;;
+        'sbx config show')
+            __sbx_options='--json -h --help'
             ;;
     esac
 }
@@ -95,9 +155,12 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt proxy_client_refused response_unmaskable' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened permission_unapproved consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt proxy_client_refused response_unmaskable' ;;
         'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
         'sbx doctor #0') __sbx_paths -d ;;
+        'sbx completion #0') __sbx_words 'bash zsh fish' ;;
+        'sbx kit inspect -k' | 'sbx kit inspect --kit') __sbx_paths -d ;;
+        'sbx kit inspect #0') __sbx_paths -d ;;
     esac
     return 0
 }

@@ -1,0 +1,88 @@
+"""`sbx kit init|validate|inspect`: adapters to :mod:`sbx.core.kitinit`,
+:mod:`sbx.core.kitvalidate` and :mod:`sbx.core.explain` (the effective sandbox)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sbx.core.kitinit import DEFAULT_BASE
+from sbx.reasons import Reason
+
+
+def init(
+    ctx: typer.Context,
+    directory: Annotated[str, typer.Argument(
+        metavar="DIR", help="Where to create the kit; its name becomes the kit's name.")],
+    mixin: Annotated[bool, typer.Option(
+        "--mixin", help="Create a mixin (declarations only) instead of a workload.")] = False,
+    base: Annotated[str | None, typer.Option(
+        "--from", metavar="IMAGE",
+        help=f"The workload's base image (default {DEFAULT_BASE}); it must be present "
+             "locally to run, sbx never pulls implicitly.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
+) -> int:
+    """Create a minimal kit in DIR that validates and runs.
+
+    A workload gets DIR/NAME.yaml and DIR/NAME.dockerfile (FROM the --from image); a mixin
+    gets DIR/NAME.yaml only. Existing files are never overwritten.
+    """
+    from sbx.core.kitinit import init_kit
+
+    app = ctx.obj
+    app.renderer.kit_init(init_kit(directory, cwd=app.cwd, mixin=mixin, base_image=base))
+    return 0
+
+
+def validate(
+    ctx: typer.Context,
+    reference: Annotated[str, typer.Argument(
+        metavar="DIR|REF", help="A kit directory, a pulled kit, or a registry reference.")],
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print {reference, kind, valid, errors, warnings} in an envelope.")
+    ] = False,
+) -> int:
+    """Check one kit with the loader `sbx run` uses; exit 125 (invalid_kit) when invalid.
+
+    A registry reference that was not pulled is checked from its manifest (one GET, nothing
+    pulled or pinned). Warnings name capabilities this sbx skips or refuses at run time.
+    """
+    from sbx.core.kitvalidate import validate_kit
+
+    app = ctx.obj
+    result = validate_kit(reference, cwd=app.cwd, state_home=app.state_home, env=app.env)
+    app.renderer.kit_validation(result)
+    return 0 if result.valid else int(Reason.INVALID_KIT.exit_status)
+
+
+def inspect(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Argument(
+        metavar="WORKLOAD", help="The workload kit (a directory or a pulled kit).")],
+    kit: Annotated[list[str] | None, typer.Option(
+        "--kit", "-k", metavar="MIXIN", help="A mixin kit, as for `sbx run` (repeatable).")
+    ] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE", help="A value for a kit arg (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
+) -> int:
+    """Show the effective composition: what `sbx run WORKLOAD --kit MIXIN...` would get.
+
+    Kits in composition order, selected and skipped capabilities, hardening values with their
+    sources, network rules per phase with the kit behind each, credentials (bound or not).
+    The same report as `sbx explain WORKLOAD`, from the same code; the engine is not needed.
+    """
+    from sbx.core import explain as core
+    from sbx.secrets import SecretStore
+
+    app = ctx.obj
+    kit_set = core.load(workload, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
+    store = SecretStore(app.state_home)
+    bound = {s: store.has(s) for s in core.credential_services(kit_set)}
+    app.renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound),
+                                 command="kit inspect")
+    return 0
+
+
+__all__ = ["init", "inspect", "validate"]

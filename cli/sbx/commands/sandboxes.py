@@ -1,0 +1,111 @@
+"""`sbx ls`, `attach`, `exec`, `logs`, `stop`, `rm`: adapters for named sandboxes
+(:mod:`sbx.core.named`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sandbox's name.")]
+NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...",
+                                                    help="One or more sandbox names.")]
+
+
+def ls(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON envelope.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print names only.")] = False,
+    include_runs: Annotated[bool, typer.Option(
+        "--all", help="Also list one-shot runs that are running now.")] = False,
+) -> int:
+    """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
+    from sbx.core.named import list_sandboxes
+
+    app = ctx.obj
+    app.renderer.sandbox_list(list_sandboxes(app, include_runs=include_runs), quiet=quiet)
+    return 0
+
+
+def attach(ctx: typer.Context, name: NameArgument) -> int:
+    """Attach to a running named sandbox (the detach keys leave it running)."""
+    from sbx.core.named import attach as attach_core
+
+    app = ctx.obj
+    renderer = app.renderer
+    return attach_core(app, name, app.streams, on_output=renderer.workload_output,
+                       on_warning=renderer.warn, on_notice=renderer.note)
+
+
+def exec_(
+    ctx: typer.Context,
+    name: NameArgument,
+    interactive: Annotated[bool | None, typer.Option(
+        "--interactive", "-i", help="Forward stdin to the command.")] = None,
+    tty: Annotated[bool | None, typer.Option(
+        "--tty/--no-tty", "-t", help="Give the command a terminal.")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", "-e", metavar="NAME[=VALUE]",
+        help="Set a variable for the command (repeatable).")] = None,
+) -> int:
+    """Run a command in a running named sandbox: its user, hardening and egress.
+
+    The command comes after `--`.
+    """
+    from sbx.core.named import exec_in
+
+    app = ctx.obj
+    return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
+                   interactive=interactive, tty=tty, on_output=app.renderer.workload_output)
+
+
+def logs(
+    ctx: typer.Context,
+    name: NameArgument,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
+) -> int:
+    """Print a named sandbox's output (its engine log, bounded)."""
+    from sbx.core.named import logs as logs_core
+
+    app = ctx.obj
+    logs_core(app, name, follow=follow, on_output=app.renderer.workload_output)
+    return 0
+
+
+def stop(ctx: typer.Context, names: NamesArgument) -> int:
+    """Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too."""
+    from sbx.core.named import stop as stop_core
+
+    app = ctx.obj
+    for name in stop_core(app, names):
+        app.renderer.message(name)
+    return 0
+
+
+def rm(
+    ctx: typer.Context,
+    names: NamesArgument,
+    force: Annotated[bool, typer.Option(
+        "--force", "-f", help="Do not ask (needed without a terminal).")] = False,
+) -> int:
+    """Remove named sandboxes and everything they own (HOME and volumes included)."""
+    from sbx.core.named import remove
+    from sbx.errors import SbxError
+    from sbx.reasons import Reason
+
+    app = ctx.obj
+    renderer = app.renderer
+    if not force:
+        if not renderer.interactive():
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           "sbx rm asks before it removes, and there is no terminal to ask on",
+                           hint="Pass -f to remove without asking.")
+        if not renderer.confirm(f"Remove {', '.join(names)} and everything it keeps "
+                                "(HOME, volumes)?"):
+            return 1
+    for name in remove(app, names):
+        renderer.message(name)
+    return 0
+
+
+__all__ = ["attach", "exec_", "logs", "ls", "rm", "stop"]

@@ -1,0 +1,43 @@
+"""`sbx secret import [SERVICE]... [--yes] [--dry-run]`: adapter to
+:func:`sbx.core.secretops.import_secrets`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+
+def import_secrets(
+    ctx: typer.Context,
+    services: Annotated[list[str] | None, typer.Argument(
+        metavar="[SERVICE]...",
+        help="Only these services (default: every known variable that is set).")] = None,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Import without asking (needed when stdin is not a terminal).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only list what would be imported.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
+) -> int:
+    """Offer the API keys found in the environment as secrets, asking for each.
+
+    Looks for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, GOOGLE_API_KEY,
+    GH_TOKEN/GITHUB_TOKEN, GITLAB_TOKEN, MISTRAL_API_KEY, GROQ_API_KEY, OPENROUTER_API_KEY,
+    XAI_API_KEY, DEEPSEEK_API_KEY and HF_TOKEN. On a terminal each one is offered with its
+    variable, service and length (never its value); elsewhere --yes imports them all. A
+    service that already has a secret is left as it is.
+    """
+    from sbx.core.secretops import import_secrets as import_core
+    from sbx.secrets import SecretStore
+
+    app = ctx.obj
+    renderer = app.renderer
+    confirm = renderer.confirm_import if renderer.interactive() and not yes else None
+    result = import_core(SecretStore(app.state_home), app.env, services=services or (),
+                         yes=yes, dry_run=dry_run, confirm=confirm)
+    renderer.secret_import(result)
+    return 0
+
+
+__all__ = ["import_secrets"]

@@ -1,0 +1,64 @@
+"""Named sandboxes' pure parts: names, records, and which options a later run may repeat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sbx.core.named import CREATION_OPTIONS, creation_options
+from sbx.core.run import RunRequest
+from sbx.core.sandboxes import SandboxRecord, SandboxStore, check_name
+from sbx.errors import SbxError
+from sbx.reasons import Reason
+
+
+@pytest.mark.parametrize("name", ["ab", "a1", "my-agent", "A.b-9", "x" * 63])
+def test_good_names(name: str) -> None:
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["a", "-ab", "ab-", ".ab", "a b", "a/b", "x" * 64, "", "é9",
+                                  "ab\n"])
+def test_bad_names(name: str) -> None:
+    with pytest.raises(SbxError) as caught:
+        check_name(name)
+    assert caught.value.reason is Reason.INVALID_ARGUMENT
+
+
+def record(name: str = "box") -> SandboxRecord:
+    return SandboxRecord(name=name, run_id="a" * 32, created=1.0, workload="./k", kits=[],
+                         workspace=None, access="none", request={"options": {}},
+                         container_id="c" * 64)
+
+
+def test_records_round_trip_and_list(tmp_path: Path) -> None:
+    store = SandboxStore(tmp_path)
+    store.save(record("one"))
+    store.save(record("two"))
+    assert store.names() == ["one", "two"]
+    loaded = store.load("one")
+    assert loaded is not None and loaded.container_id == "c" * 64
+    assert (tmp_path / "sandboxes" / "one" / "sandbox.json").stat().st_mode & 0o777 == 0o600
+    store.forget("one")
+    assert store.names() == ["two"] and store.load("one") is None
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"version": 2}', '{"version": 1, "x": 1}',
+                                  "[" * 100_000])
+def test_a_damaged_record_is_state_corrupt(tmp_path: Path, text: str) -> None:
+    store = SandboxStore(tmp_path)
+    (tmp_path / "sandboxes" / "box").mkdir(parents=True)
+    (tmp_path / "sandboxes" / "box" / "sandbox.json").write_text(text, encoding="utf-8")
+    with pytest.raises(SbxError) as caught:
+        store.load("box")
+    assert caught.value.reason is Reason.STATE_CORRUPT
+
+
+def test_creation_options_keep_a_digest_of_variables_never_their_values() -> None:
+    options = creation_options(RunRequest(workload="./k", kits=("./gh",), env=("TOKEN=s3cr3t",),
+                                          timeout_s=90.0))
+    assert options["kits"] == ["./gh"] and options["timeout_s"] == 90.0
+    assert "s3cr3t" not in repr(options) and len(options["env"]) == 64
+    assert creation_options(RunRequest(workload="./k")) == {}
+    assert set(CREATION_OPTIONS) <= set(RunRequest.__dataclass_fields__)
