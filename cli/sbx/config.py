@@ -81,6 +81,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "grace_seconds": 600,
         "batch_size": 256,
         "named_ttl": None,
+        "image_idle_seconds": 86400,
     }),
 })
 
@@ -164,6 +165,7 @@ class GcSettings:
     grace_seconds: Sourced[int]
     batch_size: Sourced[int]
     named_ttl: Sourced[int | None]  # None: gc never removes a named sandbox by itself
+    image_idle_seconds: Sourced[int]  # cached images nobody used for this long are removed
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,15 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class CachedImage:
+    """An image found by its tags (``sbx gc``'s image cache pass), with when it was last
+    tagged: sbx re-tags a cached image at each use, so that is its last use."""
+    id: str
+    tags: tuple[str, ...]
+    last_tagged: float | None  # unix seconds; None: the engine did not say
+
+
+@dataclass(frozen=True)
 class OwnedObject:
     kind: str  # container | network | volume
     id: str
@@ -126,6 +135,8 @@ class Driver(Protocol):
     # gc and doctor (sbx.core.gc / sbx.core.doctor)
     def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
     def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]: ...
+    def untag_image(self, ref: str) -> bool: ...
     def object_users(self, kind: str, ident: str) -> list[str]: ...
     def remove_network(self, network_id: str) -> bool: ...
     def remove_volume(self, name: str) -> bool: ...
@@ -717,6 +728,44 @@ class DockerDriver:
             created = self._api.create_volume(name=name, driver="local", labels=dict(labels))
         return str(created["Name"])
 
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+        """Every image with a tag in one of ``repositories`` (``name/``: every repository
+        under it), with its tags and when it was last tagged."""
+        import docker
+
+        found: dict[str, CachedImage] = {}
+        with self._engine_errors("listing cached sbx images", Reason.CLEANUP_FAILED):
+            for repository in repositories:
+                pattern = f"{repository}*" if repository.endswith("/") else repository
+                for entry in self._api.images(filters={"reference": pattern}) or []:
+                    ident = str(entry.get("Id", ""))
+                    if not ident or ident in found:
+                        continue
+                    try:
+                        attrs = self._api.inspect_image(ident)
+                    except docker.errors.ImageNotFound:
+                        continue  # removed meanwhile
+                    found[ident] = CachedImage(
+                        ident, tuple(attrs.get("RepoTags") or ()),
+                        _timestamp((attrs.get("Metadata") or {}).get("LastTagTime")))
+        return list(found.values())
+
+    def untag_image(self, ref: str) -> bool:
+        """Remove the tag ``ref``, never by force: the image itself goes only with its last
+        tag, and not while a container uses it. False when the engine refused (in use)."""
+        import docker
+
+        with self._engine_errors(f"removing the tag {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=False, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # a container (or a child image) uses it
+                    return False
+                raise
+        return True
+
     def remove_image(self, ref: str) -> bool:
         import docker
 
@@ -1090,5 +1139,22 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-__all__ = ["API_TIMEOUT_S", "DockerDriver", "Driver", "EngineInfo", "ImageInfo", "OwnedObject",
-           "RawListing", "create_kwargs", "docker_auth_config", "docker_credential_store"]
+def _timestamp(raw: object) -> float | None:
+    """An engine time (RFC 3339 with nanoseconds, or the zero time) as unix seconds."""
+    if not isinstance(raw, str) or not raw or raw.startswith("0001-"):
+        return None
+    import datetime
+
+    text = raw.rstrip("Z")
+    whole, _, fraction = text.partition(".")
+    try:
+        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+    digits = "".join(ch for ch in fraction if ch.isdigit())[:6]
+    return moment.timestamp() + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+__all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
+           "OwnedObject", "RawListing", "create_kwargs", "docker_auth_config",
+           "docker_credential_store"]

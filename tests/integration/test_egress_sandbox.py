@@ -161,14 +161,19 @@ def test_denied_host_host_header_mismatch_and_metadata_addresses(
         '-H "Host: example.net" https://api.github.com/user)"; '
         'echo "metadata=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" '
         'http://169.254.169.254/latest/meta-data/)"; '
-        'echo "loopback=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" http://127.0.0.1:9/)"'
+        'echo "loopback=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" '
+        '--proxy "$HTTP_PROXY" --noproxy "" http://127.0.0.1:9/)"; '
+        # NO_PROXY names the sandbox's own loopback: that goes nowhere near the proxy or host.
+        'echo "own_loopback=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" '
+        'http://127.0.0.1:9/ 2>/dev/null)"'
     )
     values = _values(_run(sbx_cli, egress_env, gh_kit, script)["stdout"])
     # A refused CONNECT makes curl print its own error; the status it saw is the proxy's 403.
     assert values["other"].endswith("403") or values["other"] == "000"
     assert values["mismatch"] in ("403", "421", "400")
     assert values["metadata"] == "403"
-    assert values["loopback"] == "403"
+    assert values["loopback"] == "403"  # asked of the proxy: refused
+    assert values["own_loopback"] == "000"  # the sandbox's own port 9: nothing listens
     hosts = {r.header("host") for r in internet.origin.requests()}
     assert "example.net" not in hosts and "169.254.169.254" not in hosts
     audit = (state_home / "audit.jsonl").read_text(encoding="utf-8")

@@ -90,11 +90,11 @@ def test_port_is_published_on_loopback_and_host_services_are_closed(
     kit = kit_factory("portkit", f"FROM {BUSYBOX}\nUSER agent\n", PORT_KIT)
     env = {**os.environ, "SBX_HOME": str(state_home),
            "SBX_CONFIG": os.devnull, "NO_COLOR": "1"}
-    rules_before = _sbx_input_rules()
     process = _run_in_background(["run", str(kit), "--timeout", "30", "--", "sh", "-c", script],
                                  env)
     try:
         published = _published_port(process)
+        run_ids = [path.name for path in (state_home / "runs").iterdir()]
         body = _fetch(published)
         out, err = process.communicate(timeout=60)
     finally:
@@ -104,14 +104,15 @@ def test_port_is_published_on_loopback_and_host_services_are_closed(
     assert process.returncode == 0, err
     assert "host=closed" in out
     assert listener.accepted == [], "the sandbox reached a host service"
-    assert _sbx_input_rules() <= rules_before, "firewall rules outlived the run"
+    assert len(run_ids) == 1, run_ids
+    assert _input_rules_of(run_ids[0]) == [], "firewall rules outlived the run"
 
 
-def _sbx_input_rules() -> set[str]:
-    """The host's sbx rules now (other runs on the machine may have their own)."""
+def _input_rules_of(run_id: str) -> list[str]:
+    """The host's INPUT rules of one run (other runs on the machine have their own)."""
     rules = subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, text=True,
                            check=False).stdout
-    return {line for line in rules.splitlines() if "sbx-run-" in line}
+    return [line for line in rules.splitlines() if f"sbx-run-{run_id}" in line]
 
 
 def test_json_reports_published_ports(kit_factory: Callable[..., Path], state_home: Path,

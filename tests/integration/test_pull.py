@@ -167,7 +167,9 @@ def test_moved_tag_widening_is_gated_and_narrowing_is_silent(
     [entry] = lock_of(state_home)["kits"]
     assert entry["digest"] == second
     assert entry["permissions"]["networkRuntimeAllow"] == ["a.example.com", "b.example.com"]
-    [event] = events(state_home, audit.KIT_WIDENING_ACCEPTED)
+    first_pull, event = events(state_home, audit.KIT_WIDENING_ACCEPTED)
+    assert first_pull["details"]["first_pull"] is True  # the first pull's approval
+    assert event["details"]["first_pull"] is False
     assert event["details"]["via"] == "accept-flag"
     assert event["details"]["widenings"] == [
         {"category": "network.runtime.allow", "detail": "b.example.com"}]

@@ -47,6 +47,7 @@ INT_BOUNDS: dict[str, tuple[int, int | None]] = {
     "gc.grace_seconds": (0, None),
     "gc.batch_size": (1, 10000),
     "gc.named_ttl": (0, None),
+    "gc.image_idle_seconds": (0, None),
 }
 SANDBOX_KEYS = list(DEFAULTS["sandbox"])
 INT_SANDBOX_KEYS = [key for key in SANDBOX_KEYS if f"sandbox.{key}" in INT_BOUNDS]
@@ -122,6 +123,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "gc.grace_seconds": 600,
         "gc.batch_size": 256,
         "gc.named_ttl": None,
+        "gc.image_idle_seconds": 86400,
     }
 
 
@@ -195,6 +197,7 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
     ("[gc]\nbatch_size = 10000\n", {"gc.batch_size": 10000}),
     ("[gc]\nnamed_ttl = 0\n", {"gc.named_ttl": 0}),
     ("[gc]\nnamed_ttl = 604800\n", {"gc.named_ttl": 604800}),
+    ("[gc]\nimage_idle_seconds = 0\n", {"gc.image_idle_seconds": 0}),
 ]
 
 
@@ -335,7 +338,7 @@ UNKNOWN_CASES = [
     ("[mounts]\nallowed_root = []\n", "mounts.allowed_root", 2,
      "unknown key; did you mean 'allowed_roots'?"),
     ("[gc]\ngrace = 1\n", "gc.grace", 2,
-     "unknown key; known keys: batch_size, grace_seconds, named_ttl"),
+     "unknown key; known keys: batch_size, grace_seconds, image_idle_seconds, named_ttl"),
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
@@ -414,7 +417,8 @@ def test_all_problems_are_collected_and_sorted(tmp_path: Path) -> None:
     error = caught.value
     expected = [
         ("gc", "gc.batch_size", 3, "must be at least 1"),
-        ("gc", "gc.bogus", 4, "unknown key; known keys: batch_size, grace_seconds, named_ttl"),
+        ("gc", "gc.bogus", 4,
+         "unknown key; known keys: batch_size, grace_seconds, image_idle_seconds, named_ttl"),
         ("sandbox", "sandbox.pids", 7, "must be at least 1"),
         ("sandbox", "sandbox.memory_bytes", 8, "must be an integer, not a boolean"),
         ("sandbox", "sandbox.timeout", 9, "unknown key; did you mean 'timeout_ms'?"),

@@ -6,6 +6,7 @@ assert what was removed, what was confirmed, and that nothing at all happened wh
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import io
 import json
@@ -49,7 +50,8 @@ from sbx.core.gc import (
     judge_run_dir,
     judge_shared,
 )
-from sbx.driver import EngineInfo, ImageInfo, RawListing
+from sbx.core.imagecache import CacheDecision, judge_cached, record_use, removal_order, use_tag
+from sbx.driver import CachedImage, EngineInfo, ImageInfo, RawListing
 from sbx.errors import EngineUnavailable, SbxError
 from sbx.paths import home_hash
 from sbx.reasons import Reason
@@ -89,6 +91,8 @@ class FakeEngine:
         self.wait_result: int | None = 0
         self.block: Callable[[], None] | None = None
         self.created: dict[str, Any] = {}
+        self.cached: list[CachedImage] = []  # images found by tag (the image cache pass)
+        self.untag_refused: set[str] = set()  # tags the engine keeps (an image in use)
 
     def _log(self, name: str, *args: Any) -> None:
         self.calls.append((name, args))
@@ -128,6 +132,19 @@ class FakeEngine:
 
     def remove_image(self, ref: str) -> bool:
         return self._remove("image", ref)
+
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+        self._log("cached_images", tuple(repositories))
+        return list(self.cached)
+
+    def untag_image(self, ref: str) -> bool:
+        self._log("untag_image", ref)
+        if ref in self.untag_refused:
+            return False
+        self.cached = [dataclasses.replace(image, tags=tuple(t for t in image.tags if t != ref))
+                       for image in self.cached]
+        self.cached = [image for image in self.cached if image.tags]
+        return True
 
     def remove_container(self, container_id: str) -> bool:
         return self._remove("container", container_id)
@@ -621,7 +638,7 @@ def test_a_failed_removal_is_reported_audited_and_keeps_the_run_dir(h: Harness) 
     removed = [e["details"] for e in h.audit_events() if e["event_type"] == "gc_removed"]
     assert removed == [{"container": 1, "network": 0, "volume": 0, "image": 0,
                         "firewall_rule": 0, "run_dir": 0, "proxy": 0, "staging": 0,
-                        "grace_seconds": 0}]
+                        "cached_image": 0, "grace_seconds": 0}]
 
 
 def test_networks_and_volumes_no_container_uses(h: Harness) -> None:
@@ -1291,3 +1308,86 @@ def test_dry_run_and_json_include_images_and_rules(h: Harness) -> None:
     assert {"kind": "firewall_rule", "id": rule(rid).text, "run_id": rid,
             "why": "deadline_passed",
             "detail": data["removed"][1]["detail"]} in data["removed"]
+
+
+# --- the image cache (sbx.core.imagecache): kit builds, assemblies, prepared images ---------
+
+
+def cached(tags: Sequence[str], *, idle: float | None = 7200,
+           ident: str | None = None) -> CachedImage:
+    return CachedImage(ident or "sha256:" + hex64(), tuple(tags),
+                       None if idle is None else NOW - idle)
+
+
+def judge(image: CachedImage, home: str = "a" * 64, users: int = 0) -> tuple[str, tuple[str, ...]]:
+    decision = judge_cached(image, home_hash=home, now=NOW, grace_s=600, users=users)
+    return decision.why, decision.untag
+
+
+def test_a_cached_image_nobody_marks_goes_with_its_cache_tags_only_when_idle() -> None:
+    image = cached(["sbx-kit/k:1", "sbx-prep/p:1"])
+    assert judge(image) == ("unused", ("sbx-kit/k:1", "sbx-prep/p:1"))
+    assert judge(cached(["sbx-kit/k:1"], idle=60))[0] == "recently_used"
+    assert judge(cached(["sbx-kit/k:1"], idle=None)) == ("last_use_unknown", ())
+    assert judge(image, users=1) == ("in_use", ())
+
+
+def test_only_this_homes_mark_goes_while_another_home_marks_the_image() -> None:
+    image = cached(["sbx-kit/k:1"])
+    mine, theirs = use_tag("a" * 64, image.id), use_tag("b" * 64, image.id)
+    shared_image = dataclasses.replace(image, tags=(*image.tags, mine, theirs))
+    assert judge(shared_image) == ("used_by_another_home", (mine,))
+    # Not marked by this home: nothing of this home's to remove.
+    assert judge(dataclasses.replace(image, tags=(*image.tags, theirs))) == (
+        "used_by_another_home", ())
+    # Marked by this home alone: the mark and the cache tags go together.
+    assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == (
+        "unused", (mine, "sbx-kit/k:1"))
+
+
+def test_a_tag_sbx_did_not_make_keeps_the_image() -> None:
+    image = cached(["sbx-kit/k:1", "myteam/agent:latest"])
+    mine = use_tag("a" * 64, image.id)
+    assert judge(image) == ("foreign_tag", ())
+    assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == ("foreign_tag", (mine,))
+
+
+def test_children_are_removed_before_their_parents() -> None:
+    kit = CacheDecision("k", ("sbx-kit/k:1",), "unused", "")
+    prep = CacheDecision("p", ("sbx-use/x:1", "sbx-prep/p:1"), "unused", "")
+    assembled = CacheDecision("a", ("sbx-assembled/a:1",), "unused", "")
+    assert [d.image_id for d in removal_order([kit, assembled, prep])] == ["p", "a", "k"]
+
+
+def test_record_use_marks_cached_images_and_leaves_the_users_own_alone() -> None:
+    tagged: list[tuple[str, str]] = []
+
+    class Tagger:
+        def tag_image(self, image: str, ref: str) -> None:
+            tagged.append((image, ref))
+
+    kit = ImageInfo("sha256:" + "1" * 64, ("sbx-kit/k:1",), "", "", None, None, (), {})
+    plain = ImageInfo("sha256:" + "2" * 64, ("busybox:1",), "", "", None, None, (), {})
+    record_use(Tagger(), "c" * 64, [kit, plain, kit])  # type: ignore[arg-type]
+    assert tagged == [(kit.id, f"sbx-use/{'c' * 16}:{'1' * 24}")]
+
+
+def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.config.write_text("[gc]\nimage_idle_seconds = 600\n", encoding="utf-8")
+    h.run_dir()  # the home ran a sandbox once
+    idle = cached(["sbx-kit/old:1"])
+    recent = cached(["sbx-kit/new:1"], idle=30)
+    used = cached(["sbx-prep/p:1"])
+    refused = cached(["sbx-kit/held:1"])
+    h.engine.cached = [idle, recent, used, refused]
+    h.engine.users = {used.id: ["c" * 64]}
+    h.engine.untag_refused = {"sbx-kit/held:1"}
+    dry = h.collect(dry_run=True)
+    assert {i.id for i in dry.removed if i.kind == "cached_image"} == {idle.id, refused.id}
+    assert h.engine.called("untag_image") == []  # a dry run changes nothing
+    result = h.collect()
+    assert {i.id for i in result.removed if i.kind == "cached_image"} == {idle.id}
+    kept = {i.id: i.why for i in result.kept if i.kind == "cached_image"}
+    assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use"}
+    assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id]

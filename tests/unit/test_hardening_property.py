@@ -37,6 +37,9 @@ class FakeEngine:
     def info(self) -> EngineInfo:
         return EngineInfo("20.10", "1.41", "linux", "1", "cgroupfs", False, ())
 
+    def tag_image(self, image: str, ref: str) -> None:
+        """The run marks the cached images it uses (sbx.core.imagecache): nothing to keep."""
+
     def image(self, ref: str) -> ImageInfo | None:
         return ImageInfo(id="sha256:" + "ab" * 32, tags=(ref,), user=self.user,
                          workdir=self.workdir, entrypoint=None, cmd=self.cmd, env=(),

@@ -105,7 +105,7 @@ IMAGE_ID: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
 RUN_IMAGE_REPOSITORY: Final = "sbx-run/"
 UNTAGGED: Final = "<none>:<none>"
 KINDS: Final = ("container", "network", "volume", "image", "firewall_rule", "run_dir", "proxy",
-                 "staging")
+                 "staging", "cached_image")
 CONTAINER_STATES: Final = frozenset(
     {"created", "running", "paused", "restarting", "removing", "exited", "dead"})
 FINISHED_STATES: Final = frozenset({"exited", "dead"})
@@ -685,12 +685,14 @@ def collect(ctx: AppContext, request: GcRequest, *, clock: Callable[[], float] =
     grace = request.grace_s if request.grace_s is not None else config.gc.grace_seconds.value
     batch = config.gc.batch_size.value
     if request.dry_run:
-        return _Collector(ctx, request, grace, batch, clock, procs, rules).run()
+        return _Collector(ctx, request, grace, batch, clock, procs, rules,
+                          image_idle_s=config.gc.image_idle_seconds.value).run()
     with gc_lock(state_home) as acquired:
         if not acquired:
             return GcResult("locked", request.dry_run, grace,
                             note=f"another sbx gc holds {state_home / LOCK_FILE}; nothing done")
-        result = _Collector(ctx, request, grace, batch, clock, procs, rules).run()
+        result = _Collector(ctx, request, grace, batch, clock, procs, rules,
+                            image_idle_s=config.gc.image_idle_seconds.value).run()
         ttl = config.gc.named_ttl.value
         if result.outcome == "done" and (request.named or ttl is not None):
             _stopped_named(ctx, result, 0 if request.named or ttl is None else ttl, clock())
@@ -729,8 +731,10 @@ def survey(ctx: AppContext, *, clock: Callable[[], float] = time.time) -> GcResu
 
 class _Collector:
     def __init__(self, ctx: AppContext, request: GcRequest, grace: int, batch: int,
-                 clock: Callable[[], float], procs: Processes, firewall: Firewall) -> None:
+                 clock: Callable[[], float], procs: Processes, firewall: Firewall, *,
+                 image_idle_s: int) -> None:
         self.ctx = ctx
+        self.image_idle_s = image_idle_s
         self.dry_run = request.dry_run
         self.batch = max(1, batch)
         self.procs = procs
@@ -777,7 +781,65 @@ class _Collector:
             return self.result
         self._run_dirs(runs_list, remaining)
         self._orphan_staging({run.name for run in runs_list}, remaining)
+        self._image_cache(self.image_idle_s)
         return self.result
+
+    def _image_cache(self, idle_s: int) -> None:
+        """Cached images (kit builds, assemblies, prepared images) nobody used within the
+        grace: this home's use marks go, and an image no home marks goes with its cache tags
+        (sbx.core.imagecache)."""
+        from sbx.core.imagecache import (
+            CACHE_REPOSITORIES,
+            USE_REPOSITORY,
+            judge_cached,
+            removal_order,
+        )
+
+        try:
+            images = self.driver.cached_images([USE_REPOSITORY, *CACHE_REPOSITORIES])
+        except SbxError as error:
+            self._fail("cached_image_list_failed", error.reason,
+                       f"listing the cached images failed, none was removed: {error.message}")
+            return
+        decisions = []
+        for image in images:
+            users = self._users("image", image.id, None, set(), set())
+            if users is None:
+                continue
+            decision = judge_cached(image, home_hash=self.ctx.home_hash, now=self.clock.now,
+                                    grace_s=idle_s, users=users)
+            if decision.untag:
+                decisions.append(decision)
+            else:
+                self.result.kept.append(GcItem("cached_image", image.id, None, decision.why,
+                                               decision.detail))
+        limit = self.batch * MAX_BATCHES
+        for index, decision in enumerate(removal_order(decisions)):
+            item = GcItem("cached_image", decision.image_id, None, decision.why,
+                          f"{decision.detail}; removes {', '.join(decision.untag)}")
+            if index >= limit:
+                self.result.deferred += 1
+                self.result.kept.append(GcItem("cached_image", decision.image_id, None,
+                                               "deferred", f"over this pass's limit of {limit}"))
+                continue
+            if self.dry_run:
+                self.result.removed.append(item)
+                continue
+            self._untag(item, decision.untag)
+
+    def _untag(self, item: GcItem, tags: Sequence[str]) -> None:
+        for tag in tags:
+            try:
+                done = self.driver.untag_image(tag)
+            except SbxError as error:
+                self._fail("cached_image_remove_failed", Reason.CLEANUP_FAILED,
+                           f"could not remove the tag {tag}: {error.message}", item.id)
+                return
+            if not done:  # a container or a child image took it meanwhile: kept
+                self.result.kept.append(GcItem("cached_image", item.id, None, "in_use",
+                                               f"the engine keeps {tag}: still in use"))
+                return
+        self.result.removed.append(item)
 
     # -- planning ------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from sbx.core.egress import (
 )
 from sbx.core.envflags import parse_env
 from sbx.core.identity import FALLBACK_HOME, WorkspaceOwner, choose_user, home_path
+from sbx.core.imagecache import record_use
 from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
 from sbx.core.kitset import KitSet, effective_composition, load_kit_set
 from sbx.core.lifecycle import (
@@ -397,6 +398,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
     image = prepare_mountpoints(driver, image, home=home,
                                 cache_dir=ctx.state_home / "cache" / "mountpoints",
                                 helper_labels=labels, lock_dir=ctx.state_home / "locks")
+    record_use(driver, ctx.home_hash, [image])  # the last use, for gc (sbx.core.imagecache)
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
         image=run_image_tag or image.id,
@@ -471,7 +473,9 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
          if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
         for kit in kit_set.mixins
     ]
+    used = [workload_image.image, *(image for _, image in mixin_images if image is not None)]
     if not mixin_images:
+        record_use(driver, ctx.home_hash, used)
         return workload_image.image, workload_image.tag, workload_image.built
     from sbx.core.assemble import assemble  # only compositions pay for the assembler
 
@@ -479,6 +483,7 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
                          workload_ref=workload.reference,
                          cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels,
                          lock_dir=locks)
+    record_use(driver, ctx.home_hash, [*used, assembled.image])
     return assembled.image, assembled.tag, workload_image.built or assembled.built
 
 
