@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sbx.oauth import OAuthStore
+from sbx.oauth import OAuthStore, Tokens
 from support.agent_api import AnthropicAPI, OAuthServer, TokenState
 from support.origin import Internet
 
@@ -142,6 +142,7 @@ def test_refresh_and_api_call_from_the_sandbox_never_show_a_real_token(
                       SCRIPT], env=oauth_env)
     envelope = result.envelope()
     assert envelope["status"] == "ok", envelope
+    assert envelope["data"]["credentials"] == {"anthropic": "oauth"}
     values = _values(envelope["data"]["stdout"])
     for prefix in REAL_PREFIXES:
         assert prefix not in result.stdout + result.stderr
@@ -176,3 +177,15 @@ def test_refresh_and_api_call_from_the_sandbox_never_show_a_real_token(
 
     # no real token anywhere in the sandbox: environments and files
     assert (values["environ_hits"], values["file_hits"]) == ("0", "0")
+
+
+def test_explain_shows_the_oauth_binding(oauth_kit: Path, sbx_cli: Any,
+                                         oauth_env: dict[str, str], state_home: Path) -> None:
+    before = sbx_cli(["explain", "--json", str(oauth_kit)], env=oauth_env).envelope()
+    [credential] = before["data"]["credentials"]
+    assert (credential["value"], credential["change"]) == ("not bound",
+                                                           "sbx secret login anthropic")
+    OAuthStore(state_home).set("anthropic", Tokens(INITIAL_ACCESS, INITIAL_REFRESH))
+    after = sbx_cli(["explain", str(oauth_kit)], env=oauth_env)
+    assert "anthropic (runtime): bound (oauth)" in after.stdout
+    assert INITIAL_ACCESS not in after.stdout + after.stderr
