@@ -216,3 +216,20 @@ def test_sentinels_never_leave_for_other_intercepted_hosts(proxy: ProxyProcess,
     assert response.status == 200
     [seen] = internet.origin.requests()
     assert seen.header("authorization") is None and seen.header("x-other") is None
+
+
+def test_concurrent_refreshes_take_turns_with_the_rotating_token(
+        proxy: ProxyProcess, provider: OAuthServer) -> None:
+    # Two refreshes at once (two agents, or two sandboxes): without the store's lock both
+    # would send the same real refresh token, and the provider would refuse the second.
+    from concurrent.futures import ThreadPoolExecutor
+
+    form = {"grant_type": "refresh_token", "refresh_token": REFRESH_SENTINEL}
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: _token_request(proxy, form), range(4)))
+    assert all(a["access_token"] == ACCESS_SENTINEL for a in answers)
+    assert provider.state.generation == 4
+    sent = [OAuthServer.form(s)["refresh_token"] for s in provider.requests]
+    assert len(set(sent)) == 4 and sent[0] == REAL_REFRESH
+    stored = _store(proxy).get(SERVICE)
+    assert stored is not None and stored.refresh_token == provider.state.refresh_token
