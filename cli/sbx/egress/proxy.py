@@ -50,6 +50,12 @@ What it does with each client connection:
   (502 ``response_unmaskable``); a credential whose secret is not stored refuses its requests
   (502 ``credential_unbound``) instead of silently sending the sentinel. Injection is refused
   over plain HTTP.
+- OAuth credentials (:mod:`sbx.egress.oauth_intercept` decides, the I/O is here): the token
+  endpoint is answered with sentinels while the real refresh token goes upstream and the new
+  real tokens go to the host store (under its lock); on resource hosts the access sentinel
+  becomes the real access token, and any other credential there is refused (403
+  ``credential_not_issued``); the real tokens are masked out of those hosts' answers and
+  redacted from stderr.
 - Refusals are HTTP 403 with ``X-Sbx-Reason: egress_denied``, ``X-Sbx-Rule`` and a text body that
   names host, method, path, the deciding rule (kit, capability index, phase) and the exact
   ``sbx explain … METHOD URL`` command; each is audited as ``egress_denied``. Any internal error
