@@ -125,3 +125,19 @@ def test_bad_logins_are_reason_coded(sbx_cli: Any, args: list[str]) -> None:
     result = sbx_cli(args)
     assert result.exit_code == 2 and "(invalid_argument)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_login_from_a_token_response_on_stdin(sbx_cli: Any, home: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    response = json.dumps({"access_token": ACCESS, "refresh_token": REFRESH,
+                           "expires_in": 3600}).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(response)))
+    result = sbx_cli(["secret", "login", "example"])
+    assert result.exit_code == 0, result.stderr
+    assert "stored OAuth tokens for example" in result.stdout
+    assert ACCESS not in result.stdout + result.stderr
+    tokens = OAuthStore(home).get("example")
+    assert tokens is not None and tokens.access_token == ACCESS
