@@ -98,13 +98,14 @@ app.command("rm")(_interruptible(sandboxes_command.rm))
 
 secret_app = typer.Typer(
     name="secret",
-    help="Store, list, import and remove the secrets that kits' credential@1 capabilities "
-         "use.",
+    help="Store, list, import and remove the secrets (API keys, OAuth logins) that kits' "
+         "credential@1 capabilities use.",
     no_args_is_help=True,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 secret_app.command("set")(_interruptible(secret_command.set_secret))
+secret_app.command("login")(_interruptible(secret_command.login))
 secret_app.command("ls")(_interruptible(secret_command.ls))
 secret_app.command("rm")(_interruptible(secret_command.rm))
 secret_app.command("import")(_interruptible(secret_import_command.import_secrets))

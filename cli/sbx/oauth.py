@@ -56,6 +56,15 @@ Mode = Literal["apikey", "oauth"]
 _PLACEHOLDER: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
 _SERVICE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 _TOKEN_CHARS: Final = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what a header can carry
+# The credential files agents write on the host after their own login, read when no kit says
+# the shape: Claude Code's ~/.claude/.credentials.json, Codex's ~/.codex/auth.json.
+KNOWN_SHAPES: Final[tuple[tuple[str, Any], ...]] = (
+    ("Claude Code ~/.claude/.credentials.json", {"claudeAiOauth": {
+        "accessToken": "{{.AccessToken}}", "refreshToken": "{{.RefreshToken}}",
+        "expiresAt": "{{.ExpiresAt}}", "scopes": "{{.Scopes}}"}}),
+    ("Codex ~/.codex/auth.json", {"tokens": {
+        "access_token": "{{.AccessToken}}", "refresh_token": "{{.RefreshToken}}"}}),
+)
 
 
 # -- the kit's declaration -------------------------------------------------------------------
@@ -257,6 +266,26 @@ class OAuthStore:
             audit.record(self.state_home, audit.SECRET_SET, run_id=None, severity="info",
                          details={"service": service, "kind": "oauth"})
 
+    def services(self) -> list[tuple[str, Tokens | None, float]]:
+        """(service, tokens or None when the record is unreadable, modification time) for
+        every stored record, by service name."""
+        try:
+            names = sorted(p.name[:-len(".json")] for p in self.directory.iterdir()
+                           if p.name.endswith(".json") and not p.name.startswith("."))
+        except OSError:
+            return []
+        found: list[tuple[str, Tokens | None, float]] = []
+        for name in names:
+            if not _SERVICE.fullmatch(name):
+                continue
+            try:
+                tokens = self.get(name)
+                mtime = self.path(name).stat().st_mtime
+            except (SbxError, OSError):
+                tokens, mtime = None, 0.0
+            found.append((name, tokens, mtime))
+        return found
+
     def remove(self, service: str) -> bool:
         from sbx import audit
 
@@ -315,11 +344,12 @@ def tokens_from_response(data: Mapping[str, Any], *, config: OAuthConfig | None 
 def parse_login(text: str, *, structure: Any = None, now: float | None = None) -> Tokens:
     """The tokens ``sbx secret login`` stores, from one of:
 
-    1. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in`` or
-       ``expires_at`` in seconds, ``scope``);
-    2. the agent's own credential file, read through a kit's ``credentialFile.structure``
+    1. the agent's own credential file, read through a kit's ``credentialFile.structure``
        (``structure``): the values at the places of ``{{.AccessToken}}``, ``{{.RefreshToken}}``,
-       ``{{.ExpiresAt}}`` (milliseconds, or seconds when small) and ``{{.Scopes}}``.
+       ``{{.ExpiresAt}}`` (milliseconds, or seconds when small) and ``{{.Scopes}}``; without
+       a structure, the shapes of :data:`KNOWN_SHAPES`;
+    2. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in`` or
+       ``expires_at`` in seconds, ``scope``).
     Raises ``invalid_argument`` naming what is missing; never a value."""
     try:
         data = json.loads(text)
@@ -335,8 +365,9 @@ def parse_login(text: str, *, structure: Any = None, now: float | None = None) -
                        hint="Pipe a token response ({\"access_token\": ..., \"refresh_token\": "
                             "...}) or, with --kit, the agent's own credential file.")
     try:
-        if structure is not None:
-            found = extract_by_structure(structure, data)
+        shapes = [structure] if structure is not None else [s for _, s in KNOWN_SHAPES]
+        for shape in shapes:
+            found = extract_by_structure(shape, data)
             if "AccessToken" in found:
                 return _tokens_from_found(found)
         if "access_token" in data:
@@ -350,7 +381,7 @@ def parse_login(text: str, *, structure: Any = None, now: float | None = None) -
     except (ValueError, TypeError):
         pass
     where = "the kit's credentialFile structure" if structure is not None else \
-        "an OAuth token response"
+        "an OAuth token response or " + ", ".join(name for name, _ in KNOWN_SHAPES)
     raise SbxError(Reason.INVALID_ARGUMENT,
                    f"no access token found in the login input (read as {where})",
                    hint="Pipe the token response of the provider, or name the kit whose "
@@ -463,6 +494,7 @@ def credential_file_targets(files: Sequence[tuple[str, str]]) -> list[str]:
 
 __all__ = [
     "ACCESS_SENTINEL_PREFIX",
+    "KNOWN_SHAPES",
     "OAUTH_DIR",
     "REFRESH_SENTINEL_PREFIX",
     "CredentialFile",

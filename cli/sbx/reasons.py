@@ -82,6 +82,7 @@ class Reason(enum.StrEnum):
     ENGINE_LOST = "engine_lost"
     PROXY_CLIENT_REFUSED = "proxy_client_refused"
     RESPONSE_UNMASKABLE = "response_unmaskable"
+    CREDENTIAL_NOT_ISSUED = "credential_not_issued"
 
     @property
     def info(self) -> ReasonInfo:
@@ -164,8 +165,11 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
     ),
     _R.CREDENTIAL_UNBOUND: ReasonInfo(
         "Required credential not bound",
-        "A kit requires a credential for a service that has no secret in sbx's store.",
-        "Store it with `printf %s \"$TOKEN\" | sbx secret set SERVICE`.",
+        "A kit requires a credential for a service that has no secret in sbx's store (for "
+        "an OAuth credential: no tokens stored on the host), or the egress proxy was asked "
+        "to use a credential whose secret or tokens are gone (502).",
+        "Store it with `printf %s \"$TOKEN\" | sbx secret set SERVICE`, or for an OAuth "
+        "credential log in with `sbx secret login SERVICE`.",
         _E.REFUSED,
     ),
     _R.MOUNT_BLOCKED: ReasonInfo(
@@ -380,6 +384,18 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Nothing to change in the sandbox; if the origin keeps sending such bodies despite "
         "Accept-Encoding: identity, report it to the kit's author.",
         _E.FAILED,
+    ),
+    _R.CREDENTIAL_NOT_ISSUED: ReasonInfo(
+        "Credential not issued by sbx",
+        "A request from the sandbox to a host that takes an OAuth credential sbx manages (a "
+        "kit's oauth resourceHosts, apiKey inject domains or token endpoint) carried a token "
+        "that is not the sentinel sbx put in the sandbox: a bearer token or API key of its "
+        "own, or a refresh token sbx did not issue. sbx never forwards a credential it does "
+        "not know to those hosts, so the request was refused (403) and audited.",
+        "Let the agent use the credential file or variable sbx put in the sandbox (it holds "
+        "the sentinel, swapped for the real token at the boundary). To use another account, "
+        "log in on the host: `sbx secret login SERVICE` (see `sbx secret login --help`).",
+        _E.DENIED,
     ),
 }
 

@@ -515,16 +515,22 @@ class Renderer:
                     f"characters) in the file store{store} (mode 0600; no OS keyring found)")
         self._line(self._out_file, _escape(text), text)
 
-    def secret_list(self, infos: Sequence[SecretInfo]) -> None:
-        """A table of service, masked value, length and last update; never a value."""
+    def secret_list(self, infos: Sequence[SecretInfo], oauth: Sequence[Any] = ()) -> None:
+        """A table of service, masked value, length and last update, then the OAuth logins
+        (masked access token, expiry); never a value."""
         if self.as_json:
             self.envelope(Envelope(command="secret", status="ok", exit_code=0,
                                    data={"action": "ls",
-                                         "secrets": [info.as_dict() for info in infos]}))
+                                         "secrets": [info.as_dict() for info in infos],
+                                         "oauth": [entry.as_dict() for entry in oauth]}))
             return
-        if not infos:
+        if not infos and not oauth:
             self.note('no secrets stored; add one with: printf %s "$TOKEN" | '
-                      "sbx secret set SERVICE")
+                      "sbx secret set SERVICE (or `sbx secret login SERVICE` for OAuth)")
+            return
+        if oauth:
+            self._oauth_list(oauth)
+        if not infos:
             return
         from rich.table import Table
 
@@ -541,12 +547,38 @@ class Renderer:
                           info.updated.strftime("%Y-%m-%d %H:%M UTC"), _escape(source))
         self.out.print(table)
 
-    def secret_removed(self, service: str) -> None:
+    def _oauth_list(self, entries: Sequence[Any]) -> None:
+        for entry in entries:
+            data = entry.as_dict()
+            if entry.masked is None:
+                text = f"oauth {entry.service}: unreadable record (log in again)"
+            else:
+                expiry = data["expires_at"] or "unknown expiry"
+                text = (f"oauth {entry.service}: access {entry.masked}, "
+                        f"{'with' if entry.refresh else 'no'} refresh token, "
+                        f"{'expired' if data['expired'] else 'expires'} {expiry}")
+            self._line(self._out_file, _escape(text), text)
+
+    def oauth_stored(self, entry: Any) -> None:
+        """A stored OAuth login: service, masked access token, expiry; never a token."""
         if self.as_json:
             self.envelope(Envelope(command="secret", status="ok", exit_code=0,
-                                   data={"action": "rm", "service": service, "removed": True}))
+                                   data={"action": "login", **entry.as_dict()}))
             return
-        text = f"removed secret for {service}"
+        data = entry.as_dict()
+        text = (f"stored OAuth tokens for {entry.service}: access {entry.masked}, "
+                f"{'with' if entry.refresh else 'no'} refresh token, expires "
+                f"{data['expires_at'] or 'unknown'}; sandboxes get sentinels only")
+        self._line(self._out_file, _escape(text), text)
+
+    def secret_removed(self, service: str, kinds: Sequence[str] = ("secret",)) -> None:
+        if self.as_json:
+            self.envelope(Envelope(command="secret", status="ok", exit_code=0,
+                                   data={"action": "rm", "service": service, "removed": True,
+                                         "kinds": list(kinds)}))
+            return
+        what = " and ".join("OAuth tokens" if k == "oauth" else "secret" for k in kinds)
+        text = f"removed {what} for {service}"
         self._line(self._out_file, _escape(text), text)
 
     def confirm_import(self, candidate: ImportCandidate) -> bool:

@@ -74,11 +74,9 @@ def explain(
     target = core.parse_target(target_text, method) if target_text is not None else None
     kit_set = core.load(subject, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
     if target is None:
-        from sbx.secrets import SecretStore
-
-        store = SecretStore(app.state_home)
-        bound = {s: store.has(s) for s in core.credential_services(kit_set)}
-        renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound))
+        bound, oauth = core.stored_credentials(kit_set, app.state_home)
+        renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound,
+                                                      oauth=oauth))
         return 0
     result = core.explain_request(kit_set, target, "install" if phase == "install" else "runtime")
     renderer.explain_request(result)

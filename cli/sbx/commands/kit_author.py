@@ -74,14 +74,12 @@ def inspect(
     The same report as `sbx explain WORKLOAD`, from the same code; the engine is not needed.
     """
     from sbx.core import explain as core
-    from sbx.secrets import SecretStore
 
     app = ctx.obj
     kit_set = core.load(workload, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
-    store = SecretStore(app.state_home)
-    bound = {s: store.has(s) for s in core.credential_services(kit_set)}
-    app.renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound),
-                                 command="kit inspect")
+    bound, oauth = core.stored_credentials(kit_set, app.state_home)
+    app.renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound,
+                                                      oauth=oauth), command="kit inspect")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`sbx secret set|ls|rm|import`: adapters to :mod:`sbx.core.secretops` and the store.
+"""`sbx secret set|login|ls|rm|import`: adapters to :mod:`sbx.core.secretops`,
+:mod:`sbx.core.oauthlogin` and the stores.
 
 ``set`` reads the value from stdin (one trailing newline stripped), so it never appears in the
 shell history or the process list; on a terminal it prompts without echo instead. With
@@ -9,6 +10,7 @@ is an ``invalid_argument`` (exit 2), like any name that does not exist.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -61,14 +63,56 @@ def set_secret(
     return 0
 
 
+def login(
+    ctx: typer.Context,
+    service: Annotated[str, typer.Argument(metavar="SERVICE", help=_SERVICE_HELP)],
+    from_file: Annotated[Path | None, typer.Option(
+        "--from-file", metavar="PATH",
+        help="The credential file the agent's own login wrote on the host (e.g. "
+             "~/.claude/.credentials.json, ~/.codex/auth.json); default: stdin.")] = None,
+    kit: Annotated[str | None, typer.Option(
+        "--kit", metavar="DIR",
+        help="Read the file through this kit's oauth.credentialFile.structure for "
+             "SERVICE.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
+) -> int:
+    """Store SERVICE's real OAuth tokens on the host, for kits' credential@1 oauth.
+
+    The tokens stay on the host (the state home's oauth/SERVICE.json, 0600). A sandbox gets
+    sentinels in the kit's credentialFile; the egress proxy answers the kit's token endpoint
+    with sentinels (refreshing here with the real refresh token and storing the new tokens)
+    and swaps the access sentinel for the real token on the kit's resource hosts.
+
+    Input: the agent's own credential file (--from-file; with --kit read through the kit's
+    credentialFile structure, else Claude Code's and Codex's known shapes), or a token
+    response ({"access_token": ..., "refresh_token": ..., "expires_in": ...}) on stdin.
+
+    Example: sbx secret login anthropic --from-file ~/.claude/.credentials.json
+
+    Example: sbx secret login openai --from-file ~/.codex/auth.json
+    """
+    from sbx.core import oauthlogin
+
+    app = ctx.obj
+    structure = None if kit is None else oauthlogin.kit_structure(
+        kit, service, cwd=app.cwd, state_home=app.state_home)
+    text = oauthlogin.read_login_input(from_file, None if from_file else sys.stdin.buffer)
+    app.renderer.oauth_stored(oauthlogin.login(app.state_home, service, text,
+                                               structure=structure))
+    return 0
+
+
 def ls(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
-    """List secrets, masked: service, value mask, length, last update, where it lives."""
+    """List secrets, masked: service, value mask, length, last update, where it lives; and
+    OAuth logins (masked access token, expiry)."""
+    from sbx.core import oauthlogin
     from sbx.secrets import SecretStore
 
-    ctx.obj.renderer.secret_list(SecretStore(ctx.obj.state_home).services())
+    ctx.obj.renderer.secret_list(SecretStore(ctx.obj.state_home).services(),
+                                 oauthlogin.entries(ctx.obj.state_home))
     return 0
 
 
@@ -77,16 +121,21 @@ def rm(
     service: Annotated[str, typer.Argument(metavar="SERVICE", help=_SERVICE_HELP)],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
-    """Remove the secret for SERVICE, from the OS keyring too (exit 2 when there is none)."""
+    """Remove the secret and the OAuth tokens for SERVICE, from the OS keyring too (exit 2
+    when there is neither)."""
+    from sbx.core import oauthlogin
     from sbx.secrets import SecretStore
 
     app = ctx.obj
-    if not SecretStore(app.state_home).remove(service):
+    kinds = [kind for kind, removed in (
+        ("secret", SecretStore(app.state_home).remove(service)),
+        ("oauth", oauthlogin.remove(app.state_home, service))) if removed]
+    if not kinds:
         raise SbxError(Reason.INVALID_ARGUMENT, f"no secret stored for {service!r}",
                        hint="`sbx secret ls` lists the stored services.",
                        details={"service": service})
-    app.renderer.secret_removed(service)
+    app.renderer.secret_removed(service, kinds)
     return 0
 
 
-__all__ = ["ls", "rm", "set_secret"]
+__all__ = ["login", "ls", "rm", "set_secret"]

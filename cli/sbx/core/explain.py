@@ -258,8 +258,11 @@ def _version(data: Mapping[str, Any]) -> str:
 
 
 def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool],
-                    ) -> SandboxExplanation:
-    """``bound`` maps each credential service to whether a secret is stored (never the value)."""
+                    oauth: Mapping[str, bool] | None = None) -> SandboxExplanation:
+    """``bound`` maps each credential service to whether a secret is stored, ``oauth`` to
+    whether OAuth tokens are (never a value). Each credential shows the mode ``sbx run``
+    would bind it in (:func:`sbx.oauth.credential_mode`): ``bound (oauth)``, ``bound`` (the
+    API key), or ``not bound`` with the command that binds it."""
     composition = static_composition(kit_set)
     kits = tuple(
         Item(k.reference, k.local.descriptor.kind, str(k.local.directory),
@@ -287,20 +290,51 @@ def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool
             Item(describe_rule(r), r.action, rule_where(r),
                  f"edit {rule_where(r)}, or do not compose {r.kit}", {"rule": rule_dict(r)})
             for r in rules)
-    credentials = tuple(
-        Item(c.service, "bound" if bound.get(c.service) else "not bound",
-             f"{c.kit} {c.declared_at or f'capabilities[{c.index}]'}",
-             f"sbx secret set {c.service}" if not bound.get(c.service)
-             else f"sbx secret rm {c.service}",
-             {"service": c.service, "phase": c.phase, "bound": bool(bound.get(c.service)),
-              "optional": c.optional, "kit": c.kit})
-        for c in composition.credentials)
+    credentials = tuple(_credential_item(c, bound, oauth or {})
+                        for c in composition.credentials)
     storage = tuple(
         Item(v.path, "tmpfs" if v.tmpfs else "volume", str(v.origins[0]) if v.origins else "-",
              "edit the kit's volume@1 capability", {"size": v.size})
         for v in composition.volumes)
     return SandboxExplanation(kits, selected, skipped, hardening, network, credentials, storage,
                               pending_rules(composition), explain_prefix(kit_set))
+
+
+def _credential_item(credential: Any, bound: Mapping[str, bool],
+                     oauth: Mapping[str, bool]) -> Item:
+    from sbx.oauth import OAuthConfig, credential_mode, has_api_key, passthrough_refusal
+
+    service = credential.service
+    mode = credential_mode(service, credential.config, api_key=bool(bound.get(service)),
+                           oauth=bool(oauth.get(service)))
+    declared = OAuthConfig.from_credential(service, credential.config)
+    refused = passthrough_refusal(credential) is not None
+    if mode is not None:
+        value, change = ("bound (oauth)" if mode == "oauth" else "bound"), \
+            f"sbx secret rm {service}"
+    elif refused:
+        value, change = "refused (oauth.passthrough)", "drop passthrough: true from the kit"
+    else:
+        value = "not bound"
+        change = f"sbx secret login {service}" if declared is not None and not has_api_key(
+            credential.config) else f"sbx secret set {service}" + (
+            f" or sbx secret login {service}" if declared is not None else "")
+    return Item(service, value,
+                f"{credential.kit} {credential.declared_at or f'capabilities[{credential.index}]'}",
+                change, {"service": service, "phase": credential.phase,
+                         "bound": mode is not None, "mode": mode,
+                         "optional": credential.optional, "kit": credential.kit})
+
+
+def stored_credentials(kit_set: KitSet, state_home: Path,
+                       ) -> tuple[dict[str, bool], dict[str, bool]]:
+    """Per credential service: whether a secret is stored, and whether OAuth tokens are."""
+    from sbx.oauth import OAuthStore
+    from sbx.secrets import SecretStore
+
+    secrets, tokens = SecretStore(state_home), OAuthStore(state_home)
+    services = credential_services(kit_set)
+    return {s: secrets.has(s) for s in services}, {s: tokens.has(s) for s in services}
 
 
 def credential_services(kit_set: KitSet) -> tuple[str, ...]:

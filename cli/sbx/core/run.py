@@ -213,6 +213,8 @@ class RunResult:
                           "access": plan.access},
             "timeout_s": plan.timeout_s,
             "selection": _selection(plan),
+            # Bound credentials and the half each is bound in ("apikey" | "oauth"); no value.
+            "credentials": dict(plan.egress.modes) if plan.egress is not None else {},
             "limits": {"memory_bytes": plan.capabilities.limits.memory_bytes,
                        "cpu_millis": plan.capabilities.limits.cpu_millis,
                        "pids": plan.capabilities.limits.pids},
@@ -778,7 +780,8 @@ def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
         "workload": plan.kit_set.workload.reference, "kits": plan.references,
         "image": plan.image_tag, "user": plan.spec.user,
         "workspace_access": plan.access, "privileged": plan.spec.privileged,
-        "skipped": skipped, "session": plan.mode.as_dict()})
+        "skipped": skipped, "session": plan.mode.as_dict(),
+        "credentials": dict(plan.egress.modes) if plan.egress is not None else {}})
     for record in skipped:
         _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
 

@@ -50,6 +50,12 @@ What it does with each client connection:
   (502 ``response_unmaskable``); a credential whose secret is not stored refuses its requests
   (502 ``credential_unbound``) instead of silently sending the sentinel. Injection is refused
   over plain HTTP.
+- OAuth credentials (:mod:`sbx.egress.oauth_intercept` decides, the I/O is here): the token
+  endpoint is answered with sentinels while the real refresh token goes upstream and the new
+  real tokens go to the host store (under its lock); on resource hosts the access sentinel
+  becomes the real access token, and any other credential there is refused (403
+  ``credential_not_issued``); the real tokens are masked out of those hosts' answers and
+  redacted from stderr.
 - Refusals are HTTP 403 with ``X-Sbx-Reason: egress_denied``, ``X-Sbx-Rule`` and a text body that
   names host, method, path, the deciding rule (kit, capability index, phase) and the exact
   ``sbx explain … METHOD URL`` command; each is audited as ``egress_denied``. Any internal error
@@ -92,7 +98,7 @@ from urllib.parse import quote, unquote, urlsplit
 import h11
 
 from sbx import audit
-from sbx.egress import clienthello, proxyauth
+from sbx.egress import clienthello, oauth_intercept, proxyauth
 from sbx.egress.encoding import (
     BodyDecoder,
     CorruptBody,
@@ -126,6 +132,7 @@ FAILED: Final = "proxy_failed"
 UNBOUND: Final = "credential_unbound"
 CLIENT_REFUSED: Final = "proxy_client_refused"
 UNMASKABLE: Final = "response_unmaskable"
+NOT_ISSUED: Final = "credential_not_issued"
 # Proxy-side refusal codes (the policy's own codes come from Decision.code).
 DESTINATION_BLOCKED: Final = "destination_blocked"
 SNI_MISMATCH: Final = "sni_mismatch"
@@ -138,6 +145,8 @@ NOT_HTTP: Final = "not_http"
 PLAINTEXT_CREDENTIAL: Final = "credential_needs_tls"
 METHOD_OVERRIDE: Final = "method_override"
 PHASE_CLOSED: Final = "phase_closed"
+FOREIGN_CREDENTIAL: Final = "foreign_credential"
+TOKEN_REQUEST: Final = "token_request_unreadable"  # noqa: S105 - a code, not a secret
 HOP_BY_HOP: Final = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
     b"proxy-authorization", b"te", b"trailer", b"upgrade", b"expect",
@@ -265,7 +274,8 @@ def _clean(text: str, limit: int = 2000) -> str:
 
 def refusal_body(refusal: Refusal, explain_command: str) -> str:
     what = {DENIED: "blocked by sbx egress policy",
-            CLIENT_REFUSED: "refused by the sbx egress proxy: only its sandbox may use it"}.get(
+            CLIENT_REFUSED: "refused by the sbx egress proxy: only its sandbox may use it",
+            NOT_ISSUED: "refused by the sbx egress proxy: a credential sbx did not issue"}.get(
         refusal.sbx_reason, "not carried by the sbx egress proxy")
     lines = [
         f"{what} ({refusal.status}, {refusal.sbx_reason}: {refusal.code})",
@@ -282,7 +292,7 @@ def refusal_body(refusal: Refusal, explain_command: str) -> str:
 
 
 _STATUS_TEXT: Final = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required",
-                       414: "URI Too Long",
+                       413: "Content Too Large", 414: "URI Too Long",
                        431: "Request Header Fields Too Large", 502: "Bad Gateway",
                        503: "Service Unavailable", 504: "Gateway Timeout"}
 
@@ -623,8 +633,17 @@ class EgressProxy:
         self.phase: Phase = config.phase
         self._server_context = server_context
         self._secrets = dict(secrets)
+        self._oauth = oauth_intercept.OAuthRoutes(config.credentials)
         self._sentinels = [c.sentinel.encode("utf-8") for c in config.credentials if c.sentinel]
-        self._stderr = stderr or _write_stderr
+        self._sentinels += self._oauth.sentinels()
+        # Every real OAuth token this proxy has held: masked in answers, redacted from logs.
+        self._oauth_seen: set[str] = set()
+        report = stderr or _write_stderr
+        self._stderr: Callable[[str], None] = lambda m: report(redact(m, self._oauth_seen))
+        for credential in self._oauth.credentials:
+            if credential.oauth is not None:
+                with contextlib.suppress(SbxError):
+                    self._oauth_tokens(credential.service)
         self._resolver = resolver or system_resolver
         self._upstream = None if config.upstream_proxy is None \
             else UpstreamProxy.parse(config.upstream_proxy)
@@ -862,7 +881,8 @@ class EgressProxy:
             decision = decide(self.network, Request(phase, host, port))
             raise refusal_for(decision, host=host, port=port, scheme="https")
         initial = conn.trailing_data[0]
-        inject = self._injections_for(host, port, connect=True)
+        inject = bool(self._injections_for(host, port, connect=True)) \
+            or self._oauth.intercepts(phase, host, port)
         if handling == "unbounded" and not inject:
             upstream = await self._open_tunnel(host, port, state)
             await client.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -1075,10 +1095,18 @@ class EgressProxy:
         host, port = site.host, site.port
         shown_path = raw_path
         decision = self._authorize(site, method, raw_path, request.headers)
-        inject_values = self._credentials_for(site, method, shown_path)
         path = decision.path if decision.path is not None else raw_path
+        token_for = self._oauth.token_endpoint(self.phase, host, port, method, path)
+        if token_for is not None:
+            return await self._token_exchange(conn, client, request, site, pool, state,
+                                              token_for, method, path, query)
+        inject_values = self._credentials_for(site, method, shown_path)
+        request_headers = self._oauth_headers(site, method, shown_path, request.headers)
+        needles = self._mask_needles(inject_values) if inject_values else []
+        needles += self._oauth_needles(site)
         forward_target = path + (("?" + query) if query is not None else "")
-        headers = self._outbound_headers(request.headers, inject_values)
+        headers = self._outbound_headers(request_headers, inject_values,
+                                         masking=bool(needles))
         upstream = await self._upstream_for(site, pool, state, method, shown_path)
         if upstream.absolute_form:
             authority = f"[{host}]" if ":" in host else host
@@ -1089,7 +1117,7 @@ class EgressProxy:
         if conn.they_are_waiting_for_100_continue:
             await client.write(conn.send(h11.InformationalResponse(status_code=100,
                                                                    headers=[])) or b"")
-        masker = Masker(self._mask_needles(inject_values)) if inject_values else None
+        masker = Masker(needles) if needles else None
         try:
             await self._forward(conn, client, request, upstream, method, forward_target,
                                 headers, masker)
@@ -1248,8 +1276,234 @@ class EgressProxy:
                 needles.extend(_escaped_forms(value))
         return needles
 
+    # -- OAuth (sbx.egress.oauth_intercept decides; this is the I/O) ---------------------------
+
+    @property
+    def _oauth_store(self) -> Any:
+        from sbx.oauth import OAuthStore
+
+        return OAuthStore(self.config.state_home)
+
+    def _oauth_tokens(self, service: str) -> Any:
+        """The service's stored tokens (``sbx.oauth.Tokens``), read at each use so a login or
+        a refresh by another sandbox applies at once; None when none are stored or the record
+        is unsafe (said on stderr, never a value)."""
+        try:
+            tokens = self._oauth_store.get(service)
+        except SbxError as error:
+            self._stderr(f"OAuth tokens of {service!r}: {error.message}")
+            return None
+        if tokens is not None:
+            self._oauth_seen.update(tokens.secrets())
+        return tokens
+
+    def _oauth_headers(self, site: Site, method: str, path: str,
+                       headers: Sequence[tuple[bytes, bytes]]) -> Sequence[tuple[bytes, bytes]]:
+        """On a resource host, the access sentinel swapped for the real access token; a
+        credential sbx did not issue refuses the request (403)."""
+        credential = self._oauth.resource(self.phase, site.host, site.port)
+        if credential is None:
+            return headers
+        tokens = self._oauth_tokens(credential.service)
+        try:
+            out, swapped = oauth_intercept.swap_credential_headers(
+                headers, credential, tokens.access_token if tokens is not None else None)
+        except oauth_intercept.ForeignCredential as error:
+            raise self._not_issued(error, site, method, path) from None
+        except oauth_intercept.NoStoredToken:
+            raise self._oauth_unbound(credential.service, site, method, path) from None
+        if swapped and site.scheme != "https":
+            raise proxy_refusal(
+                PLAINTEXT_CREDENTIAL, f"the OAuth token of {credential.service} is sent to "
+                f"{site.host} only over HTTPS", host=site.host, port=site.port, method=method,
+                path=path, scheme=site.scheme, suggestion=f"use https://{site.host}/…")
+        return out
+
+    def _oauth_needles(self, site: Site) -> list[bytes]:
+        """What to mask in the answers of an OAuth host: every real token this proxy knows."""
+        services = self._oauth.services_for(self.phase, site.host, site.port)
+        for service in services:
+            self._oauth_tokens(service)
+        return oauth_intercept.mask_needles(sorted(self._oauth_seen)) if services else []
+
+    def _not_issued(self, error: oauth_intercept.ForeignCredential, site: Site, method: str,
+                    path: str) -> Refusal:
+        return Refusal(
+            403, FOREIGN_CREDENTIAL, f"{error} (sbx forwards only the sentinel it put in the "
+            "sandbox, swapped for the token it keeps on the host)", site.host, site.port,
+            method, path, site.scheme, FOREIGN_CREDENTIAL.replace("_", "-"),
+            f"none: refused by the proxy ({FOREIGN_CREDENTIAL})",
+            f"use the credential file or variable sbx put in the sandbox; to use another "
+            f"account, log in on the host: sbx secret login {error.service}",
+            NOT_ISSUED, explain=f"sbx explain {NOT_ISSUED}")
+
+    def _oauth_unbound(self, service: str, site: Site, method: str, path: str) -> Refusal:
+        refusal = failure(502, UNBOUND, f"no OAuth token of {service!r} is stored on the host "
+                          f"(`sbx secret login {service}`), and sbx never sends the sentinel "
+                          "instead", host=site.host, port=site.port, method=method, path=path,
+                          scheme=site.scheme, sbx_reason=UNBOUND)
+        refusal.audited = True
+        refusal.suggestion = f"sbx secret login {service}"
+        return refusal
+
+    async def _token_exchange(self, conn: h11.Connection, client: Stream, request: h11.Request,
+                              site: Site, pool: dict[Site, Upstream], state: _Conn,
+                              credential: CredentialSpec, method: str, path: str,
+                              query: str | None) -> bool:
+        """A request to the token endpoint, answered with sentinels: the real refresh token
+        goes upstream in place of the sentinel (or a login goes as it is), the real tokens of
+        the answer are stored on the host, and the sandbox gets the sentinels."""
+        oauth = credential.oauth
+        service = credential.service
+        if oauth is None:  # pragma: no cover - token_endpoint() returns OAuth credentials
+            raise failure(502, "internal_error", "not an OAuth credential")
+        if site.scheme != "https":
+            raise proxy_refusal(
+                PLAINTEXT_CREDENTIAL, f"{site.host}{path} is the OAuth token endpoint of "
+                f"{service}, and sbx sends tokens only over HTTPS", host=site.host,
+                port=site.port, method=method, path=path, scheme=site.scheme,
+                suggestion=f"use https://{site.host}{path}")
+        if conn.they_are_waiting_for_100_continue:
+            await client.write(conn.send(h11.InformationalResponse(status_code=100,
+                                                                   headers=[])) or b"")
+        body = await self._request_body(conn, client, site, method, path)
+        try:
+            parsed = oauth_intercept.parse_token_request(
+                body, oauth_intercept.header_value(request.headers, b"content-type"))
+        except oauth_intercept.UnreadableTokenRequest as error:
+            raise failure(400, TOKEN_REQUEST, f"the request to the OAuth token endpoint of "
+                          f"{service} cannot be read ({error}); sbx must see its grant",
+                          host=site.host, port=site.port, method=method, path=path) from None
+        target = path + (("?" + query) if query is not None else "")
+        try:
+            async with oauth_intercept.store_lock(self._oauth_store.directory, service):
+                stored = self._oauth_tokens(service)
+                try:
+                    out_body = oauth_intercept.upstream_token_body(
+                        parsed, body, oauth, service,
+                        stored.refresh_token if stored is not None else None)
+                except oauth_intercept.ForeignCredential as error:
+                    raise self._not_issued(error, site, method, path) from None
+                if out_body is None:
+                    raise self._oauth_unbound(service, site, method, path)
+                headers = [(n, v) for n, v in self._outbound_headers(request.headers, [],
+                                                                      masking=True)
+                           if n not in (b"content-length", b"transfer-encoding")]
+                headers.append((b"content-length", str(len(out_body)).encode("ascii")))
+                upstream = await self._upstream_for(site, pool, state, method, path)
+                response, answer = await self._roundtrip(upstream, pool, state, method, target,
+                                                         headers, out_body)
+                tokens = None
+                if 200 <= response.status_code < 300:
+                    answer, tokens = oauth_intercept.rewrite_token_response(answer, oauth,
+                                                                            previous=stored)
+                if tokens is not None:
+                    self._oauth_seen.update(tokens.secrets())
+                    try:
+                        self._oauth_store.set(service, tokens)
+                    except (SbxError, OSError) as error:
+                        self._stderr(f"cannot store the OAuth tokens of {service!r}: {error}")
+                        raise failure(502, "token_store_failed", "the new OAuth tokens of "
+                                      f"{service} could not be stored on the host",
+                                      host=site.host, port=site.port, method=method,
+                                      path=path) from None
+        except TimeoutError:
+            raise failure(502, "token_store_locked", f"the OAuth token store of {service} "
+                          "stayed locked", host=site.host, port=site.port, method=method,
+                          path=path) from None
+        masker = Masker(oauth_intercept.mask_needles(sorted(self._oauth_seen)))
+        answer = masker.mask(answer)
+        headers = [(n, v) for n, v in self._inbound_headers(response.headers, masker,
+                                                             decoded=True)
+                   if n not in (b"transfer-encoding", b"content-length")]
+        headers.append((b"content-length", str(len(answer)).encode("ascii")))
+        await client.write(conn.send(h11.Response(status_code=response.status_code,
+                                                  reason=response.reason,
+                                                  headers=headers)) or b"")
+        if answer:
+            await client.write(conn.send(h11.Data(data=answer)) or b"")
+        await client.write(conn.send(h11.EndOfMessage()) or b"")
+        if isinstance(client, TcpStream):
+            await client.flush()
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _request_body(self, conn: h11.Connection, client: Stream, site: Site,
+                            method: str, path: str) -> bytes:
+        """A whole (small) request body, bounded."""
+        body = b""
+        while True:
+            event = await self._next(conn, client, self.limits.idle_timeout)
+            if isinstance(event, h11.Data):
+                body += bytes(event.data)
+                if len(body) > oauth_intercept.TOKEN_BODY_LIMIT:
+                    raise failure(413, "token_request_too_large", "a token request is larger "
+                                  f"than {oauth_intercept.TOKEN_BODY_LIMIT} bytes",
+                                  host=site.host, port=site.port, method=method, path=path)
+            elif isinstance(event, h11.EndOfMessage):
+                return body
+            else:
+                raise ConnectionError("the client went away during the request body")
+
+    async def _roundtrip(self, upstream: Upstream, pool: dict[Site, Upstream], state: _Conn,
+                         method: str, target: str, headers: list[tuple[bytes, bytes]],
+                         body: bytes) -> tuple[h11.Response, bytes]:
+        """One whole request and its whole (bounded, decoded) answer on ``upstream``."""
+        site = upstream.site
+        up = upstream.conn
+        authority = f"[{site.host}]" if ":" in site.host else site.host
+        if not any(name == b"host" for name, _ in headers):
+            headers.insert(0, (b"host", (authority if site.port == 443
+                                         else f"{authority}:{site.port}").encode("ascii")))
+        try:
+            await upstream.stream.write(up.send(h11.Request(
+                method=method, target=target, headers=headers, http_version="1.1")) or b"")
+            await upstream.stream.write(up.send(h11.Data(data=body)) or b"")
+            await upstream.stream.write(up.send(h11.EndOfMessage()) or b"")
+            idle = self.limits.idle_timeout
+            while True:
+                event = await self._next(up, upstream.stream, idle)
+                if isinstance(event, h11.Response):
+                    response = event
+                    break
+                if not isinstance(event, h11.InformationalResponse):
+                    raise ConnectionError("the origin closed before answering")
+            answer = b""
+            while True:
+                event = await self._next(up, upstream.stream, idle)
+                if isinstance(event, h11.Data):
+                    answer += bytes(event.data)
+                    if len(answer) > oauth_intercept.TOKEN_RESPONSE_LIMIT:
+                        raise ConnectionError("the token endpoint's answer is too large")
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                else:
+                    raise ConnectionError("the origin closed during the answer")
+        except (ConnectionError, OSError, TimeoutError, ssl.SSLError,
+                h11.ProtocolError) as error:
+            upstream.drop(pool, state)
+            raise failure(502, "upstream_failed", f"the token endpoint {site.host} failed: "
+                          f"{_clean(type(error).__name__ + ': ' + str(error), 300)}",
+                          host=site.host, port=site.port, method=method) from None
+        if up.our_state is h11.DONE and up.their_state is h11.DONE:
+            up.start_next_cycle()
+        else:
+            upstream.drop(pool, state)
+        decoder = self._decoder_for(response, method, site)
+        if decoder is not None:
+            try:
+                answer = b"".join([*decoder.feed(answer), *decoder.finish()])
+            except CorruptBody as error:
+                raise failure(502, "upstream_failed", f"the token endpoint's encoded answer is "
+                              f"malformed ({error})", host=site.host, port=site.port,
+                              method=method) from None
+        return response, answer
+
     def _outbound_headers(self, headers: Sequence[tuple[bytes, bytes]],
-                          injections: Sequence[Injection]) -> list[tuple[bytes, bytes]]:
+                          injections: Sequence[Injection], *, masking: bool = False,
+                          ) -> list[tuple[bytes, bytes]]:
+        """The request's headers for the origin: hop-by-hop and sentinel-bearing ones
+        dropped, the injections set; with ``masking`` (the answer is masked: an inject domain,
+        an OAuth host) whole identity bodies are asked for."""
         listed = {token.strip().lower() for name, value in headers if name == b"connection"
                   for token in value.split(b",")} - NEVER_HOP
         replaced = {i.header for i in injections}
@@ -1259,10 +1513,10 @@ class EgressProxy:
                 continue
             if any(sentinel in value for sentinel in self._sentinels):
                 continue  # a sentinel never leaves the proxy
-            if injections and name in INJECT_DROPPED:
+            if masking and name in INJECT_DROPPED:
                 continue  # whole, readable bodies, so the secret can be masked in the answer
             out.append((name, value))
-        if injections:
+        if masking:
             out.append((b"accept-encoding", b"identity"))
         out.extend((i.header, i.value) for i in injections)
         return out

@@ -132,8 +132,12 @@ class OAuthSpec:
     access_field: str = "access_token"
     refresh_field: str = "refresh_token"
     expires_field: str = "expires_in"
+    # Where the access sentinel may travel: Authorization and the apiKey inject headers.
+    headers: tuple[str, ...] = ("authorization",)
 
     def __post_init__(self) -> None:
+        if not self.headers or not all(h and set(h) <= _TOKEN_CHARS for h in self.headers):
+            raise ProxyConfigError("oauth headers must be header names")
         for name in ("access_sentinel", "refresh_sentinel", "access_field", "refresh_field",
                      "expires_field"):
             value = getattr(self, name)
@@ -146,20 +150,23 @@ class OAuthSpec:
         return {"token_host": self.token_host, "token_path": self.token_path,
                 "hosts": list(self.hosts), "access_sentinel": self.access_sentinel,
                 "refresh_sentinel": self.refresh_sentinel, "access_field": self.access_field,
-                "refresh_field": self.refresh_field, "expires_field": self.expires_field}
+                "refresh_field": self.refresh_field, "expires_field": self.expires_field,
+                "headers": list(self.headers)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OAuthSpec:
         _keys(data, {"token_host", "token_path", "hosts", "access_sentinel",
-                     "refresh_sentinel", "access_field", "refresh_field", "expires_field"},
-              "oauth")
+                     "refresh_sentinel", "access_field", "refresh_field", "expires_field",
+                     "headers"}, "oauth")
         return cls(token_host=_opt_str(data, "token_host"),
                    token_path=_opt_str(data, "token_path"), hosts=tuple(_strs(data, "hosts")),
                    access_sentinel=_str(data, "access_sentinel"),
                    refresh_sentinel=_str(data, "refresh_sentinel"),
                    access_field=_str(data, "access_field", "access_token"),
                    refresh_field=_str(data, "refresh_field", "refresh_token"),
-                   expires_field=_str(data, "expires_field", "expires_in"))
+                   expires_field=_str(data, "expires_field", "expires_in"),
+                   headers=tuple(h.lower() for h in _strs(data, "headers"))
+                   or ("authorization",))
 
     def config(self) -> Any:
         """The :class:`sbx.oauth.OAuthConfig` view (token parsing uses its field names)."""
@@ -241,7 +248,10 @@ class CredentialSpec:
                            refresh_sentinel=declared.refresh_sentinel,
                            access_field=declared.access_field,
                            refresh_field=declared.refresh_field,
-                           expires_field=declared.expires_field))
+                           expires_field=declared.expires_field,
+                           headers=tuple(dict.fromkeys(
+                               ["authorization", *(d.header.lower() for d in domains
+                                                   if d.scheme == "header")]))))
         env = api.get("name") or None
         if env is not None and sentinel is None:
             sentinel = sentinel_for(credential.service)

@@ -89,12 +89,17 @@ __sbx_node() {
             __sbx_nargs=1
             ;;
         'sbx secret')
-            __sbx_subcommands='set ls rm import'
+            __sbx_subcommands='set login ls rm import'
             __sbx_options='-h --help'
             ;;
         'sbx secret set')
             __sbx_options='--from-env --from-command --no-verify --json -h --help'
             __sbx_value_options='--from-env --from-command'
+            __sbx_nargs=1
+            ;;
+        'sbx secret login')
+            __sbx_options='--from-file --kit --json -h --help'
+            __sbx_value_options='--from-file --kit'
             __sbx_nargs=1
             ;;
         'sbx secret ls')
@@ -155,10 +160,12 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened permission_unapproved consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt proxy_client_refused response_unmaskable' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened permission_unapproved consent_required host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt proxy_client_refused response_unmaskable credential_not_issued' ;;
         'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
         'sbx doctor #0') __sbx_paths -d ;;
         'sbx completion #0') __sbx_words 'bash zsh fish' ;;
+        'sbx secret login --from-file') __sbx_paths -f ;;
+        'sbx secret login --kit') __sbx_paths -d ;;
         'sbx kit inspect -k' | 'sbx kit inspect --kit') __sbx_paths -d ;;
         'sbx kit inspect #0') __sbx_paths -d ;;
     esac

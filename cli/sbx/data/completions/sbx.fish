@@ -64,7 +64,7 @@ function __sbx_subcommands --argument-names node
         case 'sbx'
             printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config
         case 'sbx secret'
-            printf '%s\n' set ls rm import
+            printf '%s\n' set login ls rm import
         case 'sbx kit'
             printf '%s\n' init validate inspect push
         case 'sbx config'
@@ -86,6 +86,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -e --env
         case 'sbx secret set'
             printf '%s\n' --from-env --from-command
+        case 'sbx secret login'
+            printf '%s\n' --from-file --kit
         case 'sbx kit init'
             printf '%s\n' --from
         case 'sbx kit inspect'
@@ -109,7 +111,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s outp
 complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets that kits\' credential@1 capabiliti...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
@@ -183,6 +185,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State h
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file damaged'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
@@ -242,8 +245,9 @@ complete -c sbx -n '__sbx_arg "sbx completion" 0' -a 'fish'
 
 # sbx secret
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a set -d 'Store the secret for SERVICE, or where to get it at each run'
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List secrets, masked: service, value mask, length, last update, where it lives'
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret for SERVICE, from the OS keyring too (exit 2 when there is...'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a login -d 'Store SERVICE\'s real OAuth tokens on the host, for kits\' credential@1 oauth'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List secrets, masked: service, value mask, length, last update, where it live...'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret and the OAuth tokens for SERVICE, from the OS keyring too (...'
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a import -d 'Offer the API keys found in the environment as secrets, asking for each'
 complete -c sbx -n '__sbx_in "sbx secret"' -s h -l help -d 'Show this message and exit'
 
@@ -253,6 +257,12 @@ complete -c sbx -n '__sbx_in "sbx secret set"' -l from-command -x -d 'Run this c
 complete -c sbx -n '__sbx_in "sbx secret set"' -l no-verify -d 'With --from-env/--from-command: do not try the source now'
 complete -c sbx -n '__sbx_in "sbx secret set"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx secret set"' -s h -l help -d 'Show this message and exit'
+
+# sbx secret login
+complete -c sbx -n '__sbx_in "sbx secret login"' -l from-file -r -F -d 'The credential file the agent\'s own login wrote on the host (e.g. ~/.claude/....'
+complete -c sbx -n '__sbx_in "sbx secret login"' -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'Read the file through this kit\'s oauth.credentialFile.structure for SERVICE'
+complete -c sbx -n '__sbx_in "sbx secret login"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx secret login"' -s h -l help -d 'Show this message and exit'
 
 # sbx secret ls
 complete -c sbx -n '__sbx_in "sbx secret ls"' -l json -d 'Print a JSON envelope'

@@ -1,0 +1,191 @@
+"""OAuth credentials from inside a real sandbox: sentinels in, real tokens only on the host.
+
+A workload in the agent-like image (bash, curl, python3) reads the sentinel credential file sbx
+rendered, refreshes through the token endpoint, calls the resource host with what it got, and
+tries a bearer token of its own. The provider is the OAuth stand-in of
+tests/support/agent_api.py on the local "internet" (TESTING.md), reached through sbx's
+``[network] upstream_proxy``; nothing leaves loopback and the run's own Docker network.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx.oauth import OAuthStore, Tokens
+from support.agent_api import AnthropicAPI, OAuthServer, TokenState
+from support.origin import Internet
+
+pytestmark = pytest.mark.docker
+
+BOOKWORM = "sbx-base/bookworm:1"
+TOKEN_HOST = "console.anthropic.com"  # noqa: S105 - a host name
+TOKEN_PATH = "/v1/oauth/token"  # noqa: S105 - a path
+ACCESS_SENTINEL = "sk-ant-oat01-proxy-managed"
+REFRESH_SENTINEL = "sk-ant-ort01-proxy-managed"
+# Every real token of the stand-in starts with one of these (OAuthServer._rotate).
+REAL_PREFIXES = ("real-access-token-", "real-refresh-token-")
+INITIAL_ACCESS = "real-access-token-0-initial-0123456789"
+INITIAL_REFRESH = "real-refresh-token-0-initial-0123456789"
+MADE_UP = "made-up-bearer-token-4242"
+POLICY = f"""
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.anthropic.com, {TOKEN_HOST}]
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: anthropic
+      phase: runtime
+      oauth:
+        tokenEndpoint: {{host: {TOKEN_HOST}, path: {TOKEN_PATH}}}
+        resourceHosts: [api.anthropic.com]
+        sentinels: {{accessToken: {ACCESS_SENTINEL}, refreshToken: {REFRESH_SENTINEL}}}
+        credentialFile:
+          path: ~/.claude/.credentials.json
+          structure:
+            claudeAiOauth:
+              accessToken: "{{{{.AccessToken}}}}"
+              refreshToken: "{{{{.RefreshToken}}}}"
+              expiresAt: "{{{{.ExpiresAt}}}}"
+              scopes: "{{{{.Scopes}}}}"
+"""
+# Inside the sandbox: show the credential file, refresh with what it holds, call the API with
+# the access token the refresh returned, then with a bearer token of its own; finally look for
+# any real token in every process's environment and in every file.
+SCRIPT = r"""
+set -u
+cf="$HOME/.claude/.credentials.json"
+api=https://api.anthropic.com
+real='-e real-access-token- -e real-refresh-token-'
+field() { python3 -c 'import json, sys
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]: value = value[key]
+print(value)' "$@"; }
+echo "file=$(base64 -w0 "$cf")"
+echo "mode=${SBX_CRED_ANTHROPIC_MODE:-unset}"
+refresh=$(field "$cf" claudeAiOauth refreshToken)
+curl -sS -m 30 -X POST -H 'Content-Type: application/json' \
+  -d "{\"grant_type\": \"refresh_token\", \"refresh_token\": \"$refresh\"}" \
+  -o /tmp/token -w '%{http_code}' https://console.anthropic.com/v1/oauth/token > /tmp/code
+echo "refresh_code=$(cat /tmp/code)"
+echo "token=$(base64 -w0 /tmp/token)"
+access=$(field /tmp/token access_token)
+echo "api_code=$(curl -sS -m 30 -o /tmp/api -w '%{http_code}' \
+  -H "Authorization: Bearer $access" $api/v1/models)"
+echo "madeup_code=$(curl -sS -m 30 -o /tmp/madeup -w '%{http_code}' \
+  -H "Authorization: Bearer MADE_UP" $api/v1/made-up)"
+echo "madeup=$(base64 -w0 /tmp/madeup)"
+echo "environ_hits=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c $real)"
+echo "file_hits=$(grep -rls $real / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | wc -l)"
+""".replace("MADE_UP", MADE_UP)
+
+
+@pytest.fixture
+def oauth_env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
+    config = internet.sbx_config(tmp_path / "config.toml")
+    internet.origin.clear()
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(config),
+            "NO_COLOR": "1"}
+
+
+@pytest.fixture
+def provider(internet: Internet) -> Iterator[tuple[OAuthServer, AnthropicAPI]]:
+    api = AnthropicAPI()
+    api.install(internet.origin)
+    server = OAuthServer(TOKEN_HOST, TOKEN_PATH, TokenState(INITIAL_ACCESS, INITIAL_REFRESH))
+    server.install(internet.origin)
+    yield server, api
+    internet.origin.unroute(TOKEN_HOST)
+    api.uninstall(internet.origin)
+
+
+@pytest.fixture
+def oauth_kit(kit_factory: Callable[..., Path]) -> Path:
+    return kit_factory("oauth", f"FROM {BOOKWORM}\nUSER agent\nWORKDIR /home/agent/work\n",
+                       POLICY)
+
+
+def _values(stdout: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
+def test_required_oauth_credential_without_a_login_is_refused_by_name(
+        oauth_kit: Path, sbx_cli: Any, oauth_env: dict[str, str]) -> None:
+    result = sbx_cli(["run", str(oauth_kit), "--", "true"], env=oauth_env)
+    assert result.exit_code == 125 and "(credential_unbound)" in result.stderr
+    assert "anthropic" in result.stderr and "sbx secret login anthropic" in result.stderr
+
+
+def test_refresh_and_api_call_from_the_sandbox_never_show_a_real_token(
+        oauth_kit: Path, sbx_cli: Any, oauth_env: dict[str, str], tmp_path: Path,
+        provider: tuple[OAuthServer, AnthropicAPI], state_home: Path) -> None:
+    server, api = provider
+    # The agent's own host login, as Claude Code writes it, stored with `sbx secret login`.
+    login = tmp_path / "credentials.json"
+    login.write_text(json.dumps({"claudeAiOauth": {
+        "accessToken": INITIAL_ACCESS, "refreshToken": INITIAL_REFRESH,
+        "expiresAt": 1_900_000_000_000, "scopes": ["user:inference"]}}), encoding="utf-8")
+    stored = sbx_cli(["secret", "login", "anthropic", "--from-file", str(login), "--kit",
+                      str(oauth_kit), "--json"], env=oauth_env)
+    assert stored.exit_code == 0, stored.stderr
+    assert INITIAL_ACCESS not in stored.stdout + stored.stderr
+
+    result = sbx_cli(["run", "--json", str(oauth_kit), "--timeout", "120", "--", "bash", "-c",
+                      SCRIPT], env=oauth_env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", envelope
+    assert envelope["data"]["credentials"] == {"anthropic": "oauth"}
+    values = _values(envelope["data"]["stdout"])
+    for prefix in REAL_PREFIXES:
+        assert prefix not in result.stdout + result.stderr
+
+    # the credential file holds the sentinels in the declared shape, with the stored expiry
+    credential_file = json.loads(base64.b64decode(values["file"]))
+    assert credential_file == {"claudeAiOauth": {
+        "accessToken": ACCESS_SENTINEL, "refreshToken": REFRESH_SENTINEL,
+        "expiresAt": 1_900_000_000_000, "scopes": ["user:inference"]}}
+    assert values["mode"] == "oauth"
+
+    # the refresh: sentinels back; the provider saw the real refresh token and rotated
+    assert values["refresh_code"] == "200"
+    answer = json.loads(base64.b64decode(values["token"]))
+    assert (answer["access_token"], answer["refresh_token"]) == (ACCESS_SENTINEL,
+                                                                 REFRESH_SENTINEL)
+    assert answer["expires_in"] == 3600
+    [seen] = server.requests
+    assert OAuthServer.form(seen)["refresh_token"] == INITIAL_REFRESH
+    tokens = OAuthStore(state_home).get("anthropic")
+    assert tokens is not None and server.state.generation == 1
+    assert (tokens.access_token, tokens.refresh_token) == (server.state.access_token,
+                                                           server.state.refresh_token)
+
+    # the resource host got the rotated real access token; the made-up bearer never left
+    assert values["api_code"] == "200"
+    assert [s.header("authorization") for s in api.recorded()] == [
+        f"Bearer {server.state.access_token}"]
+    assert values["madeup_code"] == "403"
+    refusal = base64.b64decode(values["madeup"]).decode()
+    assert "credential_not_issued" in refusal and MADE_UP not in refusal
+
+    # no real token anywhere in the sandbox: environments and files
+    assert (values["environ_hits"], values["file_hits"]) == ("0", "0")
+
+
+def test_explain_shows_the_oauth_binding(oauth_kit: Path, sbx_cli: Any,
+                                         oauth_env: dict[str, str], state_home: Path) -> None:
+    before = sbx_cli(["explain", "--json", str(oauth_kit)], env=oauth_env).envelope()
+    [credential] = before["data"]["credentials"]
+    assert (credential["value"], credential["change"]) == ("not bound",
+                                                           "sbx secret login anthropic")
+    OAuthStore(state_home).set("anthropic", Tokens(INITIAL_ACCESS, INITIAL_REFRESH))
+    after = sbx_cli(["explain", str(oauth_kit)], env=oauth_env)
+    assert "anthropic (runtime): bound (oauth)" in after.stdout
+    assert INITIAL_ACCESS not in after.stdout + after.stderr

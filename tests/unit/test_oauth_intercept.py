@@ -1,0 +1,224 @@
+"""The OAuth decisions of the egress proxy (sbx.egress.oauth_intercept), without any I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+import pytest
+
+from sbx.egress import oauth_intercept as oi
+from sbx.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
+from sbx.kits.compose import Credential
+from sbx.oauth import Tokens
+
+ACCESS = "sk-ant-oat01-proxy-managed"
+REFRESH = "sk-ant-ort01-proxy-managed"
+SPEC = OAuthSpec("console.anthropic.com", "/v1/oauth/token", ("api.anthropic.com",), ACCESS,
+                 REFRESH, headers=("authorization", "x-api-key"))
+CRED = CredentialSpec("anthropic", "runtime", (), oauth=SPEC)
+ROUTES = oi.OAuthRoutes((CRED, CredentialSpec("github", "runtime",
+                                              (Inject("api.github.com"),))))
+
+
+# -- routing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "port", "method", "path", "hit"), [
+    ("console.anthropic.com", 443, "POST", "/v1/oauth/token", True),
+    ("console.anthropic.com", 443, "POST", "/v1/oauth/token/", True),
+    ("CONSOLE.anthropic.com", 443, "POST", "/v1/oauth/token", True),
+    ("console.anthropic.com", 443, "GET", "/v1/oauth/token", False),
+    ("console.anthropic.com", 443, "POST", "/v1/oauth/tokens", False),
+    ("console.anthropic.com", 443, "POST", "/v1/oauth", False),
+    ("api.anthropic.com", 443, "POST", "/v1/oauth/token", False),
+    ("evil-console.anthropic.com", 443, "POST", "/v1/oauth/token", False),
+])
+def test_token_endpoint_matching(host: str, port: int, method: str, path: str,
+                                 hit: bool) -> None:
+    found = ROUTES.token_endpoint("runtime", host, port, method, path)
+    assert (found is CRED) is hit
+
+
+def test_token_endpoint_without_a_path_is_any_path_and_phase_scoped() -> None:
+    spec = OAuthSpec("auth.openai.com", None, (), "a-sentinel", "r-sentinel")
+    routes = oi.OAuthRoutes((CredentialSpec("openai", "install", (), oauth=spec),))
+    assert routes.token_endpoint("install", "auth.openai.com", 443, "POST", "/oauth/token")
+    assert routes.token_endpoint("runtime", "auth.openai.com", 443, "POST", "/x") is None
+
+
+def test_resource_hosts_and_interception() -> None:
+    assert ROUTES.resource("runtime", "api.anthropic.com", 443) is CRED
+    assert ROUTES.resource("runtime", "api.github.com", 443) is None
+    assert ROUTES.resource("install", "api.anthropic.com", 443) is None
+    assert ROUTES.intercepts("runtime", "console.anthropic.com", 443)
+    assert ROUTES.intercepts("runtime", "api.anthropic.com", 443)
+    assert not ROUTES.intercepts("runtime", "api.anthropic.com", 8443)  # port-less: 443 only
+    assert not ROUTES.intercepts("runtime", "example.com", 443)
+    assert ROUTES.services_for("runtime", "console.anthropic.com", 443) == ["anthropic"]
+    assert ROUTES.services_for("runtime", "example.com", 443) == []
+    assert sorted(ROUTES.sentinels()) == sorted([ACCESS.encode(), REFRESH.encode()])
+
+
+def test_oauth_spec_from_a_kit_credential_lists_the_inject_headers() -> None:
+    credential = Credential(
+        service="anthropic", phase="runtime", optional=False, kit="./claude", index=1,
+        config={"service": "anthropic", "phase": "runtime",
+                "apiKey": {"name": "ANTHROPIC_API_KEY", "proxyManaged": True,
+                           "inject": [{"domain": "api.anthropic.com", "header": "X-Api-Key",
+                                       "format": "%s"}]},
+                "oauth": {"tokenEndpoint": {"host": "console.anthropic.com",
+                                            "path": "/v1/oauth/token"},
+                          "resourceHosts": ["api.anthropic.com"],
+                          "sentinels": {"accessToken": ACCESS, "refreshToken": REFRESH}}})
+    spec = CredentialSpec.from_credential(credential, mode="oauth")
+    assert spec.oauth is not None and spec.domains == () and spec.env is None
+    assert spec.oauth.headers == ("authorization", "x-api-key")
+    assert spec.oauth.hosts == ("api.anthropic.com",)
+    assert CredentialSpec.from_dict(json.loads(json.dumps(spec.as_dict()))) == spec
+
+
+# -- token requests --------------------------------------------------------------------------
+
+
+def test_refresh_with_the_sentinel_gets_the_real_token_form_and_json() -> None:
+    form = b"grant_type=refresh_token&refresh_token=" + REFRESH.encode() + b"&client_id=c%201"
+    parsed = oi.parse_token_request(form, "application/x-www-form-urlencoded")
+    out = oi.upstream_token_body(parsed, form, SPEC, "anthropic", "real-r")
+    assert out is not None
+    assert parse_qsl(out.decode()) == [("grant_type", "refresh_token"),
+                                       ("refresh_token", "real-r"), ("client_id", "c 1")]
+    body = json.dumps({"grant_type": "refresh_token", "refresh_token": REFRESH,
+                       "scope": ["a", "b"]}).encode()
+    parsed = oi.parse_token_request(body, "application/json; charset=utf-8")
+    out = oi.upstream_token_body(parsed, body, SPEC, "anthropic", "real-r")
+    assert out is not None and json.loads(out) == {"grant_type": "refresh_token",
+                                                   "refresh_token": "real-r",
+                                                   "scope": ["a", "b"]}
+
+
+def test_refresh_with_another_token_is_foreign_and_without_a_stored_one_is_unbound() -> None:
+    body = b"grant_type=refresh_token&refresh_token=someone-elses"
+    parsed = oi.parse_token_request(body, None)
+    with pytest.raises(oi.ForeignCredential) as raised:
+        oi.upstream_token_body(parsed, body, SPEC, "anthropic", "real-r")
+    assert "someone-elses" not in str(raised.value)
+    body = b"grant_type=refresh_token&refresh_token=" + REFRESH.encode()
+    parsed = oi.parse_token_request(body, None)
+    assert oi.upstream_token_body(parsed, body, SPEC, "anthropic", None) is None
+
+
+def test_login_grants_go_as_they_are() -> None:
+    body = b"grant_type=authorization_code&code=abc&code_verifier=v"
+    parsed = oi.parse_token_request(body, "application/x-www-form-urlencoded")
+    assert parsed.grant == "authorization_code"
+    assert oi.upstream_token_body(parsed, body, SPEC, "anthropic", None) is body
+
+
+@pytest.mark.parametrize(("body", "kind"), [(b"\xff\xfe", None), (b"{not json", "application/json"),
+                                            (b"[1, 2]", "application/json"),
+                                            (b"a=1&&b", "application/x-www-form-urlencoded")])
+def test_unreadable_token_requests(body: bytes, kind: str | None) -> None:
+    with pytest.raises(oi.UnreadableTokenRequest):
+        oi.parse_token_request(body, kind)
+
+
+# -- token responses -------------------------------------------------------------------------
+
+
+def test_token_response_is_rewritten_with_sentinels_and_expiry_kept() -> None:
+    previous = Tokens("old-access", "old-refresh", scopes=("user:inference",))
+    body = json.dumps({"token_type": "Bearer", "access_token": "real-a-1",
+                       "refresh_token": "real-r-1", "expires_in": 28800,
+                       "scope": "user:inference user:profile",
+                       "account": {"uuid": "u"}}).encode()
+    out, tokens = oi.rewrite_token_response(body, SPEC, previous=previous, now=1000.0)
+    data = json.loads(out)
+    assert data == {"token_type": "Bearer", "access_token": ACCESS, "refresh_token": REFRESH,
+                    "expires_in": 28800, "scope": "user:inference user:profile",
+                    "account": {"uuid": "u"}}
+    assert (tokens.access_token, tokens.refresh_token, tokens.expires_at) == (
+        "real-a-1", "real-r-1", 29800.0)
+    assert tokens.scopes == ("user:inference", "user:profile")
+
+
+def test_token_response_without_a_refresh_token_keeps_the_stored_one() -> None:
+    out, tokens = oi.rewrite_token_response(b'{"access_token": "real-a-2"}', SPEC,
+                                            previous=Tokens("a", "kept-refresh"))
+    assert json.loads(out) == {"access_token": ACCESS}
+    assert tokens.refresh_token == "kept-refresh"  # noqa: S105 - a test value
+
+
+def test_custom_response_fields() -> None:
+    spec = OAuthSpec("h", None, (), "as", "rs", access_field="accessToken",
+                     refresh_field="refreshToken", expires_field="expiresIn")
+    out, tokens = oi.rewrite_token_response(
+        b'{"accessToken": "real-a", "refreshToken": "real-r", "expiresIn": 60}', spec, now=0.0)
+    assert json.loads(out) == {"accessToken": "as", "refreshToken": "rs", "expiresIn": 60}
+    assert tokens.expires_at == 60.0
+
+
+@pytest.mark.parametrize("body", [b'{"error": "invalid_grant"}', b"not json", b"[1]",
+                                  b'{"access_token": 5}'])
+def test_answers_without_tokens_pass_unchanged(body: bytes) -> None:
+    assert oi.rewrite_token_response(body, SPEC) == (body, None)
+
+
+def test_an_unstorable_token_is_still_never_shown() -> None:
+    out, tokens = oi.rewrite_token_response(b'{"access_token": "has space"}', SPEC)
+    assert tokens is None and json.loads(out) == {"access_token": ACCESS}
+
+
+# -- resource hosts --------------------------------------------------------------------------
+
+
+def test_the_access_sentinel_is_swapped_in_credential_headers_only() -> None:
+    headers = [(b"authorization", f"Bearer {ACCESS}".encode()), (b"x-api-key", ACCESS.encode()),
+               (b"x-other", ACCESS.encode()), (b"accept", b"*/*")]
+    out, swapped = oi.swap_credential_headers(headers, CRED, "real-a")
+    assert swapped
+    assert out == [(b"authorization", b"Bearer real-a"), (b"x-api-key", b"real-a"),
+                   (b"x-other", ACCESS.encode()), (b"accept", b"*/*")]
+
+
+@pytest.mark.parametrize("header", [(b"authorization", b"Bearer made-up"),
+                                    (b"authorization", b"Basic eDp5"),
+                                    (b"authorization", f"Bearer {REFRESH}".encode()),
+                                    (b"x-api-key", b"sk-ant-api03-x")])
+def test_a_credential_sbx_did_not_issue_is_foreign(header: tuple[bytes, bytes]) -> None:
+    with pytest.raises(oi.ForeignCredential) as raised:
+        oi.swap_credential_headers([header], CRED, "real-a")
+    assert header[1].decode() not in str(raised.value)
+
+
+def test_no_credential_passes_and_a_sentinel_without_a_token_is_unbound() -> None:
+    headers = [(b"authorization", b""), (b"authorization", b"Bearer"), (b"accept", b"*/*")]
+    assert oi.swap_credential_headers(headers, CRED, "real-a") == (headers, False)
+    with pytest.raises(oi.NoStoredToken):
+        oi.swap_credential_headers([(b"authorization", f"Bearer {ACCESS}".encode())], CRED,
+                                   None)
+
+
+# -- masking ---------------------------------------------------------------------------------
+
+
+def test_mask_needles_cover_escaped_forms_and_skip_tiny_values() -> None:
+    needles = oi.mask_needles(["a/b+c", "xy"])
+    assert b"a/b+c" in needles and b"a%2Fb%2Bc" in needles and b"a%2fb%2bc" in needles
+    assert b"a\\/b+c" not in needles and b"xy" not in needles
+    assert oi.mask_needles(['q"uote']) == [b'q"uote', b"q%22uote", b'q\\"uote']
+
+
+def test_store_lock_serialises_and_times_out(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with oi.store_lock(tmp_path, "svc"):
+            with pytest.raises(TimeoutError):
+                async with oi.store_lock(tmp_path, "svc", timeout=0.1):
+                    pass
+        async with oi.store_lock(tmp_path, "svc", timeout=0.1):
+            pass
+
+    asyncio.run(scenario())
+    assert (tmp_path / ".svc.lock").stat().st_mode & 0o077 == 0
