@@ -4,6 +4,12 @@
     python scripts/wheelhouse.py DEST        # download what is missing (idempotent)
     python scripts/wheelhouse.py --print     # print the pins and exit
 
+Next to the pinned wheels, ``DEST/above-pins/`` gets the newest release of every dependency
+that ``pyproject.toml`` caps with an upper bound (``typer<0.29``), without its dependencies and
+never installed: tests/unit/test_packaging.py reads its metadata to check that the reason for
+the cap still holds, and fails once it does not (the cap can then be lifted). Refreshed on each
+run, since "the newest release" moves.
+
 The packaging test (tests/acceptance/test_wheel_install.py) installs the built wheel with pipx
 *offline* from this directory (``--no-index --find-links DEST``), so the test never depends on
 the network; ``scripts/setup.sh`` fills it once, next to the other downloads it makes. The pins
@@ -25,6 +31,7 @@ from pathlib import Path
 DISTRIBUTION = "sbx-sandbox"
 STAMP = ".pins"
 ATTEMPTS = 3
+ABOVE_PINS = "above-pins"
 
 
 def pins(distribution: str = DISTRIBUTION) -> list[str]:
@@ -46,6 +53,39 @@ def pins(distribution: str = DISTRIBUTION) -> list[str]:
             seen[key] = metadata.version(requirement.name)
             todo.append(requirement.name)
     return sorted(f"{name}=={version}" for name, version in seen.items())
+
+
+def capped(distribution: str = DISTRIBUTION) -> list[str]:
+    """``name>=BOUND`` for every direct requirement of ``distribution`` with an upper bound."""
+    from packaging.requirements import Requirement
+
+    found = []
+    for text in metadata.requires(distribution) or ():
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        for spec in requirement.specifier:
+            if spec.operator == "<":
+                found.append(f"{requirement.name}>={spec.version}")
+    return sorted(found)
+
+
+def fill_above_pins(dest: Path, wanted: Sequence[str]) -> int:
+    """The newest release above each cap, into ``dest`` (old ones removed first)."""
+    if not wanted:
+        return 0
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.whl"):
+        old.unlink()
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+            "--only-binary=:all:", "--no-deps", "--dest", str(dest), *wanted]
+    for attempt in range(1, ATTEMPTS + 1):
+        if subprocess.run(argv, check=False, timeout=900).returncode == 0:
+            print(f"wheelhouse: newest releases above the caps in {dest}")
+            return 0
+        print(f"wheelhouse: pip download failed (attempt {attempt}/{ATTEMPTS})", file=sys.stderr)
+        time.sleep(2 * attempt)
+    return 1
 
 
 def fill(dest: Path, wanted: Sequence[str]) -> int:
@@ -76,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print or args.dest is None:
         print("\n".join(wanted))
         return 0
-    return fill(args.dest, wanted)
+    return fill(args.dest, wanted) or fill_above_pins(args.dest / ABOVE_PINS, capped())
 
 
 if __name__ == "__main__":
