@@ -307,3 +307,35 @@ def test_egress_stops_when_the_proxy_dies(gh_kit: Path, sbx_cli: Any,
     values = _values(out)
     assert values["first"] == "200"
     assert values["second"] in ("000", ""), (values, err)
+
+
+def test_a_from_command_secret_is_resolved_on_the_host_at_run_start_and_injected(
+        gh_kit: Path, sbx_cli: Any, egress_env: dict[str, str], internet: Internet,
+        state_home: Path, tmp_path: Path) -> None:
+    # `sbx secret set --from-command` stores the command only; each run start runs it on the
+    # host and hands the value to the proxy, which injects it. The sandbox sees the sentinel.
+    source = tmp_path / "token-source"
+    ran = tmp_path / "ran"
+    source.write_text(SECRET, encoding="utf-8")
+    command = f"echo x >> {ran}; cat {source}"
+    done = sbx_cli(["secret", "set", "github", "--from-command", command], env=egress_env)
+    assert done.exit_code == 0, done.stderr
+    assert "not stored" in done.stdout
+    assert ran.read_text(encoding="utf-8").count("x") == 1  # verified once when set
+    script = ('echo "token=$GH_TOKEN"; '
+              'echo "code=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" '
+              'https://api.github.com/user)"; '
+              f'echo "env_has_secret=$(env | grep -c {SECRET})"')
+    for value in (SECRET, SECRET + "-rotated"):
+        source.write_text(value, encoding="utf-8")
+        internet.origin.clear()
+        values = _values(_run(sbx_cli, egress_env, gh_kit, script)["stdout"])
+        assert (values["token"], values["code"], values["env_has_secret"]) == (
+            SENTINEL, "200", "0")
+        [seen] = [r for r in internet.origin.requests() if r.path.startswith("/user")]
+        assert seen.header("authorization") == f"Bearer {value}"  # this run's value
+    assert ran.read_text(encoding="utf-8").count("x") == 3  # once per run start
+    # Never stored: not in the secret store, the audit log or any run file.
+    for path in state_home.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
