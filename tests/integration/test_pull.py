@@ -338,3 +338,98 @@ def test_missing_credential_helper_is_a_clear_error(
     done = sbx(helper_env, "kit", "push", str(kit), registry.ref("kits/probe", "1"))
     assert done.returncode != 0
     assert "docker-credential-sbxmissing" in done.stderr and registry.host in done.stderr
+
+
+PULL_SCRIPT = """\
+#!/bin/sh
+export SBX_HOME={home} SBX_CONFIG={config} NO_COLOR=1
+exec {sbx} pull "$@"
+"""
+
+
+class _Terminal:
+    """A tmux pane (its own server, no user config) running bash, as a person's terminal."""
+
+    def __init__(self, workdir: Path) -> None:
+        import uuid
+
+        self.server = f"sbx-pull-{uuid.uuid4().hex[:12]}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "SBX_"))}
+        env["PS1"] = "$ "
+        subprocess.run(["tmux", "-L", self.server, "-f", "/dev/null", "new-session", "-d",
+                        "-s", "pull", "-x", "160", "-y", "40", "-c", str(workdir),
+                        "bash", "--norc", "--noprofile"],
+                       env=env, check=True, timeout=10, capture_output=True)
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True,
+                              text=True, timeout=10, check=True).stdout
+
+    def type(self, text: str) -> None:
+        self.tmux("send-keys", "-t", "pull", "-l", text)
+        self.tmux("send-keys", "-t", "pull", "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "pull")
+
+    def wait(self, text: str, count: int = 1, timeout: float = 120) -> str:
+        """The screen once ``text`` is on it ``count`` times (bounded by ``timeout``)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if screen.count(text) >= count:
+                return screen
+            time.sleep(0.1)
+        pytest.fail(f"{text!r} (x{count}) not seen within {timeout:g}s:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.server, "kill-server"], check=False, timeout=10,
+                       capture_output=True)
+
+
+@pytest.mark.usefixtures("clean_images")
+def test_first_pull_asks_on_a_terminal_and_takes_the_answer(
+        env: dict[str, str], state_home: Path, tmp_path: Path, registry: Registry) -> None:
+    import shlex
+    import shutil
+
+    if shutil.which("tmux") is None:
+        if os.environ.get("SBX_REQUIRE_ENGINE") == "1":
+            pytest.fail("tmux is missing: run scripts/setup.sh")
+        pytest.skip("tmux is missing")
+    ref = registry.ref("kits/asked", "1")
+    digest = push(env, tmp_path, "v1", ref, network("a.example.com"))
+    remove_local(registry)
+    script = tmp_path / "pull.sh"
+    script.write_text(PULL_SCRIPT.format(home=shlex.quote(str(state_home)),
+                                         config=shlex.quote(os.devnull),
+                                         sbx=shlex.quote(SBX)), encoding="utf-8")
+    script.chmod(0o755)
+    question = "Accept these permissions? [y/N]"
+    terminal = _Terminal(tmp_path)
+    try:
+        terminal.wait("$")
+        # Declined: nothing pulled, nothing pinned, the refusal names its reason.
+        terminal.type(f"./pull.sh {ref}; echo RC=$?")
+        shown = terminal.wait(question)
+        assert f"{ref}: asks for these permissions:" in shown
+        assert "+ network.runtime.allow: a.example.com" in shown
+        assert "RC=1" not in shown  # it waits for the answer
+        terminal.type("n")
+        shown = terminal.wait("RC=125")
+        assert "permission_unapproved" in shown
+        assert not (state_home / "kits.lock.json").exists() and local_names(registry) == []
+        # Accepted: pulled and pinned, and the approval is recorded as the terminal's.
+        terminal.type(f"./pull.sh {ref}; echo RC=$?")
+        terminal.wait(question, count=2)
+        terminal.type("y")
+        terminal.wait("RC=0")
+    finally:
+        terminal.close()
+    [entry] = lock_of(state_home)["kits"]
+    assert (entry["reference"], entry["digest"]) == (ref, digest)
+    assert entry["permissions"]["networkRuntimeAllow"] == ["a.example.com"]
+    [accepted] = events(state_home, audit.KIT_WIDENING_ACCEPTED)
+    assert (accepted["details"]["via"], accepted["details"]["first_pull"]) == ("terminal", True)
