@@ -161,7 +161,10 @@ def test_denied_host_host_header_mismatch_and_metadata_addresses(
         '-H "Host: example.net" https://api.github.com/user)"; '
         'echo "metadata=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" '
         'http://169.254.169.254/latest/meta-data/)"; '
-        'echo "loopback=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" http://127.0.0.1:9/)"'
+        # NO_PROXY names the sandbox's own loopback; forced through the proxy, it is refused.
+        'echo "loopback=$(curl -sS -m 10 --noproxy "" -o /dev/null -w "%{http_code}" '
+        'http://127.0.0.1:9/)"; '
+        'echo "own_loopback=$(curl -sS -m 10 -o /dev/null -w "%{http_code}" http://127.0.0.1:9/)"'
     )
     values = _values(_run(sbx_cli, egress_env, gh_kit, script)["stdout"])
     # A refused CONNECT makes curl print its own error; the status it saw is the proxy's 403.
@@ -169,6 +172,7 @@ def test_denied_host_host_header_mismatch_and_metadata_addresses(
     assert values["mismatch"] in ("403", "421", "400")
     assert values["metadata"] == "403"
     assert values["loopback"] == "403"
+    assert values["own_loopback"] == "000"  # nothing listens there; it never left the sandbox
     hosts = {r.header("host") for r in internet.origin.requests()}
     assert "example.net" not in hosts and "169.254.169.254" not in hosts
     audit = (state_home / "audit.jsonl").read_text(encoding="utf-8")

@@ -167,7 +167,9 @@ def test_moved_tag_widening_is_gated_and_narrowing_is_silent(
     [entry] = lock_of(state_home)["kits"]
     assert entry["digest"] == second
     assert entry["permissions"]["networkRuntimeAllow"] == ["a.example.com", "b.example.com"]
-    [event] = events(state_home, audit.KIT_WIDENING_ACCEPTED)
+    # The first pull's approval is recorded too; the widening is the second acceptance.
+    first, event = events(state_home, audit.KIT_WIDENING_ACCEPTED)
+    assert (first["details"]["first_pull"], event["details"]["first_pull"]) == (True, False)
     assert event["details"]["via"] == "accept-flag"
     assert event["details"]["widenings"] == [
         {"category": "network.runtime.allow", "detail": "b.example.com"}]
