@@ -7,8 +7,8 @@
 Next to the pinned wheels, ``DEST/above-pins/`` gets the newest release of every dependency
 that ``pyproject.toml`` caps with an upper bound (``typer<0.29``), without its dependencies and
 never installed: tests/unit/test_packaging.py reads its metadata to check that the reason for
-the cap still holds, and fails once it does not (the cap can then be lifted). Refreshed on each
-run, since "the newest release" moves.
+the cap still holds, and fails once it does not (the cap can then be lifted). Refreshed at most
+once a day, since "the newest release" moves; offline, the last download is kept.
 
 The packaging test (tests/acceptance/test_wheel_install.py) installs the built wheel with pipx
 *offline* from this directory (``--no-index --find-links DEST``), so the test never depends on
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from importlib import metadata
@@ -32,6 +33,7 @@ DISTRIBUTION = "sbx-sandbox"
 STAMP = ".pins"
 ATTEMPTS = 3
 ABOVE_PINS = "above-pins"
+ABOVE_PINS_MAX_AGE_S = 24 * 3600
 
 
 def pins(distribution: str = DISTRIBUTION) -> list[str]:
@@ -71,21 +73,29 @@ def capped(distribution: str = DISTRIBUTION) -> list[str]:
 
 
 def fill_above_pins(dest: Path, wanted: Sequence[str]) -> int:
-    """The newest release above each cap, into ``dest`` (old ones removed first)."""
-    if not wanted:
+    """The newest release above each cap, into ``dest``: refreshed at most once a day, and a
+    failed download (offline) keeps what is there and only warns, so set-up never fails on
+    it (the test that reads it says what is missing)."""
+    stamp = dest / STAMP
+    text = "\n".join(wanted) + "\n"
+    fresh = stamp.is_file() and time.time() - stamp.stat().st_mtime < ABOVE_PINS_MAX_AGE_S
+    if not wanted or (fresh and stamp.read_text(encoding="utf-8") == text):
         return 0
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("*.whl"):
-        old.unlink()
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-            "--only-binary=:all:", "--no-deps", "--dest", str(dest), *wanted]
-    for attempt in range(1, ATTEMPTS + 1):
-        if subprocess.run(argv, check=False, timeout=900).returncode == 0:
-            print(f"wheelhouse: newest releases above the caps in {dest}")
+    with tempfile.TemporaryDirectory(dir=dest) as scratch:
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                "--timeout", "30", "--only-binary=:all:", "--no-deps", "--dest", scratch,
+                *wanted]
+        if subprocess.run(argv, check=False, timeout=300).returncode != 0:
+            print(f"wheelhouse: could not refresh {dest} (kept what was there)", file=sys.stderr)
             return 0
-        print(f"wheelhouse: pip download failed (attempt {attempt}/{ATTEMPTS})", file=sys.stderr)
-        time.sleep(2 * attempt)
-    return 1
+        for old in dest.glob("*.whl"):
+            old.unlink()
+        for new in Path(scratch).glob("*.whl"):
+            new.rename(dest / new.name)
+    stamp.write_text(text, encoding="utf-8")
+    print(f"wheelhouse: newest releases above the caps in {dest}")
+    return 0
 
 
 def fill(dest: Path, wanted: Sequence[str]) -> int:
