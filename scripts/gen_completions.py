@@ -246,7 +246,7 @@ def _option(param: Any, where: str, table: dict[str, Values]) -> list[Option]:
 
 
 def _argument(param: Any, where: str, table: dict[str, Values]) -> Argument:
-    name = (param.metavar or param.name).strip("[]").removesuffix("...").upper()
+    name = (param.metavar or param.name).removesuffix("...").strip("[]").upper()
     values = _values(param, name, table)
     _check_words(values, where)
     return Argument(name=name, help=_clean_help(getattr(param, "help", None)),

@@ -64,7 +64,14 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] |
 
 
 def _command_name(args: Sequence[str]) -> str:
-    return next((a for a in args if not a.startswith("-")), "sbx")
+    """The command an envelope names: ``run``, or ``config show`` for a group's command (the
+    name its success envelope carries). Global options are flags, so the first words are it."""
+    from sbx.app import GROUPS
+
+    words = [a for a in args if not a.startswith("-")][:2]
+    if not words:
+        return "sbx"
+    return " ".join(words) if words[0] in GROUPS and len(words) == 2 else words[0]
 
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -137,4 +137,7 @@ app.add_typer(config_app, name="config")
 
 app.command("completion")(_interruptible(completion_command.completion))
 
-__all__ = ["app"]
+# The command groups (`sbx config show`): error envelopes name the group's command too.
+GROUPS: Final = frozenset(str(group.name) for group in app.registered_groups)
+
+__all__ = ["GROUPS", "app"]

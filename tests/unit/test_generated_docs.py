@@ -403,3 +403,19 @@ def test_generators_follow_a_grown_command_tree(tmp_path: Path) -> None:
     assert "\\fB\\%\\-\\-format\\fR \\fItext|json\\fR" in man
     assert "Default: \\fB\\%600\\fR." in man
     assert "\\fB\\%sbx \\%pull\\fR [\\fIOPTIONS\\fR] \\fIREF\\fR..." in man
+
+
+def test_usage_lines_match_the_help_and_brackets_balance() -> None:
+    # An argument's metavar may carry its own brackets ("[TARGET]..."): the generators take the
+    # bare placeholder from it, so the usage lines keep one pair of brackets per argument.
+    tree = gen_completions.command_tree(app)
+    for command in tree.walk():
+        for argument in command.arguments:
+            assert re.fullmatch(r"[A-Z][A-Z0-9_|]*", argument.name), (command.name, argument)
+        usage = command.usage
+        assert usage.count("[") == usage.count("]"), usage
+    by_name = {command.name: command.usage for command in tree.walk()}
+    assert by_name["sbx explain"] == "sbx explain [OPTIONS] [REASON] [TARGET...]"
+    assert by_name["sbx secret import"] == "sbx secret import [OPTIONS] [SERVICE...]"
+    for line in MAN_PAGE.read_text(encoding="utf-8").splitlines():
+        assert "]...]" not in line and "[[" not in line, line
