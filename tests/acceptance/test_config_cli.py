@@ -25,6 +25,7 @@ SETTINGS = {
     "sandbox.root_workspace", "sandbox.detach_keys", "network.upstream_proxy",
     "network.upstream_ca_file", "network.proxy_bind_host", "mounts.allowed_roots",
     "mounts.blocked", "gc.grace_seconds", "gc.batch_size", "gc.named_ttl",
+    "gc.image_idle_seconds",
 }
 
 
