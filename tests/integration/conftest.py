@@ -98,6 +98,17 @@ TESTER = "sbx-tester"  # uid 4321, in the docker group (scripts/setup.sh creates
 TESTER_UID = 4321
 
 
+def reachable_by_others(path: Path) -> None:
+    """Let the test user traverse ``path`` and every directory above it. Done right before
+    the use, not once per session: another pytest session on the machine resets
+    /tmp/pytest-of-root to 0700 when it starts."""
+    path.chmod(path.stat().st_mode | 0o111)
+    for parent in path.parents:
+        if parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o111)
+
+
 @pytest.fixture(scope="session")
 def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """The argv that runs this checkout's sbx as the non-root host user ``sbx-tester``.

@@ -24,7 +24,7 @@ import pytest
 from sbx.driver import DockerDriver
 from support.sbxproc import SBX, run_sbx
 
-from .conftest import BUSYBOX, TESTER_UID, make_kit, owned, user_owned
+from .conftest import BUSYBOX, TESTER_UID, make_kit, owned, reachable_by_others, user_owned
 
 pytestmark = pytest.mark.docker
 
@@ -195,7 +195,7 @@ def test_swapped_workspace_is_not_what_gets_mounted(slow_kit: Path, env: dict[st
 
 def test_swap_is_caught_without_root(tester_sbx: list[str], tmp_path: Path,
                                      engine: DockerDriver) -> None:
-    tmp_path.chmod(0o711)  # the test user must reach its directory below
+    reachable_by_others(tmp_path)  # the test user must reach its directory below
     root = tmp_path / "tester"
     root.mkdir()
     slow_kit = make_kit(root / "kits", "slowkit", SLOW_RECIPE, SLOW_DESCRIPTOR)
@@ -508,7 +508,7 @@ def test_a_sized_volume_cannot_hold_more_than_its_size(tmp_path: Path, env: dict
 
 def test_a_sized_volume_is_refused_where_its_size_cannot_be_enforced(
         tester_sbx: list[str], tmp_path: Path) -> None:
-    tmp_path.chmod(0o711)
+    reachable_by_others(tmp_path)
     root = tmp_path / "tester"
     root.mkdir()
     kit = make_kit(root / "kits", "sized", SLOW_RECIPE, SIZED_DESCRIPTOR)

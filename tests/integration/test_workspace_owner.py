@@ -26,7 +26,7 @@ from sbx.driver import DockerDriver
 from sbx.paths import home_hash
 from support.sbxproc import Finished, run_sbx
 
-from .conftest import BUSYBOX, TESTER_UID
+from .conftest import BUSYBOX, TESTER_UID, reachable_by_others
 
 pytestmark = pytest.mark.docker
 
@@ -85,7 +85,7 @@ def _owner(path: Path) -> tuple[int, int]:
 def test_non_root_user_runs_as_itself_and_owns_what_the_agent_creates(
         tester_sbx: list[str], busybox_kit: Path, state_home: Path, tmp_path: Path) -> None:
     # The tester must reach the kit, the config path and its own directories under tmp_path.
-    tmp_path.chmod(0o711)
+    reachable_by_others(tmp_path)
     base = _directory(tmp_path / "tester", TESTER_UID)
     home = _directory(base / "home", TESTER_UID, 0o700)
     _directory(state_home, TESTER_UID, 0o700)
