@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,9 @@ def test_explain_prints_values_for_people(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_v_is_detail_and_vv_adds_engine_calls(tmp_path: Path) -> None:
-    kit = _kit(tmp_path, "kit", f"FROM {BUSYBOX}\nRUN echo build-detail-marker\nUSER agent\n")
+    # A label unique to this test run, so the image is built here (not reused from a cache).
+    kit = _kit(tmp_path, "kit", f"FROM {BUSYBOX}\nLABEL run={uuid.uuid4()}\n"
+                                "RUN echo build-detail-marker\nUSER agent\n")
     one = _sbx(["-v", "run", str(kit), "--", "true"], _env(tmp_path))
     assert one.returncode == 0, one.stderr
     assert "build-detail-marker" in one.stderr  # -v: the build's output

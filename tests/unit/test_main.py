@@ -42,11 +42,11 @@ def test_run_dispatches_one_typed_request(sbx_cli: Any, monkeypatch: pytest.Monk
         raise SbxError(Reason.IMAGE_MISSING, "stop here")
 
     monkeypatch.setattr(run_core, "run", fake_run)
-    result = sbx_cli(["run", "./kit", "ws", "--access", "ro", "--mount", "/a:/b",
+    result = sbx_cli(["run", "./kit", "./ws", "--access", "ro", "--mount", "/a:/b",
                       "--mount", "/c:/d:ro", "--timeout", "5", "--", "echo", "--json"])
     assert result.exit_code == 125 and "(image_missing)" in result.stderr
     assert seen == [run_core.RunRequest(
-        workload="./kit", workspace="ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
+        workload="./kit", workspace="./ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
         timeout_s=5.0, command=("echo", "--json"), capture_output=False)]
 
 
