@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbx.context import AppContext
-from sbx.core.images import HASH_LABEL, KIT_LABEL, ensure_kit_image
+from sbx.core.images import KIT_LABEL, ensure_kit_image
 from sbx.errors import KitError, SbxError
 from sbx.kits.args import parse_arg_assignments
 from sbx.kits.local import load_local_kit
@@ -64,7 +64,7 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     context, dockerfile = staging_context(published, base)
     with progress(f"staging the kit sources of {kit.reference}") as on_line:
         app.driver.build(context, dockerfile, tagged,
-                         {KIT_LABEL: kit.stem, HASH_LABEL: base or "declaration-only"},
+                         {KIT_LABEL: kit.stem},
                          on_line)
     with progress(f"pushing {tagged}") as on_line:
         app.driver.push_image(tagged, on_line)

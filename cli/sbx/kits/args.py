@@ -66,6 +66,8 @@ _TEXT_FIELDS: Final[Mapping[str, tuple[tuple[str | None, ...], ...]]] = {
     "com.docker.sandbox/host-mount@1": (("mode",),),
     "com.docker.sandbox/lifecycle@1": (("files", None, "mode"),),
 }
+_TOP_TEXT: Final = ("version", "displayName", "description", "author", "sourceUrl", "iconUrl")
+_TOP_TEXT_LISTS: Final = ("provides", "requires", "integrates", "conflicts", "licenses")
 _INT64: Final = 2**63
 # Characters expansion may add to one descriptor, all substitutions together (twice the size
 # a descriptor may have): see _Growth.
@@ -316,7 +318,17 @@ def expand_build_phase(data: Mapping[str, Any], *, supplied: Mapping[str, str], 
                                          or k in build})
     problems.extend(found)
     growth = _Growth(problems)
-    expanded = _Expander(decls, values, problems, growth, phase="build").node(plain, ())
+    expander = _Expander(decls, values, problems, growth, phase="build")
+    expanded = expander.node(plain, ())
+    # Fields the grammar types as text keep a whole reference's value as text: a version "2"
+    # stays "2", never the number 2 (the published descriptor must still parse).
+    for key in _TOP_TEXT:
+        if isinstance(plain.get(key), str):
+            expanded[key] = expander.text(plain[key], (key,))
+    for key in _TOP_TEXT_LISTS:
+        if isinstance(plain.get(key), list):
+            expanded[key] = [expander.text(v, (key, i)) if isinstance(v, str) else v
+                             for i, v in enumerate(plain[key])]
     if problems:
         _raise(problems, file, text)
     build_args = {d.build_arg: values[d.name] for d in build.values()
