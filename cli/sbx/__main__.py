@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import signal
 import sys
 import traceback as traceback_module
@@ -50,7 +51,9 @@ class Launch:
     def context(self, *, verbose: int, traceback: bool) -> Any:
         from sbx.context import AppContext
 
-        return AppContext(env=self.env, cwd=self.cwd, renderer=self.renderer(),
+        renderer = self.renderer()
+        renderer.verbose = verbose
+        return AppContext(env=self.env, cwd=self.cwd, renderer=renderer,
                           as_json=self.as_json, verbose=verbose, traceback=traceback,
                           passthrough=self.passthrough, streams=self.streams)
 
@@ -61,6 +64,24 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] |
         return list(argv), None
     index = list(argv).index("--")
     return list(argv[:index]), tuple(argv[index + 1:])
+
+
+# sbx's own options (the root callback's), accepted anywhere before `--` as docker accepts
+# `docker run --debug`-style globals after the subcommand: `sbx run -v ...`, `sbx gc --verbose`.
+GLOBAL_FLAGS = frozenset({"--verbose", "--traceback"})
+_SHORT_VERBOSE = re.compile(r"^-v+$")
+
+
+def hoist_global_options(args: Sequence[str]) -> list[str]:
+    """Move sbx's global flags that follow the subcommand to the front, where the root parser
+    reads them; everything else keeps its order. Only the part before `--` is ever given here
+    (:func:`split_passthrough`), so a workload's own ``-v`` is never touched."""
+    first = next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))
+    moved = [a for a in args[first:] if a in GLOBAL_FLAGS or _SHORT_VERBOSE.match(a)]
+    if not moved:
+        return list(args)
+    rest = [a for a in args[first:] if not (a in GLOBAL_FLAGS or _SHORT_VERBOSE.match(a))]
+    return [*moved, *args[:first], *rest]
 
 
 def _command_name(args: Sequence[str]) -> str:
@@ -105,6 +126,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
     """Run sbx with ``argv`` and return the exit status (used by ``main`` and by tests)."""
     environment = dict(os.environ if env is None else env)
     head, tail = split_passthrough(list(sys.argv[1:] if argv is None else argv))
+    head = hoist_global_options(head)
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     launch = Launch(
@@ -257,4 +279,5 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["Launch", "cli", "main", "split_passthrough", "write_crash_report"]
+__all__ = ["Launch", "cli", "hoist_global_options", "main", "split_passthrough",
+           "write_crash_report"]

@@ -52,9 +52,11 @@ def main_callback(
     ctx: typer.Context,
     verbose: Annotated[int, typer.Option(
         "--verbose", "-v", count=True,
-        help="More detail on stderr (repeat for engine calls).")] = 0,
+        help="More detail on stderr: -v shows build and pull output and gc's reasons; -vv "
+             "also traces every engine call. Accepted after the subcommand too.")] = 0,
     traceback: Annotated[bool, typer.Option(
-        "--traceback", help="Re-raise unexpected errors with a traceback.")] = False,
+        "--traceback", help="Re-raise unexpected errors with a traceback (accepted after the "
+                            "subcommand too).")] = False,
     version: Annotated[bool, typer.Option(
         "--version", callback=_version_callback, is_eager=True,
         help="Print the version and exit.")] = False,

@@ -44,7 +44,7 @@ class AppContext:
     @cached_property
     def driver(self) -> Driver:
         driver = self.driver_factory(self.env)
-        if self.verbose > 0:
+        if self.verbose >= 2:  # -vv: every engine call (-v alone is sbx's own detail)
             from sbx.tracing import TracingDriver
 
             traced: Driver = TracingDriver(driver, self.renderer.trace)

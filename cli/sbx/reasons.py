@@ -216,8 +216,9 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
     _R.BUILD_FAILED: ReasonInfo(
         "Kit image build failed",
         "The engine could not build the kit's dockerfile.",
-        "Read the build output above the error; fix the dockerfile or make its base image "
-        "present locally.",
+        "Read the last lines of the build output shown with the error (the `log_tail` field "
+        "under --json); fix the dockerfile, or make its base image present locally "
+        "(`docker pull IMAGE` or `docker load`).",
         _E.FAILED,
     ),
     _R.HOOK_FAILED: ReasonInfo(

@@ -354,9 +354,10 @@ def _capabilities(descriptor: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     for entry in descriptor.get("capabilities") or []:
         if not isinstance(entry, Mapping):
             continue
-        members = entry.get("group")
-        if isinstance(members, list):
-            found.extend(m for m in members if isinstance(m, Mapping))
+        group = entry.get("group")
+        if isinstance(group, Mapping):  # a group's members are what it requests
+            members = group.get("capabilities")
+            found.extend(m for m in members or [] if isinstance(m, Mapping))
         else:
             found.append(entry)
     return found

@@ -82,6 +82,63 @@ def status_for_error(error: SbxError) -> str:
     return "failed"
 
 
+MAX_LOG_LINES: Final = 20
+MAX_LOG_LINE_CHARS: Final = 300
+
+
+def _log_tail(error: SbxError) -> list[str]:
+    """The last lines of a failed build's output (the driver collects them), bounded in count
+    and width: enough to show the failing step, never a whole log."""
+    raw = error.details.get("log_tail")
+    if not isinstance(raw, list):
+        return []
+    lines = [str(line) for line in raw if str(line).strip()][-MAX_LOG_LINES:]
+    return [line if len(line) <= MAX_LOG_LINE_CHARS else line[:MAX_LOG_LINE_CHARS - 3] + "..."
+            for line in lines]
+
+
+def _setting(item: Any) -> str:
+    """A config value as people read it: sizes in IEC units (``4 GiB``), durations in the
+    largest whole unit (``1 h``), an empty or unset value as ``none``, lists comma-joined,
+    text without quotes. Falls back to the core's own spelling when no typed value came."""
+    extra = getattr(item, "extra", None) or {}
+    if "raw" not in extra:
+        return str(item.value)
+    value, name = extra["raw"], str(item.name)
+    if value is None or value in ("", [], ()):
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        if name.endswith("_bytes"):
+            return _iec(value)
+        if name.endswith("_ms"):
+            return _duration(value, 1)
+        if name.endswith("_seconds") or name.endswith("_ttl"):
+            return _duration(value, 1000)
+        if name.endswith("cpu_millis"):
+            return f"{value / 1000:g} CPU" + ("" if value == 1000 else "s")
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _iec(number: int) -> str:
+    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if number >= unit and number % unit == 0:
+            return f"{number // unit} {name}"
+    return f"{number} bytes"
+
+
+def _duration(count: int, ms_per: int) -> str:
+    millis = count * ms_per
+    for unit, name in ((3_600_000, "h"), (60_000, "min"), (1000, "s")):
+        if millis >= unit and millis % unit == 0:
+            return f"{millis // unit} {name}"
+    return f"{millis} ms"
+
+
 def make_console(file: IO[str], env: Mapping[str, str], *, width: int | None = None) -> Console:
     from rich.console import Console
 
@@ -104,6 +161,7 @@ class Renderer:
         self._raw_out = raw_out
         self._raw_err = raw_err
         self._width = width
+        self.verbose = 0  # -v count: 1 prints each build/pull output line (progress())
 
     @cached_property
     def out(self) -> Console:
@@ -136,12 +194,13 @@ class Renderer:
         self._out_file.flush()
 
     def error(self, error: SbxError, command: str, data: dict[str, Any] | None = None) -> None:
+        log_tail = _log_tail(error)
         if self.as_json:
             self.envelope(Envelope(
                 command=command,
                 status=status_for_error(error),
                 exit_code=int(error.exit_status),
-                data=data or {},
+                data={**(data or {}), **({"log_tail": log_tail} if log_tail else {})},
                 reason=error.reason.value,
                 message=error.message,
                 hint=error.hint,
@@ -149,6 +208,13 @@ class Renderer:
                                  or error.details.get("problems", [])),
             ))
             return
+        if log_tail:
+            # The build's own words come first, so the error line below them reads as its end.
+            self._line(self._err_file, f"[dim]sbx: the last {len(log_tail)} lines of the "
+                       "build output:[/]",
+                       f"sbx: the last {len(log_tail)} lines of the build output:")
+            for line in log_tail:
+                self._line(self._err_file, f"  [dim]|[/] {_escape(line)}", f"  | {line}")
         self._line(self._err_file, f"[bold red]sbx:[/] {_escape(str(error))}", f"sbx: {error}")
         if error.body:
             self._line(self._err_file, _escape(error.body), error.body)
@@ -210,6 +276,10 @@ class Renderer:
     @contextmanager
     def progress(self, title: str) -> Iterator[Callable[[str], None]]:
         """A transient status line for long work; yields a callback taking the latest line."""
+        if self.verbose >= 1:  # -v: the whole output, line by line, instead of a status line
+            self.note(title)
+            yield lambda line: self.trace(f"  {line}")
+            return
         if self.as_json or not self._styled(self._err_file):
             self.note(title)
             yield lambda _line: None
@@ -318,7 +388,7 @@ class Renderer:
                 self._plain(f"  {item.name}  {item.value}: {item.extra.get('reason')}")
         self._plain("hardening (value, source; change with):")
         for item in result.hardening:
-            self._plain(f"  {item.name} = {item.value}  ({item.source}; {item.change})")
+            self._plain(f"  {item.name} = {_setting(item)}  ({item.source}; {item.change})")
         for phase, items in result.network.items():
             self._plain(f"network, {phase} phase:" + ("" if items else " nothing allowed"))
             for item in items:
@@ -412,7 +482,7 @@ class Renderer:
         state = "" if result.exists else " (absent: every value is the default)"
         self._plain(f"config file: {result.path}{state}")
         for item in result.settings:
-            self._plain(f"  {item.name} = {item.value}  ({item.source}; {item.change})")
+            self._plain(f"  {item.name} = {_setting(item)}  ({item.source}; {item.change})")
 
     # -- doctor ------------------------------------------------------------------------------
 

@@ -199,7 +199,7 @@ def test_bundled_example_runs(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_verbose_traces_engine_calls_without_leaking_the_environment(tmp_path: Path) -> None:
-    result = _sbx(["-v", "run", str(_kit(tmp_path)), "--", "true"], _env(tmp_path))
+    result = _sbx(["-vv", "run", str(_kit(tmp_path)), "--", "true"], _env(tmp_path))
     assert result.returncode == 0, result.stderr
     traced = [line for line in result.stderr.splitlines() if "engine: " in line]
     names = [line.split("engine: ", 1)[1].split("(", 1)[0] for line in traced]

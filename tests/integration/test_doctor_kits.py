@@ -60,7 +60,8 @@ def test_missing_image_and_required_credential_fail(kit_factory: Callable[..., P
     assert result.exit_code == 1
     checks = _checks(result)
     assert checks["kit-images"]["reason"] == "image_missing"
-    assert "sbx pull sbx-test/not-here:9" in checks["kit-images"]["fix"]
+    assert "docker pull sbx-test/not-here:9" in checks["kit-images"]["fix"]
+    assert "sbx pull" not in checks["kit-images"]["fix"]
     assert checks["kit-credentials"]["status"] == "fail"
     assert checks["kit-credentials"]["reason"] == "credential_unbound"
 

@@ -180,15 +180,22 @@ def test_missing_base_image_is_refused_without_pulling(kit_factory: Callable[...
     kit = kit_factory("missing", "FROM sbx-test/does-not-exist:42\nCMD [\"true\"]\n")
     result = sbx_cli(["run", str(kit)], env=env)
     assert result.exit_code == 125 and "(image_missing)" in result.stderr
-    assert "sbx pull sbx-test/does-not-exist:42" in result.stderr
+    assert "docker pull sbx-test/does-not-exist:42" in result.stderr
+    assert "docker load" in result.stderr and "sbx pull" not in result.stderr
     assert engine.image("sbx-test/does-not-exist:42") is None
 
 
 def test_failing_build_is_reported(kit_factory: Callable[..., Path], sbx_cli: Any,
                                    env: dict[str, str]) -> None:
-    kit = kit_factory("broken", f"FROM {BUSYBOX}\nRUN exit 3\n")
+    kit = kit_factory("broken", f"FROM {BUSYBOX}\nRUN echo step-output-marker && exit 3\n")
     result = sbx_cli(["run", str(kit)], env=env)
     assert result.exit_code == 126 and "(build_failed)" in result.stderr
+    # The build's own output is shown with the error (bounded), not left to "read above".
+    assert "lines of the build output:" in result.stderr
+    assert "  | step-output-marker" in result.stderr
+    envelope = sbx_cli(["run", "--json", str(kit)], env=env).envelope()
+    assert "step-output-marker" in envelope["data"]["log_tail"]  # type: ignore[index]
+    assert len(envelope["data"]["log_tail"]) <= 20  # type: ignore[index]
 
 
 def test_missing_command_exits_127_like_a_shell(busybox_kit: Path, sbx_cli: Any,

@@ -42,21 +42,32 @@ def test_run_dispatches_one_typed_request(sbx_cli: Any, monkeypatch: pytest.Monk
         raise SbxError(Reason.IMAGE_MISSING, "stop here")
 
     monkeypatch.setattr(run_core, "run", fake_run)
-    result = sbx_cli(["run", "./kit", "ws", "--access", "ro", "--mount", "/a:/b",
+    result = sbx_cli(["run", "./kit", "./ws", "--access", "ro", "--mount", "/a:/b",
                       "--mount", "/c:/d:ro", "--timeout", "5", "--", "echo", "--json"])
     assert result.exit_code == 125 and "(image_missing)" in result.stderr
     assert seen == [run_core.RunRequest(
-        workload="./kit", workspace="ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
+        workload="./kit", workspace="./ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
         timeout_s=5.0, command=("echo", "--json"), capture_output=False)]
 
 
 def test_errors_under_json_are_an_envelope(sbx_cli: Any, tmp_path: Path) -> None:
-    result = sbx_cli(["run", "--json", str(tmp_path / "nope")])
+    result = sbx_cli(["run", "--json", "registry.invalid/kits/nope:1"])
     assert result.exit_code == 125
     envelope = json.loads(result.stdout)
     assert envelope["status"] == "refused" and envelope["reason"] == "image_missing"
     assert envelope["exit_code"] == 125 and "sbx pull" in envelope["hint"]
     assert result.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["run", "pull"])
+def test_a_mistyped_kit_path_says_the_directory_does_not_exist(sbx_cli: Any, tmp_path: Path,
+                                                              command: str) -> None:
+    for written in ("./nope", str(tmp_path / "nope")):
+        result = sbx_cli([command, written])
+        assert result.exit_code == 2, result.stderr
+        assert "(invalid_argument)" in result.stderr
+        assert "does not exist" in result.stderr or "no directory exists" in result.stderr
+        assert "sbx pull" not in result.stderr.replace("sbx pull fetches", "")
 
 
 def test_usage_error_under_json_is_an_envelope(sbx_cli: Any) -> None:

@@ -15,8 +15,19 @@ def push(
                             "127.0.0.1:5000/kits/shell:1.")],
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON envelope with the pushed digest.")] = False,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE",
+        help="A build-phase kit arg (one declaring buildArg), repeatable; the published "
+             "descriptor carries its value.")] = None,
 ) -> int:
     """Build a local kit's image as `sbx run` does, push it as REF, and annotate it.
+
+    The published descriptor has its build-phase args (buildArg) expanded; create-phase args
+    stay for whoever runs the kit. The image gets a kit-sources layer with
+    /usr/share/sandbox/kit/<stem>/kit.yaml (the published descriptor), kit.dockerfile (the
+    recipe) and each agent-context contentFile, whose field then names that in-image path. A
+    mixin without a recipe publishes that layer alone. kind: set kits are refused (sbx does
+    not merge sets).
 
     After the engine pushes the image, its manifest is re-put through the registry API with the
     kit annotations: vnd.docker.sandbox.kit.descriptor (the descriptor as compact JSON),
@@ -27,7 +38,8 @@ def push(
     from sbx.core.kitpush import push_kit
 
     app = ctx.obj
-    result = push_kit(app, directory, reference, progress=app.renderer.progress)
+    result = push_kit(app, directory, reference, progress=app.renderer.progress,
+                       arg_items=tuple(arg or ()))
     app.renderer.kit_pushed(result)
     return 0
 

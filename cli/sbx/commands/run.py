@@ -73,9 +73,11 @@ def run(
     from sbx.core.durations import parse_duration
     from sbx.core.run import RunRequest
     from sbx.core.run import run as run_core
+    from sbx.core.runargs import check_workspace_word
     from sbx.render import Envelope
 
     app = ctx.obj
+    check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     request = RunRequest(
         workload=workload,
         workspace=workspace,

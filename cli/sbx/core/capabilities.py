@@ -26,6 +26,7 @@ from sbx.hardening import Limits
 from sbx.kits.compose import Composition, Entry, size_bytes
 from sbx.kits.local import LocalKit
 from sbx.kits.markers import INDEX_END, INDEX_START, neutralise
+from sbx.kits.publish import STAGE_ROOT
 from sbx.kits.selection import SelectionRecord
 from sbx.kits.types import (
     AGENT_CONTEXT,
@@ -268,6 +269,11 @@ def _context_body(config: Mapping[str, Any], kit: LocalKit | None) -> str:
     content_file = config.get("contentFile")
     if not isinstance(content_file, str) or kit is None:
         return ""
+    if kit.image is not None and content_file.startswith(f"{STAGE_ROOT}/"):
+        # A pulled kit has no directory: its publisher staged the file in the kit's image,
+        # which the sandbox's image contains, and the index points at it there (KIT-SPEC-V3
+        # §2.1 agent-context: the runtime points the index at it, does not copy).
+        return f"Read `{_neutralise(content_file)}` (this kit's notes, inside the sandbox)."
     target = (kit.directory / content_file).resolve()
     if not target.is_relative_to(kit.directory.resolve()) or not target.is_file():
         raise SbxError(Reason.INVALID_KIT,

@@ -630,7 +630,8 @@ def check_kit_images(state: DoctorState) -> Finding:
     if missing:
         first = missing[0]
         return Finding(Status.FAIL, f"not present locally: {', '.join(sorted(set(missing)))}",
-                       Reason.IMAGE_MISSING, f"Fetch it first: sbx pull {first}",
+                       Reason.IMAGE_MISSING,
+                       f"Fetch it with `docker pull {first}` (or `docker load -i FILE`)",
                        {"missing": sorted(set(missing))})
     return Finding(Status.OK, f"base images present: {', '.join(sorted(set(checked))) or 'none'}",
                    data={"images": sorted(set(checked))})

@@ -247,7 +247,10 @@ def config_item(key: str, value: object, source: str, config: Config) -> Item:
     if key in _FLAGS:
         change += f", or {_FLAGS[key]}"
     shown = source if source != DEFAULT_SOURCE else "default"
-    return Item(key, repr(value) if isinstance(value, str) else str(value), shown, change)
+    # ``raw`` keeps the typed value: the renderer spells it for people (4 GiB, none), --json
+    # readers get the number itself.
+    return Item(key, repr(value) if isinstance(value, str) else str(value), shown, change,
+                {"raw": list(value) if isinstance(value, tuple) else value})
 
 
 def _version(data: Mapping[str, Any]) -> str:

@@ -148,7 +148,10 @@ def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
             Reason.IMAGE_MISSING,
             f"kit {kit.reference} builds FROM {names}, which is not present locally; sbx never "
             "pulls implicitly",
-            hint=f"Fetch it first: sbx pull {missing[0]}",
+            # A base image is an ordinary image, which the engine fetches (`sbx pull` is for
+            # kits, and its gate has nothing to say about a base image).
+            hint=f"Fetch it with `docker pull {missing[0]}`, or `docker load -i FILE` from an "
+                 "image archive; then run again.",
             details={"missing": missing},
         )
     with progress(f"building {kit.reference}") as on_line:

@@ -149,6 +149,7 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
     lock = read_lock(path)
     planned: list[PullItem] = []
     for written in references:
+        _refuse_path(written, app)
         ref = parse_reference(written)
         text = ref.canonical  # the lock's key: every spelling of one reference is one kit
         manifest = fetch_kit_manifest(ref, env=app.env)
@@ -202,6 +203,26 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
                              details={"reference": item.reference, "digest": item.digest,
                                       "previous_digest": item.previous_digest})
     return PullResult(tuple(done), str(path))
+
+
+def _refuse_path(written: str, app: AppContext) -> None:
+    """A reference written as a path is a local kit directory, which is never pulled: say so
+    (and whether it exists) instead of "not a registry reference"."""
+    from sbx.kits.local import looks_like_path, path_kind
+
+    if not looks_like_path(written):
+        return
+    kind = path_kind(app.cwd / written, written)
+    if kind is None:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{written!r} is a path, and no directory exists there; sbx pull fetches "
+                       "registry references (host[:port]/repo:tag)",
+                       hint="Check the path, or name a registry reference such as "
+                            "127.0.0.1:5000/kits/gh:1.")
+    raise SbxError(Reason.INVALID_ARGUMENT,
+                   f"{written!r} is a local path; sbx pull fetches registry references "
+                   "(host[:port]/repo:tag), and a local kit directory needs no pull",
+                   hint=f"Run it directly: sbx run {written}")
 
 
 def _refusal(text: str, digest: str, previous_digest: str | None, result: GateResult,

@@ -66,6 +66,8 @@ _TEXT_FIELDS: Final[Mapping[str, tuple[tuple[str | None, ...], ...]]] = {
     "com.docker.sandbox/host-mount@1": (("mode",),),
     "com.docker.sandbox/lifecycle@1": (("files", None, "mode"),),
 }
+_TOP_TEXT: Final = ("version", "displayName", "description", "author", "sourceUrl", "iconUrl")
+_TOP_TEXT_LISTS: Final = ("provides", "requires", "integrates", "conflicts", "licenses")
 _INT64: Final = 2**63
 # Characters expansion may add to one descriptor, all substitutions together (twice the size
 # a descriptor may have): see _Growth.
@@ -295,6 +297,45 @@ def expand(descriptor_data: Mapping[str, Any] | Descriptor, *, supplied: Mapping
                        env_exports=env_exports)
 
 
+def expand_build_phase(data: Mapping[str, Any], *, supplied: Mapping[str, str], file: str,
+                       text: str | None = None) -> ExpandedKit:
+    """Build-phase expansion, what a kit is published with (KIT-SPEC-V3 §1.6): references to
+    ``buildArg`` args are replaced by their values (supplied, else default), create-phase
+    references stay for the runtime to expand at create, and the ``args`` declarations stay
+    (a consumer still validates create-phase values against them). ``supplied`` may only
+    name build-phase args: a create-phase value is the consumer's to give, not the publisher's.
+    """
+    plain = to_plain(data)
+    if not isinstance(plain, dict):
+        plain = {}
+    decls = declarations(plain)
+    build = {name: decl for name, decl in decls.items() if decl.phase == "build"}
+    problems: list[Finding] = [
+        Finding(("args", name), f"kit arg {name!r} is create-phase (no buildArg); its value "
+                                "is given when the kit is run, not when it is published")
+        for name in sorted(supplied) if name in decls and name not in build]
+    values, found = resolve_args(build, {k: v for k, v in supplied.items() if k not in decls
+                                         or k in build})
+    problems.extend(found)
+    growth = _Growth(problems)
+    expander = _Expander(decls, values, problems, growth, phase="build")
+    expanded = expander.node(plain, ())
+    # Fields the grammar types as text keep a whole reference's value as text: a version "2"
+    # stays "2", never the number 2 (the published descriptor must still parse).
+    for key in _TOP_TEXT:
+        if isinstance(plain.get(key), str):
+            expanded[key] = expander.text(plain[key], (key,))
+    for key in _TOP_TEXT_LISTS:
+        if isinstance(plain.get(key), list):
+            expanded[key] = [expander.text(v, (key, i)) if isinstance(v, str) else v
+                             for i, v in enumerate(plain[key])]
+    if problems:
+        _raise(problems, file, text)
+    build_args = {d.build_arg: values[d.name] for d in build.values()
+                  if d.build_arg and d.name in values}
+    return ExpandedKit(data=expanded, values=values, build_args=build_args)
+
+
 def validate_effective(data: Mapping[str, Any], file: str, *, text: str | None = None,
                        authored: bool = True) -> Descriptor:
     """Strict validation of an expanded descriptor: schema and rules with no leniency left.
@@ -340,11 +381,14 @@ class _Growth:
 
 class _Expander:
     def __init__(self, decls: Mapping[str, ArgDecl], values: Mapping[str, str],
-                 problems: list[Finding], growth: _Growth | None = None) -> None:
+                 problems: list[Finding], growth: _Growth | None = None, *,
+                 phase: Literal["build"] | None = None) -> None:
         self.decls = decls
         self.values = values
         self.problems = problems
         self.growth = growth if growth is not None else _Growth(problems)
+        # "build": only buildArg references are this pass's; create-phase ones stay for create.
+        self.phase = phase
 
     def node(self, value: Any, parts: Parts, ctype: str | None = None,
              rel: tuple[str | int, ...] | None = None) -> Any:
@@ -396,6 +440,8 @@ class _Expander:
         return ARG_REF.sub(substitute, value)
 
     def resolve(self, name: str, parts: Parts, *, on_key: bool = False) -> str | None:
+        if self.phase == "build" and name in self.decls and self.decls[name].phase != "build":
+            return None
         if name in self.values:
             return self.values[name]
         if name not in self.decls:
@@ -524,7 +570,7 @@ __all__ = [
     "ARG_NAME", "ARG_OPENER", "ARG_REF", "ENV_OPENER", "ENV_REF", "KIT_OPENER", "MAX_EXPANSION",
     "ArgDecl", "ExpandedKit",
     "check_value", "contains_arg_ref", "contains_env_ref", "contains_placeholder",
-    "declarations", "expand", "final_environment", "malformed_placeholders",
+    "declarations", "expand", "expand_build_phase", "final_environment", "malformed_placeholders",
     "parse_arg_assignment", "parse_arg_assignments", "referenced_args", "resolve_args",
     "typed_scalar", "validate_effective", "whole_arg_ref",
 ]

@@ -90,6 +90,12 @@ def path_kind(path: Path, reference: str) -> str | None:
     return "file" if stat.S_ISREG(info.st_mode) else "other"
 
 
+def looks_like_path(reference: str) -> bool:
+    """Whether ``reference`` is written as a file-system path (``./x``, ``../x``, ``/x``,
+    ``~/x``, ``.``): a registry reference never starts so."""
+    return reference in (".", "..", "~") or reference.startswith(("./", "../", "/", "~/"))
+
+
 def _shown(reference: str) -> str:
     """A reference as messages show it: quoted, and cut when it is very long."""
     return repr(reference if len(reference) <= 120 else reference[:117] + "...")
@@ -103,6 +109,16 @@ def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) 
     elif kind == "dir":
         directory = path
         descriptor_path = find_descriptor(directory)
+    elif looks_like_path(reference):
+        # Written as a path, it is meant as a kit directory: offering `sbx pull ./x` (which
+        # takes registry references) would lead nowhere.
+        what = "is a file, not a kit directory" if kind is not None else "does not exist"
+        raise SbxError(
+            Reason.INVALID_ARGUMENT,
+            f"kit directory {_shown(reference)} {what}",
+            hint="Check the path: a local kit is a directory holding <name>.yaml (and "
+                 "usually <name>.dockerfile).",
+            details={"path": str(path)})
     else:
         raise SbxError(
             Reason.IMAGE_MISSING,
@@ -190,4 +206,4 @@ def content_hash(kit: LocalKit) -> str:
 
 
 __all__ = ["RECIPE_NAME", "LocalKit", "build_context", "content_hash", "find_descriptor",
-           "load_local_kit", "path_kind"]
+           "load_local_kit", "looks_like_path", "path_kind"]

@@ -532,7 +532,9 @@ def _credential(entry: Entry, config: Mapping[str, Any], kind: str | None, out: 
     credential_file = _mapping(_mapping(config.get("oauth")).get("credentialFile"))
     structure = credential_file.get("structure")
     at = entry.at("config", "oauth", "credentialFile", "structure")
-    if credential_file.get("format") == "toml":
+    # An omitted structure is valid (sbx writes an empty document); only a stated one can hold
+    # nulls TOML cannot represent.
+    if credential_file.get("format") == "toml" and "structure" in credential_file:
         for parts in _nulls(structure, at):
             out.add(parts, "is null, which TOML cannot represent")
     for parts, text, is_key in _walk_strings(structure, at):

@@ -133,7 +133,8 @@ __sbx_node() {
             __sbx_nargs=1
             ;;
         'sbx kit push')
-            __sbx_options='--json -h --help'
+            __sbx_options='--json --arg -h --help'
+            __sbx_value_options='--arg'
             __sbx_nargs=2
             ;;
         'sbx config')

@@ -92,6 +92,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --from
         case 'sbx kit inspect'
             printf '%s\n' -k --kit --arg
+        case 'sbx kit push'
+            printf '%s\n' --arg
     end
 end
 
@@ -114,8 +116,8 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell complet
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
-complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr (repeat for engine calls)'
-complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback'
+complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr: -v shows build and pull output and gc\'s reasons; -vv a...'
+complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback (accepted after the subcommand too)'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
 complete -c sbx -n '__sbx_in "sbx"' -s h -l help -d 'Show this message and exit'
 
@@ -304,6 +306,7 @@ complete -c sbx -n '__sbx_arg "sbx kit inspect" 0' -a '(__fish_complete_director
 
 # sbx kit push
 complete -c sbx -n '__sbx_in "sbx kit push"' -l json -d 'Print one JSON envelope with the pushed digest'
+complete -c sbx -n '__sbx_in "sbx kit push"' -l arg -x -d 'A build-phase kit arg (one declaring buildArg), repeatable; the published des...'
 complete -c sbx -n '__sbx_in "sbx kit push"' -s h -l help -d 'Show this message and exit'
 
 # sbx config
