@@ -392,6 +392,33 @@ def test_install_hooks_leave_no_engine_connection_open(kit_factory: KitMaker, sb
 # -- volume@1 ------------------------------------------------------------------------------------
 
 
+def test_kit_files_on_start_up_mounts_are_there_when_the_workload_starts(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    # /tmp, a tmpfs volume and the private workspace are mounted at start: files baked into
+    # the image there would be hidden. They are copied in before the kits' startup hooks.
+    kit = kit_factory("mfiles", WORKLOAD_DOCKERFILE, """
+        capabilities:
+          - type: com.docker.sandbox/volume@1
+            config: {path: /scratch, tmpfs: true, size: 8m}
+          - type: com.docker.sandbox/lifecycle@1
+            config:
+              files:
+                - {path: /tmp/greeting, content: "hello from /tmp\\n", mode: "0640"}
+                - {path: /scratch/deep/er/note, content: "on a tmpfs volume\\n"}
+                - {path: /workspace/README, content: "in the private workspace\\n"}
+                - {path: /etc/mf/plain, content: "in the image\\n"}
+              startup:
+                - command: cat /tmp/greeting > /scratch/seen-by-hook
+        """)
+    data = _run_json(sbx_cli, env, [str(kit)],
+                     "cat /tmp/greeting /scratch/deep/er/note /workspace/README /etc/mf/plain "
+                     "/scratch/seen-by-hook; stat -c '%a %u' /tmp/greeting")
+    lines = data["stdout"].splitlines()
+    assert lines[:5] == ["hello from /tmp", "on a tmpfs volume", "in the private workspace",
+                         "in the image", "hello from /tmp"], data["stdout"]
+    assert lines[5] == "640 1000"  # the declared mode, owned by the sandbox user
+
+
 def test_tmpfs_volume_is_mounted_size_capped_and_writable_by_the_sandbox_user(
         kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
     kit = kit_factory("tmpv", WORKLOAD_DOCKERFILE, """

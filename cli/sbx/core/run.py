@@ -58,6 +58,7 @@ from sbx.core.lifecycle import (
     parse_accounts,
     run_create_step,
 )
+from sbx.core.mountedfiles import with_mounted_files
 from sbx.core.mountpoints import prepare_mountpoints
 from sbx.core.sources import (
     SOCKET_SCAN_ENTRIES,
@@ -384,6 +385,11 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
 
         capabilities = with_credential_files(capabilities, *credential_file_plan(
             composition, egress.modes, ctx.state_home))
+    # Kit files on mounts made at start (/tmp, HOME, tmpfs volumes, a private workspace)
+    # would be hidden by those mounts: they are copied in by a startup step instead.
+    capabilities = with_mounted_files(capabilities, [
+        TMP_TARGET, home, *capabilities.tmpfs,
+        *((workspace_target,) if workspace_host is None else ())])
     command, entrypoint = _command(request, image, capabilities, kit_set)
     user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
                          credential_names=_credential_names(composition))
