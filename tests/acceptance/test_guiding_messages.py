@@ -69,10 +69,10 @@ def test_a_missing_base_image_names_docker_pull(tmp_path: Path) -> None:
     assert "docker load" in done.stderr and "sbx pull" not in done.stderr
 
 
-@pytest.mark.parametrize("command", ["run", "pull"])
+@pytest.mark.parametrize("command", [["run"], ["pull"], ["kit", "validate"], ["explain"]])
 def test_a_mistyped_kit_path_is_not_offered_as_a_registry_reference(tmp_path: Path,
-                                                                    command: str) -> None:
-    done = _sbx([command, "./nope"], _env(tmp_path), cwd=tmp_path)
+                                                                    command: list[str]) -> None:
+    done = _sbx([*command, "./nope"], _env(tmp_path), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "(invalid_argument)" in done.stderr
     assert "does not exist" in done.stderr or "no directory exists" in done.stderr

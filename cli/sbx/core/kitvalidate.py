@@ -45,11 +45,13 @@ def validate_kit(reference: str, *, cwd: Path, state_home: Path,
 
     Raises only when there is nothing to validate (no such directory, an unreachable
     registry), as ``sbx run`` would."""
-    from sbx.kits.local import load_local_kit, path_kind
+    from sbx.kits.local import load_local_kit, looks_like_path, path_kind
 
     source = "local"
     try:
-        if path_kind(cwd / reference, reference) is not None:
+        # A reference written as a path is a kit directory, present or not (its absence is
+        # said as such, as `sbx run` says it, never offered as a registry reference).
+        if path_kind(cwd / reference, reference) is not None or looks_like_path(reference):
             kit = load_local_kit(reference, cwd=cwd)
         else:
             from sbx.lock import load_locked_kit
