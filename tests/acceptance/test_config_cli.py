@@ -61,7 +61,9 @@ def test_without_a_file_every_value_is_the_default(tmp_path: Path) -> None:
     shown = _sbx(env, "config", "show")
     assert shown.returncode == 0, shown.stderr
     assert f"config file: {default} (absent: every value is the default)" in shown.stdout
-    assert "  sandbox.timeout_ms = 3600000  (default; [sandbox] timeout_ms in" in shown.stdout
+    # Values print for people (sizes and durations), each with where it came from.
+    assert "  sandbox.timeout_ms = 1 h  (default; [sandbox] timeout_ms in" in shown.stdout
+    assert "  sandbox.memory_bytes = 4 GiB  (default;" in shown.stdout
     settings = _settings(_sbx(env, "config", "show", "--json"))
     assert set(settings) == SETTINGS
     assert {item["source"] for item in settings.values()} == {"default"}
@@ -101,7 +103,7 @@ def test_sbx_config_names_the_file(tmp_path: Path) -> None:
                             "state_home": str(tmp_path / "state")}
     settings = _settings(_sbx(env, "config", "show", "--json"))
     assert settings["sandbox.cpu_millis"] == {
-        "name": "sandbox.cpu_millis", "value": "500", "source": f"{other}:2",
+        "name": "sandbox.cpu_millis", "value": "500", "raw": 500, "source": f"{other}:2",
         "change": f"[sandbox] cpu_millis in {other}"}
 
 
@@ -119,8 +121,9 @@ def test_json_shape(tmp_path: Path) -> None:
     data = _json(_sbx(env, "config", "show", "--json"))["data"]
     assert set(data) == {"path", "exists", "settings"}
     for item in data["settings"]:
-        assert set(item) == {"name", "value", "source", "change"}
-        assert all(isinstance(value, str) for value in item.values())
+        assert set(item) == {"name", "value", "raw", "source", "change"}
+        # `raw` is the typed value (a number, a list, null); the others are text.
+        assert all(isinstance(item[key], str) for key in ("name", "value", "source", "change"))
 
 
 @pytest.mark.parametrize(("text", "line", "fragment"), [

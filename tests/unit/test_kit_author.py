@@ -153,9 +153,11 @@ def test_a_workload_without_content_is_invalid(tmp_path: Path, sbx_cli: Any) -> 
     assert done.exit_code == 125 and "a workload must have content" in done.stderr
 
 
-def test_validate_of_nothing_is_image_missing(tmp_path: Path, sbx_cli: Any) -> None:
+def test_validate_of_a_missing_directory_says_it_does_not_exist(tmp_path: Path,
+                                                                 sbx_cli: Any) -> None:
     done = _cli(sbx_cli, "kit", "validate", "./not-here", cwd=tmp_path)
-    assert done.exit_code == 125 and "(image_missing)" in done.stderr
+    assert done.exit_code == 2 and "(invalid_argument)" in done.stderr
+    assert "does not exist" in done.stderr
 
 
 def test_validate_a_registry_reference_from_its_manifest(
