@@ -147,10 +147,10 @@ CASES: tuple[Case, ...] = (
     Case("workload-without-recipe", Reason.INVALID_KIT, recipe=None),
     Case("build-fails", Reason.BUILD_FAILED, recipe=f"FROM {BUSYBOX}\nRUN exit 3\n"),
     # -- the effective form: ${{ kit.* }} expanded, validated strictly (stage 2)
-    Case("arg-expanded-form-invalid", Reason.INVALID_KIT, """
+    Case("arg-expanded-form-invalid", Reason.INVALID_KIT, textwrap.dedent("""
         args:
           dir: {default: /data}
-        """ + capabilities(
+        """) + capabilities(
         "- type: com.docker.sandbox/volume@1\n  config: {path: '${{ kit.args.dir }}'}"),
         after=lambda _r, _k: ["--arg", "dir=relative"]),
     Case("kit-env-effective-form-invalid", Reason.INVALID_KIT, capabilities(
@@ -183,6 +183,17 @@ class Verdicts:
     run: str | None
     explain: str | None
     doctor: str | None
+
+
+def _message(result: Finished, command: str) -> str | None:
+    """The refusal's message (doctor's on one line), to see that it is the same refusal."""
+    envelope = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    if command == "doctor":
+        workload = {c["id"]: c for c in envelope["data"]["checks"]}["workload"]
+        return str(workload["detail"]) if workload["status"] == "fail" else None
+    message = envelope.get("message")
+    return str(message).replace("\n", " ") if message and envelope["status"] not in (
+        "ok", "denied") else None
 
 
 def _reason(result: Finished, command: str) -> str | None:
@@ -246,6 +257,10 @@ def test_run_explain_and_doctor_agree(case: Case, tmp_path: Path, state_home: Pa
     expected = case.expected.value if case.expected is not None else None
     assert verdicts == Verdicts(expected, expected, expected), (
         ran.stderr[-1500:], explained.stderr[-1500:])
+    # The same refusal, not only the same code (a build's message names its own log lines).
+    if case.expected not in (None, Reason.BUILD_FAILED):
+        assert _message(ran, "run") == _message(explained, "explain") == _message(
+            doctored, "doctor")
     if case.docker_host is None:
         time.sleep(1.0)  # the engine's event log is written asynchronously
         assert _container_creates(state_home, started, explained_at) == [], "explain created"
@@ -266,3 +281,38 @@ def test_the_matrix_covers_every_refusal_of_the_shared_request() -> None:
         Reason.DOCKER_UNREACHABLE, Reason.BUILD_FAILED, Reason.CONSENT_REQUIRED,
         Reason.CREDENTIAL_UNBOUND, Reason.ROOT_USER}
     assert sum(c.expected is None for c in CASES) >= 5
+
+
+def test_the_403_bodys_explain_command_reproduces_the_run(tmp_path: Path,
+                                                          state_home: Path) -> None:
+    """The command in a refusal's body carries the run's --arg values and absolute kit paths:
+    run from any directory, it plans the same kits and judges the request as the proxy did."""
+    kit = write_kit(tmp_path / "kits", "egress", textwrap.dedent("""
+        args:
+          host: {required: true}
+        """) + capabilities(
+        "- type: com.docker.sandbox/network-policy@1\n"
+        "  config: {runtime: {allow: ['${{ kit.args.host }}']}}"),
+        recipe='FROM sbx-base/bookworm:1\nUSER agent\n')
+    env = {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull, "NO_COLOR": "1"}
+    script = ('curl -sS -m 10 -o /tmp/body -w "%{http_code}\\n" http://denied.example/x; '
+              "cat /tmp/body")
+    ran = run_sbx(["run", "egress", "--arg", "host=allowed.example", "--", "sh", "-c", script],
+                  env=env, cwd=kit.parent)
+    out = ran.stdout.decode("utf-8", "replace")
+    assert ran.returncode == 0 and out.startswith("403"), (out, ran.stderr[-2000:])
+    (line,) = [x for x in out.splitlines() if x.startswith("explain: ")]
+    command = line.removeprefix("explain: ")
+    assert command == (f"sbx explain {kit} --arg host=allowed.example GET "
+                       "http://denied.example/x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    import shlex
+
+    argv = shlex.split(command)[1:]
+    explained = run_sbx([*argv[:1], "--json", *argv[1:]], env=env, cwd=elsewhere)
+    envelope = json.loads(explained.stdout.decode().strip().splitlines()[-1])
+    assert explained.returncode == 1 and envelope["status"] == "denied", envelope
+    assert envelope["data"]["decision"]["code"] == "default_deny"
+    allowed = run_sbx([*argv[:-2], "GET", "http://allowed.example/x"], env=env, cwd=elsewhere)
+    assert allowed.returncode == 0, allowed.stderr
