@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from sbx.core.images import SandboxUser
     from sbx.driver import EngineInfo, ImageInfo
     from sbx.kits.compose import Composition
+    from sbx.kits.selection import SelectionRecord
 
 ProgressFactory = Callable[[str], AbstractContextManager[Callable[[str], None]]]
 # How long the helper objects of a plan (a build's or an assembly's) may live before gc
@@ -97,20 +98,22 @@ class WorkloadPlan:
     def kit_set(self) -> KitSet:
         return self.loaded.kit_set
 
-    def skipped(self) -> list[dict[str, Any]]:
-        """Capabilities selected by type but not satisfiable here (an optional resources@1
-        over its bound, an optional udp port, an optional unbound credential)."""
-        return [r.as_dict() for r in (*self.capabilities.skipped,
-                                      *(self.egress.skipped if self.egress else ()))]
-
     def selection(self) -> dict[str, list[dict[str, Any]]]:
         """Selection records of the plan: what was selected and not dropped, and every skip."""
-        records = self.kit_set.selection_records()
-        later = self.skipped()
-        dropped = {(r["kit"], r["path"]) for r in later}
-        return {"selected": [r for r in records["selected"]
-                             if (r["kit"], r["path"]) not in dropped],
-                "skipped": records["skipped"] + later}
+        return selection(self.kit_set, (*self.capabilities.skipped,
+                                        *(self.egress.skipped if self.egress else ())))
+
+
+def selection(kit_set: KitSet, later: Sequence[SelectionRecord],
+              ) -> dict[str, list[dict[str, Any]]]:
+    """The kits' selection records, with the capabilities selected by type but not satisfiable
+    here (``later``: an optional resources@1 over its bound, an optional udp port, an optional
+    unbound credential) counted as skipped only."""
+    records = kit_set.selection_records()
+    skipped = [r.as_dict() for r in later]
+    dropped = {(r["kit"], r["path"]) for r in skipped}
+    return {"selected": [r for r in records["selected"] if (r["kit"], r["path"]) not in dropped],
+            "skipped": records["skipped"] + skipped}
 
 
 # -- stage 1: no engine ------------------------------------------------------------------------
@@ -299,4 +302,4 @@ def kit_argument(kit: LoadedKit) -> str:
 
 __all__ = ["LoadedWorkload", "WorkloadPlan", "WorkloadRequest", "detach_keys", "dry_plan",
            "env_pairs", "explain_command", "helper_labels", "kit_argument", "load", "plan",
-           "planned_user", "quiet_progress", "timeout_ms"]
+           "planned_user", "quiet_progress", "selection", "timeout_ms"]

@@ -1,7 +1,11 @@
 """`sbx run`: check everything, build, run one hardened sandbox, and always clean up.
 
-Order (SPEC §2.1): config → kits (strict) → selection → mounts → engine → image → user → create
-→ start → stream → wait/timeout → remove. Nothing is created before every check passed; once
+Order (SPEC §2.1): the pipeline's first stage (config, kits: strict, args, selection,
+resolution) → the run's own arguments (access, session, workspace, mounts) → the pipeline's
+second stage (engine, image, effective kits, capabilities, credentials: sbx.core.pipeline, the
+planning `sbx explain` and `sbx doctor` report) → the host side (mount checks, user, HOME,
+command, spec) → create → start → stream → wait/timeout → remove. Nothing is created before
+every check passed; once
 something is created, the ``finally`` in :func:`_execute` removes it on every path (success,
 failure, timeout, Ctrl-C, engine error). What a hard kill leaves behind is ``sbx gc``'s job,
 found by the labels every object carries.
@@ -232,13 +236,8 @@ class RunResult:
 def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
     """Selection records; a capability selected by type but then not satisfiable (an optional
     resources@1 over its bound, an optional udp port) counts as skipped only."""
-    records = plan.kit_set.selection_records()
-    later = [r.as_dict() for r in (*plan.capabilities.skipped,
-                                   *(plan.egress.skipped if plan.egress else ()))]
-    dropped = {(r["kit"], r["path"]) for r in later}
-    return {"selected": [r for r in records["selected"]
-                         if (r["kit"], r["path"]) not in dropped],
-            "skipped": records["skipped"] + later}
+    return pipeline.selection(plan.kit_set, (
+        *plan.capabilities.skipped, *(plan.egress.skipped if plan.egress else ())))
 
 
 OutputSink = Callable[[str, bytes | memoryview], None]
