@@ -596,15 +596,18 @@ PLAN_TIMEOUT_S: Final = 900.0  # the plan may build the kit image, as `sbx run` 
 def check_workload(state: DoctorState) -> Finding:
     """`sbx run`'s planning for the WORKLOAD, creating nothing (sbx.core.pipeline): a refusal
     is this check's failure, with the reason `sbx run` would give."""
-    from sbx.core.pipeline import WorkloadRequest, dry_plan, explain_command, planned_user
+    from sbx.core.pipeline import WorkloadRequest, dry_plan, explain_command, load, planned_user
 
     request = state.request
     assert request.workload is not None  # noqa: S101 - the check exists only with one
-    if state.engine is None:  # run would stop at the engine too: the same reason
+    workload = WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
+                               allow_privileged=request.allow_privileged)
+    if state.engine is None:
+        # Run refuses at the engine only once config and kits passed: the same order here,
+        # without asking the engine again (its check already failed or timed out).
+        load(state.ctx, workload)
         raise state.engine_error or SbxError(Reason.DOCKER_UNREACHABLE, _ENGINE_DOWN)
-    planned = dry_plan(state.ctx, WorkloadRequest(
-        workload=request.workload, kits=request.kits, args=request.args,
-        allow_privileged=request.allow_privileged))
+    planned = dry_plan(state.ctx, workload)
     user = planned_user(state.ctx, planned)
     kits = [k.reference for k in planned.kit_set.kits]
     skipped = planned.selection()["skipped"]
