@@ -145,6 +145,7 @@ CASES: tuple[Case, ...] = (
     # -- the image: never pulled, built from the kit directory (stage 2)
     Case("base-image-missing", Reason.IMAGE_MISSING, recipe="FROM sbx-test/not-here:9\n"),
     Case("workload-without-recipe", Reason.INVALID_KIT, recipe=None),
+    Case("base-image-unknowable", Reason.INVALID_KIT, recipe="FROM ${BASE}\nUSER agent\n"),
     Case("build-fails", Reason.BUILD_FAILED, recipe=f"FROM {BUSYBOX}\nRUN exit 3\n"),
     # -- the effective form: ${{ kit.* }} expanded, validated strictly (stage 2)
     Case("arg-expanded-form-invalid", Reason.INVALID_KIT, textwrap.dedent("""
@@ -159,6 +160,8 @@ CASES: tuple[Case, ...] = (
     # -- capabilities within the config's bounds (stage 2)
     Case("resources-over-bound", Reason.UNSUPPORTED_CAPABILITY, capabilities(
         "- type: com.docker.sandbox/resources@1\n  config: {memory: 128g}")),
+    Case("resources-below-the-tmpfs-mounts", Reason.UNSUPPORTED_CAPABILITY, capabilities(
+        "- type: com.docker.sandbox/resources@1\n  config: {memory: 256m}")),
     Case("resources-gpu", Reason.UNSUPPORTED_CAPABILITY, capabilities(
         "- type: com.docker.sandbox/resources@1\n  config: {gpu: all}")),
     Case("udp-port-required", Reason.UNSUPPORTED_CAPABILITY, capabilities(
@@ -172,6 +175,22 @@ CASES: tuple[Case, ...] = (
     # -- credentials (stage 2)
     Case("required-credential-unbound", Reason.CREDENTIAL_UNBOUND, capabilities(
         NETWORK, CREDENTIAL.format(optional=""))),
+    Case("oauth-passthrough", Reason.UNSUPPORTED_CAPABILITY, capabilities(
+        """
+        - type: com.docker.sandbox/network-policy@1
+          config: {runtime: {allow: [api.anthropic.com, console.anthropic.com]}}
+        """, """
+        - type: com.docker.sandbox/credential@1
+          config:
+            service: anthropic
+            phase: runtime
+            oauth:
+              passthrough: true
+              tokenEndpoint: {host: console.anthropic.com, path: /v1/oauth/token}
+              resourceHosts: [api.anthropic.com]
+              sentinels: {accessToken: sk-ant-oat01-proxy-managed,
+                          refreshToken: sk-ant-ort01-proxy-managed}
+        """)),
     # -- the sandbox user (the image's USER, never uid/gid 0)
     Case("image-user-in-root-group", Reason.ROOT_USER,
          recipe=f'FROM {BUSYBOX}\nUSER 1000:0\nCMD ["true"]\n'),
@@ -272,8 +291,27 @@ def test_run_explain_and_doctor_agree(case: Case, tmp_path: Path, state_home: Pa
 
 def test_the_matrix_covers_every_refusal_of_the_shared_request() -> None:
     """Every reason code `sbx run` can refuse the shared request with before anything starts
-    has a kit here (the platform's and the engine's own rules are unit-tested:
-    tests/unit/test_agreement_rules.py)."""
+    has a kit here. Enumerated from the prepare path (``raise SbxError`` in sbx.core.pipeline
+    and what it calls, then sbx.core.run._plan):
+
+    - covered here: config; kit lookup, path, descriptor, duplicates, args (undeclared, enum,
+      pattern, expanded form), unsupported required types, resolution; the engine unreachable;
+      base image missing or unknowable, no recipe, build failure; the effective form
+      (``kit.env``); resources@1 (over the bound, under the tmpfs mounts, gpu), a required udp
+      port, a tmpfs volume over memory, privileged@1 without consent, agent-context files;
+      a required unbound credential, OAuth passthrough; the image's USER in the root group;
+    - unit-tested with a fake engine (a real one cannot be made so): a non-unix host, a
+      non-Linux engine, a rootless engine on cgroup v1 (tests/unit/test_agreement_rules.py);
+    - not in the matrix: registry kits (locked image missing; a registry is needed); a sized
+      volume@1 when sbx is not root (these tests run as root); a named USER missing from the
+      image's /etc/passwd (explain and doctor create no container to read it, so until a run
+      has cached the image's accounts they report the user as "resolved by sbx run"); a
+      dynamic secret source (keyring, command) that fails (explain and doctor never read
+      values); an unwritable state home (run's record, written after planning);
+    - the run's own arguments (not part of the shared request): WORKSPACE, --access,
+      --mount, --user, -e/--env-file, --timeout, --detach-keys, -t, the command after `--`
+      (an image without ENTRYPOINT/CMD needs one), a HOME path all kits' storage occupies.
+    """
     covered = {c.expected for c in CASES if c.expected is not None}
     assert covered >= {
         Reason.INVALID_CONFIG, Reason.IMAGE_MISSING, Reason.INVALID_ARGUMENT,
