@@ -181,6 +181,25 @@ def _situation_hint(env: Mapping[str, str], detail: str) -> str:
     return "Start the engine and check that `docker version` answers."
 
 
+def _collect_failed_client(error: BaseException) -> None:
+    """The SDK gives no handle on a client whose first request failed: only the frames in the
+    error's traceback chain hold it, and its socket would be closed by the garbage collector
+    whenever it ran, with a ResourceWarning at some unrelated place. Drop those frames (the
+    message stays) and collect it here, where the cause is known."""
+    import gc
+    import warnings
+
+    seen: set[int] = set()
+    link: BaseException | None = error
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            link.__traceback__ = None
+            link = link.__cause__ or link.__context__
+        gc.collect()
+
+
 class DockerDriver:
     """The docker-SDK implementation of :class:`Driver`."""
 
@@ -201,10 +220,10 @@ class DockerDriver:
                 self._client_obj = docker.DockerClient.from_env(
                     environment=dict(self._env), timeout=API_TIMEOUT_S)
             except docker.errors.DockerException as exc:
-                raise EngineUnavailable(
-                    f"cannot reach the Docker engine: {_short(exc)}",
-                    hint=_situation_hint(self._env, str(exc)),
-                ) from exc
+                message, hint = _short(exc), _situation_hint(self._env, str(exc))
+                _collect_failed_client(exc)
+                raise EngineUnavailable(f"cannot reach the Docker engine: {message}",
+                                        hint=hint) from exc
         return self._client_obj
 
     @property

@@ -1,4 +1,8 @@
-"""`sbx explain` end to end through the CLI, with the engine unreachable."""
+"""`sbx explain` end to end through the CLI, with the engine unreachable.
+
+The WORKLOAD forms plan as `sbx run` does, so without an engine they refuse as run does; the
+reason and run forms never need one. (With an engine: tests/integration/test_explain_requests.py.)
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ from tests.conftest import run_cli
 from tests.unit.test_explain import write_kits
 
 from sbx import audit
-from sbx.secrets import SecretStore
 
 SECRET = "ghp_explain-test-secret-value-000"  # noqa: S105 - a test value
 
@@ -22,46 +25,17 @@ def env(tmp_path: Path) -> dict[str, str]:
             "SBX_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
 
 
-def test_request_allowed_denied_and_usage(tmp_path: Path, env: dict[str, str]) -> None:
-    root = write_kits(tmp_path)
-    ok = run_cli(["explain", "./w", "--kit", "./gh", "GET", "https://api.github.com/user"],
-                 env=env, cwd=root)
-    assert ok.exit_code == 0 and ok.stdout.startswith("allowed:")
-    denied = run_cli(["explain", "./w", "--kit", "./gh", "DELETE",
-                      "https://api.github.com/repos/a/b"], env=env, cwd=root)
-    assert denied.exit_code == 1
-    assert "deny_rule" in denied.stdout and "<- decides" in denied.stdout
-    assert "fix:" in denied.stdout
+def test_workload_forms_refuse_as_run_does(tmp_path: Path, env: dict[str, str]) -> None:
+    root = write_kits(tmp_path, 'FROM sbx-test/busybox:1\nCMD ["true"]\n')
+    for args in (["./w", "--kit", "./gh"], ["./w", "--kit", "./gh", "GET", "https://x/"]):
+        explained = run_cli(["explain", "--json", *args], env=env, cwd=root)
+        ran = run_cli(["run", "--json", "./w", "--kit", "./gh"], env=env, cwd=root)
+        assert explained.exit_code == ran.exit_code == 125
+        assert explained.envelope()["reason"] == ran.envelope()["reason"] == "docker_unreachable"
+    # Usage errors are still usage errors (found before any planning).
     for bad in (["explain", "./w", "ftp://x/"], ["explain", "./w", "a", "b", "c"],
                 ["explain", "./w", "--phase", "build", "x"]):
         assert run_cli(bad, env=env, cwd=root).exit_code == 2
-
-
-def test_request_json_envelope(tmp_path: Path, env: dict[str, str]) -> None:
-    root = write_kits(tmp_path)
-    result = run_cli(["explain", "--json", "./w", "evil.example"], env=env, cwd=root)
-    envelope: dict[str, Any] = result.envelope()
-    assert result.exit_code == 1 and envelope["status"] == "denied"
-    data = envelope["data"]
-    assert data["decision"]["code"] == "default_deny"
-    assert data["decision"]["suggestion"] == "add `evil.example` to network-policy runtime.allow"
-
-
-def test_sandbox_view_never_shows_the_secret(tmp_path: Path, env: dict[str, str]) -> None:
-    root = write_kits(tmp_path)
-    unbound = run_cli(["explain", "--json", "./w", "--kit", "./gh"], env=env, cwd=root)
-    data: Any = unbound.envelope()["data"]
-    assert [c["bound"] for c in data["credentials"]] == [False]
-    assert [k["name"] for k in data["kits"]] == ["./w", "./gh"]
-    assert any(s["type"].endswith("not-a-real-thing@1") for s in data["capabilities"]["skipped"])
-    assert {h["name"] for h in data["hardening"]} >= {"sandbox.memory_bytes", "sandbox.timeout_ms"}
-    runtime = [r["rule"]["kit"] for r in data["network"]["runtime"]]
-    assert "./gh" in runtime and "./w" in runtime
-    SecretStore(Path(env["SBX_HOME"])).set("github", SECRET)
-    bound = run_cli(["explain", "./w", "--kit", "./gh"], env=env, cwd=root)
-    assert bound.exit_code == 0
-    assert "github (runtime): bound" in bound.stdout
-    assert SECRET not in bound.stdout + bound.stderr
 
 
 def test_last_and_run_id(tmp_path: Path, env: dict[str, str]) -> None:
@@ -82,6 +56,16 @@ def test_last_and_run_id(tmp_path: Path, env: dict[str, str]) -> None:
     assert "DELETE api.github.com:443 /repos/a/b" in last.stdout
     assert ("explain: sbx explain ./w --kit ./gh DELETE https://api.github.com/repos/a/b"
             in last.stdout)
+    # A run records the command that reproduces its request (absolute paths, its --arg).
+    third = "c" * 31 + "d"
+    audit.record(home, audit.SANDBOX_STARTED, run_id=third, severity="info",
+                 details={"workload": "./w", "kits": ["./w"],
+                          "explain": "sbx explain /abs/w --arg a=1"})
+    audit.record(home, audit.EGRESS_DENIED, run_id=third, severity="warning",
+                 details={"host": "evil.example", "port": 443, "method": None,
+                          "phase": "runtime", "rule": "-", "code": "default_deny"})
+    recorded = run_cli(["explain", "--last"], env=env)
+    assert "explain: sbx explain /abs/w --arg a=1 evil.example:443" in recorded.stdout
     one = run_cli(["explain", "--json", first], env=env)
     refusal: Any = one.envelope()["data"]
     assert refusal["refusals"][0]["code"] == "mount_blocked"

@@ -1,4 +1,5 @@
-"""`sbx doctor WORKLOAD [--kit MIXIN]...`: the composition, its images and its credentials."""
+"""`sbx doctor WORKLOAD [--kit MIXIN]...`: `sbx run`'s planning, creating nothing (the
+workload check); the first refusal run would make is its failure, with run's reason."""
 
 from __future__ import annotations
 
@@ -45,25 +46,33 @@ def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
 def test_bundled_composition_checks_out(sbx_cli: Any, env: dict[str, str]) -> None:
     result = sbx_cli(["doctor", "--json", "examples/hello", "--kit", "examples/gh", "--kit",
                       "examples/tool"], env=env, cwd=REPO)
-    checks = _checks(result)
-    assert checks["kits"]["status"] == "ok"
-    assert checks["kit-images"]["status"] == "ok"
-    # gh's credential is optional: unbound is a warning, never a failure.
-    assert checks["kit-credentials"]["status"] == "warn"
-    assert checks["kit-credentials"]["reason"] == "credential_unbound"
+    workload = _checks(result)["workload"]
+    # gh's credential is optional: unbound, it is skipped as run skips it (a warning).
+    assert workload["status"] == "warn", workload
+    assert workload["reason"] == "credential_unbound"
+    assert [s["type"] for s in workload["data"]["skipped"]] == [
+        "com.docker.sandbox/credential@1"]
+    assert workload["data"]["kits"] == ["examples/hello", "examples/gh", "examples/tool"]
 
 
-def test_missing_image_and_required_credential_fail(kit_factory: Callable[..., Path],
-                                                    sbx_cli: Any, env: dict[str, str]) -> None:
+def test_missing_image_fails_as_run_refuses(kit_factory: Callable[..., Path], sbx_cli: Any,
+                                            env: dict[str, str]) -> None:
     kit = kit_factory("needs", "FROM sbx-test/not-here:9\n", CREDENTIAL_KIT)
     result = sbx_cli(["doctor", "--json", str(kit)], env=env)
     assert result.exit_code == 1
-    checks = _checks(result)
-    assert checks["kit-images"]["reason"] == "image_missing"
-    assert "docker pull sbx-test/not-here:9" in checks["kit-images"]["fix"]
-    assert "sbx pull" not in checks["kit-images"]["fix"]
-    assert checks["kit-credentials"]["status"] == "fail"
-    assert checks["kit-credentials"]["reason"] == "credential_unbound"
+    workload = _checks(result)["workload"]
+    assert workload["reason"] == "image_missing"
+    assert "docker pull sbx-test/not-here:9" in workload["fix"]
+    assert "sbx pull" not in workload["fix"]
+
+
+def test_required_credential_unbound_fails(kit_factory: Callable[..., Path], sbx_cli: Any,
+                                           env: dict[str, str]) -> None:
+    kit = kit_factory("unbound", f"FROM {BUSYBOX}\nUSER agent\n", CREDENTIAL_KIT)
+    result = sbx_cli(["doctor", "--json", str(kit)], env=env)
+    assert result.exit_code == 1
+    workload = _checks(result)["workload"]
+    assert (workload["status"], workload["reason"]) == ("fail", "credential_unbound")
 
 
 def test_bound_credential_passes_without_showing_the_value(
@@ -72,14 +81,15 @@ def test_bound_credential_passes_without_showing_the_value(
     kit = kit_factory("bound", f"FROM {BUSYBOX}\nUSER agent\n", CREDENTIAL_KIT)
     SecretStore(state_home).set("examplesvc", "value-that-must-not-show-1234")
     result = sbx_cli(["doctor", "--json", str(kit)], env=env)
-    checks = _checks(result)
-    assert checks["kit-credentials"]["status"] == "ok"
+    workload = _checks(result)["workload"]
+    assert workload["status"] == "ok", workload
+    assert workload["data"]["credentials"] == {"examplesvc": "apikey"}
     assert "value-that-must-not-show" not in result.stdout + result.stderr
 
 
-def test_invalid_kit_fails_the_kits_check(kit_factory: Callable[..., Path], sbx_cli: Any,
-                                          env: dict[str, str]) -> None:
+def test_invalid_kit_fails_the_workload_check(kit_factory: Callable[..., Path], sbx_cli: Any,
+                                              env: dict[str, str]) -> None:
     kit = kit_factory("broken", f"FROM {BUSYBOX}\n", "capabilities: [{typ: x}]\n")
     result = sbx_cli(["doctor", "--json", str(kit)], env=env)
     assert result.exit_code == 1
-    assert _checks(result)["kits"]["reason"] == "invalid_kit"
+    assert _checks(result)["workload"]["reason"] == "invalid_kit"

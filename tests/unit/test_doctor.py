@@ -308,12 +308,13 @@ def test_engine_on_windows_containers_fails(h: Harness) -> None:
     assert (check.status, check.reason) == (Status.FAIL, Reason.UNSUPPORTED_PLATFORM)
 
 
-def test_rootless_on_cgroup_v1_warns_in_the_engine_check(h: Harness) -> None:
+def test_rootless_on_cgroup_v1_fails_the_engine_check_as_run_refuses(h: Harness) -> None:
     h.engine.engine_info = EngineInfo("20.10", "1.41", "linux", "1", "cgroupfs", True, ())
     h.engine.probe_output = V1_OK
     rep = report(h)
+    assert by_id(rep)["engine"].status is Status.FAIL
     assert by_id(rep)["engine"].reason is Reason.RESOURCE_LIMITS_UNENFORCED
-    assert by_id(rep)["limits"].status is Status.OK
+    assert by_id(rep)["limits"].status is Status.OK  # still probed: it shows which limits
 
 
 def test_probe_is_hardened_labelled_and_always_removed(h: Harness) -> None:

@@ -7,6 +7,7 @@ shapes and that the verdicts are the loader's.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -182,15 +183,23 @@ def test_validate_a_registry_reference_from_its_manifest(
     assert not (tmp_path / "s" / "kits.lock.json").exists()  # nothing pinned
 
 
-def test_inspect_is_explains_effective_sandbox(tmp_path: Path, sbx_cli: Any) -> None:
+def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
+    from sbx.config import load_config
+    from sbx.core import explain as core
+
     examples = ROOT / "examples"
     inspected = _cli(sbx_cli, "kit", "inspect", "--json", str(examples / "hello"), "--kit",
                      str(examples / "gh"), cwd=tmp_path)
-    explained = _cli(sbx_cli, "explain", "--json", str(examples / "hello"), "--kit",
-                     str(examples / "gh"), cwd=tmp_path)
-    assert inspected.exit_code == explained.exit_code == 0, inspected.stderr
+    assert inspected.exit_code == 0, inspected.stderr
     assert inspected.envelope()["command"] == "kit inspect"
-    assert inspected.envelope()["data"] == explained.envelope()["data"]
+    state = tmp_path / "state"
+    kit_set = core.load(str(examples / "hello"), (str(examples / "gh"),), (), cwd=tmp_path,
+                        state_home=state)
+    bound, oauth = core.stored_credentials(kit_set, state)
+    static = core.explain_sandbox(kit_set, load_config({"SBX_CONFIG": os.devnull}), bound=bound,
+                                  oauth=oauth)
+    assert inspected.envelope()["data"]["network"] == static.as_dict()["network"]
+    assert inspected.envelope()["data"]["kits"] == static.as_dict()["kits"]
     human = _cli(sbx_cli, "kit", "inspect", str(examples / "hello"), cwd=tmp_path)
     assert "kits (composition order):" in human.stdout
     assert "hardening (value, source; change with):" in human.stdout

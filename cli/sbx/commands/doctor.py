@@ -10,12 +10,15 @@ import typer
 def doctor(
     ctx: typer.Context,
     workload: Annotated[str | None, typer.Argument(
-        help="Also check this workload kit (and --kit mixins): valid, images present, "
-             "credentials bound.")] = None,
+        help="Also plan this workload (and --kit mixins) as `sbx run` would, creating "
+             "nothing: the same refusals, with the same reason codes.")] = None,
     kit: Annotated[list[str] | None, typer.Option(
         "--kit", "-k", metavar="MIXIN", help="A mixin kit to check with the workload.")] = None,
     arg: Annotated[list[str] | None, typer.Option(
         "--arg", metavar="NAME=VALUE", help="A kit arg value, as for sbx run.")] = None,
+    allow_privileged: Annotated[bool, typer.Option(
+        "--allow-privileged",
+        help="Plan as `sbx run --allow-privileged` would (consent to privileged@1).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON envelope.")] = False,
 ) -> int:
     """Check that this machine can run sandboxes safely: platform, config, identity, engine,
@@ -27,7 +30,8 @@ def doctor(
 
     app = ctx.obj
     report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),
-                                         args=tuple(arg or ())))
+                                         args=tuple(arg or ()),
+                                         allow_privileged=allow_privileged))
     app.renderer.doctor_report(report)
     return int(report.exit_status)
 

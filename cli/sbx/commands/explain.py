@@ -2,11 +2,15 @@
 
 - ``REASON`` (a reason code) / ``--list``: cause and fix, from the one registry.
 - ``RUN_ID`` (32 hex characters) / ``--last``: the refusals the audit log recorded for a run.
-- ``WORKLOAD [--kit MIXIN]...``: the effective sandbox.
+- ``WORKLOAD [--kit MIXIN]...``: the sandbox ``sbx run`` would start.
 - ``WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]``: the decision for one request, by the
   function the egress proxy enforces with; exit 0 allowed, 1 denied.
 
-Never touches the engine. Logic lives in :mod:`sbx.core.explain`; printing in the renderer.
+The WORKLOAD forms plan with ``sbx run``'s own pipeline (:func:`sbx.core.pipeline.dry_plan`):
+whatever ``sbx run`` would refuse, explain refuses with the same reason code and exit status.
+That needs the engine (and builds the kit image as run would, cached by content); it creates
+no container. The other forms never touch the engine. Logic lives in :mod:`sbx.core.explain`;
+printing in the renderer.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ def explain(
     arg: Annotated[list[str] | None, typer.Option(
         "--arg", metavar="NAME=VALUE",
         help="A value for a kit arg, as for `sbx run` (repeatable).")] = None,
+    allow_privileged: Annotated[bool, typer.Option(
+        "--allow-privileged",
+        help="Plan as `sbx run --allow-privileged` would (consent to privileged@1).")] = False,
     phase: Annotated[str, typer.Option(
         "--phase", metavar="install|runtime",
         help="The phase whose network rules judge the request.")] = "runtime",
@@ -72,13 +79,18 @@ def explain(
                        hint="Pass --phase install or --phase runtime.")
     method, target_text = core.split_request(extra)
     target = core.parse_target(target_text, method) if target_text is not None else None
-    kit_set = core.load(subject, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
+    from sbx.core.pipeline import WorkloadRequest, dry_plan, planned_user
+
+    planned = dry_plan(app, WorkloadRequest(workload=subject, kits=tuple(kit or ()),
+                                            args=tuple(arg or ()),
+                                            allow_privileged=allow_privileged),
+                       progress=renderer.progress)
     if target is None:
-        bound, oauth = core.stored_credentials(kit_set, app.state_home)
-        renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound,
-                                                      oauth=oauth))
+        renderer.explain_sandbox(core.explain_plan(planned, planned_user(app, planned)))
         return 0
-    result = core.explain_request(kit_set, target, "install" if phase == "install" else "runtime")
+    result = core.explain_request(planned.composition,
+                                  [k.reference for k in planned.kit_set.kits], target,
+                                  "install" if phase == "install" else "runtime")
     renderer.explain_request(result)
     return 0 if result.allowed else int(ExitStatus.DENIED)
 

@@ -71,7 +71,9 @@ def inspect(
 
     Kits in composition order, selected and skipped capabilities, hardening values with their
     sources, network rules per phase with the kit behind each, credentials (bound or not).
-    The same report as `sbx explain WORKLOAD`, from the same code; the engine is not needed.
+    The kits' own description, without the engine: `sbx explain WORKLOAD` reports the same
+    from `sbx run`'s planning, adding the image, the user, the limits after resources@1, and
+    any refusal `sbx run` would make.
     """
     from sbx.core import explain as core
 

@@ -14,7 +14,6 @@ Doctor starts nothing it does not remove again: the limit probe is one tiny cont
 from __future__ import annotations
 
 import enum
-import json
 import math
 import os
 import platform
@@ -29,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbx import labels as label_keys
-from sbx import state
+from sbx.core import runrecord
+from sbx.core.requirements import sandbox_limits
 from sbx.errors import ConfigError, SbxError
 from sbx.reasons import ExitStatus, Reason
 
@@ -131,9 +131,10 @@ class HostFacts:
 class DoctorRequest:
     check_timeout_s: float = CHECK_TIMEOUT_S
     probe_timeout_s: float = PROBE_TIMEOUT_S
-    workload: str | None = None  # with it: the kits, their images and credentials are checked
+    workload: str | None = None  # with it: `sbx run`'s planning for it, creating nothing
     kits: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    allow_privileged: bool = False
 
 
 @dataclass
@@ -147,7 +148,7 @@ class DoctorState:
     config_error: SbxError | None = None
     engine: EngineInfo | None = None
     egress: EgressProbes = field(default_factory=lambda: DEFAULT_EGRESS_PROBES)
-    kit_set: Any = None  # the WORKLOAD's KitSet, loaded once for the kit checks
+    engine_error: SbxError | None = None  # why the engine check did not pass
 
 
 @dataclass(frozen=True)
@@ -189,10 +190,14 @@ class DoctorReport:
 
 
 def check_platform(state: DoctorState) -> Finding:
+    from sbx.core.requirements import check_host
+
     host = state.host
-    if host.os_name != "posix":
+    try:
+        check_host(host.os_name)  # the rule `sbx run` applies
+    except SbxError as error:
         return Finding(Status.FAIL, f"{host.system} ({host.os_name}) is not a unix host",
-                       Reason.UNSUPPORTED_PLATFORM, Reason.UNSUPPORTED_PLATFORM.info.fix)
+                       error.reason, error.reason.info.fix)
     return Finding(Status.OK, f"{host.system} (posix)")
 
 
@@ -251,21 +256,28 @@ def check_identity(state: DoctorState) -> Finding:
 
 
 def check_engine(state: DoctorState) -> Finding:
-    info = state.ctx.driver.info()
+    from sbx.core.requirements import check_engine as engine_rules
+
+    try:
+        info = state.ctx.driver.info()
+    except SbxError as error:
+        state.engine_error = error
+        raise
     mode = "rootless" if info.rootless else "rootful"
     cgroup = f"cgroup v{info.cgroup_version or '?'} ({info.cgroup_driver or 'unknown driver'})"
     detail = f"Docker {info.version} (API {info.api_version}), {mode}, {cgroup}"
     data = {"version": info.version, "api_version": info.api_version, "rootless": info.rootless,
             "cgroup_version": info.cgroup_version, "cgroup_driver": info.cgroup_driver,
             "os": info.os}
-    if info.os and info.os != "linux":
-        return Finding(Status.FAIL, f"{detail}; the engine runs {info.os} containers",
-                       Reason.UNSUPPORTED_PLATFORM, "Use a Linux engine.", data)
-    state.engine = info
-    if info.rootless and info.cgroup_version == "1":
-        return Finding(Status.WARN, f"{detail}; rootless on cgroup v1 cannot apply limits",
-                       Reason.RESOURCE_LIMITS_UNENFORCED,
-                       Reason.RESOURCE_LIMITS_UNENFORCED.info.fix, data)
+    if not info.os or info.os == "linux":
+        state.engine = info  # the other checks may use it, even when a rule below fails
+    try:
+        engine_rules(info)  # the rules `sbx run` refuses by
+    except SbxError as error:
+        if state.engine is None:
+            state.engine_error = error
+        return Finding(Status.FAIL, f"{detail}; {error.message}", error.reason,
+                       error.hint or error.reason.info.fix, data)
     return Finding(Status.OK, detail, data=data)
 
 
@@ -273,7 +285,7 @@ def check_limits(state: DoctorState) -> Finding:
     if state.config is None:
         return Finding(Status.FAIL, "not probed: the config is invalid (see the config check)",
                        Reason.INVALID_CONFIG, "Fix the config file, then run `sbx doctor` again.")
-    limits = configured_limits(state.config)
+    limits = sandbox_limits(state.config)
     driver = state.ctx.driver
     candidates = probe_candidates(driver.local_images())
     if not candidates:
@@ -484,21 +496,18 @@ def check_egress_proxy(state: DoctorState) -> Finding:
     killed in between; its CA is a throwaway one in that directory (the real one is the CA
     check's business, and doctor never rotates it).
     """
-    from sbx.core.gc import RUN_RECORD, RUNS_DIR
     from sbx.egress.proxyconfig import ProxyConfig
 
     run_id = uuid.uuid4().hex
-    run_dir = state.ctx.state_home / RUNS_DIR / run_id
-    record: dict[str, Any] = {
-        "run_id": run_id, "pid": os.getpid(), "workload": PROXY_RUN_KIT, "proxy_pid": None,
-        "deadline": math.ceil(time.time() + PROXY_CHECK_TIMEOUT_S)}
+    run_dir = runrecord.run_dir(state.ctx.state_home, run_id)
     try:
-        run_dir.mkdir(parents=True, mode=0o700)
-        (run_dir / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
-    except OSError as error:
+        runrecord.create(state.ctx.state_home, runrecord.RunRecord(
+            run_id=run_id, workload=PROXY_RUN_KIT,
+            deadline=math.ceil(time.time() + PROXY_CHECK_TIMEOUT_S)))
+    except SbxError as error:
         shutil.rmtree(run_dir, ignore_errors=True)
         return Finding(Status.FAIL, f"cannot write the run directory {run_dir}: "
-                       f"{error.strerror or error}", Reason.PROXY_FAILED,
+                       f"{error.message}", Reason.PROXY_FAILED,
                        "Make the state home writable (or point SBX_HOME elsewhere).",
                        {"run_id": run_id})
     proxy: DoctorProxy | None = None
@@ -520,8 +529,7 @@ def check_egress_proxy(state: DoctorState) -> Finding:
                            "Read the proxy's error above; it must be able to import "
                            "sbx.egress.proxy with this Python and bind a port on 127.0.0.1.",
                            {**data, "stderr": tail[-2000:]})
-        record["proxy_pid"] = proxy.pid
-        (run_dir / RUN_RECORD).write_text(json.dumps(record), encoding="utf-8")
+        runrecord.update(run_dir, proxy_pid=proxy.pid)
         port = proxy.port
         proxy.stop()
         if proxy.alive():
@@ -582,109 +590,50 @@ def check_egress_host_services(state: DoctorState) -> Finding:
                    "those services to 127.0.0.1.", data)
 
 
-def _kit_set(state: DoctorState) -> Any:
-    """The kit set `sbx run` would load, loaded once per doctor run (both kit checks use it)."""
-    if state.kit_set is None:
-        from sbx.core.capabilities import SUPPORTED
-        from sbx.core.kitset import load_kit_set
-
-        request = state.request
-        assert request.workload is not None  # noqa: S101 - the checks exist only with one
-        state.kit_set = load_kit_set(
-            request.workload, request.kits, request.args, cwd=state.ctx.cwd,
-            cache_dir=state.ctx.state_home / "cache" / "descriptors", supported=SUPPORTED)
-    return state.kit_set
+PLAN_TIMEOUT_S: Final = 900.0  # the plan may build the kit image, as `sbx run` would
 
 
-def check_kits(state: DoctorState) -> Finding:
-    """The composition `sbx run` would build: valid, coherent, every capability supported."""
-    kit_set = _kit_set(state)
-    skipped = kit_set.selection_records()["skipped"]
-    names = ", ".join(k.reference for k in kit_set.kits)
-    detail = f"{len(kit_set.kits)} kit(s) resolve: {names}"
-    data = {"kits": [k.reference for k in kit_set.kits], "skipped": skipped}
+def check_workload(state: DoctorState) -> Finding:
+    """`sbx run`'s planning for the WORKLOAD, creating nothing (sbx.core.pipeline): a refusal
+    is this check's failure, with the reason `sbx run` would give."""
+    from sbx.core.pipeline import WorkloadRequest, dry_plan, explain_command, load, planned_user
+
+    request = state.request
+    assert request.workload is not None  # noqa: S101 - the check exists only with one
+    workload = WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
+                               allow_privileged=request.allow_privileged)
+    if state.engine is None:
+        # Run refuses at the engine only once config and kits passed: the same order here,
+        # without asking the engine again (its check already failed or timed out).
+        load(state.ctx, workload)
+        raise state.engine_error or SbxError(Reason.DOCKER_UNREACHABLE, _ENGINE_DOWN)
+    planned = dry_plan(state.ctx, workload)
+    user = planned_user(state.ctx, planned)
+    kits = [k.reference for k in planned.kit_set.kits]
+    skipped = planned.selection()["skipped"]
+    modes = dict(planned.egress.modes) if planned.egress is not None else {}
+    shown_user = f"{user.uid}:{user.gid} ({user.source})" if user is not None else \
+        f"from the image's USER {planned.image.user!r} (resolved by sbx run)"
+    detail = (f"sbx run would start {', '.join(kits)}: image {planned.image_tag} "
+              f"({'built now' if planned.image_built else 'cached'}), user {shown_user}")
+    data = {"kits": kits, "image": planned.image_tag, "image_built": planned.image_built,
+            "user": f"{user.uid}:{user.gid}" if user is not None else None,
+            "skipped": skipped, "credentials": modes,
+            "explain": explain_command(planned.loaded)}
     if skipped:
         types = ", ".join(sorted({s["type"] for s in skipped}))
+        credential = any(s["type"].endswith("/credential@1") for s in skipped)
         return Finding(Status.WARN, f"{detail}; optional capabilities skipped: {types}",
-                       Reason.UNSUPPORTED_CAPABILITY,
+                       Reason.CREDENTIAL_UNBOUND if credential
+                       else Reason.UNSUPPORTED_CAPABILITY,
                        "Skipped capabilities are recorded; nothing to do unless the kit "
-                       "needs them.", data)
+                       "needs them (`sbx secret set SERVICE` binds a credential).", data)
     return Finding(Status.OK, detail, data=data)
 
 
-def check_kit_images(state: DoctorState) -> Finding:
-    """Every base image the kits build FROM is present locally (sbx never pulls at run time)."""
-    from sbx.core.images import base_images
-    from sbx.kits.local import load_local_kit
-
-    request = state.request
-    assert request.workload is not None  # noqa: S101 - the check is added only with one
-    missing: list[str] = []
-    checked: list[str] = []
-    for reference in (request.workload, *request.kits):
-        kit = load_local_kit(reference, cwd=state.ctx.cwd)
-        for base in base_images(kit.dockerfile_text or ""):
-            checked.append(base)
-            if state.ctx.driver.image(base) is None:
-                missing.append(base)
-    if missing:
-        first = missing[0]
-        return Finding(Status.FAIL, f"not present locally: {', '.join(sorted(set(missing)))}",
-                       Reason.IMAGE_MISSING,
-                       f"Fetch it with `docker pull {first}` (or `docker load -i FILE`)",
-                       {"missing": sorted(set(missing))})
-    return Finding(Status.OK, f"base images present: {', '.join(sorted(set(checked))) or 'none'}",
-                   data={"images": sorted(set(checked))})
-
-
-def check_kit_credentials(state: DoctorState) -> Finding:
-    """Each credential the kits declare has a secret in sbx's store (never the value)."""
-    from sbx.kits.compose import Contribution, compose
-    from sbx.secrets import SecretStore
-
-    kit_set = _kit_set(state)
-    composition = compose([Contribution(k.reference, k.selection.selected,
-                                        k.selection.selected_paths)
-                           for k in (kit_set.by_reference(t.reference)
-                                     for t in kit_set.resolution.topological)])
-    store = SecretStore(state.ctx.state_home)
-    unbound_required: list[str] = []
-    unbound_optional: list[str] = []
-    bound: list[str] = []
-    for credential in composition.credentials:
-        label = f"{credential.service} ({credential.phase})"
-        if store.has(credential.service):  # a stored value or a host source (never read)
-            bound.append(label)
-        elif credential.optional:
-            unbound_optional.append(label)
-        else:
-            unbound_required.append(label)
-    data = {"bound": bound, "unbound_required": unbound_required,
-            "unbound_optional": unbound_optional}
-    if unbound_required:
-        service = unbound_required[0].split(" ", 1)[0]
-        return Finding(Status.FAIL, f"required and unbound: {', '.join(unbound_required)}",
-                       Reason.CREDENTIAL_UNBOUND,
-                       f"Store it: printf %s \"$TOKEN\" | sbx secret set {service}", data)
-    if unbound_optional:
-        service = unbound_optional[0].split(" ", 1)[0]
-        return Finding(Status.WARN, f"optional and unbound (will be skipped): "
-                       f"{', '.join(unbound_optional)}", Reason.CREDENTIAL_UNBOUND,
-                       f"Store it to use it: printf %s \"$TOKEN\" | sbx secret set {service}",
-                       data)
-    return Finding(Status.OK, f"bound: {', '.join(bound)}" if bound else "none declared",
-                   data=data)
-
-
 KIT_CHECKS: Final[tuple[Check, ...]] = (
-    Check("kits", "kits", check_kits, timeout_reason=Reason.INVALID_KIT),
-    Check("kit-images", "kit images", check_kit_images, needs_engine=True,
-          timeout_reason=Reason.IMAGE_MISSING,
-          without_engine=Finding(Status.FAIL, "not checked: the engine check did not pass",
-                                 Reason.DOCKER_UNREACHABLE,
-                                 "Fix the engine first (see the engine check).")),
-    Check("kit-credentials", "credentials", check_kit_credentials,
-          timeout_reason=Reason.CREDENTIAL_UNBOUND),
+    Check("workload", "workload", check_workload,
+          timeout_s=lambda request: max(request.check_timeout_s, PLAN_TIMEOUT_S)),
 )
 
 
@@ -785,12 +734,6 @@ class LimitReading:
                 "enforced": self.enforced}
 
 
-def configured_limits(config: Config) -> Limits:
-    from sbx.hardening import Limits
-
-    return Limits.from_sandbox(config.sandbox)
-
-
 def probe_candidates(local: Sequence[tuple[str, int]]) -> list[str]:
     """Preferred probe images that are present, then every other local image, smallest first."""
     present = [ref for ref, _size in local]
@@ -830,7 +773,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     container_id: str | None = None
     try:
         container_id = driver.create(spec)
-        _record_container(run_dir, container_id)
+        runrecord.update(run_dir, container_id=container_id)
         driver.start(container_id)
         if driver.wait(container_id, wait_s) is None:
             driver.kill(container_id)
@@ -854,25 +797,9 @@ def _remove_quietly(driver: Driver, container_id: str) -> bool:
 
 
 def _write_probe_record(state_home: Path, run_id: str, deadline: int, image_ref: str) -> Path:
-    from sbx.core.gc import RUN_RECORD, RUNS_DIR
-
-    run_dir = state_home / RUNS_DIR / run_id
-    with state.writing(run_dir, "write the probe's run record in", home=state_home):
-        run_dir.mkdir(parents=True, mode=0o700)
-        (run_dir / RUN_RECORD).write_text(json.dumps({
-            "run_id": run_id, "pid": os.getpid(), "deadline": deadline, "workload": PROBE_KIT,
-            "image": image_ref, "container_id": None}), encoding="utf-8")
-    return run_dir
-
-
-def _record_container(run_dir: Path, container_id: str) -> None:
-    from sbx.core.gc import RUN_RECORD
-
-    path = run_dir / RUN_RECORD
-    with state.writing(path, "update the probe's run record", home=run_dir.parent.parent):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["container_id"] = container_id
-        path.write_text(json.dumps(data), encoding="utf-8")
+    path, _lock = runrecord.create(state_home, runrecord.RunRecord(
+        run_id=run_id, deadline=deadline, workload=PROBE_KIT, image=image_ref))
+    return path
 
 
 def parse_probe_output(text: str) -> dict[str, str]:
@@ -997,5 +924,5 @@ __all__ = ["CHECKS", "CHECK_TIMEOUT_S", "DEFAULT_EGRESS_PROBES", "PROBE_IMAGES",
            "HostFacts", "LimitReading", "Status", "check_config", "check_egress_ca",
            "check_egress_host_services", "check_egress_proxy", "check_engine", "check_gc",
            "check_identity", "check_limits", "check_platform", "compare_limits",
-           "configured_limits", "diagnose", "judge_limits", "listening_ports",
+           "diagnose", "judge_limits", "listening_ports",
            "parse_probe_output", "probe_candidates", "run_check", "run_probe"]

@@ -1,15 +1,17 @@
 """`sbx explain`'s answers, computed with the code that enforces (SPEC §2.3).
 
+- :func:`explain_plan` describes the sandbox ``sbx run`` would start, from the plan of the one
+  pipeline (:func:`sbx.core.pipeline.dry_plan`): kits, selection, hardening values with their
+  provenance, network rules per phase, credentials (bound or not, never a value). Whatever
+  ``sbx run`` would refuse, the pipeline raises first, with the same reason.
 - :func:`explain_request` judges one request or connection with :func:`sbx.egress.policy.decide`
-  — the function the egress proxy calls — on the composition of the kit set, loaded exactly as
-  ``sbx run`` loads it (same :data:`~sbx.core.capabilities.SUPPORTED`), but without the engine:
-  the composition is built from the arg-expanded descriptors. ``${{ kit.env.* }}`` references
+  — the function the egress proxy calls — on that plan's effective composition.
+- :func:`explain_sandbox` is the static form of the description (arg-expanded descriptors, no
+  engine) that ``sbx kit inspect`` shows kit authors; ``${{ kit.env.* }}`` references there
   need the built image's environment, so a rule that still holds one is reported, not guessed.
-- :func:`explain_sandbox` describes the effective sandbox: kits, selection, hardening values
-  with their provenance, network rules per phase, credentials (bound or not, never a value).
 - :func:`explain_run` reads the audit log: the refusals recorded for one run.
 
-Nothing here touches the engine, prints, or exits; commands render the results.
+Nothing here prints or exits; commands render the results.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from sbx import audit
@@ -29,7 +31,12 @@ from sbx.core.kitset import KitSet, load_kit_set
 from sbx.egress.policy import Decision, Request, decide, describe_rule, rule_dict, rule_where
 from sbx.errors import SbxError
 from sbx.kits.compose import PHASES, Composition, Contribution, Phase, Rule, compose
+from sbx.kits.selection import SelectionRecord
 from sbx.reasons import REGISTRY, Reason
+
+if TYPE_CHECKING:
+    from sbx.core.images import SandboxUser
+    from sbx.core.pipeline import WorkloadPlan
 
 ENV_REFERENCE: Final = "${{ kit.env."
 RUN_ID: Final = re.compile(r"[0-9a-f]{32}")
@@ -186,11 +193,12 @@ class RequestExplanation:
         }
 
 
-def explain_request(kit_set: KitSet, target: Target, phase: Phase) -> RequestExplanation:
-    composition = static_composition(kit_set)
+def explain_request(composition: Composition, kits: Sequence[str], target: Target,
+                    phase: Phase) -> RequestExplanation:
+    """The decision for ``target`` under ``composition`` (the plan's effective one for ``sbx
+    explain``; a rule left with a ``${{ kit.env.* }}`` reference is reported as pending)."""
     decision = decide(composition.network, target.request(phase))
-    return RequestExplanation(tuple(k.reference for k in kit_set.kits), target, decision,
-                              pending_rules(composition))
+    return RequestExplanation(tuple(kits), target, decision, pending_rules(composition))
 
 
 # --- form: the effective sandbox -----------------------------------------------------------------
@@ -262,27 +270,84 @@ def _version(data: Mapping[str, Any]) -> str:
 
 def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool],
                     oauth: Mapping[str, bool] | None = None) -> SandboxExplanation:
-    """``bound`` maps each credential service to whether a secret is stored, ``oauth`` to
-    whether OAuth tokens are (never a value). Each credential shows the mode ``sbx run``
-    would bind it in (:func:`sbx.oauth.credential_mode`): ``bound (oauth)``, ``bound`` (the
-    API key), or ``not bound`` with the command that binds it."""
+    """The static description (no engine, for ``sbx kit inspect``). ``bound`` maps each
+    credential service to whether a secret is stored, ``oauth`` to whether OAuth tokens are
+    (never a value). Each credential shows the mode ``sbx run`` would bind it in
+    (:func:`sbx.oauth.credential_mode`): ``bound (oauth)``, ``bound`` (the API key), or ``not
+    bound`` with the command that binds it."""
     composition = static_composition(kit_set)
+    hardening = tuple(config_item(key, value, source, config)
+                      for key, value, source in config.provenance())
+    return _sandbox(kit_set, composition, hardening=hardening,
+                    credentials=tuple(_credential_item(c, bound, oauth or {})
+                                      for c in composition.credentials),
+                    later_skips=(), explain=explain_prefix(kit_set))
+
+
+def explain_plan(planned: WorkloadPlan, user: SandboxUser | None) -> SandboxExplanation:
+    """The sandbox ``sbx run`` would start for the plan: its effective composition, the
+    limits after the kits' ``resources@1``, the image and the user, the credentials as bound
+    (``user`` None: it needs the image's accounts, which only ``sbx run`` reads)."""
+    from sbx.core.pipeline import explain_command
+
+    config = planned.config
+    capabilities = planned.capabilities
+    limits = capabilities.limits
+    kit_limits = {"sandbox.memory_bytes": limits.memory_bytes,
+                  "sandbox.cpu_millis": limits.cpu_millis}
+    hardening: list[Item] = []
+    for key, value, source in config.provenance():
+        item = config_item(key, value, source, config)
+        if key in kit_limits and kit_limits[key] != value:
+            item = Item(key, str(kit_limits[key]), "a kit's resources@1 request",
+                        f"edit the kit's resources@1 request (bound: {item.value} from "
+                        f"{item.source})")
+        hardening.append(item)
+    image_source = "locked registry kit" if planned.kit_set.workload.local.image else (
+        "cached build" if not planned.image_built else "built now")
+    hardening.append(Item("image", planned.image_tag, image_source,
+                          "edit the kits' dockerfiles (rebuilt when their content changes)"))
+    if user is not None:
+        hardening.append(Item("user", f"{user.uid}:{user.gid}", user.source,
+                              "--user UID:GID, a workspace's owner, or [sandbox] user"))
+    else:
+        hardening.append(Item("user", "resolved by sbx run",
+                              f"image USER {planned.image.user}",
+                              "--user UID:GID, a workspace's owner, or [sandbox] user"))
+    hardening.append(Item("privileged", str(capabilities.privileged).lower(),
+                          "privileged@1 with --allow-privileged" if capabilities.privileged
+                          else "default", "a kit's privileged@1 and --allow-privileged"))
+    modes = dict(planned.egress.modes) if planned.egress is not None else {}
+    credentials = tuple(_credential_item(
+        c, {s: m == "apikey" for s, m in modes.items()},
+        {s: m == "oauth" for s, m in modes.items()}) for c in planned.composition.credentials)
+    return _sandbox(planned.kit_set, planned.composition, hardening=tuple(hardening),
+                    credentials=credentials,
+                    later_skips=(*capabilities.skipped,
+                                 *(planned.egress.skipped if planned.egress else ())),
+                    explain=explain_command(planned.loaded))
+
+
+def _sandbox(kit_set: KitSet, composition: Composition, *, hardening: tuple[Item, ...],
+             credentials: tuple[Item, ...], later_skips: Sequence[SelectionRecord],
+             explain: str) -> SandboxExplanation:
     kits = tuple(
         Item(k.reference, k.local.descriptor.kind, str(k.local.directory),
              "--kit MIXIN adds a mixin; the order comes from the kits' requirements",
              {"kind": k.local.descriptor.kind, "version": _version(k.local.descriptor.data),
               "descriptor": k.local.descriptor.file})
         for k in kit_set.kits)
+    dropped = {(r.kit, r.path) for r in later_skips}
     selected = tuple(Item(f"{r.kit} {r.path}", r.type, r.kit, "edit the kit's capabilities",
                           {"kit": r.kit, "path": r.path, "type": r.type})
-                     for k in kit_set.kits for r in k.selection.selected_records)
+                     for k in kit_set.kits for r in k.selection.selected_records
+                     if (r.kit, r.path) not in dropped)
     skipped = tuple(Item(f"{r.kit} {r.path}", r.type, r.kit,
                          "an optional capability this sbx does not provide is skipped; "
                          "it cannot be turned on here",
                          {"kit": r.kit, "path": r.path, "type": r.type, "reason": r.reason})
-                    for k in kit_set.kits for r in k.selection.skipped)
-    hardening = tuple(config_item(key, value, source, config)
-                      for key, value, source in config.provenance())
+                    for r in (*(r for k in kit_set.kits for r in k.selection.skipped),
+                              *later_skips))
     network: dict[str, tuple[Item, ...]] = {}
     for phase in PHASES:
         rules: tuple[Rule, ...] = ()
@@ -293,14 +358,12 @@ def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool
             Item(describe_rule(r), r.action, rule_where(r),
                  f"edit {rule_where(r)}, or do not compose {r.kit}", {"rule": rule_dict(r)})
             for r in rules)
-    credentials = tuple(_credential_item(c, bound, oauth or {})
-                        for c in composition.credentials)
     storage = tuple(
         Item(v.path, "tmpfs" if v.tmpfs else "volume", str(v.origins[0]) if v.origins else "-",
              "edit the kit's volume@1 capability", {"size": v.size})
         for v in composition.volumes)
     return SandboxExplanation(kits, selected, skipped, hardening, network, credentials, storage,
-                              pending_rules(composition), explain_prefix(kit_set))
+                              pending_rules(composition), explain)
 
 
 def _credential_item(credential: Any, bound: Mapping[str, bool],
@@ -446,7 +509,10 @@ def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
             listed = details.get("kits")
             kits = [str(k) for k in (listed if isinstance(listed, list) else [])
                     if k != workload]
-            if workload:
+            recorded = details.get("explain")
+            if isinstance(recorded, str) and recorded.startswith("sbx explain "):
+                prefix = recorded  # the run's own request: absolute paths, its --arg values
+            elif workload:
                 prefix = " ".join(["sbx explain", shlex.quote(workload),
                                    *(f"--kit {shlex.quote(k)}" for k in kits)])
         elif event.get("event_type") == audit.SANDBOX_UNAVAILABLE and isinstance(details,
@@ -487,5 +553,5 @@ def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
 
 __all__ = ["Item", "Refusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
            "Target", "config_item", "credential_services", "explain_prefix", "explain_request",
-           "explain_run", "explain_sandbox", "is_run_id", "load", "parse_target",
+           "explain_plan", "explain_run", "explain_sandbox", "is_run_id", "load", "parse_target",
            "pending_rules", "reason_of", "split_request", "static_composition"]

@@ -79,6 +79,7 @@ from sbx.core.firewall import (
     list_sbx_rules,
     remove_rule,
 )
+from sbx.core.runrecord import OWNER_LOCK, RUN_RECORD, RUNS_DIR
 from sbx.core.sources import NAMED_PREFIX, STAGING_ROOT, release_points, stale_staging
 from sbx.errors import SbxError
 from sbx.reasons import ExitStatus, Reason
@@ -87,8 +88,6 @@ if TYPE_CHECKING:
     from sbx.context import AppContext
     from sbx.driver import Driver, RawListing
 
-RUNS_DIR: Final = "runs"
-RUN_RECORD: Final = "run.json"
 LOCK_FILE: Final = "gc.lock"
 MAX_BATCHES: Final = 64
 # A run writes its run.json right after creating its directory; a record that cannot be read is
@@ -433,9 +432,6 @@ def _read_record(path: Path) -> RunRecord | None:
     return RunRecord(_int(data.get("pid")), _int(data.get("deadline")),
                      _int(data.get("proxy_pid")), isinstance(data.get("name"), str),
                      owner_alive(path.parent))
-
-
-OWNER_LOCK: Final = "owner.lock"
 
 
 def owner_alive(run_dir: Path) -> bool | None:

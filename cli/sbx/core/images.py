@@ -184,15 +184,41 @@ def resolve_user(driver: Driver, image: ImageInfo, *, fallback_uid: int, fallbac
     A named USER is resolved through the image's own /etc/passwd and /etc/group (read once per
     image id and cached), because a name can map to uid 0 and Docker would run it as root.
     """
+    user = _resolve(image, fallback_uid, fallback_source,
+                    lambda: _image_accounts(driver, image, cache_dir, helper_labels))
+    assert user is not None  # noqa: S101 - the reader always answers
+    return user
+
+
+def known_user(image: ImageInfo, *, fallback_uid: int, fallback_source: str,
+               cache_dir: Path) -> SandboxUser | None:
+    """:func:`resolve_user` without reading the image (no helper container): None when the
+    answer needs the image's accounts and an earlier run has not cached them yet."""
+    return _resolve(image, fallback_uid, fallback_source,
+                    lambda: _cached_accounts(image, cache_dir))
+
+
+Accounts = tuple[dict[str, tuple[int, int]], dict[str, int]]
+
+
+def _resolve(image: ImageInfo, fallback_uid: int, fallback_source: str,
+             accounts: Callable[[], Accounts | None]) -> SandboxUser | None:
     if fallback_uid <= 0:
         raise SbxError(Reason.ROOT_USER, "the configured sandbox user is uid 0")
     raw = image.user.strip()
     if raw in ("", "root", "0", "0:0", "root:root"):
         return SandboxUser(fallback_uid, fallback_uid, fallback_source)
     user_part, _, group_part = raw.partition(":")
-    passwd, groups = _image_accounts(driver, image, cache_dir, helper_labels)
-    uid, primary_gid = _lookup_user(user_part, passwd, image)
-    gid = _lookup_group(group_part, groups, image) if group_part else primary_gid
+    if user_part.isdigit() and group_part.isdigit():
+        # Both numeric: nothing to look up (the image's accounts cannot change the answer).
+        uid, gid = int(user_part), int(group_part)
+    else:
+        found = accounts()
+        if found is None:
+            return None
+        passwd, groups = found
+        uid, primary_gid = _lookup_user(user_part, passwd, image)
+        gid = _lookup_group(group_part, groups, image) if group_part else primary_gid
     if uid == 0:
         return SandboxUser(fallback_uid, fallback_uid, fallback_source)
     if gid == 0:
@@ -229,16 +255,23 @@ def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int
     return groups[name]
 
 
-def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
-                    helper_labels: Mapping[str, str],
-                    ) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
         return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
                 {k: int(v) for k, v in cached["group"].items()})
-    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
-        pass
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RecursionError):
+        return None  # a damaged entry is a miss
+
+
+def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
+                    helper_labels: Mapping[str, str]) -> Accounts:
+    cached = _cached_accounts(image, cache_dir)
+    if cached is not None:
+        return cached
+    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
     passwd_text = driver.read_image_file(image.id, "/etc/passwd", helper_labels) or b""
     group_text = driver.read_image_file(image.id, "/etc/group", helper_labels) or b""
     passwd: dict[str, tuple[int, int]] = {}
@@ -257,4 +290,4 @@ def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
 
 
 __all__ = ["KitImage", "SandboxUser", "base_images", "ensure_kit_image", "kit_tag",
-           "resolve_user"]
+           "known_user", "resolve_user"]

@@ -189,12 +189,9 @@ def _environment() -> dict[str, str]:
 
 
 def _container_id(run_dir: Path) -> str | None:
-    try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    cid = data.get("container_id") if isinstance(data, dict) else None
-    return cid if isinstance(cid, str) and cid else None
+    from sbx.core.runrecord import container_id
+
+    return container_id(run_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

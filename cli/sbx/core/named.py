@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx import labels as label_keys
 from sbx.context import AppContext
+from sbx.core import runrecord
 from sbx.core.sandboxes import SandboxRecord, SandboxStore, check_name
 from sbx.errors import MountBlocked, SbxError
 from sbx.reasons import Reason
@@ -247,7 +248,7 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     from sbx.core.firewall import BridgeGuard
     from sbx.core.keeper import restart_kept_proxy
 
-    run_dir = ctx.state_home / "runs" / record.run_id
+    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     port: tuple[int, ...] = ()
     gateway = None
     if record.request.get("proxy"):
@@ -395,7 +396,7 @@ def stop(ctx: AppContext, names: Sequence[str]) -> list[str]:
         record = _load(ctx, name)
         assert record.container_id is not None  # noqa: S101 - _load checks
         ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
-        stop_keeper(ctx.state_home / "runs" / record.run_id, record.run_id)
+        stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
         stopped.append(name)
     return stopped
 
@@ -420,7 +421,7 @@ def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
                                hint="`sbx ls` lists them.")
             run_id = record.run_id if record is not None else next(
                 (o.labels.get(label_keys.RUN, "") for o in objects), "")
-            run_dir = ctx.state_home / "runs" / run_id if run_id else None
+            run_dir = runrecord.run_dir(ctx.state_home, run_id) if run_id else None
             if run_dir is not None:
                 stop_keeper(run_dir, run_id)
             for obj in sorted(objects, key=lambda o: ("container", "volume", "network")

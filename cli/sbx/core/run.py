@@ -1,7 +1,11 @@
 """`sbx run`: check everything, build, run one hardened sandbox, and always clean up.
 
-Order (SPEC §2.1): config → kits (strict) → selection → mounts → engine → image → user → create
-→ start → stream → wait/timeout → remove. Nothing is created before every check passed; once
+Order (SPEC §2.1): the pipeline's first stage (config, kits: strict, args, selection,
+resolution) → the run's own arguments (access, session, workspace, mounts) → the pipeline's
+second stage (engine, image, effective kits, capabilities, credentials: sbx.core.pipeline, the
+planning `sbx explain` and `sbx doctor` report) → the host side (mount checks, user, HOME,
+command, spec) → create → start → stream → wait/timeout → remove. Nothing is created before
+every check passed; once
 something is created, the ``finally`` in :func:`_execute` removes it on every path (success,
 failure, timeout, Ctrl-C, engine error). What a hard kill leaves behind is ``sbx gc``'s job,
 found by the labels every object carries.
@@ -11,27 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import functools
-import json
 import math
 import os
-import shlex
 import shutil
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sbx import audit, state
+from sbx import audit
 from sbx import labels as label_keys
 from sbx.config import Config
 from sbx.context import AppContext
-from sbx.core.capabilities import SUPPORTED, CapabilityPlan, NamedVolume, plan_capabilities
+from sbx.core import pipeline, runrecord
+from sbx.core.capabilities import CapabilityPlan, NamedVolume
 from sbx.core.egress import (
     CA_BUNDLE,
     CA_FILE,
@@ -39,7 +41,6 @@ from sbx.core.egress import (
     EgressPlan,
     ProxyProcess,
     credential_env,
-    plan_egress,
     proxy_env,
     start_proxy,
     trust_bundle,
@@ -47,8 +48,8 @@ from sbx.core.egress import (
 from sbx.core.envflags import parse_env
 from sbx.core.identity import FALLBACK_HOME, WorkspaceOwner, choose_user, home_path
 from sbx.core.imagecache import record_use
-from sbx.core.images import SandboxUser, ensure_kit_image, resolve_user
-from sbx.core.kitset import KitSet, effective_composition, load_kit_set
+from sbx.core.images import SandboxUser, resolve_user
+from sbx.core.kitset import KitSet
 from sbx.core.lifecycle import (
     CREATE_STEP_CAP_DROP,
     KEEPALIVE,
@@ -60,6 +61,7 @@ from sbx.core.lifecycle import (
 )
 from sbx.core.mountedfiles import with_mounted_files
 from sbx.core.mountpoints import prepare_mountpoints
+from sbx.core.pipeline import WorkloadPlan, WorkloadRequest
 from sbx.core.sources import (
     SOCKET_SCAN_ENTRIES,
     SOCKET_SCAN_SECONDS,
@@ -73,21 +75,18 @@ from sbx.core.sources import (
     staging_available,
 )
 from sbx.core.workspace_trust import changes, git_pins, snapshot
-from sbx.driver import Driver, EngineInfo, ImageInfo
+from sbx.driver import Driver, ImageInfo
 from sbx.errors import MountBlocked, SbxError
 from sbx.hardening import (
-    DEFAULT_WORKSPACE,
     TMP_TARGET,
     BindMount,
     ContainerSpec,
-    Limits,
     build_create_step_spec,
     build_spec,
     deadline_check,
     hardening_violations,
     tmpfs_options,
 )
-from sbx.kits.args import final_environment
 from sbx.kits.compose import Composition
 from sbx.mounts import (
     SOCKET,
@@ -176,6 +175,7 @@ class RunPlan:
     host_mounts: HostMounts = field(default_factory=HostMounts)
     host_config_before: Mapping[str, tuple[int, int, int]] | None = None
     name: str | None = None  # a named sandbox: kept after the session (sbx.core.named)
+    explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
 
     @property
     def references(self) -> list[str]:
@@ -237,13 +237,8 @@ class RunResult:
 def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
     """Selection records; a capability selected by type but then not satisfiable (an optional
     resources@1 over its bound, an optional udp port) counts as skipped only."""
-    records = plan.kit_set.selection_records()
-    later = [r.as_dict() for r in (*plan.capabilities.skipped,
-                                   *(plan.egress.skipped if plan.egress else ()))]
-    dropped = {(r["kit"], r["path"]) for r in later}
-    return {"selected": [r for r in records["selected"]
-                         if (r["kit"], r["path"]) not in dropped],
-            "skipped": records["skipped"] + later}
+    return pipeline.selection(plan.kit_set, (
+        *plan.capabilities.skipped, *(plan.egress.skipped if plan.egress else ())))
 
 
 OutputSink = Callable[[str, bytes | memoryview], None]
@@ -287,62 +282,65 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
 # -- preparation: every check, nothing created ---------------------------------------------
 
 
+def workload_request(request: RunRequest) -> WorkloadRequest:
+    """The part of a run request that explain and doctor share (sbx.core.pipeline)."""
+    return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
+                           allow_privileged=request.allow_privileged,
+                           timeout_s=request.timeout_s, detach_keys=request.detach_keys)
+
+
 def prepare(ctx: AppContext, request: RunRequest, run_id: str,
             progress: ProgressFactory) -> RunPlan:
-    if os.name != "posix":
-        raise SbxError(Reason.UNSUPPORTED_PLATFORM, f"sbx runs on unix hosts, not {os.name}")
-    config = ctx.load_config()
-    if request.timeout_s is not None:
-        config = config.with_sandbox_override(
-            "timeout_ms", _timeout_ms(request.timeout_s), "flag --timeout")
-    # Kits: strict decode, args, selection and resolution, all before anything is built.
-    kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=ctx.cwd,
-                           cache_dir=ctx.state_home / "cache" / "descriptors",
-                           supported=SUPPORTED, lock_home=ctx.state_home)
+    # Config and kits (no engine): the pipeline's first stage, as for explain and doctor.
+    loaded = pipeline.load(ctx, workload_request(request))
+    config = loaded.config
+    kit_set = loaded.kit_set
     access = _access(request)
     # A named sandbox is made for agents: a TTY unless --no-tty, whatever this terminal is.
     tty = True if request.name is not None and request.tty is None else request.tty
     session_mode = decide_mode(interactive=request.interactive, tty=tty,
                                capture=request.capture_output, host=request.host)
-    detach_keys = _detach_keys(request, config)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
                                   extra_blocked=config.mounts.blocked.value,
                                   allowed_roots=config.mounts.allowed_roots.value)
     workspace_host = _workspace_source(ctx, policy, request, access)
     mount_requests = [parse_mount_flag(text) for text in request.mounts]
 
-    driver = ctx.driver
-    _check_engine(driver.info())
     timeout_s = _timeout_of(request, config)
     deadline = math.ceil(time.time() + timeout_s)
     references = [k.reference for k in kit_set.kits]
     labels = label_keys.object_labels(
         home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=references,
         role=label_keys.ROLE_HELPER)
-    image, image_tag, image_built = _kit_image(ctx, kit_set, progress, labels)
-    workspace_target = image.workdir or DEFAULT_WORKSPACE
+    # Engine, image, effective kits, capabilities, credentials: the pipeline's second stage.
+    planned = pipeline.plan(ctx, loaded, run_id=run_id, progress=progress,
+                            helper_labels=labels, resolve_secrets=True)
+    record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
+    workspace_target = planned.workspace_target
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
                                     trust=request.trust_workspace)
     try:
-        return _plan(ctx, request, run_id, config=config, kit_set=kit_set, access=access,
-                     session_mode=session_mode, detach_keys=detach_keys, image=image,
-                     image_tag=image_tag, image_built=image_built, labels=labels,
-                     deadline=deadline, workspace_target=workspace_target,
+        return _plan(ctx, request, run_id, planned=planned, access=access,
+                     session_mode=session_mode, labels=labels, deadline=deadline,
                      host_mounts=host_mounts)
     except BaseException:
         host_mounts.close()
         raise
 
 
-def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
-          kit_set: KitSet, access: str, session_mode: SessionMode, detach_keys: str,
-          image: ImageInfo, image_tag: str, image_built: bool, labels: Mapping[str, str],
-          deadline: int, workspace_target: str, host_mounts: HostMounts) -> RunPlan:
-    """The rest of the plan, once the host paths are open (closed by the caller on failure)."""
+def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: WorkloadPlan,
+          access: str, session_mode: SessionMode, labels: Mapping[str, str],
+          deadline: int, host_mounts: HostMounts) -> RunPlan:
+    """The host side of the plan, once the host paths are open (closed by the caller on
+    failure): the user, HOME, the command, the environment, the container spec."""
     driver = ctx.driver
+    config = planned.config
+    kit_set = planned.kit_set
+    image = planned.image
+    workspace_target = planned.workspace_target
     timeout_s = _timeout_of(request, config)
     named = request.name
     if named is not None:
@@ -360,17 +358,10 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
             driver, image, fallback_uid=config.sandbox.user.value,
             fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
             cache_dir=users_cache, helper_labels=labels))
-    exports = kit_set.env_exports
-    container_env = final_environment(
-        dict(_env_pairs(image.env)), exports,
-        {"SBX_WORKSPACE": workspace_target, "SBX_RUN_ID": run_id})
-    composition, _effective = effective_composition(
-        kit_set, container_env, SUPPORTED, cache_dir=ctx.state_home / "cache" / "effective")
-    capabilities = plan_capabilities(
-        composition, limits=Limits.from_sandbox(config.sandbox),
-        allow_privileged=request.allow_privileged, workspace_target=workspace_target,
-        volume_sizes_enforced=staging_available(),
-        kits={k.reference: k.local for k in kit_set.kits})
+    exports = planned.exports
+    container_env = planned.container_env
+    composition = planned.composition
+    capabilities = planned.capabilities
     home = home_path(
         taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
                *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
@@ -379,7 +370,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
         capabilities = dataclasses.replace(capabilities, volumes=(
             *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
                                                if staging_available() else None)))
-    egress = _plan_egress(ctx, composition, capabilities)
+    egress = planned.egress
     if egress is not None and "oauth" in egress.modes.values():
         from sbx.core.credfiles import credential_file_plan, with_credential_files
 
@@ -444,15 +435,16 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, config: Config,
     warnings = (*user_warnings, *host_mounts.notes, *capabilities.notes)
     before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
     return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
-                   capabilities=capabilities, image=image, image_tag=image_tag,
-                   image_built=image_built, user=user, spec=spec,
+                   capabilities=capabilities, image=image, image_tag=planned.image_tag,
+                   image_built=planned.image_built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
                    workspace_host=workspace_host, access=access, labels=labels,
                    container_env=container_env, run_image_tag=run_image_tag,
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
-                   detach_keys=detach_keys, host_mounts=host_mounts, host_config_before=before,
-                   name=named)
+                   detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
+                   host_config_before=before, name=named,
+                   explain_command=pipeline.explain_command(planned.loaded))
 
 
 NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
@@ -465,60 +457,6 @@ def _timeout_of(request: RunRequest, config: Config) -> float:
     if request.name is not None and request.timeout_s is None:
         return NO_DEADLINE_S
     return float(config.sandbox.timeout_ms.value / 1000)
-
-
-def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
-               labels: Mapping[str, str]) -> tuple[ImageInfo, str, bool]:
-    """(image, tag, built) of the workload, with the mixins' layers assembled onto it."""
-    driver = ctx.driver
-    workload = kit_set.workload
-    locks = ctx.state_home / "locks"
-    workload_image = ensure_kit_image(driver, workload.local, progress,
-                                      workload.expanded.build_args, lock_dir=locks)
-    mixin_images = [
-        (kit.reference, ensure_kit_image(driver, kit.local, progress,
-                                         kit.expanded.build_args, lock_dir=locks).image
-         if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
-        for kit in kit_set.mixins
-    ]
-    used = [workload_image.image, *(image for _, image in mixin_images if image is not None)]
-    if not mixin_images:
-        record_use(driver, ctx.home_hash, used)
-        return workload_image.image, workload_image.tag, workload_image.built
-    from sbx.core.assemble import assemble  # only compositions pay for the assembler
-
-    assembled = assemble(driver, workload_image, mixin_images, progress,
-                         workload_ref=workload.reference,
-                         cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels,
-                         lock_dir=locks)
-    record_use(driver, ctx.home_hash, [*used, assembled.image])
-    return assembled.image, assembled.tag, workload_image.built or assembled.built
-
-
-def _plan_egress(ctx: AppContext, composition: Composition,
-                 capabilities: CapabilityPlan) -> EgressPlan | None:
-    if composition.network is None:
-        return None
-    from sbx.secrets import SecretStore, resolve_for_run
-
-    # Keyring, host-variable and host-command secrets are resolved here, once, before anything
-    # starts; they reach the proxy over its owner pipe only (never disk, output or audit).
-    secrets = resolve_for_run(SecretStore(ctx.state_home), composition.credentials, ctx.env)
-    from sbx.oauth import OAuthStore
-
-    tokens = OAuthStore(ctx.state_home)
-    oauth = {c.service: tokens.has(c.service) for c in composition.credentials
-             if "oauth" in c.config}
-    return plan_egress(composition, has_install_hooks=bool(capabilities.lifecycle.install),
-                       secret_available=secrets.available, provided=secrets.provided,
-                       oauth_available=oauth)
-
-
-def _env_pairs(env: Sequence[str]) -> Iterator[tuple[str, str]]:
-    for item in env:
-        key, sep, value = item.partition("=")
-        if sep and key:
-            yield key, value
 
 
 def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan,
@@ -569,20 +507,6 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
     return mounts
 
 
-def _detach_keys(request: RunRequest, config: Config) -> str:
-    """``--detach-keys`` beats ``[sandbox] detach_keys``; refused when it does not parse."""
-    if request.detach_keys is not None:
-        text, source = request.detach_keys, "--detach-keys"
-    else:
-        setting = config.sandbox.detach_keys
-        text, source = setting.value, f"[sandbox] detach_keys ({setting.source})"
-    try:
-        parse_detach_keys(text)
-    except ValueError as error:
-        raise SbxError(Reason.INVALID_ARGUMENT, f"{source}: {error}") from None
-    return text
-
-
 def _credential_names(composition: Composition) -> set[str]:
     """The variables kits' credential@1 entries hold a sentinel in."""
     names: set[str] = set()
@@ -592,13 +516,6 @@ def _credential_names(composition: Composition) -> set[str]:
         if isinstance(name, str) and name:
             names.add(name)
     return names
-
-
-def _timeout_ms(seconds: float) -> int:
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise SbxError(Reason.INVALID_ARGUMENT, f"--timeout must be a positive number of "
-                       f"seconds, not {seconds}")
-    return max(1, math.ceil(seconds * 1000))
 
 
 def _access(request: RunRequest) -> str:
@@ -653,20 +570,6 @@ def _refuse_duplicate_targets(binds: Sequence[CheckedMount]) -> None:
                            f"two mounts target {bind.target} (rule duplicate_target)",
                            details={"rule": "duplicate_target", "path": bind.target})
         seen.add(bind.target)
-
-
-def _check_engine(info: EngineInfo) -> None:
-    if info.os and info.os != "linux":
-        raise SbxError(Reason.UNSUPPORTED_PLATFORM,
-                       f"the engine runs {info.os} containers; sbx needs a Linux engine")
-    # Rootless engines apply limits only on cgroup v2 with delegation; on v1 they silently
-    # ignore them, which would make every limit a lie (PEERS A.4).
-    if info.rootless and info.cgroup_version == "1":
-        raise SbxError(
-            Reason.RESOURCE_LIMITS_UNENFORCED,
-            "the engine is rootless on cgroup v1: memory, pids and cpu limits would not be "
-            "enforced", hint="Use a rootful engine or cgroup v2 with delegation.",
-            details={"limits": ["memory", "pids", "cpu"]})
 
 
 # -- execution: create, stream, wait, always remove -----------------------------------------
@@ -787,7 +690,8 @@ def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
         "image": plan.image_tag, "user": plan.spec.user,
         "workspace_access": plan.access, "privileged": plan.spec.privileged,
         "skipped": skipped, "session": plan.mode.as_dict(),
-        "credentials": dict(plan.egress.modes) if plan.egress is not None else {}})
+        "credentials": dict(plan.egress.modes) if plan.egress is not None else {},
+        "explain": plan.explain_command})  # `sbx explain --last` reproduces the request
     for record in skipped:
         _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
 
@@ -951,7 +855,7 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cr
     with deferred_interrupts():
         container_id = driver.create(_final_spec(ctx, plan, boundary, created))
         created.container = container_id
-    _update_run_dir(run_dir, container_id)
+    runrecord.update(run_dir, container_id=container_id)
     # Attached before the start, so the stream holds every byte from the first.
     with deferred_interrupts():
         stream = driver.attach(container_id, stdin=plan.mode.stdin,
@@ -1097,7 +1001,7 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         credentials=specs, listen_host=gateway, listen_port=0,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
-        explain_command=_explain_prefix(plan), phase_file=run_dir / "proxy.phase",
+        explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
         peer_network=_sandbox_network(bridge, gateway))
     token = new_token()
     proxy: ProxyProcess | KeptProxy
@@ -1110,7 +1014,7 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     else:
         proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
                             secrets=plan.egress.provided)
-    _update_run_dir(run_dir, None, proxy_pid=proxy.pid)
+    runrecord.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
     return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
 
 
@@ -1128,12 +1032,6 @@ def _sandbox_network(bridge: str, gateway: str) -> str:
                        f" (gateway {gateway}); the egress proxy would not know its only client",
                        hint="sbx's egress needs a Linux host with the engine's bridge networks.")
     return network
-
-
-def _explain_prefix(plan: RunPlan) -> str:
-    kits = " ".join(f"--kit {shlex.quote(k.reference)}" for k in plan.kit_set.mixins)
-    return " ".join(filter(None, ["sbx explain", shlex.quote(plan.kit_set.workload.reference),
-                                  kits]))
 
 
 def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
@@ -1253,35 +1151,13 @@ def _release_owner(run_id: str) -> None:
 
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
-    run_dir = ctx.state_home / "runs" / plan.run_id
-    # A full or read-only state home refuses the run here, before anything is created.
-    with state.writing(run_dir, "write the run record in", home=ctx.state_home):
-        run_dir.mkdir(parents=True, mode=0o700)
-        # Held for as long as this process lives: gc tells an orphaned one-shot run by the
-        # lock being free (a pid can be reused, a lock cannot).
-        lock_fd = os.open(run_dir / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
+        run_id=plan.run_id, deadline=plan.deadline, workload=plan.kit_set.workload.reference,
+        kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
+        volumes=plan.volume_names, name=plan.name), owner_lock=True)
+    if lock_fd is not None:
         _OWNER_LOCKS[plan.run_id] = lock_fd
-        (run_dir / "run.json").write_text(json.dumps({
-            "run_id": plan.run_id, "pid": os.getpid(), "deadline": plan.deadline,
-            "workload": plan.kit_set.workload.reference, "kits": plan.references,
-            "image": plan.image_tag, "run_image": plan.run_image_tag,
-            "volumes": list(plan.volume_names), "container_id": None,
-            "name": plan.name,  # a named sandbox's: gc leaves it to `sbx rm`
-        }), encoding="utf-8")
-    return run_dir
-
-
-def _update_run_dir(run_dir: Path, container_id: str | None, *,
-                    proxy_pid: int | None = None) -> None:
-    path = run_dir / "run.json"
-    with state.writing(path, "update the run record", home=run_dir.parent.parent):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if container_id is not None:
-            data["container_id"] = container_id
-        if proxy_pid is not None:
-            data["proxy_pid"] = proxy_pid  # gc stops an orphaned proxy by this pid + its argv
-        path.write_text(json.dumps(data), encoding="utf-8")
+    return path
 
 
 def _elapsed(started: float) -> float:

@@ -36,13 +36,13 @@ __sbx_node() {
             __sbx_nargs=2
             ;;
         'sbx explain')
-            __sbx_options='-k --kit --arg --phase --last --list --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --phase --last --list --json -h --help'
             __sbx_value_options='-k --kit --arg --phase'
             __sbx_nargs=2
             __sbx_variadic=1
             ;;
         'sbx doctor')
-            __sbx_options='-k --kit --arg --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --json -h --help'
             __sbx_value_options='-k --kit --arg'
             __sbx_nargs=1
             ;;

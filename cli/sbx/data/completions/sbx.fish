@@ -146,6 +146,7 @@ complete -c sbx -n '__sbx_arg "sbx run" 1' -a '(__fish_complete_directories (com
 # sbx explain
 complete -c sbx -n '__sbx_in "sbx explain"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit composed on the workload, as for `sbx run` (repeatable)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l arg -x -d 'A value for a kit arg, as for `sbx run` (repeatable)'
+complete -c sbx -n '__sbx_in "sbx explain"' -l allow-privileged -d 'Plan as `sbx run --allow-privileged` would (consent to privileged@1)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l phase -x -a 'install runtime' -d 'The phase whose network rules judge the request'
 complete -c sbx -n '__sbx_in "sbx explain"' -l last -d 'Show the refusals recorded for the last run'
 complete -c sbx -n '__sbx_in "sbx explain"' -l list -d 'List every reason code'
@@ -192,6 +193,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Cr
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
 complete -c sbx -n '__sbx_in "sbx doctor"' -l arg -x -d 'A kit arg value, as for sbx run'
+complete -c sbx -n '__sbx_in "sbx doctor"' -l allow-privileged -d 'Plan as `sbx run --allow-privileged` would (consent to privileged@1)'
 complete -c sbx -n '__sbx_in "sbx doctor"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx doctor"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx doctor" 0' -a '(__fish_complete_directories (commandline -ct))'
