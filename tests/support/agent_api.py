@@ -205,7 +205,11 @@ class AnthropicAPI(StandIn):
 
     def _blocks(self, body: Any) -> list[dict[str, Any]]:
         messages = body.get("messages") if isinstance(body, dict) else None
-        last = messages[-1] if isinstance(messages, list) and messages else {}
+        # The turn being answered is the last user message: recent Claude Code versions put a
+        # `system` message (the environment notes) after it.
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] \
+            if isinstance(messages, list) else []
+        last = users[-1] if users else {}
         if self.results_in({"messages": [last]}):
             return [{"type": "text", "text": self.script.done}]
         asked = " ".join(_texts(last.get("content") if isinstance(last, dict) else ""))

@@ -295,6 +295,35 @@ def expand(descriptor_data: Mapping[str, Any] | Descriptor, *, supplied: Mapping
                        env_exports=env_exports)
 
 
+def expand_build_phase(descriptor_data: Mapping[str, Any] | Descriptor, *, file: str,
+                       text: str | None = None) -> ExpandedKit:
+    """The published form of a kit's build-phase args (KIT-SPEC-V3 §6): every
+    ``${{ kit.args.X }}`` of a ``buildArg`` arg replaced by its default, and those declarations
+    dropped (the image is built with them; a published kit cannot be rebuilt). References to
+    create-phase args stay for the runtime that consumes the kit. :class:`KitError` lists the
+    problems (e.g. a required build-phase arg: a published kit has no way to ask for it)."""
+    source = descriptor_data.data if isinstance(descriptor_data, Descriptor) else descriptor_data
+    data = to_plain(source)
+    if not isinstance(data, dict):
+        data = {}
+    decls = declarations(data)
+    build = {name: decl for name, decl in decls.items() if decl.phase == "build"}
+    values, problems = resolve_args(build, {})
+    expanded = _BuildExpander(decls, values, problems, _Growth(problems)).node(data, ())
+    if problems:
+        _raise(problems, file, text)
+    args = expanded.get("args")
+    if isinstance(args, dict):
+        kept = {name: decl for name, decl in args.items() if name not in build}
+        if kept:
+            expanded["args"] = kept
+        else:
+            del expanded["args"]
+    build_args = {d.build_arg: values[d.name] for d in build.values()
+                  if d.build_arg and d.name in values}
+    return ExpandedKit(data=expanded, values=values, build_args=build_args)
+
+
 def validate_effective(data: Mapping[str, Any], file: str, *, text: str | None = None,
                        authored: bool = True) -> Descriptor:
     """Strict validation of an expanded descriptor: schema and rules with no leniency left.
@@ -407,6 +436,16 @@ class _Expander:
         if finding not in self.problems:
             self.problems.append(finding)
         return None
+
+
+class _BuildExpander(_Expander):
+    """Expands build-phase references only; create-phase ones are left as they are."""
+
+    def resolve(self, name: str, parts: Parts, *, on_key: bool = False) -> str | None:
+        decl = self.decls.get(name)
+        if decl is not None and decl.phase == "create":
+            return None
+        return super().resolve(name, parts, on_key=on_key)
 
 
 def _keeps_text(ctype: str | None, rel: tuple[str | int, ...] | None) -> bool:
@@ -524,7 +563,7 @@ __all__ = [
     "ARG_NAME", "ARG_OPENER", "ARG_REF", "ENV_OPENER", "ENV_REF", "KIT_OPENER", "MAX_EXPANSION",
     "ArgDecl", "ExpandedKit",
     "check_value", "contains_arg_ref", "contains_env_ref", "contains_placeholder",
-    "declarations", "expand", "final_environment", "malformed_placeholders",
+    "declarations", "expand", "expand_build_phase", "final_environment", "malformed_placeholders",
     "parse_arg_assignment", "parse_arg_assignments", "referenced_args", "resolve_args",
     "typed_scalar", "validate_effective", "whole_arg_ref",
 ]
