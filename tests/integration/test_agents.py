@@ -68,6 +68,7 @@ class Agent:
     allow_tools: tuple[str, ...]  # the agent's own flags that let a one-shot run the tool
     approval: str | None  # what the TUI asks before running a shell command (None: no prompt)
     banner: str  # the first screen's title; {version} is the pinned version
+    ready: str  # the empty input box (Claude Code's prompt mark is U+276F): the TUI takes keys
 
     @property
     def directory(self) -> Path:
@@ -99,13 +100,13 @@ class Agent:
 
 CLAUDE = Agent("claude-code", "claude", "anthropic", "ANTHROPIC_API_KEY", AnthropicAPI,
                "x-api-key", "{}", ("claude", "-p"), ("--allowedTools", "Bash(curl:*)"),
-               r"Do you want to proceed\?", r"Claude Code v{version}")
+               r"Do you want to proceed\?", r"Claude Code v{version}", "^\u276f\\s*$")
 CODEX = Agent("codex", "codex", "openai", "OPENAI_API_KEY", OpenAIAPI, "authorization",
               "Bearer {}", ("codex", "exec", "--skip-git-repo-check"), (), None,
-              r"OpenAI Codex \(v{version}\)")
+              r"OpenAI Codex \(v{version}\)", r"\? for shortcuts")
 GEMINI = Agent("gemini-cli", "gemini", "gemini", "GEMINI_API_KEY", GeminiAPI, "x-goog-api-key",
                "{}", ("gemini", "-p"), ("--approval-mode", "yolo"), r"Allow execution of",
-               r"Gemini CLI v{version}")
+               r"Gemini CLI v{version}", r"Type your message")
 ALL = [pytest.param(a, id=a.kit) for a in (CLAUDE, CODEX, GEMINI)]
 
 
@@ -318,7 +319,8 @@ def test_tui_starts_answers_with_the_real_key_and_a_refused_tool_call_is_explain
               "--timeout 600; rc=$?; printf '\\n\\033[2Krun:RC=%s\\n' \"$rc\"")
     # The agent's own first screen, then its input box.
     pane.wait(agent.banner.format(version=re.escape(agent.version)), timeout=SCREEN_S)
-    pane.wait(r"\? for shortcuts", timeout=SCREEN_S)
+    pane.wait(agent.ready, timeout=SCREEN_S)
+    assert "could not be parsed" not in pane.screen()  # the stand-in answered as the API does
     _say(pane, "Say hello.")
     pane.wait(re.escape(SCRIPT.reply), timeout=SCREEN_S)
     first = api.recorded()[0]

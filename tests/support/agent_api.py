@@ -160,6 +160,11 @@ class AnthropicAPI(StandIn):
                 {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet",
                  "created_at": "2025-01-01T00:00:00Z"}], "has_more": False,
                 "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5"}).encode())
+        if path.startswith("/api/claude_code/"):
+            # Managed settings and policy limits: none for an API-key account. An empty JSON
+            # object here makes Claude Code warn that the answer could not be parsed.
+            return Reply(404, JSON, json.dumps({"type": "error", "error": {
+                "type": "not_found_error", "message": "Not found"}}).encode())
         if seen.method != "POST" or path != "/v1/messages":
             return Reply(200, JSON, b"{}")
         body = _json_body(seen)
