@@ -283,11 +283,20 @@ def agent_pane(tmp_path: Path, state_home: Path, internet: Internet) -> Iterator
                      timeout=60, what=lambda: f"sbx (pid {pid}) did not exit")
 
 
-def _say(pane: Pane, text: str) -> None:
-    """Type ``text`` into the agent's input box, wait until it shows, then press Enter."""
+def _say(pane: Pane, agent: Agent, api: StandIn, text: str) -> None:
+    """Type ``text`` into the agent's empty input box and submit it. Enter is pressed once the
+    text shows, and again (at most 5 times, 10 s apart) until the stand-in got the turn: an
+    Enter that arrives while the TUI is still busy with the last turn can be dropped."""
+    wait_for(lambda: re.search(agent.ready, _visible(pane), re.MULTILINE),
+             timeout=SCREEN_S, what=lambda: f"the input box never came back:\n{_visible(pane)}")
+    before = len(api.model_requests())
     pane.tmux("send-keys", "-t", pane.name, "-l", text)
     pane.wait(re.escape(text), timeout=SCREEN_S)
-    pane.keys("Enter")
+    for _ in range(5):
+        pane.keys("Enter")
+        if poll(lambda: True if len(api.model_requests()) > before else None, 10.0):
+            return
+    pytest.fail(f"{text!r} never reached the model:\n{_visible(pane)}")
 
 
 def _approve(pane: Pane, question: str) -> None:
@@ -319,15 +328,14 @@ def test_tui_starts_answers_with_the_real_key_and_a_refused_tool_call_is_explain
               "--timeout 600; rc=$?; printf '\\n\\033[2Krun:RC=%s\\n' \"$rc\"")
     # The agent's own first screen, then its input box.
     pane.wait(agent.banner.format(version=re.escape(agent.version)), timeout=SCREEN_S)
-    pane.wait(agent.ready, timeout=SCREEN_S)
     assert "could not be parsed" not in pane.screen()  # the stand-in answered as the API does
-    _say(pane, "Say hello.")
+    _say(pane, agent, api, "Say hello.")
     pane.wait(re.escape(SCRIPT.reply), timeout=SCREEN_S)
     first = api.recorded()[0]
     assert first.header(agent.key_header) == agent.key_format.format(agent.secret)
     assert api.model_requests(), "no model turn reached the stand-in"
 
-    _say(pane, f"Please run {SCRIPT.probe_word}.")
+    _say(pane, agent, api, f"Please run {SCRIPT.probe_word}.")
     if agent.approval is not None:
         _approve(pane, agent.approval)
     pane.wait(re.escape(SCRIPT.done), timeout=SCREEN_S)
