@@ -252,3 +252,50 @@ def test_inlining_refuses_a_context_file_outside_the_kit(tmp_path: Path) -> None
                               "config": {"contentFile": "../secret.md"}}]}
     with pytest.raises(SbxError, match="not a file inside the kit directory"):
         _inline_context_files(data, tmp_path / "kit")
+
+
+# -- scripts/stage_agents.py, offline (the cache already holds the tarballs) -----------------
+
+
+def _cached_kit(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A kit pinning tool@2.0.0 and a cache holding that tarball as fetch() leaves it."""
+    kit = tmp_path / "kits" / "tool"
+    kit.mkdir(parents=True)
+    (kit / "tool.yaml").write_text(
+        '# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkind: workload\n'
+        'args:\n  version: {default: "2.0.0", buildArg: V}\n', encoding="utf-8")
+    (kit / "packages.list").write_text("tool-{arch}@{version}\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    name = stage_agents.pack_name(f"tool-{stage_agents.npm_arch()}@2.0.0")
+    tarball = _tarball(cache / name, {"index.js": b"2"})
+    (cache / (name + ".sha512")).write_text(stage_agents.sha512(tarball) + "\n",
+                                            encoding="ascii")
+    return kit, cache, name
+
+
+def test_stage_kit_links_the_pinned_tarball_once_and_drops_stale_ones(tmp_path: Path) -> None:
+    kit, cache, name = _cached_kit(tmp_path)
+    (kit / "packages").mkdir()
+    (kit / "packages" / "tool-x64-1.0.0.tgz").write_bytes(b"an old pin")
+    assert stage_agents.stage_kit(kit, cache, check=False) is True
+    staged = kit / "packages" / name
+    assert staged.read_bytes() == (cache / name).read_bytes()
+    assert not (kit / "packages" / "tool-x64-1.0.0.tgz").exists()
+    sums = (kit / "packages" / "SHA512SUMS").read_text(encoding="ascii")
+    assert sums == f"{stage_agents.sha512(staged)}  {name}\n"
+    mtime = staged.stat().st_mtime_ns
+    # A second run finds everything in place: nothing changes (the build cache key stays).
+    assert stage_agents.stage_kit(kit, cache, check=False) is False
+    assert staged.stat().st_mtime_ns == mtime
+    assert stage_agents.stage_kit(kit, cache, check=True) is False
+
+
+def test_stage_check_fails_on_a_missing_or_changed_tarball(tmp_path: Path) -> None:
+    kit, cache, name = _cached_kit(tmp_path)
+    with pytest.raises(stage_agents.StageError, match="is not staged"):
+        stage_agents.stage_kit(kit, cache, check=True)
+    stage_agents.stage_kit(kit, cache, check=False)
+    (kit / "packages" / name).write_bytes(b"tampered")
+    with pytest.raises(stage_agents.StageError, match="does not match"):
+        stage_agents.stage_kit(kit, cache, check=True)
