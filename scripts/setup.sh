@@ -23,6 +23,9 @@ command -v man >/dev/null 2>&1 || need_pkgs+=(man-db)
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
 command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+# The agent kits' releases (examples/agents) are npm packages, packed on the host with npm (the
+# host reaches the npm registry; containers and kit builds do not).
+command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
 # A real OCI registry for the `sbx pull` / `sbx kit push` tests (started per test on loopback).
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
   || need_pkgs+=(docker-registry)
@@ -80,3 +83,9 @@ fi
 .venv/bin/python scripts/wheelhouse.py .venv/sbx-wheelhouse
 
 bash scripts/build-images.sh
+
+# Stage the agent kits' pinned npm packages for `--arg source=staged` builds (the agent tests
+# build them that way). Downloads are cached outside the repository ($SBX_AGENT_CACHE, else
+# ~/.cache/sbx/agents), so a second run only checks what is there.
+log "staging the agent kits' npm packages"
+.venv/bin/python scripts/stage_agents.py

@@ -160,6 +160,11 @@ class AnthropicAPI(StandIn):
                 {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet",
                  "created_at": "2025-01-01T00:00:00Z"}], "has_more": False,
                 "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5"}).encode())
+        if path.startswith("/api/claude_code/"):
+            # Managed settings and policy limits: none for an API-key account. An empty JSON
+            # object here makes Claude Code warn that the answer could not be parsed.
+            return Reply(404, JSON, json.dumps({"type": "error", "error": {
+                "type": "not_found_error", "message": "Not found"}}).encode())
         if seen.method != "POST" or path != "/v1/messages":
             return Reply(200, JSON, b"{}")
         body = _json_body(seen)
@@ -205,7 +210,11 @@ class AnthropicAPI(StandIn):
 
     def _blocks(self, body: Any) -> list[dict[str, Any]]:
         messages = body.get("messages") if isinstance(body, dict) else None
-        last = messages[-1] if isinstance(messages, list) and messages else {}
+        # The turn being answered is the last user message: recent Claude Code versions put a
+        # `system` message (the environment notes) after it.
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] \
+            if isinstance(messages, list) else []
+        last = users[-1] if users else {}
         if self.results_in({"messages": [last]}):
             return [{"type": "text", "text": self.script.done}]
         asked = " ".join(_texts(last.get("content") if isinstance(last, dict) else ""))

@@ -62,7 +62,7 @@ for spec in $specs; do
   file=$(pack_name "$name" "$version")
   if [ -n "$from" ]; then
     sum=$(awk -v f="$file" '$2 == f || $2 == "*" f {print $1}' "$from/SHA512SUMS")
-    [ -n "$sum" ] || { echo "npm-fetch: $file is not staged in $from (scripts/stage-agents.sh)" >&2; exit 1; }
+    [ -n "$sum" ] || { echo "npm-fetch: $file is not staged in $from (scripts/stage_agents.py)" >&2; exit 1; }
     cp "$from/$file" "$work/pkg.tgz"
   else
     escaped=$(printf '%s' "$name" | sed 's#/#%2f#')
