@@ -118,7 +118,11 @@ CASES: tuple[Case, ...] = (
     Case("invalid-config-detach-keys", Reason.INVALID_CONFIG,
          config='[sandbox]\ndetach_keys = "not keys"\n'),
     # -- kits: decode, args, selection, resolution (stage 1)
+    # Written as a name: neither a kit directory nor a pulled kit (never a registry fetch).
     Case("kit-not-found", Reason.IMAGE_MISSING,
+         workload=lambda _root, _kit: "no-such-kit-anywhere"),
+    # Written as a path: a kit directory that does not exist.
+    Case("kit-path-missing", Reason.INVALID_ARGUMENT,
          workload=lambda root, _kit: str(root / "no-such-kit")),
     Case("kit-path-unusable", Reason.INVALID_ARGUMENT,
          workload=lambda root, _kit: str(root / ("x" * 300))),
