@@ -71,6 +71,7 @@ for key in sys.argv[2:]: value = value[key]
 print(value)' "$@"; }
 echo "file=$(base64 -w0 "$cf")"
 echo "mode=${SBX_CRED_ANTHROPIC_MODE:-unset}"
+echo "file_stat=$(stat -c '%a %u' "$cf") $(stat -c '%a %u' "$(dirname "$cf")") $(id -u)"
 refresh=$(field "$cf" claudeAiOauth refreshToken)
 curl -sS -m 30 -X POST -H 'Content-Type: application/json' \
   -d "{\"grant_type\": \"refresh_token\", \"refresh_token\": \"$refresh\"}" \
@@ -153,6 +154,9 @@ def test_refresh_and_api_call_from_the_sandbox_never_show_a_real_token(
         "accessToken": ACCESS_SENTINEL, "refreshToken": REFRESH_SENTINEL,
         "expiresAt": 1_900_000_000_000, "scopes": ["user:inference"]}}
     assert values["mode"] == "oauth"
+    # the sandbox user's own: the file 0600, its directory 0700
+    file_mode, file_uid, dir_mode, dir_uid, uid = values["file_stat"].split()
+    assert (file_mode, dir_mode) == ("600", "700") and file_uid == dir_uid == uid
 
     # the refresh: sentinels back; the provider saw the real refresh token and rotated
     assert values["refresh_code"] == "200"

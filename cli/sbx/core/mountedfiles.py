@@ -39,7 +39,8 @@ def with_mounted_files(capabilities: CapabilityPlan, roots: Sequence[str]) -> Ca
         return capabilities
     kept = [kit_file for kit_file in files if not under(kit_file.path, roots)]
     staged: list[KitFile] = []
-    lines = ["set -eu"]
+    # New directories are the sandbox user's alone (a credential file's ~/.claude, say).
+    lines = ["set -eu", "umask 077"]
     for number, kit_file in enumerate(moved):
         source = f"{STAGED_DIR}/{number}"
         staged.append(dataclasses.replace(kit_file, path=source, mode=0o644,

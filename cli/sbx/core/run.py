@@ -372,10 +372,12 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                                                if staging_available() else None)))
     egress = planned.egress
     if egress is not None and "oauth" in egress.modes.values():
-        from sbx.core.credfiles import credential_file_plan, with_credential_files
+        from sbx.core.credfiles import credential_files
 
-        capabilities = with_credential_files(capabilities, *credential_file_plan(
-            composition, egress.modes, ctx.state_home))
+        lifecycle = capabilities.lifecycle
+        capabilities = dataclasses.replace(capabilities, lifecycle=dataclasses.replace(
+            lifecycle, files=(*lifecycle.files, *credential_files(
+                composition, egress.modes, ctx.state_home, home=home))))
     # Kit files on mounts made at start (/tmp, HOME, tmpfs volumes, a private workspace)
     # would be hidden by those mounts: they are copied in by a startup step instead.
     capabilities = with_mounted_files(capabilities, [
