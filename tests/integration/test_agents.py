@@ -234,7 +234,8 @@ def _explained(env: dict[str, str], agent: Agent) -> None:
                           timeout=60, check=False, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert "egress_denied: CONNECT example.org:443 (runtime phase)" in done.stdout, done.stdout
-    assert f"sbx explain {agent.directory} example.org:443" in done.stdout
+    # The command reproduces the run: the kit's absolute path and the args it ran with.
+    assert f"sbx explain {agent.directory} --arg source=staged example.org:443" in done.stdout
 
 
 # -- the TUI in a real terminal ----------------------------------------------------------------
