@@ -43,8 +43,8 @@ from typing import Any, Final
 
 import docker
 
-from sbx import labels as label_keys
-from sbx.paths import home_hash
+from sbx.base import labels as label_keys
+from sbx.base.paths import home_hash
 
 IMAGE: Final = "sbx-test/busybox:1"
 MAX_SIZE: Final = 1000

@@ -5,7 +5,8 @@ Usage::
     .venv/bin/python bench/proxy.py [--mib 200] [--requests 200] [--rounds 3] [--json]
 
 Everything runs on 127.0.0.1: the test origin (``tests/support/origin.py``: HTTPS with a test CA,
-threads in this process) and the proxy as ``sbx run`` starts it (``python -m sbx.egress.proxy``,
+threads in this process) and the proxy as ``sbx run`` starts it (``python -m
+sbx.domain.egress.proxy``,
 its own process). The client is ``curl`` (C, so the client adds the same small cost to both
 sides). Side by side in one run:
 
@@ -41,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "cli"))
 
-from sbx.egress.proxyconfig import ProxyConfig  # noqa: E402
-from sbx.kits.compose import Network, NetworkPhase, Rule  # noqa: E402
+from sbx.domain.egress.proxyconfig import ProxyConfig  # noqa: E402
+from sbx.domain.kits.compose import Network, NetworkPhase, Rule  # noqa: E402
 from support.origin import Origin, ProxyProcess, TestPKI  # noqa: E402
 
 CURL_TIMEOUT = 300

@@ -52,7 +52,7 @@ WORKLOAD: Final = ("true",)
 # jsonschema, kits with ruamel.yaml), the docker SDK, and typer's pydantic-based value adapters
 # (loaded while parsing a command's parameters; guarded because the module is typer-internal).
 RUN_IMPORTS: Final = (
-    "import sbx.app, sbx.render, sbx.core.run, docker\n"
+    "import sbx.app, sbx.base.render, sbx.usecases.run, docker\n"
     "try:\n    import typer._adapters\nexcept ImportError:\n    pass\n"
 )
 
@@ -228,9 +228,9 @@ def warm_up_sbx(setup: Setup) -> dict[str, Any]:
 
 def sandbox_spec(setup: Setup, image: str, user: str, workspace: str) -> Any:
     """The ContainerSpec sbx builds for this run, from sbx's own config and build_spec."""
-    from sbx.config import load_config
-    from sbx.core.identity import FALLBACK_HOME
-    from sbx.hardening import Limits, build_spec
+    from sbx.base.config import load_config
+    from sbx.domain.sandbox.hardening import Limits, build_spec
+    from sbx.domain.sandbox.identity import FALLBACK_HOME
 
     sandbox = load_config(setup.env).sandbox
     limits = Limits.from_sandbox(sandbox)
@@ -273,7 +273,7 @@ class SdkRunner:
     def __init__(self, env: Mapping[str, str], spec: Any) -> None:
         import docker
 
-        from sbx.driver import create_kwargs
+        from sbx.seams.driver import create_kwargs
 
         self.client = docker.DockerClient.from_env(environment=dict(env),
                                                    timeout=CALL_TIMEOUT_S)
@@ -302,7 +302,7 @@ class SdkRunner:
 
 def leftovers(setup: Setup) -> list[str]:
     """Containers still present that this benchmark (or sbx under its temp home) created."""
-    from sbx.paths import home_hash
+    from sbx.base.paths import home_hash
 
     found: list[str] = []
     for label in (f"{HOME_LABEL}={home_hash(setup.home)}", f"{BENCH_LABEL}={setup.token}"):

@@ -119,7 +119,7 @@ def value_table() -> dict[str, Values]:
     entry applies to every command that uses the name: a future ``sbx doctor [WORKLOAD]`` or
     ``--kit MIXIN`` on another command completes the same way with no change here.
     """
-    from sbx.reasons import REGISTRY
+    from sbx.base.reasons import REGISTRY
 
     reasons = Values("words", tuple((code.value, info.title) for code, info in REGISTRY.items()))
     kits = Values("dirs")  # a local kit directory (registry references are not listed offline)

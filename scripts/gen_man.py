@@ -7,8 +7,8 @@ tree (STYLE item 22).
     python scripts/gen_man.py --check   # exit 1 with a diff when man/sbx.1 is stale
 
 SYNOPSIS, OPTIONS and COMMANDS come from the click command tree (the walker in
-``gen_completions.py``), EXIT STATUS from :class:`sbx.reasons.ExitStatus` plus the meanings
-below, REASON CODES from :data:`sbx.reasons.REGISTRY`. So adding a command, option, exit status
+``gen_completions.py``), EXIT STATUS from :class:`sbx.base.reasons.ExitStatus` plus the meanings
+below, REASON CODES from :data:`sbx.base.reasons.REGISTRY`. So adding a command, option, exit status
 or reason needs no change here; only a new ``ExitStatus`` member needs a line in
 :data:`EXIT_MEANINGS` (the generator refuses to run without one). The output is deterministic:
 no date, the package version in ``.TH``, this machine's home and working directory scrubbed.
@@ -210,14 +210,14 @@ def _command_section(command: Any) -> list[str]:
 
 
 def _exit_status_section() -> list[str]:
-    from sbx.reasons import REGISTRY, ExitStatus
+    from sbx.base.reasons import REGISTRY, ExitStatus
 
     members = [status.name for status in ExitStatus]
     missing = [name for name in members if name not in EXIT_MEANINGS]
     unknown = [name for name in EXIT_MEANINGS if name not in members]
     if missing or unknown:
         raise ValueError(
-            f"EXIT_MEANINGS in {GENERATOR} is out of step with sbx.reasons.ExitStatus: "
+            f"EXIT_MEANINGS in {GENERATOR} is out of step with sbx.base.reasons.ExitStatus: "
             f"missing {missing}, unknown {unknown}")
     out = [_section("EXIT STATUS"), ".PP", _line(_prose(
         "`sbx run` exits with the workload's own exit status. The values below are the ones sbx "
@@ -234,7 +234,7 @@ def _exit_status_section() -> list[str]:
 
 
 def _reason_section() -> list[str]:
-    from sbx.reasons import REGISTRY
+    from sbx.base.reasons import REGISTRY
 
     out = [_section("REASON CODES"), ".PP", _line(_prose(
         "Every refusal or failure sbx reports ends with its reason code in parentheses, and "

@@ -1,6 +1,6 @@
 """Entry point and the one error edge: exceptions become exit statuses here and nowhere else.
 
-- :class:`~sbx.errors.SbxError` → its reason's exit status, one line (or a JSON envelope).
+- :class:`~sbx.base.errors.SbxError` → its reason's exit status, one line (or a JSON envelope).
 - usage errors → 2; Ctrl-C / SIGTERM → 130.
 - anything else is a bug: one line on screen, a report file with versions and the traceback,
   exit 70; ``--traceback`` (or ``SBX_TRACEBACK=1``) re-raises instead.
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from sbx import __version__
-from sbx.errors import SbxError
-from sbx.reasons import ExitStatus, Reason
-from sbx.session.mode import HostStreams
-from sbx.session.terminal import is_terminal
-from sbx.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
+from sbx.base.errors import SbxError
+from sbx.base.reasons import ExitStatus, Reason
+from sbx.seams.session.mode import HostStreams
+from sbx.seams.session.terminal import is_terminal
+from sbx.seams.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,13 @@ class Launch:
     streams: HostStreams
 
     def renderer(self) -> Any:
-        from sbx.render import Renderer
+        from sbx.base.render import Renderer
 
         return Renderer(self.stdout, self.stderr, as_json=self.as_json, env=self.env,
                         raw_out=self.stdout_bytes, raw_err=self.stderr_bytes)
 
     def context(self, *, verbose: int, traceback: bool) -> Any:
-        from sbx.context import AppContext
+        from sbx.usecases.context import AppContext
 
         renderer = self.renderer()
         renderer.verbose = verbose
@@ -186,7 +186,7 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
     except OSError as exc:
         # The state home on a full disk or a read-only mount, or not a directory, is the
         # user's environment, not a bug: whatever path a module did not wrap itself still
-        # ends as `state_unwritable` with a fix (sbx.state). Any other OSError is a bug.
+        # ends as `state_unwritable` with a fix (sbx.seams.state). Any other OSError is a bug.
         translated = _state_error(exc, environment)
         if translated is None:
             if wants_traceback:
@@ -208,7 +208,8 @@ def _crash(launch: Launch, environment: Mapping[str, str], head: Sequence[str]) 
 
 
 def _state_error(exc: OSError, environment: Mapping[str, str]) -> SbxError | None:
-    from sbx import paths, state
+    from sbx.base import paths
+    from sbx.seams import state
 
     try:
         home = paths.state_home(environment)
@@ -226,7 +227,7 @@ def _interrupted(launch: Launch, command: str) -> int:
 
 def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | None:
     """A paste-ready Markdown report with versions and the traceback; None if unwritable."""
-    from sbx import paths
+    from sbx.base import paths
 
     try:
         directory = paths.state_home(env) / "crash-reports"

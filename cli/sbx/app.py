@@ -13,6 +13,8 @@ from typing import Annotated, Any, Final
 import typer
 
 from sbx import __version__
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
 from sbx.commands import completion as completion_command
 from sbx.commands import config as config_command
 from sbx.commands import doctor as doctor_command
@@ -26,8 +28,6 @@ from sbx.commands import sandboxes as sandboxes_command
 from sbx.commands import secret as secret_command
 from sbx.commands import secret_import as secret_import_command
 from sbx.commands import version as version_command
-from sbx.errors import SbxError
-from sbx.reasons import Reason
 
 app = typer.Typer(
     name="sbx",

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sbx import labels
-from sbx.driver import DockerDriver
-from sbx.errors import SbxError
-from sbx.paths import home_hash
+from sbx.base import labels
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.seams.driver import DockerDriver
 
 SBX = shutil.which("sbx", path=str(Path(sys.executable).parent)) or "sbx"
 BUSYBOX = "sbx-test/busybox:1"
@@ -73,7 +73,7 @@ def test_version_and_help() -> None:
 
 def test_help_does_not_import_the_docker_sdk() -> None:
     code = ("import sys; from sbx.__main__ import cli; cli(['--help']); "
-            "print('docker' in sys.modules, 'sbx.driver' in sys.modules)")
+            "print('docker' in sys.modules, 'sbx.seams.driver' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False)
     assert out.stdout.strip().splitlines()[-1] == "False False"
@@ -130,7 +130,7 @@ def test_engine_down_is_docker_unreachable(tmp_path: Path) -> None:
 
 def _crashing(args: list[str]) -> str:
     # A bug stand-in: the renderer raises a plain RuntimeError, which is not an SbxError.
-    return ("import sys\nimport sbx.render as r\n"
+    return ("import sys\nimport sbx.base.render as r\n"
             "def boom(self, reason):\n    raise RuntimeError('boom-for-test')\n"
             "r.Renderer.reason = boom\n"
             f"from sbx.__main__ import cli\nsys.exit(cli({args!r}))\n")

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.unit.test_explain import write_kits
 
-from sbx import audit
+from sbx.seams import audit
 
 SECRET = "ghp_explain-test-secret-value-000"  # noqa: S105 - a test value
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sbx import labels
-from sbx.driver import DockerDriver, OwnedObject
-from sbx.errors import SbxError
-from sbx.paths import home_hash
+from sbx.base import labels
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.seams.driver import DockerDriver, OwnedObject
 from support.origin import Internet
 
 BUSYBOX = "sbx-test/busybox:1"

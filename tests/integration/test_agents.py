@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from sbx.driver import DockerDriver
-from sbx.registry import DESCRIPTOR_ANNOTATION, get_manifest, parse_reference
-from sbx.secrets import SecretStore
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.seams.driver import DockerDriver
+from sbx.seams.registry import DESCRIPTOR_ANNOTATION, get_manifest, parse_reference
 from support.agent_api import AnthropicAPI, GeminiAPI, NpmRegistry, OpenAIAPI, Script, StandIn
 from support.origin import Internet, Seen
 from support.sbxproc import run_sbx

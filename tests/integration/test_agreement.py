@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from sbx import labels
-from sbx.paths import home_hash
-from sbx.reasons import REGISTRY, Reason
-from sbx.secrets import SecretStore
+from sbx.base import labels
+from sbx.base.paths import home_hash
+from sbx.base.reasons import REGISTRY, Reason
+from sbx.domain.credentials.secrets import SecretStore
 from support.sbxproc import Finished, run_sbx
 
 from .conftest import BUSYBOX
@@ -295,8 +295,8 @@ def test_run_explain_and_doctor_agree(case: Case, tmp_path: Path, state_home: Pa
 
 def test_the_matrix_covers_every_refusal_of_the_shared_request() -> None:
     """Every reason code `sbx run` can refuse the shared request with before anything starts
-    has a kit here. Enumerated from the prepare path (``raise SbxError`` in sbx.core.pipeline
-    and what it calls, then sbx.core.run._plan):
+    has a kit here. Enumerated from the prepare path (``raise SbxError`` in sbx.usecases.pipeline
+    and what it calls, then sbx.usecases.run._plan):
 
     - covered here: config; kit lookup, path, descriptor, duplicates, args (undeclared, enum,
       pattern, expanded form), unsupported required types, resolution; the engine unreachable;

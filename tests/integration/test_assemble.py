@@ -16,14 +16,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from sbx import labels
-from sbx.core.assemble import AssembledImage, assemble, export_index
-from sbx.core.images import KitImage, ensure_kit_image
-from sbx.driver import DockerDriver, ImageInfo
-from sbx.errors import SbxError
-from sbx.kits.local import load_local_kit
-from sbx.paths import home_hash
-from sbx.reasons import Reason
+from sbx.base import labels
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.base.reasons import Reason
+from sbx.domain.kits.local import load_local_kit
+from sbx.domain.sandbox.assemble import AssembledImage, assemble, export_index
+from sbx.domain.sandbox.images import KitImage, ensure_kit_image
+from sbx.seams.driver import DockerDriver, ImageInfo
 
 from .conftest import BUSYBOX
 

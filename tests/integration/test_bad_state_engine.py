@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from tests.support import statehome
 
-from sbx import labels as label_keys
-from sbx.driver import DockerDriver
-from sbx.errors import SbxError
-from sbx.kits.markers import INDEX_END, INDEX_START
-from sbx.paths import home_hash
+from sbx.base import labels as label_keys
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.domain.kits.markers import INDEX_END, INDEX_START
+from sbx.seams.driver import DockerDriver
 
 from .conftest import BUSYBOX, owned
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sbx.driver import DockerDriver
+from sbx.seams.driver import DockerDriver
 from support.sbxproc import SBX, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, make_kit, owned, reachable_by_others, user_owned
@@ -363,7 +363,7 @@ def test_sigterm_at_any_start_up_point_leaves_nothing(delay: float, tmp_path: Pa
     assert b"Traceback" not in stderr
     assert owned(engine, state_home) == []
     assert not list((state_home / "runs").iterdir())
-    from sbx.paths import home_hash
+    from sbx.base.paths import home_hash
 
     images = subprocess.run(["docker", "images", "-a", "-q", "--filter",
                              f"label=dev.sbx.home={home_hash(state_home)}"],
@@ -524,7 +524,7 @@ def test_a_sized_volume_is_refused_where_its_size_cannot_be_enforced(
 
 def _staging_mounts_of(state_home: Path) -> list[str]:
     """This test's own staging mounts (other homes on the machine are not this test's)."""
-    from sbx.paths import home_hash
+    from sbx.base.paths import home_hash
 
     mine = f"/run/sbx/{home_hash(state_home)}/"
     return [line for line in Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines()

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from sbx import labels as label_keys
-from sbx.core.capabilities import SUPPORTED
-from sbx.driver import DockerDriver
-from sbx.paths import home_hash
+from sbx.base import labels as label_keys
+from sbx.base.paths import home_hash
+from sbx.domain.sandbox.capabilities import SUPPORTED
+from sbx.seams.driver import DockerDriver
 
 from .conftest import BUSYBOX, owned, user_owned
 

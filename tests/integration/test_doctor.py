@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from sbx.context import AppContext
-from sbx.core.doctor import CHECKS, DoctorRequest, Status, diagnose
-from sbx.driver import DockerDriver
-from sbx.reasons import Reason
-from sbx.render import Renderer
+from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
+from sbx.seams.driver import DockerDriver
+from sbx.usecases.context import AppContext
+from sbx.usecases.doctor import CHECKS, DoctorRequest, Status, diagnose
 
 from .conftest import owned
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sbx.secrets import SecretStore
+from sbx.domain.credentials.secrets import SecretStore
 
 from .conftest import BUSYBOX
 

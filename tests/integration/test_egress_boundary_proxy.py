@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from sbx.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig
-from sbx.kits.compose import Network, NetworkPhase, Rule
-from sbx.secrets import SecretStore
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig
+from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from support.origin import Internet, ProxyProcess, Response, basic_proxy_auth
 
 SECRET = "ghp_Boundary-Secret-0123456789abcdefXYZ"  # noqa: S105 - a test value

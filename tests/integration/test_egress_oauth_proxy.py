@@ -19,9 +19,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from sbx.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
-from sbx.kits.compose import Network, NetworkPhase, Rule
-from sbx.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import OAuthStore, Tokens
+from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
+from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from support.agent_api import OAuthServer, TokenState
 from support.origin import Internet, ProxyProcess
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sbx.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import OAuthStore, Tokens
 from support.agent_api import AnthropicAPI, OAuthServer, TokenState
 from support.origin import Internet
 

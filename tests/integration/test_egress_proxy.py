@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sbx.egress.proxyconfig import CredentialSpec, Inject, Limits, ProxyConfig
-from sbx.kits.compose import Network, NetworkPhase, Rule
-from sbx.secrets import SecretStore
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, Limits, ProxyConfig
+from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from support.origin import Internet, LoopbackListener, ProxyProcess, UpstreamProxy
 
 # Test values stored in the per-test secret store (never a real credential).

@@ -74,7 +74,7 @@ def gh_kit(kit_factory: Callable[..., Path]) -> Path:
 
 def _bind_secret(sbx_cli: Any, env: dict[str, str]) -> None:
     stdin_env = dict(env)
-    from sbx.secrets import SecretStore
+    from sbx.domain.credentials.secrets import SecretStore
 
     SecretStore(Path(stdin_env["SBX_HOME"])).set("github", SECRET)
 

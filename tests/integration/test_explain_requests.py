@@ -1,6 +1,6 @@
 """`sbx explain WORKLOAD [METHOD] TARGET` and the sandbox view, planned as `sbx run` plans.
 
-Explain's WORKLOAD forms use run's own pipeline (sbx.core.pipeline), so they need the engine
+Explain's WORKLOAD forms use run's own pipeline (sbx.usecases.pipeline), so they need the engine
 (and build the workload image as run would); with the engine unreachable they refuse as run
 does (tests/acceptance/test_explain_cli.py).
 """
@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.unit.test_explain import CASES, expected_decision, write_kits
 
-from sbx.secrets import SecretStore
+from sbx.domain.credentials.secrets import SecretStore
 
 from .conftest import BUSYBOX
 

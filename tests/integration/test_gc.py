@@ -28,11 +28,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sbx import audit
-from sbx import labels as label_keys
-from sbx.core import firewall
-from sbx.driver import DockerDriver, OwnedObject
-from sbx.paths import home_hash
+from sbx.base import labels as label_keys
+from sbx.base.paths import home_hash
+from sbx.seams import audit, firewall
+from sbx.seams.driver import DockerDriver, OwnedObject
 
 from .conftest import BUSYBOX, owned
 

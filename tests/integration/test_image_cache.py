@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sbx.core.imagecache import use_tag
-from sbx.driver import DockerDriver
-from sbx.paths import home_hash
+from sbx.base.paths import home_hash
+from sbx.domain.sandbox.imagecache import use_tag
+from sbx.seams.driver import DockerDriver
 from support.sbxproc import run_sbx
 
 from .conftest import BUSYBOX

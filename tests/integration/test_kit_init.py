@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sbx.driver import DockerDriver
+from sbx.seams.driver import DockerDriver
 
 from .conftest import BUSYBOX
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sbx.driver import DockerDriver
-from sbx.registry import (
+from sbx.seams.driver import DockerDriver
+from sbx.seams.registry import (
     CAPABILITIES_ANNOTATION,
     DESCRIPTOR_ANNOTATION,
     get_manifest,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from sbx import labels
-from sbx.driver import DockerDriver
-from sbx.paths import home_hash
-from sbx.secrets import SecretStore
+from sbx.base import labels
+from sbx.base.paths import home_hash
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.seams.driver import DockerDriver
 from support.origin import Internet
 from support.sbxproc import SBX, Finished, run_sbx
 
@@ -316,7 +316,7 @@ def _proxies(state_home: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"sbx.egress.proxy" in cmdline and str(state_home).encode() in cmdline:
+            if b"sbx.domain.egress.proxy" in cmdline and str(state_home).encode() in cmdline:
                 found.append(int(entry.name))
     return found
 

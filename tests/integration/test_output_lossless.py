@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from sbx.driver import DockerDriver
+from sbx.seams.driver import DockerDriver
 from support.sbxproc import SBX, Finished, read_some, run_digested, run_sbx
 
 from .conftest import make_kit, owned, user_owned

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sbx import audit
-from sbx.driver import DockerDriver
-from sbx.registry import (
+from sbx.seams import audit
+from sbx.seams.driver import DockerDriver
+from sbx.seams.registry import (
     CAPABILITIES_ANNOTATION,
     DESCRIPTOR_ANNOTATION,
     OCI_INDEX,

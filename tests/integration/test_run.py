@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from sbx.context import AppContext
-from sbx.core.run import RunRequest, run
-from sbx.driver import DockerDriver
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.driver import DockerDriver
+from sbx.usecases.context import AppContext
+from sbx.usecases.run import RunRequest, run
 
 from .conftest import BUSYBOX, owned, user_owned
 
@@ -228,7 +228,7 @@ class _FailingWait:
 def test_engine_error_mid_run_still_removes_the_container(
         busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
         tmp_path: Path) -> None:
-    from sbx.render import Renderer
+    from sbx.base.render import Renderer
 
     failing = _FailingWait(DockerDriver(env))
     console = io.StringIO()

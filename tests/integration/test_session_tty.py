@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import pytest
 
-from sbx.driver import DockerDriver, OwnedObject
+from sbx.seams.driver import DockerDriver, OwnedObject
 
 from .conftest import BUSYBOX, owned
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from sbx import labels
-from sbx.driver import DockerDriver
-from sbx.paths import home_hash
+from sbx.base import labels
+from sbx.base.paths import home_hash
+from sbx.seams.driver import DockerDriver
 from support.sbxproc import Finished, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, reachable_by_others

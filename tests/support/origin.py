@@ -751,7 +751,8 @@ class ProxyClient:
 
 
 class ProxyProcess:
-    """``python -m sbx.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it: stdin
+    """``python -m sbx.domain.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it:
+    stdin
     is the owner's pipe (its first line the client token, empty for none; the pipe stays open
     until :meth:`stop`), the ready line is read from stdout (bounded wait); stdout and stderr
     are kept for inspection. :meth:`client` sends the token's Proxy-Authorization."""
@@ -770,7 +771,7 @@ class ProxyProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
         self.client_token = client_token
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sbx.egress.proxy", str(config_path), config.run_id],
+            [sys.executable, "-m", "sbx.domain.egress.proxy", str(config_path), config.run_id],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"{client_token or ''}\n".encode("ascii"))

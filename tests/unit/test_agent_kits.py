@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from sbx.core.pull import published_form_problems
-from sbx.errors import KitError, SbxError
-from sbx.kits.args import expand_build_phase
-from sbx.kits.local import load_local_kit
-from sbx.kits.publish import STAGE_ROOT, publish_form
+from sbx.base.errors import KitError, SbxError
+from sbx.domain.kits.args import expand_build_phase
+from sbx.domain.kits.local import load_local_kit
+from sbx.domain.kits.publish import STAGE_ROOT, publish_form
+from sbx.usecases.pull import published_form_problems
 
 REPO = Path(__file__).resolve().parents[2]
 AGENTS = REPO / "examples" / "agents"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core.doctor import DoctorRequest, HostFacts, Status, check_platform, diagnose
-from sbx.core.pipeline import WorkloadRequest, dry_plan
-from sbx.core.requirements import check_engine, check_host
-from sbx.core.run import RunRequest, prepare
-from sbx.driver import EngineInfo
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.requirements import check_engine, check_host
+from sbx.seams.driver import EngineInfo
+from sbx.usecases.doctor import DoctorRequest, HostFacts, Status, check_platform, diagnose
+from sbx.usecases.pipeline import WorkloadRequest, dry_plan
+from sbx.usecases.run import RunRequest, prepare
 
 from .test_doctor import V1_OK
 from .test_gc import Harness
@@ -54,7 +54,7 @@ def test_the_host_rule_is_doctors() -> None:
 
 
 def _state(host: HostFacts) -> object:
-    from sbx.core.doctor import DoctorState
+    from sbx.usecases.doctor import DoctorState
 
     return DoctorState(ctx=None, host=host, request=DoctorRequest())  # type: ignore[arg-type]
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core.assemble import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.assemble import (
     DEFAULT_PATH,
     MAX_REPORTED,
     AssembledImage,
@@ -31,9 +33,7 @@ from sbx.core.assemble import (
     read_index,
     with_parents,
 )
-from sbx.driver import ImageInfo
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.seams.driver import ImageInfo
 
 # -- ENV / PATH / LABEL -------------------------------------------------------------------------
 

@@ -24,13 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import run_cli
 
-from sbx import audit, paths, state
-from sbx.config import load_config
-from sbx.core import gc as gc_core
-from sbx.core.explain import explain_run
-from sbx.errors import ConfigError, SbxError
-from sbx.kits.surface import Surface
-from sbx.lock import (
+from sbx.base import paths
+from sbx.base.config import load_config
+from sbx.base.errors import ConfigError, SbxError
+from sbx.base.reasons import ExitStatus, Reason
+from sbx.base.render import Renderer
+from sbx.domain.kits.lock import (
     Lock,
     LockEntry,
     descriptor_path,
@@ -39,8 +38,10 @@ from sbx.lock import (
     read_lock,
     write_lock,
 )
-from sbx.reasons import ExitStatus, Reason
-from sbx.render import Renderer
+from sbx.domain.kits.surface import Surface
+from sbx.seams import audit, state
+from sbx.usecases import gc as gc_core
+from sbx.usecases.explain import explain_run
 
 FUZZ = settings(max_examples=80, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -16,15 +16,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from sbx.egress.ca import (
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.base.reasons import Reason
+from sbx.domain.egress.ca import (
     CA_RENEW_BEFORE,
     LEAF_VALIDITY,
     CertificateAuthority,
     normalize_host,
 )
-from sbx.errors import SbxError
-from sbx.paths import home_hash
-from sbx.reasons import Reason
 
 T0 = datetime(2030, 1, 15, 12, 0, tzinfo=UTC)
 

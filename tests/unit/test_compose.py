@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from sbx.errors import SbxError
-from sbx.kits.compose import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.compose import (
     COMPOSE_MESSAGE,
     Composition,
     Contribution,
@@ -19,8 +20,7 @@ from sbx.kits.compose import (
     size_bytes,
     skill_name,
 )
-from sbx.kits.resolve import KitInput, resolve
-from sbx.reasons import Reason
+from sbx.domain.kits.resolve import KitInput, resolve
 
 NS = "com.docker.sandbox/"
 

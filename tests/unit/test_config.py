@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from sbx.config import (
+from sbx.base.config import (
     DEFAULT_SOURCE,
     DEFAULTS,
     SCHEMA_RESOURCE,
@@ -31,8 +31,8 @@ from sbx.config import (
     load_config,
     load_config_file,
 )
-from sbx.errors import ConfigError, SbxError
-from sbx.reasons import ExitStatus, Reason
+from sbx.base.errors import ConfigError, SbxError
+from sbx.base.reasons import ExitStatus, Reason
 
 # Written out independently of the schema so a typo in either shows up here.
 INT_BOUNDS: dict[str, tuple[int, int | None]] = {
@@ -843,7 +843,7 @@ def test_random_sandbox_tables_load_within_bounds_or_are_refused(
 
 
 def test_scanner_survives_text_tomlkit_would_reject() -> None:
-    from sbx.config import _key_lines  # private: the scanner's fallbacks
+    from sbx.base.config import _key_lines  # private: the scanner's fallbacks
 
     lines = _key_lines('[sandbox\nno equals sign here\npids = "unterminated\n[gc]\nx = 1\n')
     assert lines[("sandbox",)] == 1
@@ -852,7 +852,7 @@ def test_scanner_survives_text_tomlkit_would_reject() -> None:
 
 
 def test_unlocated_problem_falls_back_to_line_1() -> None:
-    from sbx.config import _line_of  # private: the last resort of the line lookup
+    from sbx.base.config import _line_of  # private: the last resort of the line lookup
 
     assert _line_of({("gc",): 4}, ("sandbox", "pids")) == 1
     assert _line_of({("gc",): 4}, ("gc", "batch_size")) == 4
@@ -861,7 +861,7 @@ def test_unlocated_problem_falls_back_to_line_1() -> None:
 def test_unexpected_schema_keyword_message_does_not_echo_the_value() -> None:
     from jsonschema import ValidationError
 
-    from sbx.config import _message  # private: the catch-all for keywords the schema lacks
+    from sbx.base.config import _message  # private: the catch-all for keywords the schema lacks
 
     error = ValidationError("m", validator="const", validator_value="a", instance="hunter2")
     assert _message(error, "network.upstream_proxy", "hunter2") == "is invalid (const)"

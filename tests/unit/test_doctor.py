@@ -21,9 +21,14 @@ from typing import Any
 
 import pytest
 
-from sbx.config import GiB, MiB
-from sbx.core import doctor as doctor_core
-from sbx.core.doctor import (
+from sbx.base.config import GiB, MiB
+from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
+from sbx.domain.sandbox.hardening import Limits
+from sbx.seams.driver import EngineInfo
+from sbx.usecases import doctor as doctor_core
+from sbx.usecases.doctor import (
     Check,
     DoctorRequest,
     EgressProbes,
@@ -36,11 +41,7 @@ from sbx.core.doctor import (
     parse_probe_output,
     probe_candidates,
 )
-from sbx.driver import EngineInfo
-from sbx.errors import EngineUnavailable, SbxError
-from sbx.hardening import Limits
-from sbx.reasons import Reason
-from sbx.render import Renderer
+from sbx.views import doctor as doctor_view
 
 from .test_gc import Harness, container, run_id
 
@@ -154,7 +155,7 @@ def scrub(text: str, tmp: Path) -> str:
 def human(h: Harness, rep: doctor_core.DoctorReport) -> str:
     out = io.StringIO()
     renderer = Renderer(out, io.StringIO(), as_json=False, env={"NO_COLOR": "1"}, width=88)
-    renderer.doctor_report(rep)
+    doctor_view.doctor_report(renderer, rep)
     return scrub(out.getvalue(), h.tmp)
 
 
@@ -223,7 +224,8 @@ def test_golden_hung_engine(h: Harness) -> None:
 def test_json_contract(h: Harness) -> None:
     h.engine.info_error = EngineUnavailable("cannot reach the Docker engine: gone")
     out = io.StringIO()
-    Renderer(out, io.StringIO(), as_json=True, env={}).doctor_report(report(h, host=ROOT))
+    renderer = Renderer(out, io.StringIO(), as_json=True, env={})
+    doctor_view.doctor_report(renderer, report(h, host=ROOT))
     envelope = json.loads(out.getvalue())
     assert set(envelope) == {"sbx_result_version", "command", "status", "exit_code", "reason",
                              "message", "hint", "data", "diagnostics"}
@@ -258,7 +260,7 @@ def assert_check_contract(check: dict[str, Any]) -> None:
 def test_json_contract_host_services_warning(h: Harness) -> None:
     out = io.StringIO()
     rep = report(h, egress=probes(tcp=(PROC_TCP,)))
-    Renderer(out, io.StringIO(), as_json=True, env={}).doctor_report(rep)
+    doctor_view.doctor_report(Renderer(out, io.StringIO(), as_json=True, env={}), rep)
     envelope = json.loads(out.getvalue())
     checks = {c["id"]: c for c in envelope["data"]["checks"]}
     for check in checks.values():
@@ -429,9 +431,9 @@ def test_a_bug_in_a_check_is_not_swallowed(h: Harness) -> None:
 
 def test_cli_exit_status_and_dispatch(h: Harness, monkeypatch: pytest.MonkeyPatch,
                                       sbx_cli: Any) -> None:
-    import sbx.driver
+    import sbx.seams.driver
 
-    monkeypatch.setattr(sbx.driver, "DockerDriver", lambda _env: h.engine)
+    monkeypatch.setattr(sbx.seams.driver, "DockerDriver", lambda _env: h.engine)
     env = {**os.environ, **h.env}
     ok = sbx_cli(["doctor"], env=env)
     assert ok.exit_code == 0, ok.stdout + ok.stderr
@@ -630,12 +632,12 @@ def test_proxy_that_does_not_start_fails_with_its_stderr(h: Harness) -> None:
 
 
 def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sbx.core.egress
+    import sbx.domain.egress.plan
 
     def denied(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", "/venv/bin/python3")
 
-    monkeypatch.setattr(sbx.core.egress.subprocess, "Popen", denied)
+    monkeypatch.setattr(sbx.domain.egress.plan.subprocess, "Popen", denied)
     egress = replace(probes(), start_proxy=doctor_core.EgressProbes().start_proxy)
     check = by_id(report(h, egress=egress))["egress-proxy"]
     assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)

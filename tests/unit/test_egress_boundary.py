@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-from sbx.core.egress import ProxyProcess, proxy_env
-from sbx.core.firewall import BridgeGuard, bridge_network
-from sbx.egress import clienthello, proxyauth
-from sbx.egress import proxy as proxy_module
-from sbx.egress.clienthello import ClientHello, NotAClientHello, parse_client_hello
-from sbx.egress.encoding import (
+from sbx.base.reasons import Reason
+from sbx.domain.egress import clienthello, proxyauth
+from sbx.domain.egress import proxy as proxy_module
+from sbx.domain.egress.clienthello import ClientHello, NotAClientHello, parse_client_hello
+from sbx.domain.egress.encoding import (
     PIECE,
     BodyDecoder,
     CorruptBody,
     UnsupportedEncoding,
     content_codings,
 )
-from sbx.egress.policy import (
+from sbx.domain.egress.plan import ProxyProcess, proxy_env
+from sbx.domain.egress.policy import (
     Request,
     decide,
     internal_name,
@@ -39,10 +39,10 @@ from sbx.egress.policy import (
     normalize_path,
     path_matches,
 )
-from sbx.egress.proxy import EgressProxy, Masker, blocked_address, client_refusal
-from sbx.egress.proxyconfig import ProxyConfig, ProxyConfigError
-from sbx.kits.compose import Network, NetworkPhase, Rule
-from sbx.reasons import Reason
+from sbx.domain.egress.proxy import EgressProxy, Masker, blocked_address, client_refusal
+from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
+from sbx.domain.kits.compose import Network, NetworkPhase, Rule
+from sbx.seams.firewall import BridgeGuard, bridge_network
 
 
 def rule(host: str, *, action: str = "allow", methods: Sequence[str] = (),

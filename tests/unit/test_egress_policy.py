@@ -1,6 +1,7 @@
 """The one egress decision (KIT-SPEC-V3 §3): what the proxy enforces and ``sbx explain`` shows.
 
-Networks are built with the real composition (``sbx.kits.compose.compose``) from small capability
+Networks are built with the real composition (``sbx.domain.kits.compose.compose``) from small
+capability
 dicts, so these tests judge the exact ``Network``/``Rule`` objects enforcement receives.
 """
 
@@ -13,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sbx.egress import policy
-from sbx.egress.policy import (
+from sbx.domain.egress import policy
+from sbx.domain.egress.policy import (
     CODES,
     Decision,
     Match,
@@ -31,7 +32,7 @@ from sbx.egress.policy import (
     path_matches,
     rules_for,
 )
-from sbx.kits.compose import Contribution, Network, Phase, compose
+from sbx.domain.kits.compose import Contribution, Network, Phase, compose
 
 NS = "com.docker.sandbox/"
 
@@ -662,10 +663,11 @@ def test_describe_rule_uses_the_declaration_path() -> None:
 
 
 def test_package_import_stays_light() -> None:
-    import sbx.egress
+    import sbx.domain.egress
 
-    # Sibling modules (the proxy, the CA) import ``sbx.egress`` without paying for composition.
-    assert not hasattr(sbx.egress, "decide")
+    # Sibling modules (the proxy, the CA) import ``sbx.domain.egress`` without paying for
+    # composition.
+    assert not hasattr(sbx.domain.egress, "decide")
     assert policy.decide is decide
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from sbx.egress import proxy as proxy_module
-from sbx.egress.policy import Request as PolicyRequest
-from sbx.egress.policy import decide
-from sbx.egress.proxy import (
+from sbx.domain.egress import proxy as proxy_module
+from sbx.domain.egress.policy import Request as PolicyRequest
+from sbx.domain.egress.policy import decide
+from sbx.domain.egress.proxy import (
     EgressProxy,
     Masker,
     Refusal,
@@ -31,7 +31,7 @@ from sbx.egress.proxy import (
     refusal_for,
     refusal_response,
 )
-from sbx.egress.proxyconfig import (
+from sbx.domain.egress.proxyconfig import (
     CredentialSpec,
     Inject,
     Limits,
@@ -39,7 +39,7 @@ from sbx.egress.proxyconfig import (
     ProxyConfigError,
     sentinel_for,
 )
-from sbx.kits.compose import Credential, Network, NetworkPhase, Rule
+from sbx.domain.kits.compose import Credential, Network, NetworkPhase, Rule
 
 
 def rule(host: str, kit: str = "./gh", index: int = 0, *, action: str = "allow",
@@ -254,7 +254,7 @@ def test_redact() -> None:
 
 def test_proxy_argv_carries_the_run_id(tmp_path: Path) -> None:
     argv = proxy_argv(tmp_path / "proxy.json", "run-42")
-    assert argv[1:4] == ["-m", "sbx.egress.proxy", str(tmp_path / "proxy.json")]
+    assert argv[1:4] == ["-m", "sbx.domain.egress.proxy", str(tmp_path / "proxy.json")]
     assert argv[-1] == "run-42"
 
 
@@ -553,7 +553,7 @@ def test_tunnel_carries_bytes_both_ways_with_half_close(tmp_path: Path) -> None:
 
 def test_internal_errors_inside_interception_answer_502_over_tls(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sbx.egress.ca import CertificateAuthority
+    from sbx.domain.egress.ca import CertificateAuthority
 
     ca = CertificateAuthority.load_or_create(tmp_path / "state")
     trust = ssl.create_default_context(cadata=ca.certificate_pem().decode())

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from sbx.core import explain as core
-from sbx.core.capabilities import SUPPORTED
-from sbx.core.kitset import effective_composition
-from sbx.egress.policy import decide
-from sbx.errors import SbxError
+from sbx.base.errors import SbxError
+from sbx.domain.egress.policy import decide
+from sbx.domain.kits.kitset import effective_composition
+from sbx.domain.sandbox.capabilities import SUPPORTED
+from sbx.usecases import explain as core
 
 WORKLOAD = """\
 schemaVersion: "3"

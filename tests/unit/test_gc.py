@@ -21,19 +21,31 @@ from typing import Any
 
 import pytest
 
-from sbx import audit
-from sbx import labels as label_keys
-from sbx.context import AppContext
-from sbx.core import firewall as fw
-from sbx.core import gc as gc_core
-from sbx.core.firewall import (
+from sbx.base import labels as label_keys
+from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.paths import home_hash
+from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
+from sbx.domain.sandbox.imagecache import (
+    CacheDecision,
+    judge_cached,
+    record_use,
+    removal_order,
+    use_tag,
+)
+from sbx.seams import audit
+from sbx.seams import firewall as fw
+from sbx.seams.driver import CachedImage, EngineInfo, ImageInfo, RawListing
+from sbx.seams.firewall import (
     FirewallError,
     FirewallUnavailable,
     RuleListingInvalid,
     SbxRule,
     parse_rules,
 )
-from sbx.core.gc import (
+from sbx.usecases import gc as gc_core
+from sbx.usecases.context import AppContext
+from sbx.usecases.gc import (
     Clock,
     ContainerEntry,
     Firewall,
@@ -50,12 +62,7 @@ from sbx.core.gc import (
     judge_run_dir,
     judge_shared,
 )
-from sbx.core.imagecache import CacheDecision, judge_cached, record_use, removal_order, use_tag
-from sbx.driver import CachedImage, EngineInfo, ImageInfo, RawListing
-from sbx.errors import EngineUnavailable, SbxError
-from sbx.paths import home_hash
-from sbx.reasons import Reason
-from sbx.render import Renderer
+from sbx.views import gc as gc_view
 
 NOW = 1_900_000_000.0
 
@@ -69,7 +76,7 @@ def run_id() -> str:
 
 
 class FakeEngine:
-    """A scriptable stand-in for :class:`sbx.driver.DockerDriver`."""
+    """A scriptable stand-in for :class:`sbx.seams.driver.DockerDriver`."""
 
     def __init__(self) -> None:
         self.containers: list[Any] = []
@@ -771,7 +778,7 @@ def test_silent_when_everything_went(h: Harness) -> None:
     ran(h)
     h.engine.containers = [container("exited", home=h.home, run=run_id())]
     ctx = h.ctx()
-    ctx.renderer.gc_result(h.collect(grace=0))
+    gc_view.gc_result(ctx.renderer, h.collect(grace=0))
     assert h.out.getvalue() == "" and h.err.getvalue() == ""
 
 
@@ -781,7 +788,7 @@ def test_one_line_per_failure_and_per_unreadable_deadline(h: Harness) -> None:
     odd = container("running", home=h.home, run=run_id(), deadline="soon")
     h.engine.containers = [bad, odd]
     h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
-    h.ctx().renderer.gc_result(h.collect(grace=0))
+    gc_view.gc_result(h.ctx().renderer, h.collect(grace=0))
     assert h.out.getvalue() == ""
     assert h.err.getvalue().splitlines() == [
         f"sbx gc: kept container {odd['Id'][:12]} (run {odd['Labels'][label_keys.RUN][:12]}): "
@@ -794,7 +801,7 @@ def test_verbose_and_dry_run_list_what_goes(h: Harness) -> None:
     ran(h)
     gone = container("exited", home=h.home, run=run_id())
     h.engine.containers = [gone]
-    h.ctx().renderer.gc_result(h.collect(dry_run=True, grace=0))
+    gc_view.gc_result(h.ctx().renderer, h.collect(dry_run=True, grace=0))
     rid = gone["Labels"][label_keys.RUN]
     assert h.out.getvalue() == (f"would remove container {gone['Id'][:12]} (run {rid[:12]}): "
                                 "the container is exited\n")
@@ -805,7 +812,7 @@ def test_json_envelope(h: Harness) -> None:
     bad = container("exited", home=h.home, run=run_id())
     h.engine.containers = [bad]
     h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
-    h.ctx(as_json=True).renderer.gc_result(h.collect(grace=0))
+    gc_view.gc_result(h.ctx(as_json=True).renderer, h.collect(grace=0))
     envelope = json.loads(h.out.getvalue())
     assert envelope["command"] == "gc" and envelope["status"] == "failed"
     assert envelope["exit_code"] == 126 and envelope["reason"] == "cleanup_failed"
@@ -822,9 +829,9 @@ def test_json_envelope(h: Harness) -> None:
 
 @pytest.fixture
 def fake_cli(h: Harness, monkeypatch: pytest.MonkeyPatch, sbx_cli: Any) -> Callable[..., Any]:
-    import sbx.driver
+    import sbx.seams.driver
 
-    monkeypatch.setattr(sbx.driver, "DockerDriver", lambda _env: h.engine)
+    monkeypatch.setattr(sbx.seams.driver, "DockerDriver", lambda _env: h.engine)
 
     def call(args: list[str]) -> Any:
         return sbx_cli(args, env={**os.environ, **h.env})
@@ -1241,13 +1248,13 @@ def test_without_iptables_or_root_it_is_a_note_never_a_failure(h: Harness) -> No
     assert result.exit_status == 0 and not result.failed
     assert result.note == "host firewall rules were not checked (not running as root)"
     assert not path.exists()  # run dirs go as before
-    h.ctx().renderer.gc_result(result)
+    gc_view.gc_result(h.ctx().renderer, result)
     assert h.out.getvalue() == "" and h.err.getvalue() == ""  # cron stays silent
-    h.ctx().renderer.gc_result(result, verbose=1)
+    gc_view.gc_result(h.ctx().renderer, result, verbose=1)
     assert "host firewall rules were not checked (not running as root)" in h.err.getvalue()
     h.out.truncate(0)
     h.out.seek(0)
-    h.ctx(as_json=True).renderer.gc_result(result)
+    gc_view.gc_result(h.ctx(as_json=True).renderer, result)
     assert "not running as root" in json.loads(h.out.getvalue().strip())["data"]["note"]
 
 
@@ -1296,13 +1303,13 @@ def test_dry_run_and_json_include_images_and_rules(h: Harness) -> None:
         ("image", "deadline_passed"), ("firewall_rule", "deadline_passed"),
         ("run_dir", "finished")]
     assert h.firewall.removed() == [] and h.engine.run_images == [img] and path.exists()
-    h.ctx().renderer.gc_result(result)
+    gc_view.gc_result(h.ctx().renderer, result)
     lines = h.out.getvalue().splitlines()
     assert lines[0].startswith(f"would remove image {img['Id'][7:19]} (run {rid[:12]})")
     assert lines[1].startswith(f"would remove firewall rule -i sbx{rid[:12]} -m comment")
     h.out.truncate(0)
     h.out.seek(0)
-    h.ctx(as_json=True).renderer.gc_result(result)
+    gc_view.gc_result(h.ctx(as_json=True).renderer, result)
     data = json.loads(h.out.getvalue())["data"]
     assert data["counts"]["image"] == 1 and data["counts"]["firewall_rule"] == 1
     assert {"kind": "firewall_rule", "id": rule(rid).text, "run_id": rid,
@@ -1310,7 +1317,8 @@ def test_dry_run_and_json_include_images_and_rules(h: Harness) -> None:
             "detail": data["removed"][1]["detail"]} in data["removed"]
 
 
-# --- the image cache (sbx.core.imagecache): kit builds, assemblies, prepared images ---------
+# --- the image cache (sbx.domain.sandbox.imagecache): kit builds, assemblies, prepared images
+# ---------
 
 
 def cached(tags: Sequence[str], *, idle: float | None = 7200,

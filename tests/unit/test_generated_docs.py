@@ -25,7 +25,7 @@ import typer.main
 
 from sbx import __version__
 from sbx.app import app
-from sbx.reasons import REGISTRY, ExitStatus, Reason
+from sbx.base.reasons import REGISTRY, ExitStatus, Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"

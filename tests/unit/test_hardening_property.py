@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sbx import labels
-from sbx.context import AppContext
-from sbx.core.run import RunRequest, prepare
-from sbx.driver import EngineInfo, ImageInfo, create_kwargs
-from sbx.hardening import hardening_violations
-from sbx.render import Renderer
+from sbx.base import labels
+from sbx.base.render import Renderer
+from sbx.domain.sandbox.hardening import hardening_violations
+from sbx.seams.driver import EngineInfo, ImageInfo, create_kwargs
+from sbx.usecases.context import AppContext
+from sbx.usecases.run import RunRequest, prepare
 
 PASSWD = b"root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n"
 
@@ -38,7 +38,8 @@ class FakeEngine:
         return EngineInfo("20.10", "1.41", "linux", "1", "cgroupfs", False, ())
 
     def tag_image(self, image: str, ref: str) -> None:
-        """The run marks the cached images it uses (sbx.core.imagecache): nothing to keep."""
+        """The run marks the cached images it uses (sbx.domain.sandbox.imagecache): nothing to
+        keep."""
 
     def image(self, ref: str) -> ImageInfo | None:
         return ImageInfo(id="sha256:" + "ab" * 32, tags=(ref,), user=self.user,
@@ -171,7 +172,7 @@ def test_every_run_path_is_hardened_identically(
 
 
 def _limits(values: dict[str, int]) -> Any:
-    from sbx.hardening import Limits
+    from sbx.domain.sandbox.hardening import Limits
 
     return Limits(values["memory_bytes"], values["pids"], values["cpu_millis"],
                   values["tmp_bytes"], values["workspace_bytes"], values["home_bytes"])

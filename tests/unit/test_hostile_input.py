@@ -30,12 +30,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sbx.core.capabilities import SUPPORTED, _context_body, _kit_index
-from sbx.core.explain import static_composition
-from sbx.core.kitset import load_kit_set
-from sbx.errors import KitError, SbxError
-from sbx.kits.args import MAX_EXPANSION, ArgDecl, check_value, expand
-from sbx.kits.descriptor import (
+from sbx.base.errors import KitError, SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.args import MAX_EXPANSION, ArgDecl, check_value, expand
+from sbx.domain.kits.descriptor import (
     MAX_DEPTH,
     MAX_DESCRIPTOR_BYTES,
     MAX_NODES,
@@ -44,11 +42,13 @@ from sbx.kits.descriptor import (
     parse_descriptor_text,
     read_descriptor_text,
 )
-from sbx.kits.markers import INDEX_END, INDEX_START, neutralise
-from sbx.kits.patterns import MAX_PATTERN_LENGTH, PatternError, check_pattern, full_match
-from sbx.kits.rules import MAX_HTTP_GRANTS
-from sbx.kits.surface import surface
-from sbx.reasons import Reason
+from sbx.domain.kits.kitset import load_kit_set
+from sbx.domain.kits.markers import INDEX_END, INDEX_START, neutralise
+from sbx.domain.kits.patterns import MAX_PATTERN_LENGTH, PatternError, check_pattern, full_match
+from sbx.domain.kits.rules import MAX_HTTP_GRANTS
+from sbx.domain.kits.surface import surface
+from sbx.domain.sandbox.capabilities import SUPPORTED, _context_body, _kit_index
+from sbx.usecases.explain import static_composition
 
 BUDGET_S = 5.0  # the hang detector: far above any honest example (milliseconds)
 HEAD = '# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkind: workload\n'
@@ -238,7 +238,7 @@ def test_thousands_of_problems_are_counted_but_a_bounded_number_shown() -> None:
 
 
 def test_unique_items_is_checked_in_linear_time_with_json_equality() -> None:
-    from sbx.kits.descriptor import _unique_items, _validator
+    from sbx.domain.kits.descriptor import _unique_items, _validator
 
     validator = _validator()
 

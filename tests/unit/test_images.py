@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core.images import base_images, resolve_user
-from sbx.driver import ImageInfo
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.images import base_images, resolve_user
+from sbx.seams.driver import ImageInfo
 
 
 @pytest.mark.parametrize(("dockerfile", "expected"), [

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sbx.errors import KitError, SbxError
-from sbx.kits.args import (
+from sbx.base.errors import KitError, SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.args import (
     ExpandedKit,
     contains_env_ref,
     declarations,
@@ -25,8 +26,7 @@ from sbx.kits.args import (
     validate_effective,
     whole_arg_ref,
 )
-from sbx.kits.descriptor import parse_descriptor_text
-from sbx.reasons import Reason
+from sbx.domain.kits.descriptor import parse_descriptor_text
 
 HEAD = '# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkind: mixin\n'
 SECRET = "value-that-must-never-be-printed"  # noqa: S105 - a marker, not a password

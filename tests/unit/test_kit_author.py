@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from sbx.core import kitinit
-from sbx.errors import SbxError
-from sbx.kits.descriptor import parse_descriptor_text
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.descriptor import parse_descriptor_text
+from sbx.usecases import kitinit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,8 +163,8 @@ def test_validate_of_a_missing_directory_says_it_does_not_exist(tmp_path: Path,
 
 def test_validate_a_registry_reference_from_its_manifest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sbx import registry
-    from sbx.core.kitvalidate import validate_kit
+    from sbx.seams import registry
+    from sbx.usecases.kitvalidate import validate_kit
 
     seen: list[str] = []
 
@@ -184,8 +184,8 @@ def test_validate_a_registry_reference_from_its_manifest(
 
 
 def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
-    from sbx.config import load_config
-    from sbx.core import explain as core
+    from sbx.base.config import load_config
+    from sbx.usecases import explain as core
 
     examples = ROOT / "examples"
     inspected = _cli(sbx_cli, "kit", "inspect", "--json", str(examples / "hello"), "--kit",
@@ -206,7 +206,7 @@ def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
 
 
 def test_nested_suggestions_follow_the_schema() -> None:
-    from sbx.kits.descriptor import _schema_roots, nested_suggestions
+    from sbx.domain.kits.descriptor import _schema_roots, nested_suggestions
 
     policy = _schema_roots()["capabilities/network-policy@1.json"]
     assert nested_suggestions("allow", policy) == ["runtime.allow", "install.allow"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sbx.errors import KitError
-from sbx.kits.descriptor import parse_descriptor_file, parse_descriptor_text
-from sbx.reasons import Reason
+from sbx.base.errors import KitError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.descriptor import parse_descriptor_file, parse_descriptor_text
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kits"
 VALID = sorted(DATA.glob("valid/*/*.yaml"))

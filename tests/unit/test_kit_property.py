@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sbx.errors import KitError
-from sbx.kits.args import expand, validate_effective
-from sbx.kits.descriptor import Descriptor, parse_descriptor_text
-from sbx.reasons import Reason
+from sbx.base.errors import KitError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.args import expand, validate_effective
+from sbx.domain.kits.descriptor import Descriptor, parse_descriptor_text
 
 CORPUS = sorted((Path(__file__).resolve().parent.parent / "data" / "kits" / "valid")
                 .glob("*/*.yaml"))

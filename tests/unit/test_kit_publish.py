@@ -1,4 +1,5 @@
-"""The published form of a kit (sbx.kits.publish) and the capabilities annotation: build-phase
+"""The published form of a kit (sbx.domain.kits.publish) and the capabilities annotation:
+build-phase
 args expanded and create-phase ones kept, agent-context files staged and rewritten, the
 kit-sources layer's context, group members in the annotation, kind: set refused by rule."""
 
@@ -12,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core.pull import published_form_problems
-from sbx.errors import KitError, SbxError
-from sbx.kits.args import expand_build_phase, validate_effective
-from sbx.kits.descriptor import parse_descriptor_text
-from sbx.kits.local import load_local_kit
-from sbx.kits.publish import STAGE_ROOT, publish_form, staging_context
-from sbx.registry import CAPABILITIES_ANNOTATION, kit_annotations
+from sbx.base.errors import KitError, SbxError
+from sbx.domain.kits.args import expand_build_phase, validate_effective
+from sbx.domain.kits.descriptor import parse_descriptor_text
+from sbx.domain.kits.local import load_local_kit
+from sbx.domain.kits.publish import STAGE_ROOT, publish_form, staging_context
+from sbx.seams.registry import CAPABILITIES_ANNOTATION, kit_annotations
+from sbx.usecases.pull import published_form_problems
 
 HEAD = "# syntax=docker/sandbox-kit:3\nschemaVersion: \"3\"\n"
 

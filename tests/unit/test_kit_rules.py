@@ -1,4 +1,4 @@
-"""The cross-entry rules pass (sbx.kits.rules) on plain documents."""
+"""The cross-entry rules pass (sbx.domain.kits.rules) on plain documents."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sbx.kits import rules
-from sbx.kits.descriptor import format_path
+from sbx.domain.kits import rules
+from sbx.domain.kits.descriptor import format_path
 
 NP1 = "com.docker.sandbox/network-policy@1"
 NP2 = "com.docker.sandbox/network-policy@2"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sbx.kits.versions import (
+from sbx.domain.kits.versions import (
     Constraint,
     Provide,
     Requirement,

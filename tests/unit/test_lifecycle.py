@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
-from sbx.core.lifecycle import (
+from sbx.domain.kits.compose import Hook as ComposeHook
+from sbx.domain.sandbox.lifecycle import (
     Accounts,
     hook_argv,
     hook_environment,
     parse_accounts,
     startup_script,
 )
-from sbx.kits.compose import Hook as ComposeHook
 
 
 def Hook(kit: str, index: int, stage: str, position: int, command: str | tuple[str, ...],

@@ -13,13 +13,10 @@ from typing import Any, cast
 
 import pytest
 
-from sbx import audit
-from sbx.context import AppContext
-from sbx.core.pull import PullResult
-from sbx.driver import ImageInfo
-from sbx.errors import SbxError
-from sbx.kits.surface import Surface, Widening
-from sbx.lock import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
+from sbx.domain.kits.lock import (
     Decision,
     Lock,
     LockEntry,
@@ -29,8 +26,12 @@ from sbx.lock import (
     read_lock,
     write_lock,
 )
-from sbx.reasons import Reason
-from sbx.render import Renderer
+from sbx.domain.kits.surface import Surface, Widening
+from sbx.seams import audit
+from sbx.seams.driver import ImageInfo
+from sbx.usecases.context import AppContext
+from sbx.usecases.pull import PullResult
+from sbx.views import kit as kit_view
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -194,8 +195,8 @@ def published(*hosts: str) -> str:
 
 def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, descriptor: str,
               **kwargs: Any) -> tuple[FakeEngine, PullResult]:
-    from sbx import registry
-    from sbx.core import pull as pull_module
+    from sbx.seams import registry
+    from sbx.usecases import pull as pull_module
 
     def fetch(ref: registry.Reference, **_kwargs: Any) -> registry.KitManifest:
         return registry.KitManifest(ref, digest, registry.DOCKER_MANIFEST,
@@ -258,10 +259,10 @@ def test_terminal_prompt_lists_widenings(monkeypatch: pytest.MonkeyPatch) -> Non
     err = io.StringIO()
     renderer = Renderer(io.StringIO(), err, as_json=False, env={})
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
-    assert renderer.confirm_widenings(REF, [Widening("ports", "8080/tcp")])
+    assert kit_view.confirm_widenings(renderer, REF, [Widening("ports", "8080/tcp")])
     assert "  + ports: 8080/tcp" in err.getvalue()
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
-    assert not renderer.confirm_widenings(REF, [Widening("ports", "8080/tcp")])
+    assert not kit_view.confirm_widenings(renderer, REF, [Widening("ports", "8080/tcp")])
 
 
 @pytest.mark.parametrize(("data", "paths"), [
@@ -275,6 +276,6 @@ def test_terminal_prompt_lists_widenings(monkeypatch: pytest.MonkeyPatch) -> Non
       "args": {"team": {"default": "a"}}}, []),  # create-phase args are expanded at create
 ])
 def test_published_form_rules(data: dict[str, object], paths: list[str]) -> None:
-    from sbx.core.pull import published_form_problems
+    from sbx.usecases.pull import published_form_problems
 
     assert [path for path, _ in published_form_problems(data)] == paths

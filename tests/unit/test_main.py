@@ -10,9 +10,9 @@ import pytest
 
 from sbx import __version__
 from sbx.__main__ import split_passthrough
-from sbx.core import run as run_core
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.usecases import run as run_core
 
 
 @pytest.mark.parametrize(("argv", "head", "tail"), [

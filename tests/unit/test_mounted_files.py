@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sbx.core.capabilities import CapabilityPlan
-from sbx.core.lifecycle import KitFile, LifecyclePlan
-from sbx.core.mountedfiles import STAGED_DIR, under, with_mounted_files
-from sbx.hardening import Limits
+from sbx.domain.sandbox.capabilities import CapabilityPlan
+from sbx.domain.sandbox.hardening import Limits
+from sbx.domain.sandbox.lifecycle import KitFile, LifecyclePlan
+from sbx.domain.sandbox.mountedfiles import STAGED_DIR, under, with_mounted_files
 
 LIMITS = Limits(memory_bytes=1 << 30, pids=64, cpu_millis=1000, tmp_bytes=1 << 20,
                 workspace_bytes=1 << 20, home_bytes=1 << 20)

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbx import mounts
-from sbx.errors import ConfigError, MountBlocked, SbxError
-from sbx.mounts import (
+from sbx.base.errors import ConfigError, MountBlocked, SbxError
+from sbx.base.reasons import ExitStatus, Reason
+from sbx.domain.sandbox import mounts
+from sbx.domain.sandbox.mounts import (
     RESERVED_TARGETS,
     RULES,
     CheckedMount,
@@ -28,7 +29,6 @@ from sbx.mounts import (
     check_target,
     parse_mount_flag,
 )
-from sbx.reasons import ExitStatus, Reason
 
 
 @dataclass(frozen=True)

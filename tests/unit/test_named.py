@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core.named import CREATION_OPTIONS, creation_options
-from sbx.core.run import RunRequest
-from sbx.core.sandboxes import SandboxRecord, SandboxStore, check_name
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.usecases.named import CREATION_OPTIONS, creation_options
+from sbx.usecases.run import RunRequest
 
 
 @pytest.mark.parametrize("name", ["ab", "a1", "my-agent", "A.b-9", "x" * 63])

@@ -1,4 +1,4 @@
-"""The OAuth decisions of the egress proxy (sbx.egress.oauth_intercept), without any I/O."""
+"""The OAuth decisions of the egress proxy (sbx.domain.egress.oauth_intercept), without any I/O."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from sbx.egress import oauth_intercept as oi
-from sbx.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
-from sbx.kits.compose import Credential
-from sbx.oauth import Tokens
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.egress import oauth_intercept as oi
+from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
+from sbx.domain.kits.compose import Credential
 
 ACCESS = "sk-ant-oat01-proxy-managed"
 REFRESH = "sk-ant-ort01-proxy-managed"

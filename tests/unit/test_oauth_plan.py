@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sbx.core.egress import credential_env, plan_egress
-from sbx.egress.proxyconfig import CredentialSpec
-from sbx.errors import SbxError
-from sbx.kits.compose import Composition, Credential, Network, NetworkPhase
-from sbx.oauth import OAuthConfig, Tokens, render_credential_file
+from sbx.base.errors import SbxError
+from sbx.domain.credentials.oauth import OAuthConfig, Tokens, render_credential_file
+from sbx.domain.egress.plan import credential_env, plan_egress
+from sbx.domain.egress.proxyconfig import CredentialSpec
+from sbx.domain.kits.compose import Composition, Credential, Network, NetworkPhase
 
 OAUTH: dict[str, Any] = {
     "tokenEndpoint": {"host": "console.anthropic.com", "path": "/v1/oauth/token"},

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sbx.errors import ConfigError
-from sbx.paths import HOME_HASH_LENGTH, config_path, home_hash, state_home
-from sbx.reasons import Reason
+from sbx.base.errors import ConfigError
+from sbx.base.paths import HOME_HASH_LENGTH, config_path, home_hash, state_home
+from sbx.base.reasons import Reason
 
 CONFIG_CASES = [
     # (id, env, expected)

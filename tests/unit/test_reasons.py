@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from sbx.reasons import REGISTRY, ExitStatus, Reason
+from sbx.base.reasons import REGISTRY, ExitStatus, Reason
 
 SPEC_CODES = {
     "docker_unreachable", "image_missing", "resource_limits_unenforced", "root_user",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sbx.errors import SbxError
-from sbx.reasons import Reason
-from sbx.registry import DOCKER_HUB_API, normalize_reference, parse_reference
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.registry import DOCKER_HUB_API, normalize_reference, parse_reference
 
 DIGEST = "sha256:" + "a" * 64
 

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sbx.errors import SbxError
-from sbx.registry import fetch_token, get_manifest, parse_challenge, parse_reference
-from sbx.registry_auth import Credentials, config_path, resolve
+from sbx.base.errors import SbxError
+from sbx.seams.registry import fetch_token, get_manifest, parse_challenge, parse_reference
+from sbx.seams.registry_auth import Credentials, config_path, resolve
 
 HOST = "registry.example.test:5000"
 SECRET = "s3cret-Value-42"  # noqa: S105 (a test value)

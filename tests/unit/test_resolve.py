@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbx.errors import SbxError
-from sbx.kits.resolve import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.resolve import (
     INCOHERENT_MESSAGE,
     KitInput,
     Provided,
@@ -20,7 +21,6 @@ from sbx.kits.resolve import (
     resolve,
     version_from_reference,
 )
-from sbx.reasons import Reason
 
 CRED = "com.docker.sandbox/credential@1"
 

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from sbx.core.durations import parse_duration
-from sbx.core.envflags import parse_env
-from sbx.core.identity import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.durations import parse_duration
+from sbx.domain.sandbox.envflags import parse_env
+from sbx.domain.sandbox.identity import (
     FALLBACK_HOME,
     WorkspaceOwner,
     can_write,
@@ -21,11 +23,9 @@ from sbx.core.identity import (
     home_path,
     parse_user_flag,
 )
-from sbx.core.images import SandboxUser
-from sbx.core.mountpoints import directory_tar, prepare_mountpoints, wanted_modes
-from sbx.driver import ImageInfo
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.domain.sandbox.images import SandboxUser
+from sbx.domain.sandbox.mountpoints import directory_tar, prepare_mountpoints, wanted_modes
+from sbx.seams.driver import ImageInfo
 
 IMAGE_USER = SandboxUser(1000, 1000, "image USER agent")
 

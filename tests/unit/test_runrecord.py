@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sbx.core import runrecord
-from sbx.core.gc import _read_record, owner_alive
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox import runrecord
+from sbx.usecases.gc import _read_record, owner_alive
 
 
 def test_create_update_and_read_back(tmp_path: Path) -> None:

@@ -16,12 +16,9 @@ from typing import Any
 
 import pytest
 
-from sbx import audit, keyrings
-from sbx.core import secretops
-from sbx.egress import proxy as proxy_module
-from sbx.errors import SbxError
-from sbx.reasons import Reason
-from sbx.secrets import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.credentials.secrets import (
     COMMAND,
     ENV,
     SecretSource,
@@ -31,6 +28,9 @@ from sbx.secrets import (
     resolve_for_run,
     run_command,
 )
+from sbx.domain.egress import proxy as proxy_module
+from sbx.seams import audit, keyrings
+from sbx.usecases import secretops
 
 TOKEN = "ghp_DYNAMICvalue0123456789abcdefXYZ"  # noqa: S105 -- a made-up test value
 
@@ -205,7 +205,7 @@ def test_provided_secrets_round_trip_on_one_ascii_word() -> None:
 
 def test_the_proxy_takes_provided_secrets_from_its_owner_pipe(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sbx.egress.proxyconfig import ProxyConfig
+    from sbx.domain.egress.proxyconfig import ProxyConfig
 
     config = SimpleNamespace(credentials=[SimpleNamespace(service="github"),
                                           SimpleNamespace(service="files")],
@@ -216,7 +216,7 @@ def test_the_proxy_takes_provided_secrets_from_its_owner_pipe(
                                        provided={"github": TOKEN})
     assert loaded == {"github": TOKEN, "files": "from-the-file-store"} and notes == []
 
-    from sbx.kits.compose import Network, NetworkPhase
+    from sbx.domain.kits.compose import Network, NetworkPhase
 
     network = Network(1, NetworkPhase(), NetworkPhase(), False, ())
     loaded_config = ProxyConfig(run_id="run-1", state_home=tmp_path / "state",
@@ -320,7 +320,7 @@ def test_detect_takes_only_os_keyrings(home: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(keyring, "get_keyring", lambda: fake)
     found = keyrings.detect(home)
     assert found is not None and found.backend is fake
-    from sbx.paths import home_hash
+    from sbx.base.paths import home_hash
 
     assert found.namespace == f"sbx:{home_hash(home)}"  # one entry set per state home
 

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from sbx import audit
-from sbx.errors import SbxError
-from sbx.reasons import Reason
-from sbx.secrets import (
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.credentials.secrets import (
     MAX_VALUE_BYTES,
     SecretStore,
     mask,
@@ -24,6 +23,7 @@ from sbx.secrets import (
     read_value,
     validate_service,
 )
+from sbx.seams import audit
 
 TOKEN = "gho_GCaw4oSECRETVALUEabcdef43qy"  # noqa: S105 -- a made-up test value
 

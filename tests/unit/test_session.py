@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbx.errors import SbxError
-from sbx.reasons import Reason
-from sbx.session.escape import DEFAULT_DETACH_KEYS, EscapeDetector, parse_detach_keys
-from sbx.session.frames import FrameDecoder, FrameError
-from sbx.session.mode import HostStreams, decide_mode
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, EscapeDetector, parse_detach_keys
+from sbx.seams.session.frames import FrameDecoder, FrameError
+from sbx.seams.session.mode import HostStreams, decide_mode
 
 
 def frame(stream_id: int, payload: bytes) -> bytes:

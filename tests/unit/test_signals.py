@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sbx import signals
+from sbx.seams import signals
 
 
 @pytest.fixture(autouse=True)

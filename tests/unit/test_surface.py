@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbx.kits.compose import Contribution, compose
-from sbx.kits.surface import (
+from sbx.domain.kits.compose import Contribution, compose
+from sbx.domain.kits.surface import (
     CATEGORIES,
     JSON_FIELDS,
     Surface,

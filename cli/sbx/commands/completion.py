@@ -1,4 +1,4 @@
-"""`sbx completion bash|zsh|fish`: adapter to :func:`sbx.core.completion.completion_script`."""
+"""`sbx completion bash|zsh|fish`: adapter to :func:`sbx.usecases.completion.completion_script`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def completion(
 
     The scripts are static: completing never starts sbx.
     """
-    from sbx.core.completion import completion_script
+    from sbx.usecases.completion import completion_script
 
     ctx.obj.renderer.text(completion_script(shell.value))
     return 0

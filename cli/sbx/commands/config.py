@@ -1,10 +1,12 @@
-"""`sbx config path` and `sbx config show`: adapters to :mod:`sbx.core.configview`."""
+"""`sbx config path` and `sbx config show`: adapters to :mod:`sbx.usecases.configview`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+
+from sbx.views import config as config_output
 
 
 def path(
@@ -16,9 +18,9 @@ def path(
     $SBX_CONFIG when set (that file must exist), else $XDG_CONFIG_HOME/sbx/config.toml, else
     ~/.config/sbx/config.toml. Example: $EDITOR "$(sbx config path)"
     """
-    from sbx.core.configview import config_location
+    from sbx.usecases.configview import config_location
 
-    ctx.obj.renderer.config_location(config_location(ctx.obj.env))
+    config_output.config_location(ctx.obj.renderer, config_location(ctx.obj.env))
     return 0
 
 
@@ -32,10 +34,10 @@ def show(
     config file and line, or `default`. The file is validated as every command validates it:
     an unknown key or an out-of-range value is invalid_config.
     """
-    from sbx.core.configview import config_view
+    from sbx.usecases.configview import config_view
 
     app = ctx.obj
-    app.renderer.config_view(config_view(app.load_config()))
+    config_output.config_view(app.renderer, config_view(app.load_config()))
     return 0
 
 

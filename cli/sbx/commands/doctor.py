@@ -1,10 +1,12 @@
-"""`sbx doctor [--json]`: adapter to :func:`sbx.core.doctor.diagnose`."""
+"""`sbx doctor [--json]`: adapter to :func:`sbx.usecases.doctor.diagnose`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+
+from sbx.views import doctor as doctor_view
 
 
 def doctor(
@@ -26,13 +28,13 @@ def doctor(
 
     Exit 0 when no check failed (warnings allowed), 1 otherwise.
     """
-    from sbx.core.doctor import DoctorRequest, diagnose
+    from sbx.usecases.doctor import DoctorRequest, diagnose
 
     app = ctx.obj
     report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),
                                          args=tuple(arg or ()),
                                          allow_privileged=allow_privileged))
-    app.renderer.doctor_report(report)
+    doctor_view.doctor_report(app.renderer, report)
     return int(report.exit_status)
 
 

@@ -6,10 +6,10 @@
 - ``WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]``: the decision for one request, by the
   function the egress proxy enforces with; exit 0 allowed, 1 denied.
 
-The WORKLOAD forms plan with ``sbx run``'s own pipeline (:func:`sbx.core.pipeline.dry_plan`):
+The WORKLOAD forms plan with ``sbx run``'s own pipeline (:func:`sbx.usecases.pipeline.dry_plan`):
 whatever ``sbx run`` would refuse, explain refuses with the same reason code and exit status.
 That needs the engine (and builds the kit image as run would, cached by content); it creates
-no container. The other forms never touch the engine. Logic lives in :mod:`sbx.core.explain`;
+no container. The other forms never touch the engine. Logic lives in :mod:`sbx.usecases.explain`;
 printing in the renderer.
 """
 
@@ -22,8 +22,9 @@ from typing import Annotated
 
 import typer
 
-from sbx.errors import SbxError
-from sbx.reasons import ExitStatus, Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import ExitStatus, Reason
+from sbx.views import explain as explain_view
 
 _REASON_LIKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 
@@ -54,7 +55,7 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
     """Explain a reason code, a run's refusals, a sandbox, or one request's decision."""
-    from sbx.core import explain as core
+    from sbx.usecases import explain as core
 
     app = ctx.obj
     renderer = app.renderer
@@ -63,7 +64,8 @@ def explain(
         if last and (subject is not None or extra):
             raise SbxError(Reason.INVALID_ARGUMENT, "--last takes no arguments",
                            hint="`sbx explain --last` or `sbx explain RUN_ID`.")
-        renderer.explain_run(core.explain_run(app.state_home, None if last else subject))
+        explain_view.explain_run(renderer,
+                                 core.explain_run(app.state_home, None if last else subject))
         return 0
     if list_all or subject is None:
         renderer.reason_list(list(Reason))
@@ -79,19 +81,20 @@ def explain(
                        hint="Pass --phase install or --phase runtime.")
     method, target_text = core.split_request(extra)
     target = core.parse_target(target_text, method) if target_text is not None else None
-    from sbx.core.pipeline import WorkloadRequest, dry_plan, planned_user
+    from sbx.usecases.pipeline import WorkloadRequest, dry_plan, planned_user
 
     planned = dry_plan(app, WorkloadRequest(workload=subject, kits=tuple(kit or ()),
                                             args=tuple(arg or ()),
                                             allow_privileged=allow_privileged),
                        progress=renderer.progress)
     if target is None:
-        renderer.explain_sandbox(core.explain_plan(planned, planned_user(app, planned)))
+        explain_view.explain_sandbox(renderer,
+                                     core.explain_plan(planned, planned_user(app, planned)))
         return 0
     result = core.explain_request(planned.composition,
                                   [k.reference for k in planned.kit_set.kits], target,
                                   "install" if phase == "install" else "runtime")
-    renderer.explain_request(result)
+    explain_view.explain_request(renderer, result)
     return 0 if result.allowed else int(ExitStatus.DENIED)
 
 

@@ -1,10 +1,12 @@
-"""`sbx gc [--dry-run] [--json] [--grace SECONDS]`: adapter to :func:`sbx.core.gc.collect`."""
+"""`sbx gc [--dry-run] [--json] [--grace SECONDS]`: adapter to :func:`sbx.usecases.gc.collect`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+
+from sbx.views import gc as gc_view
 
 
 def gc(
@@ -26,11 +28,11 @@ def gc(
     Silent with exit 0 when there was nothing to do or everything was removed, so it suits
     cron; one line per failure, exit 126 (cleanup_failed) when anything could not be removed.
     """
-    from sbx.core.gc import GcRequest, collect
+    from sbx.usecases.gc import GcRequest, collect
 
     app = ctx.obj
     result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace, named=named))
-    app.renderer.gc_result(result, verbose=app.verbose)
+    gc_view.gc_result(app.renderer, result, verbose=app.verbose)
     return int(result.exit_status)
 
 

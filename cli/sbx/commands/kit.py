@@ -1,10 +1,12 @@
-"""`sbx kit push DIR REF`: adapter to :func:`sbx.core.kitpush.push_kit`."""
+"""`sbx kit push DIR REF`: adapter to :func:`sbx.usecases.kitpush.push_kit`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+
+from sbx.views import kit as kit_view
 
 
 def push(
@@ -35,12 +37,12 @@ def push(
     requested capability types, sorted and comma-joined; absent when none). Annotating changes
     the manifest, so the digest printed is the annotated manifest's: pin that one.
     """
-    from sbx.core.kitpush import push_kit
+    from sbx.usecases.kitpush import push_kit
 
     app = ctx.obj
     result = push_kit(app, directory, reference, progress=app.renderer.progress,
                        arg_items=tuple(arg or ()))
-    app.renderer.kit_pushed(result)
+    kit_view.kit_pushed(app.renderer, result)
     return 0
 
 

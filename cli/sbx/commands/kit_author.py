@@ -1,5 +1,5 @@
-"""`sbx kit init|validate|inspect`: adapters to :mod:`sbx.core.kitinit`,
-:mod:`sbx.core.kitvalidate` and :mod:`sbx.core.explain` (the effective sandbox)."""
+"""`sbx kit init|validate|inspect`: adapters to :mod:`sbx.usecases.kitinit`,
+:mod:`sbx.usecases.kitvalidate` and :mod:`sbx.usecases.explain` (the effective sandbox)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
-from sbx.core.kitinit import DEFAULT_BASE
-from sbx.reasons import Reason
+from sbx.base.reasons import Reason
+from sbx.usecases.kitinit import DEFAULT_BASE
+from sbx.views import explain as explain_view
+from sbx.views import kit as kit_view
 
 
 def init(
@@ -28,10 +30,10 @@ def init(
     A workload gets DIR/NAME.yaml and DIR/NAME.dockerfile (FROM the --from image); a mixin
     gets DIR/NAME.yaml only. Existing files are never overwritten.
     """
-    from sbx.core.kitinit import init_kit
+    from sbx.usecases.kitinit import init_kit
 
     app = ctx.obj
-    app.renderer.kit_init(init_kit(directory, cwd=app.cwd, mixin=mixin, base_image=base))
+    kit_view.kit_init(app.renderer, init_kit(directory, cwd=app.cwd, mixin=mixin, base_image=base))
     return 0
 
 
@@ -48,11 +50,11 @@ def validate(
     A registry reference that was not pulled is checked from its manifest (one GET, nothing
     pulled or pinned). Warnings name capabilities this sbx skips or refuses at run time.
     """
-    from sbx.core.kitvalidate import validate_kit
+    from sbx.usecases.kitvalidate import validate_kit
 
     app = ctx.obj
     result = validate_kit(reference, cwd=app.cwd, state_home=app.state_home, env=app.env)
-    app.renderer.kit_validation(result)
+    kit_view.kit_validation(app.renderer, result)
     return 0 if result.valid else int(Reason.INVALID_KIT.exit_status)
 
 
@@ -75,13 +77,13 @@ def inspect(
     from `sbx run`'s planning, adding the image, the user, the limits after resources@1, and
     any refusal `sbx run` would make.
     """
-    from sbx.core import explain as core
+    from sbx.usecases import explain as core
 
     app = ctx.obj
     kit_set = core.load(workload, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
     bound, oauth = core.stored_credentials(kit_set, app.state_home)
-    app.renderer.explain_sandbox(core.explain_sandbox(kit_set, app.load_config(), bound=bound,
-                                                      oauth=oauth), command="kit inspect")
+    explanation = core.explain_sandbox(kit_set, app.load_config(), bound=bound, oauth=oauth)
+    explain_view.explain_sandbox(app.renderer, explanation, command="kit inspect")
     return 0
 
 

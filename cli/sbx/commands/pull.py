@@ -1,10 +1,13 @@
-"""`sbx pull REF... [--accept] [--json]`: adapter to :func:`sbx.core.pull.pull`."""
+"""`sbx pull REF... [--accept] [--json]`: adapter to :func:`sbx.usecases.pull.pull`."""
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
+
+from sbx.views import kit as kit_view
 
 
 def pull(
@@ -29,14 +32,15 @@ def pull(
     --accept, else the pull is refused (permission_widened) and nothing changes; narrowing
     applies silently. Layers are pulled by digest, then the lock is written atomically.
     """
-    from sbx.core.pull import pull as pull_core
+    from sbx.usecases.pull import pull as pull_core
 
     app = ctx.obj
     renderer = app.renderer
-    confirm = renderer.confirm_widenings if renderer.interactive() else None
+    confirm = (functools.partial(kit_view.confirm_widenings, renderer) if renderer.interactive()
+               else None)
     result = pull_core(app, references, accept=accept, confirm=confirm,
                        progress=renderer.progress, on_notice=renderer.note)
-    renderer.pull_result(result)
+    kit_view.pull_result(renderer, result)
     return 0
 
 

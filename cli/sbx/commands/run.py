@@ -1,4 +1,5 @@
-"""`sbx run WORKLOAD [WORKSPACE] [-- ARGS...]`: adapter from flags to :func:`sbx.core.run.run`."""
+"""`sbx run WORKLOAD [WORKSPACE] [-- ARGS...]`: adapter from flags to
+:func:`sbx.usecases.run.run`."""
 
 from __future__ import annotations
 
@@ -70,11 +71,11 @@ def run(
 
     Arguments after `--` replace the image's CMD.
     """
-    from sbx.core.durations import parse_duration
-    from sbx.core.run import RunRequest
-    from sbx.core.run import run as run_core
-    from sbx.core.runargs import check_workspace_word
-    from sbx.render import Envelope
+    from sbx.base.render import Envelope
+    from sbx.domain.sandbox.durations import parse_duration
+    from sbx.domain.sandbox.runargs import check_workspace_word
+    from sbx.usecases.run import RunRequest
+    from sbx.usecases.run import run as run_core
 
     app = ctx.obj
     check_workspace_word(workload, workspace, app.cwd, app.passthrough)

@@ -1,11 +1,13 @@
 """`sbx ls`, `attach`, `exec`, `logs`, `stop`, `rm`: adapters for named sandboxes
-(:mod:`sbx.core.named`)."""
+(:mod:`sbx.usecases.named`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+
+from sbx.views import sandboxes as sandboxes_view
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sandbox's name.")]
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...",
@@ -20,16 +22,17 @@ def ls(
         "--all", help="Also list one-shot runs that are running now.")] = False,
 ) -> int:
     """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
-    from sbx.core.named import list_sandboxes
+    from sbx.usecases.named import list_sandboxes
 
     app = ctx.obj
-    app.renderer.sandbox_list(list_sandboxes(app, include_runs=include_runs), quiet=quiet)
+    statuses = list_sandboxes(app, include_runs=include_runs)
+    sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
     return 0
 
 
 def attach(ctx: typer.Context, name: NameArgument) -> int:
     """Attach to a running named sandbox (the detach keys leave it running)."""
-    from sbx.core.named import attach as attach_core
+    from sbx.usecases.named import attach as attach_core
 
     app = ctx.obj
     renderer = app.renderer
@@ -52,7 +55,7 @@ def exec_(
 
     The command comes after `--`.
     """
-    from sbx.core.named import exec_in
+    from sbx.usecases.named import exec_in
 
     app = ctx.obj
     return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
@@ -65,7 +68,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
-    from sbx.core.named import logs as logs_core
+    from sbx.usecases.named import logs as logs_core
 
     app = ctx.obj
     logs_core(app, name, follow=follow, on_output=app.renderer.workload_output)
@@ -74,7 +77,7 @@ def logs(
 
 def stop(ctx: typer.Context, names: NamesArgument) -> int:
     """Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too."""
-    from sbx.core.named import stop as stop_core
+    from sbx.usecases.named import stop as stop_core
 
     app = ctx.obj
     for name in stop_core(app, names):
@@ -89,9 +92,9 @@ def rm(
         "--force", "-f", help="Do not ask (needed without a terminal).")] = False,
 ) -> int:
     """Remove named sandboxes and everything they own (HOME and volumes included)."""
-    from sbx.core.named import remove
-    from sbx.errors import SbxError
-    from sbx.reasons import Reason
+    from sbx.base.errors import SbxError
+    from sbx.base.reasons import Reason
+    from sbx.usecases.named import remove
 
     app = ctx.obj
     renderer = app.renderer

@@ -1,5 +1,5 @@
-"""`sbx secret set|login|ls|rm|import`: adapters to :mod:`sbx.core.secretops`,
-:mod:`sbx.core.oauthlogin` and the stores.
+"""`sbx secret set|login|ls|rm|import`: adapters to :mod:`sbx.usecases.secretops`,
+:mod:`sbx.usecases.oauthlogin` and the stores.
 
 ``set`` reads the value from stdin (one trailing newline stripped), so it never appears in the
 shell history or the process list; on a terminal it prompts without echo instead. With
@@ -15,8 +15,9 @@ from typing import Annotated
 
 import typer
 
-from sbx.errors import SbxError
-from sbx.reasons import Reason
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.views import secret as secret_view
 
 _SERVICE_HELP = "The service name a kit's credential@1 uses (e.g. github)."
 
@@ -48,8 +49,8 @@ def set_secret(
 
     Example: sbx secret set github --from-command 'gh auth token'
     """
-    from sbx.core import secretops
-    from sbx.secrets import SecretStore
+    from sbx.domain.credentials.secrets import SecretStore
+    from sbx.usecases import secretops
 
     app = ctx.obj
     store = SecretStore(app.state_home)
@@ -59,7 +60,7 @@ def set_secret(
     else:
         info = secretops.set_value(store, service, lambda: secretops.read_value_from(
             sys.stdin, lambda: app.renderer.read_secret(f"Secret for {service}: ")))
-    app.renderer.secret_stored(info, store.directory)
+    secret_view.secret_stored(app.renderer, info, store.directory)
     return 0
 
 
@@ -91,13 +92,13 @@ def login(
 
     Example: sbx secret login openai --from-file ~/.codex/auth.json
     """
-    from sbx.core import oauthlogin
+    from sbx.usecases import oauthlogin
 
     app = ctx.obj
     structure = None if kit is None else oauthlogin.kit_structure(
         kit, service, cwd=app.cwd, state_home=app.state_home)
     text = oauthlogin.read_login_input(from_file, None if from_file else sys.stdin.buffer)
-    app.renderer.oauth_stored(oauthlogin.login(app.state_home, service, text,
+    secret_view.oauth_stored(app.renderer, oauthlogin.login(app.state_home, service, text,
                                                structure=structure))
     return 0
 
@@ -108,10 +109,10 @@ def ls(
 ) -> int:
     """List secrets, masked: service, value mask, length, last update, where it lives; and
     OAuth logins (masked access token, expiry)."""
-    from sbx.core import oauthlogin
-    from sbx.secrets import SecretStore
+    from sbx.domain.credentials.secrets import SecretStore
+    from sbx.usecases import oauthlogin
 
-    ctx.obj.renderer.secret_list(SecretStore(ctx.obj.state_home).services(),
+    secret_view.secret_list(ctx.obj.renderer, SecretStore(ctx.obj.state_home).services(),
                                  oauthlogin.entries(ctx.obj.state_home))
     return 0
 
@@ -123,8 +124,8 @@ def rm(
 ) -> int:
     """Remove the secret and the OAuth tokens for SERVICE, from the OS keyring too (exit 2
     when there is neither)."""
-    from sbx.core import oauthlogin
-    from sbx.secrets import SecretStore
+    from sbx.domain.credentials.secrets import SecretStore
+    from sbx.usecases import oauthlogin
 
     app = ctx.obj
     kinds = [kind for kind, removed in (
@@ -134,7 +135,7 @@ def rm(
         raise SbxError(Reason.INVALID_ARGUMENT, f"no secret stored for {service!r}",
                        hint="`sbx secret ls` lists the stored services.",
                        details={"service": service})
-    app.renderer.secret_removed(service, kinds)
+    secret_view.secret_removed(app.renderer, service, kinds)
     return 0
 
 

@@ -1,11 +1,14 @@
 """`sbx secret import [SERVICE]... [--yes] [--dry-run]`: adapter to
-:func:`sbx.core.secretops.import_secrets`."""
+:func:`sbx.usecases.secretops.import_secrets`."""
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
+
+from sbx.views import secret as secret_view
 
 
 def import_secrets(
@@ -28,15 +31,16 @@ def import_secrets(
     variable, service and length (never its value); elsewhere --yes imports them all. A
     service that already has a secret is left as it is.
     """
-    from sbx.core.secretops import import_secrets as import_core
-    from sbx.secrets import SecretStore
+    from sbx.domain.credentials.secrets import SecretStore
+    from sbx.usecases.secretops import import_secrets as import_core
 
     app = ctx.obj
     renderer = app.renderer
-    confirm = renderer.confirm_import if renderer.interactive() and not yes else None
+    confirm = (functools.partial(secret_view.confirm_import, renderer)
+               if renderer.interactive() and not yes else None)
     result = import_core(SecretStore(app.state_home), app.env, services=services or (),
                          yes=yes, dry_run=dry_run, confirm=confirm)
-    renderer.secret_import(result)
+    secret_view.secret_import(renderer, result)
     return 0
 
 

@@ -14,7 +14,7 @@ def version(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
     """Print sbx's version."""
-    from sbx.render import Envelope
+    from sbx.base.render import Envelope
 
     renderer = ctx.obj.renderer
     if as_json:

@@ -1,0 +1,514 @@
+"""The OAuth half of ``credential@1``: tokens stay on the host, the sandbox holds sentinels.
+
+A kit's ``oauth`` block (KIT-SPEC-V3 §2.1, ``spec/types.go`` ``OAuth``) names the provider's
+token endpoint, the hosts that take the access token (``resourceHosts``, plus the ``apiKey``
+inject domains), the sentinels the sandbox sees, and a ``credentialFile`` the agent reads. sbx
+honours it like this:
+
+- **On the host**, a service's tokens live in ``<state>/oauth/<service>.json`` (directory 0700,
+  file 0600, written atomically; :class:`OAuthStore`), put there by ``sbx secret login``
+  (from a token response or the agent's own credential file, see :func:`parse_login`) or by
+  the egress proxy when the agent logs in or refreshes through it.
+- **In the sandbox**, the ``credentialFile`` is rendered with the sentinels
+  (:func:`render_credential_file`: JSON or TOML, ``{{.ExpiresAt}}`` a number of milliseconds
+  since the epoch, ``{{.Scopes}}`` an array, ``{{.PrimaryApiKey}}``'s key omitted: sbx never
+  captures one) and ``SBX_CRED_<SERVICE>_MODE`` says ``oauth`` (or ``apikey``).
+- **At the boundary** (``sbx.domain.egress.proxy``), a POST to the token endpoint is answered with
+  sentinels: a refresh-token grant carrying the refresh sentinel is sent upstream with the real
+  refresh token, an authorization-code grant (a login inside the sandbox) is sent as it is, and
+  in both cases the real tokens of the answer are stored here and replaced by the sentinels
+  before the answer reaches the sandbox. On the resource hosts and inject domains the access
+  sentinel is replaced by the real access token in whatever header carries it. The real tokens
+  are masked out of what those hosts send back.
+
+Which half is used (:func:`credential_mode`): OAuth when the kit declares ``oauth`` and tokens
+are stored for the service, else the API key when declared and stored; neither is unbound. In
+OAuth mode the API key's variable is not set (an agent would prefer it over its OAuth login).
+``oauth.passthrough: true`` (hand the real token to the sandbox, a downgrade the spec lets a
+runtime refuse) is refused by name (``unsupported_capability``).
+
+Nothing here prints, logs or audits a token: :class:`Tokens` masks itself in ``repr``, and audit
+events carry the service name only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+
+OAUTH_DIR: Final = "oauth"
+MAX_RECORD_BYTES: Final = 64 * 1024
+ACCESS_SENTINEL_PREFIX: Final = "sbx-oauth-access-"
+REFRESH_SENTINEL_PREFIX: Final = "sbx-oauth-refresh-"
+MODE_ENV_PREFIX: Final = "SBX_CRED_"
+Mode = Literal["apikey", "oauth"]
+_PLACEHOLDER: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
+_SERVICE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
+_TOKEN_CHARS: Final = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what a header can carry
+# The credential files agents write on the host after their own login, read when no kit says
+# the shape: Claude Code's ~/.claude/.credentials.json, Codex's ~/.codex/auth.json.
+KNOWN_SHAPES: Final[tuple[tuple[str, Any], ...]] = (
+    ("Claude Code ~/.claude/.credentials.json", {"claudeAiOauth": {
+        "accessToken": "{{.AccessToken}}", "refreshToken": "{{.RefreshToken}}",
+        "expiresAt": "{{.ExpiresAt}}", "scopes": "{{.Scopes}}"}}),
+    ("Codex ~/.codex/auth.json", {"tokens": {
+        "access_token": "{{.AccessToken}}", "refresh_token": "{{.RefreshToken}}"}}),
+)
+
+
+# -- the kit's declaration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CredentialFile:
+    path: str  # "~/..." (the sandbox's HOME) or absolute
+    structure: Any
+    format: Literal["json", "toml"] = "json"
+
+
+@dataclass(frozen=True)
+class OAuthConfig:
+    """A credential's ``oauth`` block, with sbx's defaults filled in."""
+
+    token_host: str | None
+    token_path: str | None  # None: every path on the token host
+    resource_hosts: tuple[str, ...]
+    access_sentinel: str
+    refresh_sentinel: str
+    credential_file: CredentialFile | None
+    access_field: str = "access_token"
+    refresh_field: str = "refresh_token"
+    expires_field: str = "expires_in"
+    passthrough: bool = False
+
+    @classmethod
+    def from_credential(cls, service: str, config: Mapping[str, Any]) -> OAuthConfig | None:
+        raw = config.get("oauth")
+        if not isinstance(raw, Mapping):
+            return None
+        endpoint = raw.get("tokenEndpoint")
+        endpoint = endpoint if isinstance(endpoint, Mapping) else {}
+        sentinels = raw.get("sentinels")
+        sentinels = sentinels if isinstance(sentinels, Mapping) else {}
+        fields = raw.get("responseFields")
+        fields = fields if isinstance(fields, Mapping) else {}
+        cf_raw = raw.get("credentialFile")
+        credential_file = None
+        if isinstance(cf_raw, Mapping) and isinstance(cf_raw.get("path"), str):
+            fmt = "toml" if cf_raw.get("format") == "toml" else "json"
+            credential_file = CredentialFile(str(cf_raw["path"]), cf_raw.get("structure"),
+                                             fmt)  # type: ignore[arg-type]
+        host = endpoint.get("host")
+        path = endpoint.get("path")
+        hosts = raw.get("resourceHosts")
+        return cls(
+            token_host=str(host).lower() if isinstance(host, str) and host else None,
+            token_path=str(path) if isinstance(path, str) and path else None,
+            resource_hosts=tuple(str(h).lower() for h in hosts if isinstance(h, str))
+            if isinstance(hosts, list) else (),
+            access_sentinel=str(sentinels.get("accessToken") or
+                                f"{ACCESS_SENTINEL_PREFIX}{service}"),
+            refresh_sentinel=str(sentinels.get("refreshToken") or
+                                 f"{REFRESH_SENTINEL_PREFIX}{service}"),
+            credential_file=credential_file,
+            access_field=str(fields.get("accessToken") or "access_token"),
+            refresh_field=str(fields.get("refreshToken") or "refresh_token"),
+            expires_field=str(fields.get("expiresIn") or "expires_in"),
+            passthrough=raw.get("passthrough") is True,
+        )
+
+
+def has_api_key(config: Mapping[str, Any]) -> bool:
+    return isinstance(config.get("apiKey"), Mapping)
+
+
+def credential_mode(service: str, config: Mapping[str, Any], *, api_key: bool,
+                    oauth: bool) -> Mode | None:
+    """Which half of a credential is used: OAuth when declared (and not passthrough) with
+    tokens stored, else the API key when declared and stored, else None (unbound)."""
+    declared = OAuthConfig.from_credential(service, config)
+    if declared is not None and not declared.passthrough and oauth:
+        return "oauth"
+    if has_api_key(config) and api_key:
+        return "apikey"
+    return None
+
+
+def passthrough_refusal(credential: Any) -> SbxError | None:
+    """The refusal of a credential that could only be used by handing the sandbox the real
+    token (``oauth.passthrough: true`` and no API key half), else None."""
+    config = credential.config
+    declared = OAuthConfig.from_credential(credential.service, config)
+    if declared is None or not declared.passthrough or has_api_key(config):
+        return None
+    where = getattr(credential, "declared_at", "") or f"capabilities[{credential.index}]"
+    return SbxError(
+        Reason.UNSUPPORTED_CAPABILITY,
+        f"refused: {credential.kit} {where} (com.docker.sandbox/credential@1) "
+        f"oauth.passthrough: {credential.service}'s real OAuth token would be handed to the "
+        "sandbox, which sbx never does",
+        hint="Drop `passthrough: true` (sbx then serves sentinels and keeps the token on the "
+             "host), give the credential an apiKey half, or mark it optional.",
+        details={"kit": credential.kit, "path": where, "service": credential.service,
+                 "field": "oauth.passthrough"})
+
+
+def mode_env_name(service: str) -> str:
+    """``SBX_CRED_<SERVICE>_MODE`` (Docker's name): which half of the credential is bound."""
+    return f"{MODE_ENV_PREFIX}{service.upper().replace('-', '_')}_MODE"
+
+
+# -- tokens and their store ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tokens:
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(default=None, repr=False)
+    expires_at: float | None = None  # unix seconds; None: unknown
+    scopes: tuple[str, ...] = ()
+    token_type: str = "Bearer"  # noqa: S105 - the scheme's name, not a secret
+
+    def __post_init__(self) -> None:
+        for name, value in (("access token", self.access_token),
+                            ("refresh token", self.refresh_token)):
+            if value is not None and not _TOKEN_CHARS.fullmatch(value):
+                raise SbxError(Reason.INVALID_ARGUMENT,
+                               f"the {name} is empty, too long or not printable ASCII")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"access_token": self.access_token, "refresh_token": self.refresh_token,
+                "expires_at": self.expires_at, "scopes": list(self.scopes),
+                "token_type": self.token_type}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Tokens:
+        access = data.get("access_token")
+        refresh = data.get("refresh_token")
+        expires = data.get("expires_at")
+        scopes = data.get("scopes") or ()
+        if not isinstance(access, str) or (refresh is not None and not isinstance(refresh, str)):
+            raise ValueError("tokens need an access_token string")
+        if expires is not None and (isinstance(expires, bool)
+                                    or not isinstance(expires, int | float)):
+            raise ValueError("expires_at must be a number")
+        if not isinstance(scopes, list | tuple) or not all(isinstance(s, str) for s in scopes):
+            raise ValueError("scopes must be a list of strings")
+        return cls(access, refresh, float(expires) if expires is not None else None,
+                   tuple(scopes), str(data.get("token_type") or "Bearer"))
+
+    def secrets(self) -> list[str]:
+        return [t for t in (self.access_token, self.refresh_token) if t]
+
+    def describe(self) -> str:
+        """For humans: masked, with the expiry; never a token."""
+        from sbx.domain.credentials.secrets import mask
+
+        expiry = "unknown expiry" if self.expires_at is None else time.strftime(
+            "expires %Y-%m-%d %H:%M:%S UTC", time.gmtime(self.expires_at))
+        refresh = "with a refresh token" if self.refresh_token else "no refresh token"
+        return f"access {mask(self.access_token)}, {refresh}, {expiry}"
+
+
+class OAuthStore:
+    """A service's OAuth tokens as private files under ``<state_home>/oauth``."""
+
+    def __init__(self, state_home: Path) -> None:
+        self.state_home = state_home
+        self.directory = state_home / OAUTH_DIR
+
+    def path(self, service: str) -> Path:
+        if not _SERVICE.fullmatch(service):
+            raise SbxError(Reason.INVALID_ARGUMENT, f"{service!r} is not a valid service name",
+                           hint="Use the credential@1 `service` of the kit, e.g. anthropic.")
+        return self.directory / f"{service}.json"
+
+    def has(self, service: str) -> bool:
+        try:
+            return self.get(service) is not None
+        except SbxError:
+            return False
+
+    def get(self, service: str) -> Tokens | None:
+        from sbx.domain.credentials.secrets import read_private_file
+
+        path = self.path(service)
+        loaded = read_private_file(path, max_bytes=MAX_RECORD_BYTES)
+        if loaded is None:
+            return None
+        try:
+            return Tokens.from_dict(json.loads(loaded[0].decode("utf-8")))
+        except (ValueError, UnicodeDecodeError, SbxError):
+            raise SbxError(Reason.SECRET_STORE_UNSAFE,
+                           f"refusing to use {path}: it is not an sbx OAuth token record",
+                           hint=f"Log in again: sbx secret login {service}",
+                           details={"path": str(path)}) from None
+
+    def set(self, service: str, tokens: Tokens, *, audit_event: bool = True) -> None:
+        from sbx.domain.credentials.secrets import ensure_private_dir, write_private_file
+        from sbx.seams import audit
+
+        path = self.path(service)
+        ensure_private_dir(self.directory)
+        write_private_file(path, json.dumps(tokens.as_dict(), sort_keys=True).encode("utf-8"))
+        if audit_event:
+            audit.record(self.state_home, audit.SECRET_SET, run_id=None, severity="info",
+                         details={"service": service, "kind": "oauth"})
+
+    def services(self) -> list[tuple[str, Tokens | None, float]]:
+        """(service, tokens or None when the record is unreadable, modification time) for
+        every stored record, by service name."""
+        try:
+            names = sorted(p.name[:-len(".json")] for p in self.directory.iterdir()
+                           if p.name.endswith(".json") and not p.name.startswith("."))
+        except OSError:
+            return []
+        found: list[tuple[str, Tokens | None, float]] = []
+        for name in names:
+            if not _SERVICE.fullmatch(name):
+                continue
+            try:
+                tokens = self.get(name)
+                mtime = self.path(name).stat().st_mtime
+            except (SbxError, OSError):
+                tokens, mtime = None, 0.0
+            found.append((name, tokens, mtime))
+        return found
+
+    def remove(self, service: str) -> bool:
+        from sbx.seams import audit
+
+        try:
+            self.path(service).unlink()
+        except FileNotFoundError:
+            return False
+        audit.record(self.state_home, audit.SECRET_REMOVED, run_id=None, severity="info",
+                     details={"service": service, "kind": "oauth"})
+        return True
+
+    @contextlib.contextmanager
+    def locked(self, service: str) -> Iterator[None]:
+        """An exclusive lock on the service's record across processes (two sandboxes refreshing
+        one rotating refresh token must not both use the old one)."""
+        from sbx.domain.credentials.secrets import ensure_private_dir
+
+        ensure_private_dir(self.directory)
+        fd = os.open(self.directory / f".{service}.lock",
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+# -- token responses and logins --------------------------------------------------------------
+
+
+def tokens_from_response(data: Mapping[str, Any], *, config: OAuthConfig | None = None,
+                         previous: Tokens | None = None, now: float | None = None) -> Tokens:
+    """Tokens from a token endpoint's JSON answer (RFC 6749 §5.1, field names as the kit's
+    ``responseFields`` say); a refresh token or scope the answer leaves out is kept."""
+    config = config or OAuthConfig(None, None, (), "", "", None)
+    now = time.time() if now is None else now
+    access = data.get(config.access_field)
+    if not isinstance(access, str) or not access:
+        raise ValueError(f"the answer has no {config.access_field}")
+    refresh = data.get(config.refresh_field)
+    refresh = refresh if isinstance(refresh, str) and refresh else (
+        previous.refresh_token if previous else None)
+    expires_in = data.get(config.expires_field)
+    expires_at: float | None = None
+    if (isinstance(expires_in, int | float) and not isinstance(expires_in, bool)) \
+            or (isinstance(expires_in, str) and expires_in.isdigit()):
+        expires_at = now + float(expires_in)
+    scope = data.get("scope")
+    scopes = tuple(scope.split()) if isinstance(scope, str) else (
+        previous.scopes if previous else ())
+    token_type = data.get("token_type")
+    return Tokens(access, refresh, expires_at, scopes,
+                  token_type if isinstance(token_type, str) and token_type else "Bearer")
+
+
+def parse_login(text: str, *, structure: Any = None, now: float | None = None) -> Tokens:
+    """The tokens ``sbx secret login`` stores, from one of:
+
+    1. the agent's own credential file, read through a kit's ``credentialFile.structure``
+       (``structure``): the values at the places of ``{{.AccessToken}}``, ``{{.RefreshToken}}``,
+       ``{{.ExpiresAt}}`` (milliseconds, or seconds when small) and ``{{.Scopes}}``; without
+       a structure, the shapes of :data:`KNOWN_SHAPES`;
+    2. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in`` or
+       ``expires_at`` in seconds, ``scope``).
+    Raises ``invalid_argument`` naming what is missing; never a value."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+        if structure is not None:
+            with contextlib.suppress(ValueError):
+                import tomllib
+
+                data = tomllib.loads(text)
+    if not isinstance(data, Mapping):
+        raise SbxError(Reason.INVALID_ARGUMENT, "the login input is not a JSON object",
+                       hint="Pipe a token response ({\"access_token\": ..., \"refresh_token\": "
+                            "...}) or, with --kit, the agent's own credential file.")
+    try:
+        shapes = [structure] if structure is not None else [s for _, s in KNOWN_SHAPES]
+        for shape in shapes:
+            found = extract_by_structure(shape, data)
+            if "AccessToken" in found:
+                return _tokens_from_found(found)
+        if "access_token" in data:
+            tokens = tokens_from_response(data, now=now)
+            expires_at = data.get("expires_at")
+            if tokens.expires_at is None and isinstance(expires_at, int | float) \
+                    and not isinstance(expires_at, bool):
+                tokens = Tokens(tokens.access_token, tokens.refresh_token, _seconds(expires_at),
+                                tokens.scopes, tokens.token_type)
+            return tokens
+    except (ValueError, TypeError):
+        pass
+    where = "the kit's credentialFile structure" if structure is not None else \
+        "an OAuth token response or " + ", ".join(name for name, _ in KNOWN_SHAPES)
+    raise SbxError(Reason.INVALID_ARGUMENT,
+                   f"no access token found in the login input (read as {where})",
+                   hint="Pipe the token response of the provider, or name the kit whose "
+                        "credentialFile describes the agent's credential file with --kit.")
+
+
+def _seconds(value: float) -> float:
+    """Epoch milliseconds (what agents such as Claude Code store) or seconds, as seconds."""
+    return value / 1000 if value > 10_000_000_000 else float(value)
+
+
+def _tokens_from_found(found: Mapping[str, Any]) -> Tokens:
+    access = found.get("AccessToken")
+    refresh = found.get("RefreshToken")
+    expires = found.get("ExpiresAt")
+    scopes = found.get("Scopes")
+    if not isinstance(access, str):
+        raise ValueError("no access token")
+    return Tokens(
+        access, refresh if isinstance(refresh, str) and refresh else None,
+        _seconds(float(expires)) if isinstance(expires, int | float)
+        and not isinstance(expires, bool) else None,
+        tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else ())
+
+
+def extract_by_structure(structure: Any, document: Any) -> dict[str, Any]:
+    """The values ``document`` holds where ``structure`` has a whole-leaf placeholder."""
+    found: dict[str, Any] = {}
+
+    def walk(shape: Any, value: Any) -> None:
+        if isinstance(shape, str):
+            match = _PLACEHOLDER.fullmatch(shape.strip())
+            if match:
+                found.setdefault(match.group(1), value)
+        elif isinstance(shape, Mapping) and isinstance(value, Mapping):
+            for key, child in shape.items():
+                if key in value:
+                    walk(child, value[key])
+        elif isinstance(shape, list) and isinstance(value, list):
+            for child_shape, child in zip(shape, value, strict=False):
+                walk(child_shape, child)
+
+    walk(structure, document)
+    return found
+
+
+# -- the credential file ---------------------------------------------------------------------
+
+_OMIT: Final = object()
+
+
+def render_credential_file(config: OAuthConfig, tokens: Tokens | None, *,
+                           now: float | None = None) -> str:
+    """The ``credentialFile`` with sentinels in place of tokens, in its declared format.
+
+    ``{{.ExpiresAt}}`` is the stored token's expiry in epoch milliseconds (an hour from now when
+    unknown), so the agent refreshes — through the boundary — when the real token would expire.
+    """
+    if config.credential_file is None:
+        raise ValueError("the credential declares no credentialFile")
+    now = time.time() if now is None else now
+    expires = tokens.expires_at if tokens is not None and tokens.expires_at else now + 3600
+    values: dict[str, Any] = {
+        "AccessToken": config.access_sentinel,
+        "RefreshToken": config.refresh_sentinel,
+        "ExpiresAt": int(expires * 1000),
+        "Scopes": list(tokens.scopes) if tokens is not None else [],
+        "PrimaryApiKey": _OMIT,
+    }
+
+    def fill(shape: Any) -> Any:
+        if isinstance(shape, str):
+            whole = _PLACEHOLDER.fullmatch(shape.strip())
+            if whole:
+                return values[whole.group(1)]
+            return _PLACEHOLDER.sub(
+                lambda m: "" if values[m.group(1)] is _OMIT else str(values[m.group(1)]), shape)
+        if isinstance(shape, Mapping):
+            out: dict[str, Any] = {}
+            for key, child in shape.items():
+                filled = fill(child)
+                if filled is not _OMIT:
+                    out[str(key)] = filled
+            return out
+        if isinstance(shape, list):
+            return [item for item in (fill(c) for c in shape) if item is not _OMIT]
+        return shape
+
+    document = fill(config.credential_file.structure)
+    if document is _OMIT or document is None:
+        document = {}
+    if config.credential_file.format == "toml":
+        import tomlkit
+
+        return tomlkit.dumps(document)
+    return json.dumps(document, indent=2) + "\n"
+
+
+def home_relative(path: str) -> str | None:
+    """``~/x`` → ``x`` (a path in the sandbox's HOME); None for anything else."""
+    if path == "~" or path.startswith("~/"):
+        rest = path[2:].strip("/")
+        return rest or None
+    return None
+
+
+def credential_file_targets(files: Sequence[tuple[str, str]]) -> list[str]:
+    return [path for path, _content in files]
+
+
+__all__ = [
+    "ACCESS_SENTINEL_PREFIX",
+    "KNOWN_SHAPES",
+    "OAUTH_DIR",
+    "REFRESH_SENTINEL_PREFIX",
+    "CredentialFile",
+    "Mode",
+    "OAuthConfig",
+    "OAuthStore",
+    "Tokens",
+    "credential_mode",
+    "extract_by_structure",
+    "has_api_key",
+    "home_relative",
+    "mode_env_name",
+    "parse_login",
+    "passthrough_refusal",
+    "render_credential_file",
+    "tokens_from_response",
+]

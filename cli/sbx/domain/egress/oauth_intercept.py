@@ -1,0 +1,347 @@
+"""The OAuth half of ``credential@1`` at the boundary (KIT-SPEC-V3 §3.5): the decisions.
+
+The egress proxy (:mod:`sbx.domain.egress.proxy`) does the I/O; everything it decides about a
+credential bound in its OAuth mode is here, pure and unit-tested:
+
+- **Which requests are the token endpoint** (:meth:`OAuthRoutes.token_endpoint`): a POST to
+  ``oauth.tokenEndpoint`` (host, and path when declared) of a credential of the current phase.
+- **What goes upstream for a token request** (:func:`parse_token_request`,
+  :func:`upstream_token_body`): a refresh-token grant carrying the refresh *sentinel* is sent
+  with the real refresh token from the host store; one carrying any other refresh token is a
+  credential sbx did not issue and is refused; every other grant (an authorization-code or
+  device-code login inside the sandbox) goes as it is.
+- **What the sandbox gets back** (:func:`rewrite_token_response`): the real tokens of the answer
+  (for the host store) and the answer with the sentinels in their place, every other field —
+  ``expires_in`` above all — kept.
+- **Resource hosts** (:func:`swap_credential_headers`): on ``resourceHosts`` and the apiKey
+  inject domains, the access sentinel in ``Authorization`` (or an apiKey inject header) becomes
+  the real access token; a non-empty value there that is not the sentinel is a credential sbx
+  did not issue, and the request is refused rather than forwarded with it (Docker's v0.43
+  hardening, DOCKER-SBX.md).
+- **What is masked** (:func:`mask_needles`): every real token value the proxy knows, in the
+  forms an echoing origin may write it back.
+
+No value computed here is ever logged: :class:`ForeignCredential` names the header, not its
+value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import parse_qsl, quote, urlencode
+
+from sbx.base.errors import SbxError
+from sbx.domain.egress.policy import host_matches
+from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec
+
+TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes
+TOKEN_RESPONSE_LIMIT: Final = 1024 * 1024  # a token answer (with an id_token) is a few KiB
+LOCK_TIMEOUT_S: Final = 30.0
+REFRESH_GRANT: Final = "refresh_token"
+_LOCK_POLL_S: Final = 0.05
+
+
+class ForeignCredential(Exception):
+    """A request to an OAuth host carries a credential sbx did not issue (``where``: the
+    header or body field; never the value)."""
+
+    def __init__(self, service: str, where: str) -> None:
+        super().__init__(f"{where} carries a credential for {service} that sbx did not issue")
+        self.service = service
+        self.where = where
+
+
+class NoStoredToken(Exception):
+    """The sandbox used a sentinel while the host store holds no token for the service."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__(f"no OAuth token of {service} is stored on the host")
+        self.service = service
+
+
+class UnreadableTokenRequest(ValueError):
+    """A token-endpoint request whose body is neither a form nor a JSON object."""
+
+
+# -- routing ---------------------------------------------------------------------------------
+
+
+def _covers(pattern: str, host: str, port: int, *, connect: bool) -> bool:
+    if not host_matches(pattern, host, port):
+        return False
+    # A port-less host is an HTTPS (443) host: other ports' tunnels stay tunnels.
+    return not (connect and ":" not in pattern.rsplit("]", 1)[-1] and port != 443)
+
+
+def _same_path(declared: str | None, path: str) -> bool:
+    if declared is None:
+        return True
+    return path.rstrip("/") == ("/" + declared.lstrip("/")).rstrip("/")
+
+
+@dataclass(frozen=True)
+class OAuthRoutes:
+    """The OAuth credentials of one proxy, and which of them a request concerns."""
+
+    credentials: tuple[CredentialSpec, ...]
+
+    def active(self, phase: str) -> list[CredentialSpec]:
+        return [c for c in self.credentials if c.oauth is not None and c.phase == phase]
+
+    def token_endpoint(self, phase: str, host: str, port: int, method: str,
+                       path: str) -> CredentialSpec | None:
+        """The credential whose token endpoint this request is (POST only: a token request
+        is a POST, RFC 6749 §3.2), else None."""
+        if method != "POST":
+            return None
+        for credential in self.active(phase):
+            oauth = credential.oauth
+            if oauth is not None and oauth.token_host is not None \
+                    and _covers(oauth.token_host, host, port, connect=False) \
+                    and _same_path(oauth.token_path, path):
+                return credential
+        return None
+
+    def resource(self, phase: str, host: str, port: int) -> CredentialSpec | None:
+        """The credential whose access token this host takes (resourceHosts + inject domains)."""
+        for credential in self.active(phase):
+            oauth = credential.oauth
+            if oauth is not None and any(_covers(h, host, port, connect=False)
+                                         for h in oauth.hosts):
+                return credential
+        return None
+
+    def services_for(self, phase: str, host: str, port: int) -> list[str]:
+        """Services whose real tokens may travel to or from this host (resource or token
+        host): its answers are masked for them."""
+        found: list[str] = []
+        for credential in self.active(phase):
+            oauth = credential.oauth
+            if oauth is None:
+                continue
+            hosts = [*oauth.hosts, *([oauth.token_host] if oauth.token_host else [])]
+            if any(_covers(h, host, port, connect=False) for h in hosts):
+                found.append(credential.service)
+        return list(dict.fromkeys(found))
+
+    def intercepts(self, phase: str, host: str, port: int) -> bool:
+        """Whether a CONNECT to host:port must be intercepted (TLS terminated) for OAuth: the
+        token endpoint's host or a resource host, on 443 unless the pattern names a port."""
+        for credential in self.active(phase):
+            oauth = credential.oauth
+            if oauth is None:
+                continue
+            hosts = [*oauth.hosts, *([oauth.token_host] if oauth.token_host else [])]
+            if any(_covers(h, host, port, connect=True) for h in hosts):
+                return True
+        return False
+
+    def sentinels(self) -> list[bytes]:
+        return [s.encode("utf-8") for c in self.credentials if c.oauth is not None
+                for s in (c.oauth.access_sentinel, c.oauth.refresh_sentinel)]
+
+
+# -- token requests --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenRequest:
+    kind: Literal["form", "json"]
+    fields: tuple[tuple[str, Any], ...]  # in their order; JSON values as parsed
+
+    def get(self, name: str) -> Any:
+        return next((v for k, v in self.fields if k == name), None)
+
+    @property
+    def grant(self) -> str | None:
+        value = self.get("grant_type")
+        return value if isinstance(value, str) else None
+
+
+def parse_token_request(body: bytes, content_type: str | None) -> TokenRequest:
+    """A token request's fields: JSON when the type says so (Claude Code, Codex send JSON), a
+    form otherwise (RFC 6749 §4.1.3, §6)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableTokenRequest("the token request is not UTF-8") from None
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind.endswith("json") or (not kind and text.lstrip().startswith("{")):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise UnreadableTokenRequest("the token request is not JSON") from None
+        if not isinstance(data, dict):
+            raise UnreadableTokenRequest("the token request is not a JSON object")
+        return TokenRequest("json", tuple(data.items()))
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError:
+        raise UnreadableTokenRequest("the token request is not a form") from None
+    return TokenRequest("form", tuple(pairs))
+
+
+def upstream_token_body(request: TokenRequest, raw: bytes, oauth: OAuthSpec, service: str,
+                        real_refresh: str | None) -> bytes | None:
+    """The body to send upstream: the refresh sentinel replaced by ``real_refresh`` for a
+    refresh grant; the body as it is for any other grant. None: a refresh grant with the
+    sentinel while no real refresh token is stored (the caller answers ``credential_unbound``).
+    Raises :class:`ForeignCredential` for a refresh grant with a token sbx did not issue."""
+    if request.grant != REFRESH_GRANT:
+        return raw
+    presented = request.get("refresh_token")
+    if presented != oauth.refresh_sentinel:
+        raise ForeignCredential(service, "the refresh_token of the token request")
+    if real_refresh is None:
+        return None
+    fields = [(k, real_refresh if k == "refresh_token" else v) for k, v in request.fields]
+    if request.kind == "json":
+        return json.dumps(dict(fields), separators=(",", ":")).encode("utf-8")
+    return urlencode([(k, str(v)) for k, v in fields]).encode("ascii")
+
+
+def rewrite_token_response(body: bytes, oauth: OAuthSpec, *, previous: Any = None,
+                           now: float | None = None) -> tuple[bytes, Any]:
+    """The answer for the sandbox and the real tokens it held
+    (``sbx.domain.credentials.oauth.Tokens``, None when
+    it held none: an error, or not JSON). The access and refresh fields (named as the kit's
+    ``responseFields`` say) get the sentinels; every other field is kept as it came."""
+    from sbx.domain.credentials.oauth import tokens_from_response
+
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return body, None
+    if not isinstance(data, dict) or not isinstance(data.get(oauth.access_field), str):
+        return body, None
+    tokens: Any = None
+    with contextlib.suppress(ValueError, SbxError):  # a token no header could carry: not
+        tokens = tokens_from_response(  # stored, and still never shown (fail closed)
+            data, config=oauth.config(), previous=previous, now=now)
+    data[oauth.access_field] = oauth.access_sentinel
+    if isinstance(data.get(oauth.refresh_field), str):
+        data[oauth.refresh_field] = oauth.refresh_sentinel
+    return json.dumps(data).encode("utf-8"), tokens
+
+
+# -- resource hosts --------------------------------------------------------------------------
+
+
+def swap_credential_headers(headers: Sequence[tuple[bytes, bytes]], credential: CredentialSpec,
+                            access_token: str | None) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The headers with the access sentinel replaced by ``access_token`` in the credential
+    headers (Authorization and the apiKey inject headers), and whether any was swapped.
+
+    A credential header holding anything else (a refresh sentinel, a token of its own) raises
+    :class:`ForeignCredential`; a sentinel while no access token is stored (``access_token``
+    None) raises :class:`NoStoredToken` — never forwarded as it is. Headers without a
+    credential pass."""
+    oauth = credential.oauth
+    if oauth is None:
+        return list(headers), False
+    names = {h.lower().encode("ascii") for h in oauth.headers}
+    sentinel = oauth.access_sentinel.encode("utf-8")
+    out: list[tuple[bytes, bytes]] = []
+    swapped = False
+    for name, value in headers:
+        if name not in names:
+            out.append((name, value))
+            continue
+        if sentinel in value:
+            if access_token is None:
+                raise NoStoredToken(credential.service)
+            out.append((name, value.replace(sentinel, access_token.encode("utf-8"))))
+            swapped = True
+        elif _credential_value(value):
+            raise ForeignCredential(credential.service, f"the {name.decode()} header")
+        else:
+            out.append((name, value))
+    return out, swapped
+
+
+def _credential_value(value: bytes) -> bool:
+    """Whether a credential header holds a credential (not empty, not a bare scheme)."""
+    parts = value.strip().split(None, 1)
+    return bool(parts) and not (len(parts) == 1 and parts[0].lower() in (b"bearer", b"basic"))
+
+
+# -- masking ---------------------------------------------------------------------------------
+
+
+def mask_needles(values: Iterable[str]) -> list[bytes]:
+    """Every real token, as it is, percent-encoded (both hex cases) and JSON-escaped."""
+    import re
+
+    needles: list[bytes] = []
+    for value in values:
+        if len(value) < 4:
+            continue
+        percent = quote(value, safe="")
+        needles += [value.encode("utf-8"), percent.encode("ascii"),
+                    re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), percent).encode("ascii"),
+                    json.dumps(value)[1:-1].encode("ascii")]
+    return list(dict.fromkeys(needles))
+
+
+# -- the host store's lock, from asyncio ------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def store_lock(directory: Path, service: str,
+                     timeout: float = LOCK_TIMEOUT_S) -> AsyncIterator[None]:
+    """``sbx.domain.credentials.oauth.OAuthStore.locked`` without blocking the event loop: two
+    sandboxes (or two
+    requests of one) refreshing one rotating refresh token take turns, so the second sends the
+    token the first one received. Raises TimeoutError after ``timeout`` seconds."""
+    from sbx.domain.credentials.secrets import ensure_private_dir
+
+    ensure_private_dir(directory)
+    fd = os.open(directory / f".{service}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the token store of {service} stayed locked") from None
+                await asyncio.sleep(_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def header_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+__all__ = [
+    "LOCK_TIMEOUT_S",
+    "TOKEN_BODY_LIMIT",
+    "TOKEN_RESPONSE_LIMIT",
+    "ForeignCredential",
+    "NoStoredToken",
+    "OAuthRoutes",
+    "TokenRequest",
+    "UnreadableTokenRequest",
+    "header_value",
+    "mask_needles",
+    "parse_token_request",
+    "rewrite_token_response",
+    "store_lock",
+    "swap_credential_headers",
+    "upstream_token_body",
+]

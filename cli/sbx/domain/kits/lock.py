@@ -1,0 +1,261 @@
+"""The kit lock, ``<state>/kits.lock.json`` (KIT-SPEC-V3 §5.3), and the upgrade gate decision.
+
+``{"version": 1, "kits": [{"reference", "digest", "image", "kind", "args", "permissions"}]}``.
+Written atomically (temp file in the same directory, fsync, rename), so a crash or a refused
+pull never leaves a half-written or changed lock. Kits are keyed by their normalised reference
+(:func:`sbx.seams.registry.normalize_reference`).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.descriptor import MAX_DESCRIPTOR_BYTES, parse_descriptor_text
+from sbx.domain.kits.local import LocalKit
+from sbx.domain.kits.surface import Surface, Widening, diff_widenings
+from sbx.seams import state
+from sbx.seams.registry import canonical_reference
+
+LOCK_FILE: Final = "kits.lock.json"
+MAX_LOCK_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
+LOCK_VERSION: Final = 1
+DESCRIPTORS_DIR: Final = "kits"
+
+
+def lock_path(state_home: Path) -> Path:
+    return state_home / LOCK_FILE
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    reference: str
+    digest: str
+    image: str  # repo@digest: what `sbx run` of the reference uses
+    kind: str
+    permissions: Surface
+    args: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reference": self.reference, "digest": self.digest, "image": self.image,
+                "kind": self.kind, "args": dict(self.args),
+                "permissions": self.permissions.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> LockEntry:
+        if not isinstance(data, Mapping):
+            raise ValueError("a lock entry is a JSON object")
+        strings = {}
+        for key in ("reference", "digest", "image", "kind"):
+            value = data.get(key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"lock entry field {key} must be a non-empty string")
+            strings[key] = value
+        args = data.get("args") or {}
+        if not isinstance(args, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in args.items()):
+            raise ValueError("lock entry field args must map strings to strings")
+        return cls(permissions=Surface.from_json(data.get("permissions") or {}),
+                   args=dict(args), **strings)
+
+
+@dataclass(frozen=True)
+class Lock:
+    kits: tuple[LockEntry, ...] = ()
+
+    def get(self, reference: str) -> LockEntry | None:
+        """The entry for ``reference`` in any spelling Docker treats as the same (``ubuntu`` =
+        ``docker.io/library/ubuntu:latest``, :func:`sbx.seams.registry.normalize_reference`), so
+        entries written before references were normalised are still found."""
+        wanted = canonical_reference(reference)
+        return next((k for k in self.kits if canonical_reference(k.reference) == wanted), None)
+
+    def with_entry(self, entry: LockEntry) -> Lock:
+        """The lock with ``entry`` replacing the one for its reference (in place), or appended."""
+        previous = self.get(entry.reference)
+        if previous is None:
+            return replace(self, kits=(*self.kits, entry))
+        return replace(self, kits=tuple(entry if k is previous else k for k in self.kits))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": LOCK_VERSION, "kits": [k.to_json() for k in self.kits]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Lock:
+        if not isinstance(data, Mapping):
+            raise ValueError("the lock is a JSON object")
+        if data.get("version") != LOCK_VERSION:
+            raise ValueError(f"unsupported lock version {data.get('version')!r}")
+        kits = data.get("kits", [])
+        if not isinstance(kits, list):
+            raise ValueError("the lock's kits is a list")
+        return cls(tuple(LockEntry.from_json(k) for k in kits))
+
+
+def read_lock(path: Path) -> Lock:
+    """The lock at ``path``; an absent file is an empty lock, a damaged one a refusal
+    (``state_corrupt``). A damaged lock is never read as empty: that would forget every
+    approved permission surface, and the next pull of a widened kit would pass the gate."""
+    fix = f"Move {path} aside (keep it to inspect), then `sbx pull` the kits again."
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
+    except FileNotFoundError:
+        return Lock()
+    except OSError as exc:
+        raise state.corrupt(path, f"it cannot be read ({exc.strerror})", what="the kit lock",
+                            fix=fix) from exc
+    if len(raw) > MAX_LOCK_BYTES:
+        raise state.corrupt(path, f"it is larger than {MAX_LOCK_BYTES} bytes",
+                            what="the kit lock", fix=fix)
+    try:
+        return Lock.from_json(json.loads(raw.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        raise state.corrupt(path, f"it is not UTF-8 text (byte offset {exc.start})",
+                            what="the kit lock", fix=fix) from exc
+    except RecursionError as exc:
+        raise state.corrupt(path, "its JSON is nested too deeply", what="the kit lock",
+                            fix=fix) from exc
+    except ValueError as exc:  # not JSON, or not the lock's shape
+        problem = " ".join(str(exc).split())[:200]
+        raise state.corrupt(path, problem, what="the kit lock", fix=fix) from exc
+
+
+def write_lock(path: Path, lock: Lock) -> None:
+    """Replace the lock atomically: readers see the old or the new file, never a mix."""
+    payload = (json.dumps(lock.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    write_atomic(path, payload)
+
+
+def write_atomic(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` atomically; a full or read-only state home is
+    ``state_unwritable`` (and the old file, if any, is left as it was)."""
+    with state.writing(path, "write"):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            try:
+                _write_all(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.chmod(temp, 0o600)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# --- locked registry kits at run time ------------------------------------------------------
+
+
+def descriptor_path(state_home: Path, digest: str) -> Path:
+    """Where `sbx pull` keeps a kit's published descriptor, by manifest digest."""
+    return state_home / DESCRIPTORS_DIR / f"{digest.replace(':', '-')}.json"
+
+
+def store_descriptor(state_home: Path, digest: str, text: str) -> None:
+    write_atomic(descriptor_path(state_home, digest), text.encode("utf-8"))
+
+
+def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
+    """The registry kit pinned in the lock under ``reference``, at its locked digest; None when
+    the lock does not name it. Nothing here talks to a registry: a tag that moved there is not
+    followed (only `sbx pull` moves the lock)."""
+    entry = read_lock(lock_path(state_home)).get(reference)
+    if entry is None:
+        return None
+    stored = descriptor_path(state_home, entry.digest)
+    fix = f"Move {stored} aside, then fetch it again with `sbx pull {reference}`."
+    try:
+        with stored.open("rb") as handle:
+            raw = handle.read(MAX_DESCRIPTOR_BYTES + 1)
+    except FileNotFoundError as exc:
+        raise SbxError(Reason.IMAGE_MISSING,
+                       f"kit {reference} is locked at {entry.digest}, but its descriptor "
+                       f"({stored}) is missing",
+                       hint=f"Fetch it again with `sbx pull {reference}`.") from exc
+    except OSError as exc:
+        raise state.corrupt(stored, f"it cannot be read ({exc.strerror})",
+                            what="the stored descriptor", fix=fix) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise state.corrupt(stored, f"it is not UTF-8 text (byte offset {exc.start})",
+                            what="the stored descriptor", fix=fix) from exc
+    descriptor = parse_descriptor_text(text, f"{reference} (locked {entry.digest[:19]})",
+                                       authored=False)
+    stem = entry.reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"
+    return LocalKit(reference=reference, directory=stored.parent, stem=stem,
+                    descriptor=descriptor, dockerfile_text=None, image=entry.image)
+
+
+# --- the gate ---------------------------------------------------------------------------------
+
+
+class Decision(enum.StrEnum):
+    NEW = "new"  # not in the lock: pinned after showing its surface
+    UNCHANGED = "unchanged"  # same digest as locked
+    WITHIN = "within"  # a new digest within (or narrower than) the granted surface: silent
+    ACCEPTED = "accepted"  # widened, approved (terminal or --accept)
+    REFUSED = "refused"  # widened, not approved
+
+
+@dataclass(frozen=True)
+class GateResult:
+    decision: Decision
+    widenings: tuple[Widening, ...] = ()
+    via: str | None = None  # "accept-flag" | "terminal" for ACCEPTED
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision is not Decision.REFUSED
+
+
+def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept: bool,
+         confirm: Callable[[Sequence[Widening]], bool] | None) -> GateResult:
+    """Decide a pull of ``digest`` with surface ``candidate`` against the lock entry.
+
+    ``confirm`` is the terminal prompt (None without a terminal). Widenings need ``accept`` or
+    a confirmation; narrowing and movement inside the granted surface apply silently. A first
+    pull is a widening from nothing: a kit that asks for any permission needs the same
+    approval (refused as :attr:`Decision.REFUSED` with no previous entry); one that asks for
+    none is pinned silently.
+    """
+    if previous is None:
+        everything = tuple(diff_widenings(Surface(), candidate))
+        if not everything:
+            return GateResult(Decision.NEW)
+        if accept:
+            return GateResult(Decision.NEW, everything, "accept-flag")
+        if confirm is not None and confirm(everything):
+            return GateResult(Decision.NEW, everything, "terminal")
+        return GateResult(Decision.REFUSED, everything)
+    widenings = tuple(diff_widenings(previous.permissions, candidate))
+    if not widenings:
+        same = previous.digest == digest
+        return GateResult(Decision.UNCHANGED if same else Decision.WITHIN)
+    if accept:
+        return GateResult(Decision.ACCEPTED, widenings, "accept-flag")
+    if confirm is not None and confirm(widenings):
+        return GateResult(Decision.ACCEPTED, widenings, "terminal")
+    return GateResult(Decision.REFUSED, widenings)
+
+
+__all__ = ["LOCK_FILE", "Decision", "GateResult", "Lock", "LockEntry", "descriptor_path", "gate",
+           "load_locked_kit", "lock_path", "read_lock", "store_descriptor", "write_atomic",
+           "write_lock"]

@@ -1,0 +1,566 @@
+"""The permission surface and the upgrade gate (KIT-SPEC-V3 §5; reference ``spec/surface.go``).
+
+The surface is what the host must grant for a composition, projected from the **selected, merged,
+effective** declarations and normalized (every list sorted and deduplicated) so two surfaces
+compare structurally. The lock stores it; :func:`diff_widenings` reports every way a candidate
+exceeds what was granted, and a widening must stop for approval. Narrowings are never reported.
+
+HTTP grants are atoms ``"<METHOD> <host><path>"``: an unbounded network entry projects as ``ANY``
+on ``/**`` (what it grants), and ``ANY`` is never expanded into a method list, because it also
+admits extension methods no list names.
+
+Surface fields beyond the reference: ``hostMountPaths`` lists ``host-mount@1`` paths apart from
+``storagePaths`` (the host-mount page requires it), and the gate reports them under the category
+``host-mount``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final
+
+from sbx.domain.kits.compose import (
+    ACP,
+    AGENT_CONTEXT,
+    AGENT_INTERACTIVE_SESSIONS,
+    AGENT_SESSIONS,
+    AGENT_SKILL,
+    AGENT_SKILLS,
+    CREDENTIAL,
+    HOST_MOUNT,
+    LIFECYCLE,
+    LONG_RUNNING,
+    METHOD_ANY,
+    NETWORK_POLICY_V1,
+    NETWORK_POLICY_V2,
+    PHASES,
+    PORT,
+    PRIVILEGED,
+    RESOURCES,
+    SBX,
+    SSH_AGENT,
+    USB_DEVICE,
+    VOLUME,
+    Composition,
+    clean_path,
+)
+
+# Declarations that grant nothing across the boundary the gate guards: they constrain the kit
+# (resources), run on the entrypoint's own trust plane (hooks, files, session verbs, launch
+# mode), or expose content the image already carries (context, bundled skills, ACP adapters).
+NOT_SURFACE: Final = frozenset({RESOURCES, LONG_RUNNING, AGENT_SKILL, AGENT_SESSIONS,
+                                AGENT_INTERACTIVE_SESSIONS, LIFECYCLE, AGENT_CONTEXT, SBX, ACP})
+
+# attribute name -> JSON field name (the lock's spelling, §5.1).
+JSON_FIELDS: Final = {
+    "network_install_allow": "networkInstallAllow",
+    "network_install_deny": "networkInstallDeny",
+    "network_runtime_allow": "networkRuntimeAllow",
+    "network_runtime_deny": "networkRuntimeDeny",
+    "network_install_http_allow": "networkInstallHTTPAllow",
+    "network_install_http_deny": "networkInstallHTTPDeny",
+    "network_runtime_http_allow": "networkRuntimeHTTPAllow",
+    "network_runtime_http_deny": "networkRuntimeHTTPDeny",
+    "credentials_install": "credentialsInstall",
+    "credentials_runtime": "credentialsRuntime",
+    "ssh_agent": "sshAgent",
+    "storage_paths": "storagePaths",
+    "host_mount_paths": "hostMountPaths",
+    "skills_paths": "skillsPaths",
+    "skills_write_paths": "skillsWritePaths",
+    "ports": "ports",
+    "usb": "usb",
+    "privileged": "privileged",
+    "services": "services",
+}
+
+CATEGORIES: Final = (
+    "network.install.allow",
+    "network.runtime.allow",
+    "network.install.deny-removed",
+    "network.runtime.deny-removed",
+    "network.install.http.allow",
+    "network.runtime.http.allow",
+    "network.install.http.deny-removed",
+    "network.runtime.http.deny-removed",
+    "credentials.install",
+    "credentials.runtime",
+    "ssh-agent",
+    "storage",
+    "host-mount",
+    "skills",
+    "skills.write",
+    "ports",
+    "usb",
+    "privileged",
+    "services",
+)
+PRIVILEGED_DETAIL: Final = "requests privileged execution"
+_UNIVERSAL_HOSTS: Final = frozenset({"*", "**"})
+
+
+@dataclass(frozen=True)
+class Surface:
+    """A normalized permission surface. Lists are sorted and deduplicated on construction."""
+
+    network_install_allow: tuple[str, ...] = ()
+    network_install_deny: tuple[str, ...] = ()
+    network_runtime_allow: tuple[str, ...] = ()
+    network_runtime_deny: tuple[str, ...] = ()
+    network_install_http_allow: tuple[str, ...] = ()
+    network_install_http_deny: tuple[str, ...] = ()
+    network_runtime_http_allow: tuple[str, ...] = ()
+    network_runtime_http_deny: tuple[str, ...] = ()
+    credentials_install: tuple[str, ...] = ()
+    credentials_runtime: tuple[str, ...] = ()
+    ssh_agent: tuple[str, ...] = ()
+    storage_paths: tuple[str, ...] = ()
+    host_mount_paths: tuple[str, ...] = ()
+    skills_paths: tuple[str, ...] = ()
+    skills_write_paths: tuple[str, ...] = ()
+    ports: tuple[str, ...] = ()
+    usb: tuple[str, ...] = ()
+    privileged: bool = False
+    services: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "privileged":
+                object.__setattr__(self, f.name, tuple(sorted(set(getattr(self, f.name)))))
+        object.__setattr__(self, "privileged", bool(self.privileged))
+
+    def to_json(self) -> dict[str, Any]:
+        """The lock's JSON form: camelCase fields, empty ones omitted (Go ``omitempty``)."""
+        out: dict[str, Any] = {}
+        for attr, key in JSON_FIELDS.items():
+            value = getattr(self, attr)
+            if value:
+                out[key] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Surface:
+        """Read a surface back from a lock; raise ``ValueError`` if a field has the wrong type.
+
+        Missing fields are empty, so a lock written before the HTTP fields existed still reads
+        (:func:`diff_widenings` reconstructs its implied HTTP grants). Unknown fields are
+        ignored, which can only make the granted surface smaller: the gate then over-prompts
+        rather than granting silently.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError("a permission surface is a JSON object")
+        values: dict[str, Any] = {}
+        for attr, key in JSON_FIELDS.items():
+            if key not in data or data[key] is None:
+                continue
+            value = data[key]
+            if attr == "privileged":
+                if not isinstance(value, bool):
+                    raise ValueError(f"surface field {key} must be a boolean")
+                values[attr] = value
+            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                values[attr] = tuple(value)
+            else:
+                raise ValueError(f"surface field {key} must be a list of strings")
+        return cls(**values)
+
+    def is_empty(self) -> bool:
+        return not self.to_json()
+
+
+@dataclass(frozen=True)
+class Widening:
+    """One way a candidate surface asks for more than the granted one."""
+
+    category: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.category}: {self.detail}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"category": self.category, "detail": self.detail}
+
+
+# --- projection -------------------------------------------------------------------------------
+
+
+def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Surface:
+    """Project a composition, an effective descriptor, or a capability list onto its surface.
+
+    Supply the selected, merged declarations for enforcement. On an unselected descriptor, group
+    members are all inventoried, which over-states rather than under-states the request.
+    """
+    if isinstance(source, Composition):
+        entries: Iterable[Any] = source.capabilities()
+    elif isinstance(source, Mapping):
+        capabilities = source.get("capabilities")
+        entries = capabilities if isinstance(capabilities, list | tuple) else ()
+    else:
+        entries = source
+    lists: dict[str, list[str]] = {f.name: [] for f in fields(Surface) if f.name != "privileged"}
+    privileged = False
+    for item in _flatten(entries):
+        ctype = str(item.get("type", ""))
+        config = item.get("config")
+        if ctype in NOT_SURFACE:
+            continue
+        if ctype == PRIVILEGED:
+            privileged = True
+            continue
+        if not _project(ctype, config, lists):
+            # A well-known entry whose config does not decode still cannot escape the surface.
+            lists["services"].append(service_entry(ctype, config))
+    return Surface(privileged=privileged, **{k: tuple(v) for k, v in lists.items()})
+
+
+def _flatten(entries: Iterable[Any]) -> Iterator[Mapping[str, Any]]:
+    for item in entries:
+        if not isinstance(item, Mapping):
+            continue
+        group = item.get("group")
+        if isinstance(group, Mapping):
+            members = group.get("capabilities")
+            yield from (m for m in members or [] if isinstance(m, Mapping))
+        else:
+            yield item
+
+
+def _project(ctype: str, config: Any, out: dict[str, list[str]]) -> bool:
+    """Add one entry's grants to ``out``; ``False`` when it is not a decodable well-known entry."""
+    if ctype in (NETWORK_POLICY_V1, NETWORK_POLICY_V2):
+        return _project_network(config, out, v2=ctype == NETWORK_POLICY_V2)
+    if not isinstance(config, Mapping):
+        return False
+    if ctype == CREDENTIAL:
+        service, phases = config.get("service"), _phase_list(config.get("phase"))
+        if not isinstance(service, str) or phases is None:
+            return False
+        for phase in phases:
+            out[f"credentials_{'install' if phase == 'install' else 'runtime'}"].append(service)
+        return True
+    if ctype == SSH_AGENT:
+        atoms = _ssh_atoms(config)
+        if atoms is None:
+            return False
+        out["ssh_agent"].extend(atoms)
+        return True
+    if ctype in (VOLUME, HOST_MOUNT, AGENT_SKILLS):
+        path = config.get("path")
+        if not isinstance(path, str):
+            return False
+        if ctype == AGENT_SKILLS:
+            out["skills_paths"].append(path)
+            if config.get("mode") == "readwrite":
+                out["skills_write_paths"].append(path)
+        else:
+            out["storage_paths" if ctype == VOLUME else "host_mount_paths"].append(
+                clean_path(path))
+        return True
+    if ctype == PORT:
+        container, transport = config.get("container"), config.get("transport") or "tcp"
+        if isinstance(container, bool) or not isinstance(container, int):
+            return False
+        out["ports"].append(f"{container}/{transport}")
+        return True
+    if ctype == USB_DEVICE:
+        usb_class, vendor, product = (config.get("class"), config.get("vendorId"),
+                                      config.get("productId"))
+        if isinstance(usb_class, str) and usb_class:
+            out["usb"].append(f"class:{usb_class}")
+        elif isinstance(vendor, str) and isinstance(product, str):
+            out["usb"].append(f"{vendor}:{product}")
+        else:
+            return False
+        return True
+    return False
+
+
+def _project_network(config: Any, out: dict[str, list[str]], *, v2: bool) -> bool:
+    if config is None:
+        return True  # nothing requested in either phase
+    if not isinstance(config, Mapping) or not set(config) <= set(PHASES):
+        return False
+    decoded: dict[tuple[str, str], list[tuple[list[str], list[str], list[str]]]] = {}
+    for phase in PHASES:
+        block = config.get(phase)
+        if block is None:
+            continue
+        if not isinstance(block, Mapping) or not set(block) <= {"allow", "deny"}:
+            return False
+        for action in ("allow", "deny"):
+            entries = block.get(action) or []
+            if not isinstance(entries, list):
+                return False
+            for entry in entries:
+                parsed = _network_entry(entry, v2=v2)
+                if parsed is None:
+                    return False
+                decoded.setdefault((phase, action), []).append(parsed)
+    # Only a fully decoded policy projects: a half-read one would under-state the request.
+    for (phase_name, action_name), parsed_entries in decoded.items():
+        for hosts, methods, paths in parsed_entries:
+            if not methods and not paths:
+                out[f"network_{phase_name}_{action_name}"].extend(hosts)
+            out[f"network_{phase_name}_http_{action_name}"].extend(
+                http_atoms(hosts, methods, paths))
+    return True
+
+
+def _network_entry(entry: Any, *, v2: bool) -> tuple[list[str], list[str], list[str]] | None:
+    if isinstance(entry, str):
+        return [entry], [], []
+    if not v2 or not isinstance(entry, Mapping) or not set(entry) <= {"hosts", "methods",
+                                                                        "paths"}:
+        return None
+    lists: list[list[str]] = []
+    for key in ("hosts", "methods", "paths"):
+        value = entry.get(key)
+        if value is None:
+            value = []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return None
+        lists.append(list(value))
+    hosts, methods, paths = lists
+    return (hosts, methods, paths) if hosts else None
+
+
+def http_atoms(hosts: Iterable[str], methods: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """One ``"<METHOD> <host><path>"`` atom per method x host x path of one entry.
+
+    Omitted methods mean ``ANY``, omitted paths ``/**``; ``ANY`` stays one atom.
+    """
+    effective_methods = [METHOD_ANY] if not methods or METHOD_ANY in methods else list(methods)
+    effective_paths = list(paths) or ["/**"]
+    return [f"{m} {h}{p}" for h in hosts for m in effective_methods for p in effective_paths]
+
+
+def _phase_list(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _ssh_atoms(config: Mapping[str, Any]) -> list[str] | None:
+    phases = _phase_list(config.get("phase"))
+    unrestricted = config.get("unrestricted", True)
+    sign, authenticate = config.get("sign") or [], config.get("authenticate") or []
+    if (phases is None or not isinstance(unrestricted, bool)
+            or not isinstance(sign, list) or not isinstance(authenticate, list)):
+        return None
+    atoms: list[str] = []
+    for phase in phases:
+        if unrestricted:
+            atoms.append(phase)
+            continue
+        atoms.extend(f"{phase} sign {ns}" for ns in sign)
+        atoms.extend(f"{phase} authenticate {dest}" for dest in authenticate)
+    return atoms
+
+
+def service_entry(ctype: str, config: Any) -> str:
+    """``type``, or ``type+<first 12 hex of sha256(canonical JSON config)>`` when it has config.
+
+    The digest is over Go ``json.Marshal`` bytes (sorted keys, no spaces, ``<>&`` and U+2028/9
+    escaped) so a surface computed here matches one the reference computed.
+    """
+    if config is None or (isinstance(config, Mapping | list) and len(config) == 0):
+        return ctype
+    try:
+        encoded = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                             allow_nan=False)
+    except (TypeError, ValueError):
+        return ctype + "+unencodable-config"
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        encoded = encoded.replace(raw, escaped)
+    return ctype + "+" + hashlib.sha256(encoded.encode()).hexdigest()[:12]
+
+
+# --- the gate ---------------------------------------------------------------------------------
+
+
+def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
+    """Every way ``candidate`` exceeds ``granted``, in category order; narrowings are silent.
+
+    A removed deny widens (the deny was part of what made the grant acceptable).
+    """
+    out: list[Widening] = []
+
+    def add(category: str, details: Iterable[str]) -> None:
+        out.extend(Widening(category, detail) for detail in details)
+
+    g, c = granted, candidate
+    add("network.install.allow", _missing(g.network_install_allow, c.network_install_allow))
+    add("network.runtime.allow", _missing(g.network_runtime_allow, c.network_runtime_allow))
+    add("network.install.deny-removed", _missing(c.network_install_deny, g.network_install_deny))
+    add("network.runtime.deny-removed", _missing(c.network_runtime_deny, g.network_runtime_deny))
+    add("network.install.http.allow", _http_widenings(
+        g.network_install_allow, c.network_install_allow,
+        complete_http_grants(g.network_install_allow, g.network_install_http_allow),
+        c.network_install_http_allow))
+    add("network.runtime.http.allow", _http_widenings(
+        g.network_runtime_allow, c.network_runtime_allow,
+        complete_http_grants(g.network_runtime_allow, g.network_runtime_http_allow),
+        c.network_runtime_http_allow))
+    add("network.install.http.deny-removed", _http_deny_removals(
+        g.network_install_deny, c.network_install_deny,
+        g.network_install_http_deny, c.network_install_http_deny))
+    add("network.runtime.http.deny-removed", _http_deny_removals(
+        g.network_runtime_deny, c.network_runtime_deny,
+        g.network_runtime_http_deny, c.network_runtime_http_deny))
+    add("credentials.install", _missing(g.credentials_install, c.credentials_install))
+    add("credentials.runtime", _missing(g.credentials_runtime, c.credentials_runtime))
+    add("ssh-agent", _ssh_widenings(g.ssh_agent, c.ssh_agent))
+    add("storage", _missing(g.storage_paths, c.storage_paths))
+    add("host-mount", _missing(g.host_mount_paths, c.host_mount_paths))
+    add("skills", _missing(g.skills_paths, c.skills_paths))
+    add("skills.write", _missing(g.skills_write_paths, c.skills_write_paths))
+    add("ports", _missing(g.ports, c.ports))
+    add("usb", _missing(g.usb, c.usb))
+    if c.privileged and not g.privileged:
+        out.append(Widening("privileged", PRIVILEGED_DETAIL))
+    add("services", _missing(g.services, c.services))
+    return out
+
+
+def format_widenings(widenings: Iterable[Widening]) -> str:
+    """Render widenings for an approval prompt: one ``  + <category>: <detail>`` line each."""
+    return "\n".join(f"  + {w}" for w in widenings)
+
+
+def _missing(granted: Iterable[str], candidate: Iterable[str]) -> list[str]:
+    have = set(granted)
+    return [entry for entry in candidate if entry not in have]
+
+
+def _strip_port(host: str) -> str:
+    return host.split(":", 1)[0]
+
+
+def _parse_atom(atom: str) -> tuple[str, str, str]:
+    method, _, rest = atom.partition(" ")
+    host, slash, path = rest.partition("/")
+    return method, host, ("/" + path) if slash else "/"
+
+
+def _host_covers(granting: str, candidate: str) -> bool:
+    # host:port is a single-port grant; a bare host covers every port. Only the universal
+    # patterns are expanded: whether *.example.com covers api.example.com is the enforcement
+    # matcher's call, and an uncovered candidate errs toward prompting.
+    if granting in _UNIVERSAL_HOSTS:
+        return True
+    g_name, _, g_port = granting.partition(":")
+    c_name, _, c_port = candidate.partition(":")
+    return g_name == c_name and (not g_port or g_port == c_port)
+
+
+def _path_covers(granted: str, candidate: str) -> bool:
+    if granted == candidate:
+        return True
+    if granted.endswith("/**"):
+        prefix = granted[:-2]
+        return candidate.startswith(prefix) or candidate + "/" == prefix
+    return False
+
+
+def _atom_covers(granting: tuple[str, str, str], candidate: tuple[str, str, str]) -> bool:
+    g_method, g_host, g_path = granting
+    c_method, c_host, c_path = candidate
+    return (_host_covers(g_host, c_host)
+            and g_method in (c_method, METHOD_ANY)
+            and _path_covers(g_path, c_path))
+
+
+def complete_http_grants(hosts: Iterable[str], grants: Iterable[str]) -> tuple[str, ...]:
+    """Add the ``ANY host/**`` grants a legacy lock's unbounded hosts implied.
+
+    Locks written before the HTTP fields carry hosts only, yet each allowed host granted all of
+    HTTP; without this an unchanged kit would report one false widening per host. A host counts
+    as bounded by name (any port), matching how the projection writes atoms.
+    """
+    grants = tuple(grants)
+    bounded = {_strip_port(_parse_atom(atom)[1]) for atom in grants}
+    implied = [atom for host in hosts if _strip_port(host) not in bounded
+               for atom in http_atoms([host], [], [])]
+    return tuple(sorted({*grants, *implied}))
+
+
+def _http_widenings(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
+                    granted_http: Sequence[str], candidate_http: Sequence[str]) -> list[str]:
+    fresh = set(_missing(granted_hosts, candidate_hosts))
+
+    def suppressed(entry_host: str) -> bool:
+        # A newly allowed host was just reported by the host list; its atoms are not an extra
+        # grant. Ports matter: a fresh :8443 must not hide a widening on the granted :443.
+        name, colon, _ = entry_host.partition(":")
+        if colon:
+            return entry_host in fresh or name in fresh
+        same_name = [h for h in candidate_hosts if _strip_port(h) == name]
+        return bool(same_name) and all(h in fresh for h in same_name)
+
+    granted = [_parse_atom(atom) for atom in granted_http]
+    out: list[str] = []
+    for atom in candidate_http:
+        parsed = _parse_atom(atom)
+        if any(_atom_covers(g, parsed) for g in granted) or suppressed(parsed[1]):
+            continue
+        out.append(atom)
+    return out
+
+
+def _http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
+                        granted_deny: Sequence[str], candidate_deny: Sequence[str]) -> list[str]:
+    # A bare deny projects twice (host list and ANY host/**); dropping it is one loss, already
+    # reported by the host list. Coverage runs the other way round from allows: a candidate
+    # deny that still contains a granted deny keeps it.
+    dropped = set(_missing(candidate_hosts, granted_hosts))
+    candidates = [_parse_atom(atom) for atom in candidate_deny]
+    out: list[str] = []
+    for atom in granted_deny:
+        parsed = _parse_atom(atom)
+        if parsed[1] in dropped:
+            continue
+        if not any(_atom_covers(c, parsed) for c in candidates):
+            out.append(atom)
+    return out
+
+
+def _ssh_widenings(granted: Sequence[str], candidate: Sequence[str]) -> list[str]:
+    # An unrestricted phase covers everything in that phase, and a destination without a user
+    # covers every user at that host; so narrowing to a bounded grant is silent.
+    have = set(granted)
+    unbounded = {atom for atom in granted if " " not in atom}
+    out: list[str] = []
+    for atom in candidate:
+        phase, _, rest = atom.partition(" ")
+        if atom in have or phase in unbounded:
+            continue
+        if rest.startswith("authenticate "):
+            destination = rest.removeprefix("authenticate ")
+            host = destination.rpartition("@")[2]
+            if host != destination and f"{phase} authenticate {host}" in have:
+                continue
+        out.append(atom)
+    return out
+
+
+__all__ = [
+    "Surface",
+    "Widening",
+    "surface",
+    "diff_widenings",
+    "format_widenings",
+    "complete_http_grants",
+    "http_atoms",
+    "service_entry",
+    "CATEGORIES",
+    "JSON_FIELDS",
+    "NOT_SURFACE",
+    "PRIVILEGED_DETAIL",
+]

@@ -1,0 +1,110 @@
+"""The image cache: kit builds, assemblies and prepared images, and who last used them.
+
+These images are named by their content (``sbx-kit/…``, ``sbx-assembled/…``, ``sbx-prep/…``)
+and shared by every state home on an engine, so no home owns one and no label can say who
+needs it. Each run therefore marks every cached image it uses with a tag of its own home,
+``sbx-use/<home hash>:<image id>``; tagging also sets the engine's ``LastTagTime``, which is
+thereby the image's last use by anyone. ``sbx gc`` of a home (pure decisions below):
+
+1. drops its home's use tag from an image no container uses and nobody used within the grace
+   (an untag, never a deletion);
+2. then removes the cache tags of an image that no home marks any more, that carries nothing
+   but cache tags (a tag a user added keeps it), that no container uses and that nobody
+   tagged within the grace. The engine deletes the image with its last tag, and refuses while
+   a container or a child image still uses it (that image is kept and retried later).
+
+A run of another home that starts using an image between gc's listing and its removal keeps
+the image (its own use tag stays) and at worst loses the cache tag: its next run rebuilds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from sbx.seams.driver import CachedImage, Driver, ImageInfo
+
+USE_REPOSITORY: Final = "sbx-use/"
+CACHE_REPOSITORIES: Final = ("sbx-kit/", "sbx-assembled/", "sbx-prep/")
+HOME_DIGITS: Final = 16
+ID_DIGITS: Final = 24
+
+
+def use_tag(home_hash: str, image_id: str) -> str:
+    """This home's use tag of an image."""
+    digits = image_id.removeprefix("sha256:")[:ID_DIGITS]
+    return f"{USE_REPOSITORY}{home_hash[:HOME_DIGITS]}:{digits}"
+
+
+def is_cached(tags: Iterable[str]) -> bool:
+    """The image carries a cache tag (it is one of sbx's cached images)."""
+    return any(tag.startswith(CACHE_REPOSITORIES) for tag in tags)
+
+
+def record_use(driver: Driver, home_hash: str, images: Iterable[ImageInfo]) -> None:
+    """Mark the cached images a run uses (plain images of the user's are left alone)."""
+    seen: set[str] = set()
+    for image in images:
+        if image.id in seen or not is_cached(image.tags):
+            continue
+        seen.add(image.id)
+        driver.tag_image(image.id, use_tag(home_hash, image.id))
+
+
+@dataclass(frozen=True)
+class CacheDecision:
+    """What gc does with one cached image: the tags to remove, in order, and why."""
+    image_id: str
+    untag: tuple[str, ...]
+    why: str
+    detail: str
+
+
+def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int,
+                 users: int) -> CacheDecision:
+    """The decision for one cached image (``users``: containers that use it)."""
+    mine = use_tag(home_hash, image.id)
+    marks = [tag for tag in image.tags if tag.startswith(USE_REPOSITORY)]
+    if users:
+        return CacheDecision(image.id, (), "in_use", f"used by {users} container(s)")
+    if image.last_tagged is None:
+        return CacheDecision(image.id, (), "last_use_unknown",
+                             "the engine does not say when it was last used")
+    idle = now - image.last_tagged
+    if idle < grace_s:
+        return CacheDecision(image.id, (), "recently_used",
+                             f"last used {int(idle)}s ago (grace {grace_s}s)")
+    others = [tag for tag in marks if tag != mine]
+    if others:
+        # Another home still marks it: only this home's mark goes.
+        untag = (mine,) if mine in marks else ()
+        return CacheDecision(image.id, untag, "used_by_another_home",
+                             f"{len(others)} other home(s) mark it")
+    foreign = [tag for tag in image.tags
+               if not tag.startswith((USE_REPOSITORY, *CACHE_REPOSITORIES))]
+    if foreign:
+        untag = (mine,) if mine in marks else ()
+        return CacheDecision(image.id, untag, "foreign_tag",
+                             f"also tagged {foreign[0]}; sbx removes only its own tags")
+    cache_tags = tuple(tag for tag in image.tags if tag.startswith(CACHE_REPOSITORIES))
+    return CacheDecision(image.id, (*marks, *cache_tags), "unused",
+                         f"unused for {int(idle)}s")
+
+
+def removal_order(decisions: Sequence[CacheDecision]) -> list[CacheDecision]:
+    """Prepared images before assemblies before kit builds: a child image goes first, so its
+    parent is no longer held when its own turn comes."""
+    rank = {"sbx-prep/": 0, "sbx-assembled/": 1, "sbx-kit/": 2}
+
+    def key(decision: CacheDecision) -> int:
+        ranks = [rank[prefix] for tag in decision.untag for prefix in rank
+                 if tag.startswith(prefix)]
+        return min(ranks, default=3)
+
+    return sorted(decisions, key=key)
+
+
+__all__ = ["CACHE_REPOSITORIES", "USE_REPOSITORY", "CacheDecision", "is_cached", "judge_cached",
+           "record_use", "removal_order", "use_tag"]

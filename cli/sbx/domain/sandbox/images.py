@@ -1,0 +1,293 @@
+"""Kit images: build from a kit's recipe (cached by content hash) and resolve the sandbox user.
+
+Nothing here pulls. Before a build, every base image the recipe names must already be present
+locally; the classic builder would otherwise fetch a missing base from a registry, which is an
+implicit pull sbx never makes (SPEC §2.1 step 3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sbx.base import labels as label_keys
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.local import RECIPE_NAME, LocalKit, build_context, content_hash
+from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.locks import name_lock
+
+TAG_PREFIX: Final = "sbx-kit"
+KIT_LABEL: Final = f"{label_keys.PREFIX}.kit"
+HASH_LABEL: Final = f"{label_keys.PREFIX}.kit-hash"
+_ARG_RE: Final = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
+_FROM_RE: Final = re.compile(r"^\s*FROM\s+(.*)$", re.IGNORECASE)
+_VAR_RE: Final = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def base_images(dockerfile: str) -> list[str]:
+    """The external images a dockerfile builds FROM (stage names and ``scratch`` excluded).
+
+    ``ARG`` defaults declared before the first ``FROM`` are substituted; a reference that still
+    holds a variable cannot be checked and is refused rather than left for the builder to pull.
+    """
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    bases: list[str] = []
+    seen_from = False
+    for raw in _logical_lines(dockerfile):
+        arg = _ARG_RE.match(raw)
+        if arg and not seen_from:
+            args[arg.group(1)] = (arg.group(2) or "").strip("\"'")
+            continue
+        match = _FROM_RE.match(raw)
+        if not match:
+            continue
+        seen_from = True
+        words = [w for w in shlex.split(match.group(1)) if not w.startswith("--")]
+        if not words:
+            continue
+        ref = _VAR_RE.sub(lambda m: args.get(m.group(1)) or m.group(0), words[0])
+        if len(words) >= 3 and words[1].lower() == "as":
+            stages.add(words[2].lower())
+        if ref.lower() == "scratch" or ref.lower() in stages:
+            continue
+        if "$" in ref:
+            raise SbxError(Reason.INVALID_KIT,
+                           f"cannot tell which base image `FROM {words[0]}` names",
+                           hint="Give the ARG a default before the first FROM, or name the "
+                                "base image literally.")
+        bases.append(ref)
+    return bases
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    current = ""
+    for line in text.splitlines():
+        stripped = line.rstrip()
+        if stripped.lstrip().startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        lines.append(current + stripped)
+        current = ""
+    if current:
+        lines.append(current)
+    return lines
+
+
+def kit_tag(kit: LocalKit, digest: str) -> str:
+    stem = re.sub(r"[^a-z0-9._-]+", "-", kit.stem.lower()).strip("-._") or "kit"
+    return f"{TAG_PREFIX}/{stem}:{digest[:20]}"
+
+
+@dataclass(frozen=True)
+class KitImage:
+    image: ImageInfo
+    tag: str
+    built: bool  # False when the cached image was reused
+
+
+def ensure_kit_image(driver: Driver, kit: LocalKit,
+                     progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
+                     build_args: Mapping[str, str] | None = None, *,
+                     lock_dir: Path | None = None) -> KitImage:
+    """The kit's image: reused when an image with the kit's content hash exists, else built.
+
+    ``progress(title)`` is entered only when a build actually runs. A locked registry kit is
+    never built: its pinned image must be present (only `sbx pull` fetches or moves it).
+    """
+    if kit.image is not None:
+        found = driver.image(kit.image)
+        if found is None:
+            raise SbxError(
+                Reason.IMAGE_MISSING,
+                f"kit {kit.reference} is locked at {kit.image}, which is not present locally; "
+                "sbx never pulls implicitly",
+                hint=f"Fetch it with `sbx pull {kit.reference}` (a moved tag is gated there).",
+                details={"missing": [kit.image]})
+        return KitImage(found, kit.image, built=False)
+    if kit.dockerfile_text is None:
+        raise SbxError(Reason.INVALID_KIT,
+                       f"{kit.descriptor.kind} kit {kit.reference} has no recipe (no "
+                       f"{kit.stem}.dockerfile, `dockerfile:` or `build:`); a workload must "
+                       "have content",
+                       hint=f"Add {kit.stem}.dockerfile beside {kit.descriptor_file.name}.")
+    args = dict(build_args or {})
+    digest = content_hash(kit)
+    if args:  # build-phase arg values are part of what the image is
+        digest = hashlib.sha256(
+            (digest + json.dumps(args, sort_keys=True)).encode("utf-8")).hexdigest()
+    tag = kit_tag(kit, digest)
+    # One build per tag however many runs start at once (sbx.seams.locks).
+    with name_lock(lock_dir, tag):
+        return _cached_or_built(driver, kit, tag, digest, args, progress)
+
+
+def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
+                     args: Mapping[str, str],
+                     progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
+                     ) -> KitImage:
+    cached = driver.image(tag)
+    if cached is not None:
+        return KitImage(cached, tag, built=False)
+    missing = [ref for ref in base_images(kit.dockerfile_text or "")
+               if driver.image(ref) is None]
+    if missing:
+        names = ", ".join(missing)
+        raise SbxError(
+            Reason.IMAGE_MISSING,
+            f"kit {kit.reference} builds FROM {names}, which is not present locally; sbx never "
+            "pulls implicitly",
+            # A base image is an ordinary image, which the engine fetches (`sbx pull` is for
+            # kits, and its gate has nothing to say about a base image).
+            hint=f"Fetch it with `docker pull {missing[0]}`, or `docker load -i FILE` from an "
+                 "image archive; then run again.",
+            details={"missing": missing},
+        )
+    with progress(f"building {kit.reference}") as on_line:
+        image = driver.build(build_context(kit), RECIPE_NAME, tag,
+                             {KIT_LABEL: kit.stem, HASH_LABEL: digest,
+                              label_keys.VERSION: _version()}, on_line, args)
+    return KitImage(image, tag, built=True)
+
+
+def _version() -> str:
+    from sbx import __version__
+
+    return __version__
+
+
+# -- the sandbox user ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    uid: int
+    gid: int
+    source: str  # "image USER agent" | "config [sandbox] user (...)"
+
+
+def resolve_user(driver: Driver, image: ImageInfo, *, fallback_uid: int, fallback_source: str,
+                 cache_dir: Path, helper_labels: Mapping[str, str]) -> SandboxUser:
+    """The image's USER when it is not uid/gid 0, else the configured fallback (SPEC §5).
+
+    A named USER is resolved through the image's own /etc/passwd and /etc/group (read once per
+    image id and cached), because a name can map to uid 0 and Docker would run it as root.
+    """
+    user = _resolve(image, fallback_uid, fallback_source,
+                    lambda: _image_accounts(driver, image, cache_dir, helper_labels))
+    assert user is not None  # noqa: S101 - the reader always answers
+    return user
+
+
+def known_user(image: ImageInfo, *, fallback_uid: int, fallback_source: str,
+               cache_dir: Path) -> SandboxUser | None:
+    """:func:`resolve_user` without reading the image (no helper container): None when the
+    answer needs the image's accounts and an earlier run has not cached them yet."""
+    return _resolve(image, fallback_uid, fallback_source,
+                    lambda: _cached_accounts(image, cache_dir))
+
+
+Accounts = tuple[dict[str, tuple[int, int]], dict[str, int]]
+
+
+def _resolve(image: ImageInfo, fallback_uid: int, fallback_source: str,
+             accounts: Callable[[], Accounts | None]) -> SandboxUser | None:
+    if fallback_uid <= 0:
+        raise SbxError(Reason.ROOT_USER, "the configured sandbox user is uid 0")
+    raw = image.user.strip()
+    if raw in ("", "root", "0", "0:0", "root:root"):
+        return SandboxUser(fallback_uid, fallback_uid, fallback_source)
+    user_part, _, group_part = raw.partition(":")
+    if user_part.isdigit() and group_part.isdigit():
+        # Both numeric: nothing to look up (the image's accounts cannot change the answer).
+        uid, gid = int(user_part), int(group_part)
+    else:
+        found = accounts()
+        if found is None:
+            return None
+        passwd, groups = found
+        uid, primary_gid = _lookup_user(user_part, passwd, image)
+        gid = _lookup_group(group_part, groups, image) if group_part else primary_gid
+    if uid == 0:
+        return SandboxUser(fallback_uid, fallback_uid, fallback_source)
+    if gid == 0:
+        raise SbxError(
+            Reason.ROOT_USER,
+            f"the image's USER {raw!r} runs with gid 0 (the root group)",
+            hint="Give the image's user a non-root primary group, or set USER uid:gid.")
+    return SandboxUser(uid, gid, f"image USER {raw}")
+
+
+def _lookup_user(name: str, passwd: Mapping[str, tuple[int, int]],
+                 image: ImageInfo) -> tuple[int, int]:
+    if name.isdigit():
+        uid = int(name)
+        for entry_uid, entry_gid in passwd.values():
+            if entry_uid == uid:
+                return uid, entry_gid
+        return uid, uid
+    if name not in passwd:
+        raise SbxError(Reason.INVALID_KIT,
+                       f"the image's USER {name!r} does not exist in its /etc/passwd",
+                       hint="Create the user in the dockerfile, or use a numeric uid:gid.",
+                       details={"image": image.id})
+    return passwd[name]
+
+
+def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int:
+    if name.isdigit():
+        return int(name)
+    if name not in groups:
+        raise SbxError(Reason.INVALID_KIT,
+                       f"the image's USER group {name!r} does not exist in its /etc/group",
+                       details={"image": image.id})
+    return groups[name]
+
+
+def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
+    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
+                {k: int(v) for k, v in cached["group"].items()})
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
+            RecursionError):
+        return None  # a damaged entry is a miss
+
+
+def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
+                    helper_labels: Mapping[str, str]) -> Accounts:
+    cached = _cached_accounts(image, cache_dir)
+    if cached is not None:
+        return cached
+    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
+    passwd_text = driver.read_image_file(image.id, "/etc/passwd", helper_labels) or b""
+    group_text = driver.read_image_file(image.id, "/etc/group", helper_labels) or b""
+    passwd: dict[str, tuple[int, int]] = {}
+    for line in passwd_text.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and fields[3].isdigit():
+            passwd.setdefault(fields[0], (int(fields[2]), int(fields[3])))
+    groups: dict[str, int] = {}
+    for line in group_text.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[2].isdigit():
+            groups.setdefault(fields[0], int(fields[2]))
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cache.write_text(json.dumps({"passwd": passwd, "group": groups}), encoding="utf-8")
+    return passwd, groups
+
+
+__all__ = ["KitImage", "SandboxUser", "base_images", "ensure_kit_image", "kit_tag",
+           "known_user", "resolve_user"]

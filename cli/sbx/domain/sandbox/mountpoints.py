@@ -1,0 +1,104 @@
+"""Mount points whose mode the engine takes from the image.
+
+A tmpfs mounted on a directory that exists in the image gets that directory's mode, whatever
+``mode=`` says (runc copies it; measured on engine 20.10): an image whose /tmp is 0755 would give
+the sandbox a /tmp it cannot write. So before a run, the image's /tmp and HOME directories are
+checked (once per image id, cached) and, when one is wrong, a derived image with the modes fixed
+is made once (nothing is started: a created container gets the directory entries and is
+committed) and used from then on. An absent directory needs nothing: the engine creates the
+mount point with the options' mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from sbx.base import labels as label_keys
+from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.locks import name_lock
+
+TMP_PATH: Final = "/tmp"  # noqa: S108 - the sandbox's /tmp, not a host temp file
+TMP_MODE: Final = 0o1777
+PREPARED_TAG: Final = "sbx-prep"
+PREPARED_FROM_LABEL: Final = f"{label_keys.PREFIX}.prepared-from"
+
+
+def wanted_modes(observed: Mapping[str, int | None], *, home: str) -> dict[str, int]:
+    """The directories to fix and the mode each needs (empty: the image is fine as it is)."""
+    fixes: dict[str, int] = {}
+    tmp = observed.get(TMP_PATH)
+    if tmp is not None and tmp != TMP_MODE:
+        fixes[TMP_PATH] = TMP_MODE
+    home_mode = observed.get(home)
+    if home_mode is not None and home_mode & 0o700 != 0o700:
+        fixes[home] = (home_mode | 0o700) & 0o777
+    return fixes
+
+
+def directory_tar(modes: Mapping[str, int]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path, mode in sorted(modes.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.type = tarfile.DIRTYPE
+            info.mode = mode
+            archive.addfile(info)
+    return buffer.getvalue()
+
+
+def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_dir: Path,
+                        helper_labels: Mapping[str, str],
+                        lock_dir: Path | None = None) -> ImageInfo:
+    """``image`` itself when its /tmp and HOME mount points are fine, else the derived image."""
+    observed = _observed_modes(driver, image, (TMP_PATH, home), cache_dir, helper_labels)
+    fixes = wanted_modes(observed, home=home)
+    if not fixes:
+        return image
+    digest = hashlib.sha256(json.dumps([image.id, sorted(fixes.items())]).encode()).hexdigest()
+    tag = f"{PREPARED_TAG}/{digest[:32]}:1"
+    with name_lock(lock_dir, tag):
+        existing = driver.image(tag)
+        if existing is not None:
+            return existing
+        return driver.derive_image(
+            image, directory_tar(fixes), tag,
+            image_labels={PREPARED_FROM_LABEL: image.id, label_keys.VERSION: _version()},
+            helper_labels=helper_labels)
+
+
+def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,
+                    helper_labels: Mapping[str, str]) -> dict[str, int | None]:
+    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
+    known: dict[str, int | None] = {}
+    try:
+        loaded = json.loads(cache.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            known = {str(k): (int(v) if isinstance(v, int) else None)
+                     for k, v in loaded.items()}
+    except (OSError, ValueError, RecursionError):  # a damaged cache entry is a miss
+        known = {}
+    missing = [p for p in paths if p not in known]
+    if missing:
+        known.update(driver.image_path_modes(image.id, missing, helper_labels))
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            cache.write_text(json.dumps(known), encoding="utf-8")
+        except OSError:
+            pass  # a cache that cannot be written only costs the probe next time
+    return {p: known.get(p) for p in paths}
+
+
+def _version() -> str:
+    from sbx import __version__
+
+    return __version__
+
+
+__all__ = ["PREPARED_TAG", "TMP_MODE", "TMP_PATH", "directory_tar", "prepare_mountpoints",
+           "wanted_modes"]

@@ -1,0 +1,92 @@
+"""``runs/<id>/``: the record every run (and each of doctor's probes) keeps in the state home.
+
+The record says what a run created, so ``sbx gc`` can remove what a crash left behind, and
+``sbx explain`` and the keeper can find a run's container. This module is the only writer of
+``run.json``; gc reads it defensively (:func:`sbx.usecases.gc._read_record`) because a crash can
+leave
+it torn. The owner lock (``owner.lock``), held for as long as the owning process lives, tells
+gc an orphaned run from a live one: a pid can be reused, a lock cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from sbx.seams import state
+
+RUNS_DIR: Final = "runs"
+RUN_RECORD: Final = "run.json"
+OWNER_LOCK: Final = "owner.lock"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What ``run.json`` holds. Fields gc reads: pid, deadline, proxy_pid, name."""
+
+    run_id: str
+    deadline: int
+    workload: str
+    pid: int = field(default_factory=os.getpid)
+    kits: tuple[str, ...] = ()
+    image: str | None = None
+    run_image: str | None = None
+    volumes: tuple[str, ...] = ()
+    container_id: str | None = None
+    proxy_pid: int | None = None
+    name: str | None = None  # a named sandbox's: gc leaves it to `sbx rm`
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["kits"], data["volumes"] = list(self.kits), list(self.volumes)
+        return data
+
+
+def run_dir(state_home: Path, run_id: str) -> Path:
+    return state_home / RUNS_DIR / run_id
+
+
+def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> tuple[Path,
+                                                                                     int | None]:
+    """Make ``runs/<id>/`` and write its record; with ``owner_lock``, also take the owner lock
+    and return its descriptor (the caller keeps it open for as long as the run lives).
+
+    A full or read-only state home refuses here (``state_unwritable``), before anything that
+    would need the record is created."""
+    path = run_dir(state_home, record.run_id)
+    with state.writing(path, "write the run record in", home=state_home):
+        path.mkdir(parents=True, mode=0o700)
+        lock_fd: int | None = None
+        if owner_lock:
+            lock_fd = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        (path / RUN_RECORD).write_text(json.dumps(record.as_dict()), encoding="utf-8")
+    return path, lock_fd
+
+
+def update(path: Path, **changes: Any) -> None:
+    """Set fields of the record in ``path`` (a run directory), e.g. ``container_id=...``."""
+    record = path / RUN_RECORD
+    with state.writing(record, "update the run record", home=path.parent.parent):
+        data = json.loads(record.read_text(encoding="utf-8"))
+        data.update({k: v for k, v in changes.items() if v is not None})
+        record.write_text(json.dumps(data), encoding="utf-8")
+
+
+def container_id(path: Path) -> str | None:
+    """The container recorded in the run directory ``path``, if any (never raises)."""
+    try:
+        data = json.loads((path / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    cid = data.get("container_id") if isinstance(data, dict) else None
+    return cid if isinstance(cid, str) and cid else None
+
+
+__all__ = ["OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "container_id", "create",
+           "run_dir", "update"]

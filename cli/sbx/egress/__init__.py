@@ -1,8 +1,0 @@
-"""The egress boundary (SPEC §8).
-
-``sbx.egress.policy`` holds the one decision both the egress proxy (enforcement) and ``sbx
-explain`` (explanation) call. This package module imports nothing, so a sibling module can be
-imported without pulling in the kit composition.
-"""
-
-from __future__ import annotations

@@ -1,0 +1,1179 @@
+"""The Docker driver: the only module that imports the docker SDK.
+
+Everything sbx asks of the engine goes through :class:`DockerDriver`, which returns sbx-owned
+dataclasses and translates every SDK or transport exception into a reason-coded
+:class:`~sbx.base.errors.SbxError` at one boundary (:func:`_engine_errors`). The SDK is imported
+lazily inside the factory so that ``sbx --help`` and ``sbx explain`` never pay for it.
+
+Two SDK conveniences are avoided on purpose: ``containers.run`` (it pulls a missing image — sbx
+never pulls at run time) and ``auto_remove`` (sbx needs the exit status before removal and removes
+explicitly on every path).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import socket
+import struct
+import tarfile
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.signals import deferred_interrupts
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import docker
+    from docker.models.containers import Container
+
+    from sbx.seams.containerspec import ContainerSpec
+    from sbx.seams.session.stream import AttachedStream
+
+_LOGGER = logging.getLogger(__name__)
+
+# Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
+# wait for a workload uses its own deadline.
+API_TIMEOUT_S: Final = 60
+MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    version: str
+    api_version: str
+    os: str
+    cgroup_version: str
+    cgroup_driver: str
+    rootless: bool
+    security_options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    user: str
+    workdir: str
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    env: tuple[str, ...]
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class CachedImage:
+    """An image found by its tags (``sbx gc``'s image cache pass), with when it was last
+    tagged: sbx re-tags a cached image at each use, so that is its last use."""
+    id: str
+    tags: tuple[str, ...]
+    last_tagged: float | None  # unix seconds; None: the engine did not say
+
+
+@dataclass(frozen=True)
+class OwnedObject:
+    kind: str  # container | network | volume
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    state: str  # containers: created/running/exited/dead...; others: ""
+
+
+@dataclass(frozen=True)
+class RawListing:
+    """One label-filtered listing, entries exactly as the engine sent them (JSON objects).
+
+    Kept unparsed on purpose: ``sbx gc`` parses every entry strictly itself and deletes nothing
+    when one of them does not parse, which a lenient conversion here would hide.
+    """
+
+    containers: tuple[Any, ...]
+    networks: tuple[Any, ...]
+    volumes: tuple[Any, ...]
+
+
+class Driver(Protocol):
+    """What sbx needs from an engine. A second backend (e.g. Kubernetes) would implement this."""
+
+    def info(self) -> EngineInfo: ...
+    def image(self, ref: str) -> ImageInfo | None: ...
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None: ...
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]: ...
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo: ...
+    def create(self, spec: ContainerSpec) -> str: ...
+    def start(self, container_id: str) -> None: ...
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]: ...
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream: ...
+    def stop(self, container_id: str, timeout_s: int) -> None: ...
+    def container_finished_at(self, container_id: str) -> float | None: ...
+    def container_state(self, container_id: str) -> str | None: ...
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]: ...
+    def exec_exit_code(self, exec_id: str) -> int | None: ...
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None: ...
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None: ...
+    def wait(self, container_id: str, timeout_s: float) -> int | None: ...
+    def kill(self, container_id: str) -> None: ...
+    def remove_container(self, container_id: str) -> bool: ...
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
+    # gc and doctor (sbx.usecases.gc / sbx.usecases.doctor)
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]: ...
+    def untag_image(self, ref: str) -> bool: ...
+    def object_users(self, kind: str, ident: str) -> list[str]: ...
+    def remove_network(self, network_id: str) -> bool: ...
+    def remove_volume(self, name: str) -> bool: ...
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
+    def local_images(self) -> list[tuple[str, int]]: ...
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
+    def path_exists(self, container_id: str, path: str) -> bool: ...
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]: ...
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo: ...
+    def remove_image(self, ref: str) -> bool: ...
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str: ...
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str: ...
+    def container_ip(self, container_id: str, network: str) -> str | None: ...
+    def container_pid(self, container_id: str) -> int | None: ...
+    def network_gateway(self, network_id: str) -> str: ...
+    # image assembly (sbx.domain.sandbox.assemble)
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
+    # registry images (sbx.usecases.pull / sbx.usecases.kitpush)
+    def tag_image(self, image: str, ref: str) -> None: ...
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None: ...
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo: ...
+
+
+def _situation_hint(env: Mapping[str, str], detail: str) -> str:
+    """A hint that depends on what is actually wrong (STYLE item 9)."""
+    host = env.get("DOCKER_HOST")
+    if host:
+        return (f"DOCKER_HOST is set to {host!r}: check that an engine listens there, or unset "
+                "it to use the local socket.")
+    lowered = detail.lower()
+    if "permission denied" in lowered:
+        return ("This user may not open /var/run/docker.sock: add it to the `docker` group "
+                "(then log in again) or run the engine rootless.")
+    if "no such file" in lowered or "filenotfound" in lowered:
+        return ("No engine socket at /var/run/docker.sock: start the engine (`dockerd`, or "
+                "`systemctl start docker`).")
+    return "Start the engine and check that `docker version` answers."
+
+
+def _collect_failed_client(error: BaseException) -> None:
+    """The SDK gives no handle on a client whose first request failed: only the frames in the
+    error's traceback chain hold it, and its socket would be closed by the garbage collector
+    whenever it ran, with a ResourceWarning at some unrelated place. Drop those frames (the
+    message stays) and collect it here, where the cause is known."""
+    import gc
+    import warnings
+
+    seen: set[int] = set()
+    link: BaseException | None = error
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            link.__traceback__ = None
+            link = link.__cause__ or link.__context__
+        gc.collect()
+
+
+class DockerDriver:
+    """The docker-SDK implementation of :class:`Driver`."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self._client_obj: docker.DockerClient | None = None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _client(self) -> docker.DockerClient:
+        if self._client_obj is None:
+            import docker
+
+            try:
+                # from_env negotiates the API version with one request, which also proves the
+                # engine answers; no separate ping.
+                self._client_obj = docker.DockerClient.from_env(
+                    environment=dict(self._env), timeout=API_TIMEOUT_S)
+            except docker.errors.DockerException as exc:
+                message, hint = _short(exc), _situation_hint(self._env, str(exc))
+                _collect_failed_client(exc)
+                raise EngineUnavailable(f"cannot reach the Docker engine: {message}",
+                                        hint=hint) from exc
+        return self._client_obj
+
+    @property
+    def _api(self) -> Any:
+        # The low-level client. Typed as Any: its stubs lag the SDK, and the log reader needs
+        # two of its private helpers.
+        return self._client.api
+
+    @contextmanager
+    def _engine_errors(self, action: str, reason: Reason = Reason.CREATE_FAILED) -> Iterator[None]:
+        """Translate SDK and transport errors into reason-coded errors, at one place."""
+        import docker
+        import requests
+
+        try:
+            yield
+        except SbxError:
+            raise
+        except docker.errors.ImageNotFound as exc:
+            raise SbxError(
+                Reason.IMAGE_MISSING, f"{action}: image not found: {_short(exc)}",
+                hint="Build or `sbx pull` it first; sbx never pulls at run time.") from exc
+        except docker.errors.APIError as exc:
+            raise SbxError(reason, f"{action}: the engine answered {_short(exc)}") from exc
+        except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
+            raise EngineUnavailable(f"{action}: lost the Docker engine: {_short(exc)}",
+                                    hint=_situation_hint(self._env, str(exc))) from exc
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
+            info: dict[str, Any] = self._client.info()
+        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
+        return EngineInfo(
+            version=str(info.get("ServerVersion", "")),
+            api_version=str(self._api.api_version),
+            os=str(info.get("OSType", "")),
+            cgroup_version=str(info.get("CgroupVersion", "")),
+            cgroup_driver=str(info.get("CgroupDriver", "")),
+            rootless=any("rootless" in s for s in security),
+            security_options=security,
+        )
+
+    def image(self, ref: str) -> ImageInfo | None:
+        import docker
+
+        with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
+            try:
+                attrs: dict[str, Any] = self._api.inspect_image(ref)
+            except docker.errors.ImageNotFound:
+                return None
+            except docker.errors.APIError as exc:
+                # A malformed reference is "not present" as far as a run is concerned.
+                if exc.status_code in (400, 404):
+                    return None
+                raise
+        return _image_info(attrs)
+
+    # -- build -------------------------------------------------------------------------------
+
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo:
+        log: list[str] = []
+        with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED):
+            stream = self._api.build(
+                fileobj=io.BytesIO(context_tar), custom_context=True,
+                dockerfile=dockerfile, tag=tag, labels=dict(labels),
+                buildargs=dict(build_args or {}),
+                rm=True, forcerm=True, pull=False, decode=True, nocache=False,
+                # A kit's RUN steps get no network: the default bridge would give them a route
+                # out and the host's resolver, outside any policy. What needs the network
+                # belongs in an install-phase hook, which goes through the egress proxy.
+                network_mode="none",
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    detail = str(chunk.get("error", "")).strip()
+                    raise SbxError(
+                        Reason.BUILD_FAILED, f"building {tag} failed: {detail}",
+                        hint="Fix the dockerfile; its base image must be present locally.",
+                        details={"log_tail": log[-20:]})
+                text = str(chunk.get("stream", "")).strip()
+                if text:
+                    log.append(text)
+                    on_line(text)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.BUILD_FAILED, f"building {tag} produced no image",
+                           details={"log_tail": log[-20:]})
+        return image
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        """Read one file out of an image without starting anything (create, copy, remove)."""
+        import docker
+
+        action = f"reading {path} from image {image_id[:19]}"
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
+            try:
+                chunks, _stat = self._api.get_archive(cid, path)
+            except docker.errors.NotFound:
+                return None
+            data = b"".join(chunks)
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                    extracted = archive.extractfile(member)
+                    return extracted.read() if extracted else None
+        return None
+
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
+        image; None for a path that is absent or not a directory. Nothing is started: one
+        container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
+        import base64
+
+        action = f"inspecting paths in image {image_id[:19]}"
+        modes: dict[str, int | None] = {}
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
+            for path in paths:
+                response = self._api.head(self._api._url("/containers/{0}/archive", cid),
+                                          params={"path": path})
+                header = response.headers.get("X-Docker-Container-Path-Stat")
+                if response.status_code != 200 or not header:
+                    modes[path] = None
+                    continue
+                stat = json.loads(base64.b64decode(header))
+                modes[path] = _unix_mode(int(stat.get("mode", 0)))
+        return modes
+
+    @contextmanager
+    def _probe_container(self, image_id: str, labels: Mapping[str, str],
+                         action: str) -> Iterator[str]:
+        """A container of ``image_id`` that is never started, removed on the way out; created
+        and handed over with interrupts held back, so a signal cannot orphan it."""
+        cid: str | None = None
+        try:
+            # A signal during the create is raised at the end of this block, inside the try,
+            # so the container is removed whatever happens.
+            with deferred_interrupts(), self._engine_errors(action):
+                cid = str(self._api.create_container(
+                    image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                    network_disabled=True)["Id"])
+            yield cid
+        finally:
+            if cid is not None:
+                with deferred_interrupts():
+                    self.remove_container(cid)
+
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo:
+        """``image`` plus the files (and directory modes) in ``tar``, committed as ``tag`` with
+        ``image``'s run configuration. Nothing is started; the helper container carries
+        ``helper_labels`` so a crash leaves nothing ``sbx gc`` cannot find."""
+        with self._probe_container(image.id, helper_labels, f"preparing image {tag}") as cid:
+            self.put_archive(cid, "/", tar)
+            return self.commit(cid, tag, {**image.labels, **image_labels}, image)
+
+    # -- containers --------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> str:
+        kwargs = create_kwargs(spec)
+        name = kwargs.pop("name", None)
+        stdin_once = kwargs.pop("stdin_once", True)
+        kwargs.pop("use_config_proxy", None)  # the config is built here: nothing is injected
+        with self._engine_errors("creating the sandbox container", Reason.CREATE_FAILED):
+            host_config = self._api.create_host_config(**kwargs.pop("host_config"))
+            config = self._api.create_container_config(host_config=host_config, **kwargs)
+            # The SDK ties StdinOnce to stdin_open; a named sandbox keeps its stdin open across
+            # attaches (a detach must not close the workload's stdin).
+            if kwargs.get("stdin_open"):
+                config["StdinOnce"] = stdin_once
+            created = self._api.create_container_from_config(config, name=name)
+        return str(created["Id"])
+
+    def stop(self, container_id: str, timeout_s: int) -> None:
+        """Graceful stop (SIGTERM, then SIGKILL after ``timeout_s``); gone or stopped is fine."""
+        import docker
+
+        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.stop(container_id, timeout=timeout_s)
+            except docker.errors.NotFound:
+                return
+
+    def container_finished_at(self, container_id: str) -> float | None:
+        """When a stopped container stopped (unix time); None while it runs or is gone."""
+        from datetime import datetime
+
+        import docker
+
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            try:
+                attrs = self._api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+        state = attrs.get("State") or {}
+        if state.get("Running"):
+            return None
+        raw = str(state.get("FinishedAt") or "")
+        try:
+            # RFC 3339 with nanoseconds: keep microseconds for fromisoformat.
+            head = raw.partition(".")[0]
+            stamp = datetime.fromisoformat(head + ("+00:00" if raw.endswith("Z") else ""))
+        except ValueError:
+            return None
+        return stamp.timestamp() if stamp.year > 1 else None
+
+    def container_state(self, container_id: str) -> str | None:
+        """``running``, ``exited``, ``created``...; None when the container does not exist."""
+        import docker
+
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            try:
+                attrs = self._api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+        return str((attrs.get("State") or {}).get("Status") or "") or None
+
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]:
+        """An exec in a running sandbox with its stream attached (raw with a TTY, framed
+        without); returns the stream and the exec id. The exec runs with the container's
+        hardening (capabilities, no-new-privileges, cgroup limits, network) as ``user``."""
+        from sbx.seams.session.stream import AttachedStream
+
+        api = self._api
+        with self._engine_errors("starting a command in the sandbox", Reason.START_FAILED):
+            created = api.exec_create(container_id, list(argv), stdout=True, stderr=True,
+                                      stdin=stdin, tty=tty, user=user,
+                                      environment=dict(env) or None, workdir=workdir)
+            exec_id = str(created["Id"])
+            response = api.post(api._url("/exec/{0}/start", exec_id),
+                                headers={"Connection": "Upgrade", "Upgrade": "tcp",
+                                         "Content-Type": "application/json"},
+                                data=json.dumps({"Tty": tty, "Detach": False}), stream=True)
+            api._raise_for_status(response)
+        return AttachedStream(_upgraded_socket(response), keep=response), exec_id
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        with self._engine_errors("reading a command's status", Reason.START_FAILED):
+            info = self._api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        return None if info.get("Running") or code is None else int(code)
+
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None:
+        import docker
+
+        with self._engine_errors("resizing the command's terminal", Reason.START_FAILED):
+            try:
+                self._api.exec_resize(exec_id, height=rows, width=columns)
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (404, 409, 500):
+                    raise
+
+    def start(self, container_id: str) -> None:
+        with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
+            self._api.start(container_id)
+
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]:
+        """The container's stdout/stderr from its engine log (followed until it stops when
+        ``follow``), as (stream, chunk) pairs. Only for containers that keep a (bounded) engine
+        log: doctor's limit probe and named sandboxes; a run's output is read from its attach
+        stream (:meth:`attach`)."""
+        api = self._api
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0}
+        if tail is not None:
+            params["tail"] = tail
+        with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+            # A TTY container's log is the terminal's raw stream, not framed.
+            tty = bool((api.inspect_container(container_id).get("Config") or {}).get("Tty"))
+            response = api._get(
+                api._url("/containers/{0}/logs", container_id),
+                params=params, stream=True, timeout=None)
+            api._raise_for_status(response)
+
+        def chunks() -> Iterator[tuple[str, bytes]]:
+            # Docker's multiplexed framing: 8-byte header (stream id, 3 pad bytes, big-endian
+            # length), then the payload; read through urllib3 so chunked encoding is undone.
+            try:
+                with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+                    while tty:
+                        data = response.raw.read(65536, decode_content=False) \
+                            if not hasattr(response.raw, "read1") else response.raw.read1(65536)
+                        if not data:
+                            return
+                        yield "stdout", data
+                    while True:
+                        header = response.raw.read(8)
+                        if len(header) < 8:
+                            return
+                        stream_id, length = struct.unpack(">BxxxL", header)
+                        data = response.raw.read(length) if length else b""
+                        if length and not data:
+                            return
+                        if data:
+                            yield ("stderr" if stream_id == 2 else "stdout"), data
+            finally:
+                response.close()
+
+        return chunks()
+
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream:
+        """The container's attach stream (stdout, stderr and, when asked, stdin), as a socket.
+
+        Call it before :meth:`start`: the engine then copies every byte the workload writes,
+        from the first, into this connection, and ends it only after the last, so nothing is
+        missed at either end (unlike a followed log). Without a TTY the bytes are framed
+        (:mod:`sbx.seams.session.frames`); with one they are the terminal's raw stream.
+        """
+        from sbx.seams.session.stream import AttachedStream
+
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
+                                  "stdin": 1 if stdin else 0}
+        if detach_keys:
+            params["detachKeys"] = detach_keys
+        api = self._api
+        with self._engine_errors("attaching to the sandbox", Reason.START_FAILED):
+            response = api.post(
+                api._url("/containers/{0}/attach", container_id), None,
+                params=params, stream=True,
+                headers={"Connection": "Upgrade", "Upgrade": "tcp"})
+            api._raise_for_status(response)
+        sock = _upgraded_socket(response)
+        return AttachedStream(sock, keep=response)
+
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
+        """Set the sandbox terminal's size (a TTY session); a finished container is ignored."""
+        import docker
+
+        with self._engine_errors("resizing the sandbox terminal", Reason.START_FAILED):
+            try:
+                self._api.resize(container_id, height=rows, width=columns)
+            except docker.errors.APIError as exc:
+                # Stopped or gone between the SIGWINCH and now: nothing to resize.
+                if exc.status_code not in (404, 409, 500):
+                    raise
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        """The exit status, or None when the container still runs after ``timeout_s``."""
+        import requests
+
+        with self._engine_errors("waiting for the sandbox", Reason.START_FAILED):
+            try:
+                result: dict[str, Any] = self._api.wait(container_id,
+                                                              timeout=max(timeout_s, 0.001))
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+                if _is_read_timeout(exc):
+                    return None
+                raise
+        return int(result.get("StatusCode", -1))
+
+    def kill(self, container_id: str) -> None:
+        import docker
+
+        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.kill(container_id)
+            except docker.errors.APIError as exc:
+                # Already stopped or gone: nothing left to kill.
+                if exc.status_code not in (404, 409):
+                    raise
+
+    def remove_container(self, container_id: str) -> bool:
+        """Force-remove; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_container(container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "already in progress" in str(exc):
+                    return True
+                raise
+        return True
+
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
+        """Containers, networks and volumes carrying every given label (all states)."""
+        filters = [f"{k}={v}" for k, v in labels.items()]
+        objects: list[OwnedObject] = []
+        with self._engine_errors("listing sbx objects", Reason.CLEANUP_FAILED):
+            for c in self._api.containers(all=True, filters={"label": filters}):
+                names = c.get("Names") or [""]
+                objects.append(OwnedObject("container", str(c["Id"]), str(names[0]).lstrip("/"),
+                                           dict(c.get("Labels") or {}), str(c.get("State", ""))))
+            for n in self._api.networks(filters={"label": filters}):
+                objects.append(OwnedObject("network", str(n["Id"]), str(n.get("Name", "")),
+                                           dict(n.get("Labels") or {}), ""))
+            volumes = self._api.volumes(filters={"label": filters}) or {}
+            for v in volumes.get("Volumes") or []:
+                objects.append(OwnedObject("volume", str(v["Name"]), str(v["Name"]),
+                                           dict(v.get("Labels") or {}), ""))
+        return objects
+
+    # -- the create step (install hooks, kit files) ---------------------------------------------
+
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None:
+        with self._engine_errors(f"writing files into the sandbox at {path}"):
+            if not self._api.put_archive(container_id, path, tar):
+                raise SbxError(Reason.CREATE_FAILED, f"the engine refused files at {path}")
+
+    def path_exists(self, container_id: str, path: str) -> bool:
+        import docker
+
+        with self._engine_errors(f"checking {path} in the sandbox"):
+            try:
+                self._api.get_archive(container_id, path)
+            except docker.errors.NotFound:
+                return False
+        return True
+
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]:
+        """Run ``argv`` in a running container; (output pairs, a function giving the status).
+
+        The exec's raw socket is read frame by frame and closed when the output ends, so no
+        engine connection outlives the hook.
+        """
+        from docker.utils import socket as docker_socket
+
+        framing: Any = docker_socket  # untyped in the SDK's stubs
+        with self._engine_errors("running a hook in the sandbox", Reason.START_FAILED):
+            created = self._api.exec_create(container_id, list(argv), stdout=True, stderr=True,
+                                            user=user, workdir=workdir)
+            exec_id = str(created["Id"])
+            sock = self._api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
+
+        def chunks() -> Iterator[tuple[str, bytes]]:
+            try:
+                with self._engine_errors("reading a hook's output", Reason.START_FAILED):
+                    for stream_id, data in framing.frames_iter(raw, False):
+                        if data:
+                            yield ("stderr" if stream_id == framing.STDERR else "stdout"), data
+            finally:
+                # exec_start hands back the SocketIO of the hijacked HTTP response; the real
+                # socket underneath must be closed too.
+                sock.close()
+                if raw is not sock:
+                    raw.close()
+
+        def status() -> int:
+            with self._engine_errors("reading a hook's status", Reason.START_FAILED):
+                code = self._api.exec_inspect(exec_id).get("ExitCode")
+            return -1 if code is None else int(code)
+
+        return chunks(), status
+
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo:
+        """Commit the container's filesystem with the run config of ``like`` (not the
+        container's own: the create step ran a keepalive as root)."""
+        repository, _, version = tag.partition(":")
+        changes = [
+            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
+            f"CMD {json.dumps(list(like.cmd or []))}",
+            f"USER {like.user}" if like.user else "USER 0",
+            f"WORKDIR {like.workdir or '/'}",
+            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
+        ]
+        # Held back from signals: the engine finishes a commit whose client went away, so an
+        # interrupted request would leave an image the run's cleanup already looked for.
+        with deferred_interrupts(), \
+                self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
+            self._api.commit(container_id, repository=repository, tag=version or "latest",
+                             changes=changes)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
+        return image
+
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str:
+        """A per-run bridge network with a known bridge name (for the host firewall rules)."""
+        with self._engine_errors(f"creating network {name}", Reason.CREATE_FAILED):
+            created = self._api.create_network(
+                name, driver="bridge", internal=internal, labels=dict(labels),
+                check_duplicate=True,
+                options={"com.docker.network.bridge.name": bridge,
+                         "com.docker.network.bridge.enable_ip_masquerade": "false"})
+        return str(created["Id"])
+
+    def network_gateway(self, network_id: str) -> str:
+        """The host's address on a network (where the egress proxy listens)."""
+        with self._engine_errors("reading the sandbox network", Reason.CREATE_FAILED):
+            attrs = self._api.inspect_network(network_id)
+        for entry in (attrs.get("IPAM") or {}).get("Config") or []:
+            gateway = str(entry.get("Gateway") or "").split("/")[0]
+            if gateway:
+                return gateway
+        raise SbxError(Reason.CREATE_FAILED, f"network {network_id[:12]} has no gateway address")
+
+    def container_pid(self, container_id: str) -> int | None:
+        """The host pid of the container's first process; None once it is not running."""
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            attrs = self._api.inspect_container(container_id)
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        return pid or None
+
+    def container_ip(self, container_id: str, network: str) -> str | None:
+        """The container's address on ``network``; None once it has stopped (no address)."""
+        with self._engine_errors("reading the sandbox's address", Reason.START_FAILED):
+            attrs = self._api.inspect_container(container_id)
+        networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        return str((networks.get(network) or {}).get("IPAddress") or "") or None
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str:
+        with self._engine_errors(f"creating volume {name}", Reason.CREATE_FAILED):
+            created = self._api.create_volume(name=name, driver="local", labels=dict(labels))
+        return str(created["Name"])
+
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+        """Every image with a tag in one of ``repositories`` (``name/``: every repository
+        under it), with its tags and when it was last tagged."""
+        import docker
+
+        found: dict[str, CachedImage] = {}
+        with self._engine_errors("listing cached sbx images", Reason.CLEANUP_FAILED):
+            for repository in repositories:
+                pattern = f"{repository}*" if repository.endswith("/") else repository
+                for entry in self._api.images(filters={"reference": pattern}) or []:
+                    ident = str(entry.get("Id", ""))
+                    if not ident or ident in found:
+                        continue
+                    try:
+                        attrs = self._api.inspect_image(ident)
+                    except docker.errors.ImageNotFound:
+                        continue  # removed meanwhile
+                    found[ident] = CachedImage(
+                        ident, tuple(attrs.get("RepoTags") or ()),
+                        _timestamp((attrs.get("Metadata") or {}).get("LastTagTime")))
+        return list(found.values())
+
+    def untag_image(self, ref: str) -> bool:
+        """Remove the tag ``ref``, never by force: the image itself goes only with its last
+        tag, and not while a container uses it. False when the engine refused (in use)."""
+        import docker
+
+        with self._engine_errors(f"removing the tag {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=False, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # a container (or a child image) uses it
+                    return False
+                raise
+        return True
+
+    def remove_image(self, ref: str) -> bool:
+        import docker
+
+        with self._engine_errors(f"removing image {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=True, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+        return True
+
+    def container(self, container_id: str) -> Container:
+        """The SDK object, for tests that inspect what was created (never used by sbx itself)."""
+        with self._engine_errors("inspecting the sandbox"):
+            return self._client.containers.get(container_id)
+
+    # -- gc and doctor -------------------------------------------------------------------------
+
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing:
+        """Containers (all states), networks and volumes carrying every given label, raw."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with self._engine_errors("listing sbx objects", Reason.CLEANUP_FAILED):
+            containers = self._api.containers(all=True, filters=filters)
+            networks = self._api.networks(filters=filters)
+            volumes = self._api.volumes(filters=filters)
+        if not isinstance(containers, list) or not isinstance(networks, list) \
+                or not isinstance(volumes, dict | None):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx objects: the engine answered an unexpected shape")
+        raw_volumes = (volumes or {}).get("Volumes") or []
+        if not isinstance(raw_volumes, list):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx objects: the engine's volume list is not a list")
+        return RawListing(tuple(containers), tuple(networks), tuple(raw_volumes))
+
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]:
+        """Images (all, untagged ones included) carrying every given label, raw as the engine
+        sent them: ``sbx gc`` parses them strictly itself (see :class:`RawListing`)."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        with self._engine_errors("listing sbx images", Reason.CLEANUP_FAILED):
+            images = self._api.images(all=True, filters=filters)
+        if not isinstance(images, list):
+            raise SbxError(Reason.CLEANUP_FAILED,
+                           "listing sbx images: the engine answered an unexpected shape")
+        return tuple(images)
+
+    def object_users(self, kind: str, ident: str) -> list[str]:
+        """Ids of every container (any state, any owner) that uses a network, volume or image
+        (an image: created from it or from an image built on it).
+
+        A network is matched by id *and* name: a created, never-started container is attached
+        by name only (its endpoint has no network id yet), and the id filter alone misses it.
+        """
+        import docker
+
+        with self._engine_errors(f"listing the users of {kind} {ident[:12]}",
+                                 Reason.CLEANUP_FAILED):
+            if kind == "network":
+                try:
+                    name = str(self._api.inspect_network(ident).get("Name") or ident)
+                except docker.errors.NotFound:
+                    return []
+                found = self._api.containers(all=True, filters={"network": [ident, name]})
+            elif kind == "image":
+                found = self._api.containers(all=True, filters={"ancestor": ident})
+            else:
+                found = self._api.containers(all=True, filters={"volume": ident})
+        return [str(c.get("Id", "")) for c in found or []]
+
+    def remove_network(self, network_id: str) -> bool:
+        """Remove a network; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors(f"removing network {network_id[:12]}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_network(network_id)
+            except docker.errors.NotFound:
+                return True
+        return True
+
+    def remove_volume(self, name: str) -> bool:
+        """Remove a volume; True when it is gone (including when it was already gone)."""
+        import docker
+
+        with self._engine_errors(f"removing volume {name[:24]}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_volume(name)
+            except docker.errors.NotFound:
+                return True
+        return True
+
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]:
+        """Which of ``idents`` (full container/network ids, or volume names) still exist.
+
+        One listing per call, filtered by id (exact for full ids) or name (a substring filter,
+        so the answer is intersected exactly): this is how a removal is confirmed.
+        """
+        wanted = set(idents)
+        if not wanted:
+            return set()
+        with self._engine_errors(f"confirming removal of {len(wanted)} {kind}(s)",
+                                 Reason.CLEANUP_FAILED):
+            if kind == "container":
+                found = self._api.containers(all=True, filters={"id": sorted(wanted)})
+                names = {str(c.get("Id", "")) for c in found or []}
+            elif kind == "network":
+                found = self._api.networks(ids=sorted(wanted))
+                names = {str(n.get("Id", "")) for n in found or []}
+            else:
+                listing = self._api.volumes(filters={"name": sorted(wanted)}) or {}
+                names = {str(v.get("Name", "")) for v in listing.get("Volumes") or []}
+        return wanted & names
+
+    def local_images(self) -> list[tuple[str, int]]:
+        """``(reference, size in bytes)`` of every tagged local image, smallest first."""
+        with self._engine_errors("listing local images", Reason.IMAGE_MISSING):
+            images = self._api.images()
+        found: list[tuple[str, int]] = []
+        for image in images or []:
+            size = int(image.get("Size") or 0)
+            found.extend((str(tag), size) for tag in image.get("RepoTags") or ()
+                         if tag and tag != "<none>:<none>")
+        return sorted(found, key=lambda item: (item[1], item[0]))
+
+    # -- image assembly --------------------------------------------------------------------------
+
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]:
+        """An image's filesystem as a tar stream, in chunks, without running anything.
+
+        A helper container labelled ``labels`` is created (never started), exported and removed
+        when the stream ends or is closed: close it when stopping early
+        (``contextlib.closing``). Besides the image's own files the tar holds what the engine
+        adds to every container (``/.dockerenv``, ``/etc/hostname``, ``/etc/hosts``,
+        ``/etc/resolv.conf``, ``/etc/mtab``, ``/dev/console``, ``/dev/pts``, ``/dev/shm``).
+        """
+        import urllib3
+
+        action = f"exporting the files of image {image_id[:19]}"
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action, Reason.BUILD_FAILED):
+            try:
+                yield from self._api.export(cid)
+            except urllib3.exceptions.HTTPError as exc:
+                # The SDK streams the body through urllib3, whose errors requests never
+                # wraps once the response has started.
+                raise EngineUnavailable(f"{action}: the stream broke: {_short(exc)}",
+                                        hint=_situation_hint(self._env, str(exc))) from exc
+
+    # -- registry images ---------------------------------------------------------------------
+
+    def tag_image(self, image: str, ref: str) -> None:
+        """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
+        repository, tag = _split_tag(ref)
+        with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
+            self._api.tag(image, repository, tag=tag, force=True)
+
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None:
+        """Push a local tag to its registry; the stream's errors become reason-coded errors."""
+        repository, tag = _split_tag(ref)
+        with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE):
+            for chunk in self._api.push(repository, tag=tag, stream=True, decode=True,
+                                        auth_config=self._auth_config(ref)):
+                _registry_chunk(f"pushing {ref}", chunk, on_line)
+
+    def _auth_config(self, ref: str) -> dict[str, str] | None:
+        """The user's Docker credentials for ``ref``'s registry host (from this driver's
+        environment), as the SDK's ``auth_config``; None for anonymous access."""
+        from sbx.seams.registry_auth import resolve
+
+        first = ref.split("/", 1)[0]
+        explicit = "/" in ref and ("." in first or ":" in first or first == "localhost")
+        credentials = resolve(first if explicit else "docker.io", self._env)
+        return None if credentials is None else credentials.auth_config()
+
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
+        """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
+        with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
+            for chunk in self._api.pull(ref, stream=True, decode=True,
+                                        auth_config=self._auth_config(ref)):
+                _registry_chunk(f"pulling {ref}", chunk, on_line)
+        image = self.image(ref)
+        if image is None:
+            raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
+        return image
+
+
+def _unix_mode(go_mode: int) -> int | None:
+    """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
+    not a directory."""
+    if not go_mode & (1 << 31):  # ModeDir
+        return None
+    mode = go_mode & 0o777
+    if go_mode & (1 << 23):  # ModeSetuid
+        mode |= 0o4000
+    if go_mode & (1 << 22):  # ModeSetgid
+        mode |= 0o2000
+    if go_mode & (1 << 20):  # ModeSticky
+        mode |= 0o1000
+    return mode
+
+
+def _upgraded_socket(response: Any) -> socket.socket:
+    """The raw socket under an upgraded (hijacked) HTTP response.
+
+    The response's reader has consumed exactly the status line and headers: the attach is made
+    before the container starts, so no stream byte can have been read ahead into its buffer.
+    """
+    raw = response.raw._fp.fp.raw  # the SocketIO http.client reads the response from
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):  # pragma: no cover - ssh/npipe transports
+        raise SbxError(Reason.START_FAILED,
+                       "this engine transport cannot carry an interactive session",
+                       hint="Use the engine's unix socket (unset DOCKER_HOST) or tcp.")
+    return sock
+
+
+def _split_tag(ref: str) -> tuple[str, str | None]:
+    """``host:port/repo:tag`` → (``host:port/repo``, ``tag``); a digest reference stays whole."""
+    if "@" in ref:
+        return ref, None
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:]
+    return ref, "latest"
+
+
+def _registry_chunk(action: str, chunk: Mapping[str, Any],
+                    on_line: Callable[[str], None]) -> None:
+    if "error" in chunk:
+        detail = " ".join(str(chunk.get("error", "")).split())
+        raise SbxError(Reason.REGISTRY_UNREACHABLE, f"{action} failed: {detail}")
+    status = str(chunk.get("status", "")).strip()
+    if status:
+        progress = str(chunk.get("progress", "")).strip()
+        ident = str(chunk.get("id", "")).strip()
+        on_line(" ".join(p for p in (ident, status, progress) if p))
+
+
+def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """Translate the hardened spec into low-level ``create_container`` arguments (pure)."""
+    host_config: dict[str, Any] = {
+        "read_only": spec.read_only,
+        "cap_drop": list(spec.cap_drop),
+        "security_opt": list(spec.security_opt),
+        "mem_limit": spec.memory_bytes,
+        "memswap_limit": spec.memory_swap_bytes,
+        "pids_limit": spec.pids_limit,
+        "nano_cpus": spec.nano_cpus,
+        "tmpfs": dict(spec.tmpfs),
+        # Host paths go through the mounts API as typed binds: unlike the legacy Binds list,
+        # the engine refuses a source that vanished instead of creating it (as root, on the
+        # host). Named volumes go through it too, with nocopy: fresh and empty, never seeded
+        # with the image's files at that path (volume@1: mounted empty before hooks).
+        "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind",
+                    "ReadOnly": m.read_only, "BindOptions": {"Propagation": "rprivate"}}
+                   for m in spec.binds if not m.volume]
+                  + [{"Target": m.target, "Source": m.source, "Type": "volume",
+                      "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
+                     for m in spec.binds if m.volume],
+        "network_mode": spec.network_mode,
+        "privileged": spec.privileged,
+        "init": spec.init,
+        "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
+    }
+    healthcheck = None
+    if spec.healthcheck is not None:
+        test, interval = spec.healthcheck
+        healthcheck = {"test": list(test), "interval": interval * 1_000_000_000,
+                       "timeout": 10 * 1_000_000_000, "retries": 1, "start_period": 0}
+    return {
+        "healthcheck": healthcheck,
+        "name": spec.name,
+        "stdin_once": spec.stdin_once,
+        # Never the proxies of the user's Docker client config: they would reach the sandbox's
+        # environment, credentials in the URL included.
+        "use_config_proxy": False,
+        "image": spec.image,
+        "command": list(spec.command) if spec.command is not None else None,
+        "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
+        "user": spec.user,
+        "working_dir": spec.working_dir,
+        "environment": dict(spec.env),
+        "labels": dict(spec.labels),
+        "network_disabled": spec.network_mode == "none",
+        "host_config": host_config,
+        # stdin_open makes the SDK set AttachStdin and StdinOnce: the engine closes the
+        # workload's stdin when the attached client half-closes its side (EOF propagates).
+        "stdin_open": spec.stdin_open,
+        "tty": spec.tty,
+    }
+
+
+def _image_info(attrs: Mapping[str, Any]) -> ImageInfo:
+    config: Mapping[str, Any] = attrs.get("Config") or {}
+    entrypoint = config.get("Entrypoint")
+    cmd = config.get("Cmd")
+    return ImageInfo(
+        id=str(attrs.get("Id", "")),
+        tags=tuple(attrs.get("RepoTags") or ()),
+        user=str(config.get("User") or ""),
+        workdir=str(config.get("WorkingDir") or ""),
+        entrypoint=tuple(entrypoint) if entrypoint else None,
+        cmd=tuple(cmd) if cmd else None,
+        env=tuple(config.get("Env") or ()),
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+def docker_auth_config(registry: str, config_file: Path,
+                       env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The docker SDK's own resolution of ``registry``'s credentials from ``config_file``
+    (``docker.auth``: ``credHelpers``, ``credsStore`` through ``docker.credentials``' helper
+    protocol, then ``auths``), or None for anonymous access.
+
+    The helper runs with ``env`` over the process environment and, as in the SDK and the
+    docker CLI, is looked up on the process's PATH. Errors are :class:`ValueError` (an
+    unreadable ``auths`` entry) or :class:`LookupError` (the named helper failed), carrying
+    no text from the file or the helper, which may hold secrets.
+    """
+    import warnings
+
+    from docker import auth, credentials
+    from docker.errors import DockerException
+
+    try:
+        config = auth.load_config(config_path=str(config_file), credstore_env=dict(env))
+    except (ValueError, TypeError, DockerException) as exc:
+        raise ValueError(type(exc).__name__) from None
+    try:
+        with warnings.catch_warnings():
+            # The SDK warns when a helper is not on PATH; the caller reports that itself.
+            warnings.simplefilter("ignore")
+            found = config.resolve_authconfig(registry)
+    except (DockerException, credentials.StoreError, ValueError, KeyError) as exc:
+        raise LookupError(type(exc).__name__) from None
+    return dict(found) if found else None
+
+
+def docker_credential_store(registry: str, config_file: Path) -> str | None:
+    """The credential helper the Docker config names for ``registry`` (``credHelpers``, else
+    ``credsStore``), as the SDK chooses it; None when it names none."""
+    from docker import auth
+    from docker.errors import DockerException
+
+    try:
+        config = auth.load_config(config_path=str(config_file))
+    except (ValueError, TypeError, DockerException):  # reported by docker_auth_config
+        return None
+    store = config.get_credential_store(registry)
+    return str(store) if store else None
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    import requests
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, requests.exceptions.ReadTimeout):
+            return True
+        if "read timed out" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _timestamp(raw: object) -> float | None:
+    """An engine time (RFC 3339 with nanoseconds, or the zero time) as unix seconds."""
+    if not isinstance(raw, str) or not raw or raw.startswith("0001-"):
+        return None
+    import datetime
+
+    text = raw.rstrip("Z")
+    whole, _, fraction = text.partition(".")
+    try:
+        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+    digits = "".join(ch for ch in fraction if ch.isdigit())[:6]
+    return moment.timestamp() + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+__all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
+           "OwnedObject", "RawListing", "create_kwargs", "docker_auth_config",
+           "docker_credential_store"]

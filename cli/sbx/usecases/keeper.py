@@ -1,0 +1,251 @@
+"""The keeper of a named sandbox's egress proxy: egress that outlives the terminal.
+
+A one-shot run's proxy lives as long as the ``sbx`` process that started it (it holds the
+proxy's owner pipe). A named sandbox outlives every ``sbx`` process, so its proxy is owned by a
+small detached process instead — the keeper — that:
+
+1. starts the proxy on the run's config (the port recorded at creation, the same per-sandbox
+   token, so the container's proxy environment stays right across stop/start) and reports
+   ``SBX-KEEPER-READY <port> <proxy pid>`` on its stdout, then closes it;
+2. watches the sandbox's container through the engine (once a second): when it is no longer
+   running — stopped, exited, removed — it stops the proxy and exits;
+3. fails closed: if the proxy dies, the keeper exits too and the sandbox has no egress until
+   its next start (``sbx run --name`` starts a new keeper).
+
+It is started with ``start_new_session`` (no terminal: a closed SSH session does not reach it)
+and records its pid in the run directory (``keeper.pid``) for ``sbx stop``/``rm`` and ``gc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+
+READY_PREFIX: Final = "SBX-KEEPER-READY "
+START_TIMEOUT_S: Final = 20.0
+POLL_S: Final = 1.0
+FIRST_START_WAIT_S: Final = 900.0  # the create step (install hooks) may take this long
+PID_FILE: Final = "keeper.pid"
+TOKEN_FILE: Final = "proxy.token"  # noqa: S105 - a file name, not a password
+
+
+@dataclass(frozen=True)
+class KeeperHandle:
+    """What the starting ``sbx`` learns of a keeper."""
+
+    pid: int
+    proxy_pid: int
+    port: int
+
+
+@dataclass
+class KeptProxy:
+    """A named sandbox's proxy as the starting ``sbx`` sees it (the keeper owns it)."""
+
+    keeper: KeeperHandle
+    run_dir: Path
+    run_id: str
+
+    @property
+    def port(self) -> int:
+        return self.keeper.port
+
+    @property
+    def pid(self) -> int:
+        return self.keeper.proxy_pid
+
+    def switch_to_runtime(self) -> None:
+        """Close the install phase (SIGUSR1 to the proxy) and wait for its ack, bounded."""
+        import signal
+
+        phase_file = self.run_dir / "proxy.phase"
+        with contextlib.suppress(OSError):
+            os.kill(self.keeper.proxy_pid, signal.SIGUSR1)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if phase_file.read_text(encoding="utf-8").strip() == "runtime":
+                    _persist_for_restart(self.run_dir, self.port)
+                    return
+            time.sleep(0.02)
+        raise SbxError(Reason.PROXY_FAILED,
+                       "the egress proxy did not confirm closing the install phase")
+
+    def stop(self) -> None:
+        stop_keeper(self.run_dir, self.run_id)
+
+
+def start_kept_proxy(config_json: str, run_dir: Path, run_id: str, token: str) -> KeptProxy:
+    """Write the proxy's config and the sandbox's proxy token (0600, for its later starts) and
+    start a keeper for them."""
+    from sbx.domain.egress.plan import write_proxy_config
+
+    write_proxy_config(config_json, run_dir)
+    fd = os.open(run_dir / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(token)
+    kept = KeptProxy(start_keeper(run_dir, run_id, token), run_dir, run_id)
+    _persist_for_restart(run_dir, kept.port)
+    return kept
+
+
+def restart_kept_proxy(run_dir: Path, run_id: str) -> KeptProxy:
+    """The keeper for a later start of a named sandbox: the recorded port and token, in the
+    runtime phase (install hooks ran at creation)."""
+    token = (run_dir / TOKEN_FILE).read_text(encoding="ascii").strip()
+    return KeptProxy(start_keeper(run_dir, run_id, token), run_dir, run_id)
+
+
+def _persist_for_restart(run_dir: Path, port: int) -> None:
+    """Later starts bind the same port (the container's proxy variables name it) and begin
+    in the runtime phase; the phase only goes forward (install → runtime)."""
+    path = run_dir / "proxy.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    data["listen_port"] = port
+    with contextlib.suppress(OSError):
+        if (run_dir / "proxy.phase").read_text(encoding="utf-8").strip() == "runtime":
+            data["phase"] = "runtime"
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def keeper_argv(run_dir: Path, run_id: str) -> list[str]:
+    return [sys.executable, "-m", "sbx.usecases.keeper", str(run_dir), run_id]
+
+
+def start_keeper(run_dir: Path, run_id: str, token: str) -> KeeperHandle:
+    """Start a detached keeper for ``run_dir`` (its ``proxy.json`` written before) and wait
+    for its ready line (bounded)."""
+    log = run_dir / "keeper.log"
+    with log.open("ab") as stderr:
+        process = subprocess.Popen(keeper_argv(run_dir, run_id), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=stderr,
+                                   start_new_session=True, env=_environment())
+    assert process.stdin is not None and process.stdout is not None  # noqa: S101 - PIPEs
+    try:
+        process.stdin.write(f"{token}\n".encode("ascii"))
+        process.stdin.close()
+    except OSError:
+        pass
+    deadline = time.monotonic() + START_TIMEOUT_S
+    line = b""
+    while time.monotonic() < deadline and process.poll() is None:
+        ready, _, _ = select.select([process.stdout], [], [], 0.1)
+        if ready:
+            line = process.stdout.readline()
+            break
+    process.stdout.close()
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith(READY_PREFIX):
+        with contextlib.suppress(OSError):
+            process.kill()
+        raise SbxError(Reason.PROXY_FAILED,
+                       "the named sandbox's egress proxy did not start; the sandbox does not "
+                       "start without it", hint=f"See {log} and the proxy's log beside it.")
+    port, proxy_pid = (int(part) for part in text[len(READY_PREFIX):].split()[:2])
+    return KeeperHandle(process.pid, proxy_pid, port)
+
+
+def stop_keeper(run_dir: Path, run_id: str) -> None:
+    """Stop a sandbox's keeper (and so its proxy), only if the recorded pid is really it."""
+    import signal
+
+    try:
+        pid = int((run_dir / PID_FILE).read_text(encoding="utf-8").strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return
+    if run_id.encode() not in cmdline or b"sbx.usecases.keeper" not in cmdline:
+        return  # gone, or the pid was reused by another process: never signal it
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
+
+
+def _environment() -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "DOCKER_HOST", "DOCKER_CONFIG",
+            "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+# -- the keeper process ---------------------------------------------------------------------
+
+
+def _container_id(run_dir: Path) -> str | None:
+    from sbx.domain.sandbox.runrecord import container_id
+
+    return container_id(run_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+
+    from sbx.domain.egress.plan import launch_proxy
+    from sbx.seams.driver import DockerDriver
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        sys.stderr.write("usage: python -m sbx.usecases.keeper RUN_DIR RUN_ID (stdin: token)\n")
+        return 2
+    run_dir, run_id = Path(args[0]), args[1]
+    token = sys.stdin.readline().strip()
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal can end it
+    proxy = launch_proxy(run_dir / "proxy.json", run_dir, run_id, client_token=token or None)
+    try:
+        (run_dir / PID_FILE).write_text(str(os.getpid()), encoding="utf-8")
+        sys.stdout.write(f"{READY_PREFIX}{proxy.port} {proxy.pid}\n")
+        sys.stdout.flush()
+        sys.stdout.close()
+        driver = DockerDriver(dict(os.environ))
+        started = time.monotonic()
+        seen_running = False
+        while proxy.alive():
+            time.sleep(POLL_S)
+            container = _container_id(run_dir)
+            state = None
+            if container is not None:
+                try:
+                    state = driver.container_state(container)
+                except SbxError:
+                    continue  # the engine is busy or restarting: ask again
+            if state == "running":
+                seen_running = True
+                continue
+            if seen_running or (container is not None and state is None) \
+                    or time.monotonic() - started > FIRST_START_WAIT_S:
+                return 0  # the sandbox stopped (or never came): its proxy goes with it
+        return 1  # the proxy died: fail closed (no egress until the next start)
+    finally:
+        proxy.stop()
+        with contextlib.suppress(OSError):
+            (run_dir / PID_FILE).unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["KeeperHandle", "KeptProxy", "keeper_argv", "main", "restart_kept_proxy",
+           "start_kept_proxy", "start_keeper", "stop_keeper"]

@@ -1,0 +1,530 @@
+"""Named sandboxes: created once, started, attached, stopped and removed by name.
+
+``sbx run --name NAME WORKLOAD ...`` creates the sandbox when it does not exist (the same
+preparation, checks and hardened shape as a one-shot run: :func:`sbx.usecases.run.run_new`) and
+keeps it afterwards; when it exists, it is started (if stopped) exactly as it was created and
+attached. Options that only make sense at creation (kits, args, workspace, mounts, user, limits,
+environment) are refused on a later run, naming the option, never silently ignored.
+
+What persists across stop/start: HOME (a volume of its own: as root a file system of
+``[sandbox] home_bytes``, else a Docker volume the engine cannot bound — said in ``sbx ls``),
+the ``volume@1`` volumes, the workspace (the host's). The root file system stays read-only and
+the container is the same hardened container on every start. Its egress proxy is owned by a
+detached keeper (sbx.usecases.keeper) and stops with the sandbox. On every start the host paths it
+mounts are checked and opened again (and, as root, staged again at the same points), so a
+path swapped while the sandbox was stopped is caught like at creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sbx.base import labels as label_keys
+from sbx.base.errors import MountBlocked, SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.usecases.context import AppContext
+
+if TYPE_CHECKING:
+    from sbx.seams.driver import Driver, OwnedObject
+    from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
+
+STOP_TIMEOUT_S: Final = 10
+# Flags that shape a sandbox at its creation; given again for an existing one, they are
+# refused by name (RunRequest field -> the flag the user typed).
+CREATION_OPTIONS: Final = {
+    "kits": "--kit", "args": "--arg", "workspace": "WORKSPACE", "access": "--access",
+    "mounts": "--mount", "env": "--env", "env_files": "--env-file", "user": "--user",
+    "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
+    "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
+    "detach_keys": "--detach-keys",
+}
+
+
+# -- run --name -------------------------------------------------------------------------------
+
+
+def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+              progress: ProgressFactory, on_warning: Callable[[str], None],
+              on_notice: Callable[[str], None]) -> RunResult:
+    from sbx.usecases.run import RunResult, run_new
+
+    name = check_name(request.name or "")
+    store = SandboxStore(ctx.state_home)
+    # Exactly one of two concurrent `run --name N` creates it: the name's lock is held from
+    # here until the new sandbox is recorded (record_created), or the creation failed.
+    _creating[name] = store.acquire(name)
+    try:
+        record = store.load(name)
+        if record is None:
+            if _owned(ctx, name):
+                raise SbxError(Reason.INVALID_ARGUMENT,
+                               f"objects of a sandbox named {name} exist without its record",
+                               hint=f"Remove them with `sbx rm -f {name}` and create it again.")
+            return run_new(ctx, request, on_output=on_output, progress=progress,
+                           on_warning=on_warning, on_notice=on_notice)
+        _refuse_creation_options(request, record)
+        started = time.monotonic()
+        _start(ctx, record, on_warning)
+    finally:
+        _release(name)
+    if request.detach:
+        on_notice(f"{name} is running; `sbx attach {name}` to use it")
+        return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
+    code = attach(ctx, name, request.host, on_output=on_output, on_warning=on_warning,
+                  on_notice=on_notice, interactive=request.interactive)
+    return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
+
+
+_creating: dict[str, int] = {}  # name -> its lock, held while this process creates it
+
+
+def _release(name: str) -> None:
+    import os
+
+    fd = _creating.pop(name, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def creation_options(request: RunRequest) -> dict[str, Any]:
+    """The creation-only options a request gave, as the record keeps them: values as given,
+    except variables (``-e``/``--env-file``), of which only a digest is kept (never a value)."""
+    import hashlib
+    import json
+
+    from sbx.usecases.run import RunRequest
+
+    defaults = RunRequest(workload=request.workload)
+    options: dict[str, Any] = {}
+    for field_name in CREATION_OPTIONS:
+        value = getattr(request, field_name)
+        if value == getattr(defaults, field_name):
+            continue
+        if field_name in ("env", "env_files"):
+            value = hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()
+        options[field_name] = list(value) if isinstance(value, tuple) else value
+    return options
+
+
+def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
+                   request: RunRequest) -> None:
+    """Called by the run once a named sandbox's container started: from now on it is the
+    sandbox's (a failure before this point removed everything, like a one-shot run)."""
+    assert plan.name is not None  # noqa: S101 - only named plans get here
+    store = SandboxStore(ctx.state_home)
+    kit_set = plan.kit_set
+    record = SandboxRecord(
+        name=plan.name, run_id=plan.run_id, created=time.time(),
+        workload=kit_set.workload.reference, kits=[k.reference for k in kit_set.mixins],
+        workspace=plan.workspace_host, access=plan.access,
+        request={"workspace_target": plan.workspace_target, "bridge": plan.bridge,
+                 "proxy": plan.egress is not None, "user": plan.spec.user,
+                 "pins": [{"path": p.source.path, "target": p.target,
+                           "read_only": p.read_only} for p in plan.host_mounts.pins],
+                 "staging": ids.get("staging", []),
+                 "home_bounded": any(v.size is not None and v.path == plan.home
+                                     for v in plan.capabilities.volumes),
+                 "options": creation_options(request)},
+        container_id=ids["container_id"], network=ids.get("network"),
+        volumes=list(ids.get("volumes", [])), image=ids.get("image"),
+        home_volume=plan.home, tty=plan.mode.tty)
+    store.save(record)
+    _release(plan.name)  # created and recorded: others may use the name now
+
+
+def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None:
+    """Creation-only options may be given again only with the values the sandbox was created
+    with (running the same command twice is fine); any other value is refused by name."""
+    recorded = record.request.get("options") or {}
+    given = [CREATION_OPTIONS[field_name] for field_name, value
+             in creation_options(request).items() if recorded.get(field_name) != value]
+    if request.workload != record.workload:
+        given.insert(0, f"WORKLOAD {request.workload} (created with {record.workload})")
+    if given:
+        raise SbxError(
+            Reason.INVALID_ARGUMENT,
+            f"{record.name} exists; these options only apply when a sandbox is created: "
+            + ", ".join(given),
+            hint=f"Run `sbx run --name {record.name} {record.workload}` without them, or "
+                 f"`sbx rm {record.name}` and create it again with them.",
+            details={"options": given})
+
+
+# -- start ------------------------------------------------------------------------------------
+
+
+def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], None]) -> None:
+    """Start a stopped sandbox exactly as created; a running one is left as it is."""
+    driver = ctx.driver
+    if record.container_id is None:
+        raise SbxError(Reason.STATE_CORRUPT, f"{record.name}'s record names no container",
+                       hint=f"`sbx rm -f {record.name}` and create it again.")
+    state = driver.container_state(record.container_id)
+    if state is None:
+        raise SbxError(Reason.STATE_CORRUPT, f"{record.name}'s container is gone",
+                       hint=f"`sbx rm -f {record.name}` and create it again.")
+    if state == "running":
+        return
+    from sbx.seams.signals import deferred_interrupts
+
+    opened = _restage(ctx, record)
+    try:
+        _network_again(ctx, record, on_warning)
+        with deferred_interrupts():
+            driver.start(record.container_id)
+        if opened.unstaged:
+            _verify(driver, record.container_id, opened.unstaged)
+    finally:
+        for source in opened.sources:
+            source.close()
+
+
+@dataclass
+class _Reopened:
+    sources: list[Any] = field(default_factory=list)
+    unstaged: list[tuple[str, Any]] = field(default_factory=list)  # (target, source)
+
+
+def _restage(ctx: AppContext, record: SandboxRecord) -> _Reopened:
+    """Check and open the sandbox's host paths again; as root, stage them (and mount its
+    volume file systems) at the same points as at creation."""
+    from sbx.domain.sandbox.mounts import MountPolicy, check_source
+    from sbx.domain.sandbox.sources import Staging, open_checked, staging_available
+
+    config = ctx.load_config()
+    policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
+                                  extra_blocked=config.mounts.blocked.value,
+                                  allowed_roots=config.mounts.allowed_roots.value)
+    pins = record.request.get("pins") or []
+    reopened = _Reopened()
+    by_path: dict[str, Any] = {}
+    for pin in pins:
+        path = str(pin["path"])
+        if pin is pins[0] or not _inside(path, record.workspace):
+            check_source(policy, path)  # the policy again, on what is there now
+        source = open_checked(path)
+        reopened.sources.append(source)
+        by_path[path] = source
+    log = record.request.get("staging") or []
+    if not log or not staging_available():
+        reopened.unstaged = [(str(pin["target"]), by_path[str(pin["path"])]) for pin in pins]
+        return reopened
+    staging = Staging.for_named(ctx.home_hash, record.name)
+    problems = staging.release()
+    if problems:
+        raise SbxError(Reason.CREATE_FAILED, "; ".join(problems))
+    for entry in log:
+        if entry.get("kind") == "fs":
+            staging.remount_filesystem(Path(str(entry["image"])))
+        else:
+            staged = by_path.get(str(entry.get("path")))
+            if staged is None:
+                raise MountBlocked(f"{entry.get('path')} is no longer one of the sandbox's "
+                                   "mounts (rule source_changed)", rule="source_changed",
+                                   path=str(entry.get("path")))
+            staging.stage(staged)
+    return reopened
+
+
+def _inside(path: str, workspace: str | None) -> bool:
+    return workspace is not None and (path == workspace or path.startswith(workspace + "/"))
+
+
+def _network_again(ctx: AppContext, record: SandboxRecord,
+                   on_warning: Callable[[str], None]) -> None:
+    """The bridge's firewall rules (they do not survive a host reboot) and the proxy's keeper."""
+    bridge = record.request.get("bridge")
+    if not bridge or record.network is None:
+        return
+    from sbx.seams.firewall import BridgeGuard
+    from sbx.usecases.keeper import restart_kept_proxy
+
+    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
+    port: tuple[int, ...] = ()
+    gateway = None
+    if record.request.get("proxy"):
+        kept = restart_kept_proxy(run_dir, record.run_id)
+        port = (kept.port,)
+        gateway = ctx.driver.network_gateway(record.network)
+    gap = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
+                      proxy_address=gateway).ensure()
+    if gap:
+        on_warning(gap)
+
+
+def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
+    from sbx.domain.sandbox.sources import mount_mismatches
+
+    pid = driver.container_pid(container_id)
+    try:
+        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else ""
+        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+    except OSError:
+        return
+    problems = mount_mismatches(pins, container, host) if container else []
+    if problems:
+        driver.stop(container_id, 0)
+        raise MountBlocked("a host path changed while the sandbox was stopped; it was stopped "
+                           "again: " + "; ".join(problems) + " (rule source_changed)",
+                           rule="source_changed", path=pins[0][1].path)
+
+
+# -- attach / exec / logs ---------------------------------------------------------------------
+
+
+def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
+           on_warning: Callable[[str], None], on_notice: Callable[[str], None],
+           interactive: bool | None = None) -> int:
+    """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
+    or the user detaches (0: it keeps running)."""
+    from sbx.seams.session.escape import parse_detach_keys
+    from sbx.seams.session.mode import decide_mode
+    from sbx.seams.session.pump import Session, SessionEnd
+    from sbx.seams.session.terminal import raw_mode
+    from sbx.usecases.run import NO_DEADLINE_S, OUTPUT_DRAIN_S, _resizer
+
+    record = _load(ctx, name)
+    driver = ctx.driver
+    assert record.container_id is not None  # noqa: S101 - _load checks
+    if driver.container_state(record.container_id) != "running":
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
+                       hint=f"Start it with `sbx run --name {name} {record.workload}`.")
+    mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
+    keys = ctx.load_config().sandbox.detach_keys.value
+    stream = driver.attach(record.container_id, stdin=mode.stdin,
+                           detach_keys=keys if record.tty else None)
+    size_fd = host.size_fd() if record.tty else None
+    resize = _resizer(driver, record.container_id, size_fd)
+    resize()
+    terminal_fd = host.stdin_fd if mode.raw else None
+    session = Session(stream, tty=record.tty, stdin_fd=host.stdin_fd if mode.stdin else None,
+                      sink=on_output, escape=parse_detach_keys(keys),
+                      on_resize=resize if size_fd is not None else None)
+    with session, session.resize_on_sigwinch(), \
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+        end = session.pump(time.monotonic() + NO_DEADLINE_S)
+        if end is SessionEnd.EOF:
+            session.drain(OUTPUT_DRAIN_S)
+    if end is SessionEnd.DETACHED:
+        on_notice(f"detached from {name}; it keeps running")
+        return 0
+    if end is SessionEnd.OUTPUT_CLOSED:
+        raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
+    code = driver.wait(record.container_id, 30)
+    return 0 if code is None else code
+
+
+def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
+            env: Sequence[str], interactive: bool | None, tty: bool | None,
+            on_output: OutputSink) -> int:
+    """Run a command in a running sandbox: its user, its hardening, its egress (the exec
+    inherits the container's environment, proxy and sentinels included)."""
+    from sbx.domain.sandbox.envflags import parse_env
+    from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
+    from sbx.seams.session.mode import decide_mode
+    from sbx.seams.session.pump import Session, SessionEnd
+    from sbx.seams.session.terminal import raw_mode, window_size
+    from sbx.usecases.run import NO_DEADLINE_S
+
+    if not argv:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx exec needs a command after `--`",
+                       hint=f"e.g. sbx exec {name} -- sh")
+    record = _load(ctx, name)
+    driver = ctx.driver
+    assert record.container_id is not None  # noqa: S101 - _load checks
+    if driver.container_state(record.container_id) != "running":
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
+                       hint=f"Start it with `sbx run --name {name} -d {record.workload}`.")
+    mode = decide_mode(interactive=interactive, tty=tty, capture=False, host=host)
+    variables = parse_env(env, (), host_env=ctx.env, cwd=ctx.cwd)
+    stream, exec_id = driver.exec_attach(
+        record.container_id, argv, user=str(record.request.get("user") or ""), env=variables,
+        workdir=str(record.request.get("workspace_target") or "") or None, tty=mode.tty,
+        stdin=mode.stdin)
+    size_fd = host.size_fd() if mode.tty else None
+
+    def resize() -> None:
+        size = window_size(size_fd) if size_fd is not None else None
+        if size is not None:
+            with contextlib.suppress(SbxError):
+                driver.exec_resize(exec_id, rows=size[0], columns=size[1])
+
+    terminal_fd = host.stdin_fd if mode.raw else None
+    session = Session(stream, tty=mode.tty, stdin_fd=host.stdin_fd if mode.stdin else None,
+                      sink=on_output, escape=parse_detach_keys(DEFAULT_DETACH_KEYS),
+                      on_resize=resize if size_fd is not None else None)
+    resize()
+    with session, session.resize_on_sigwinch(), \
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+        end = session.pump(time.monotonic() + NO_DEADLINE_S)
+    if end is SessionEnd.OUTPUT_CLOSED:
+        raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
+    for _ in range(50):  # the exec's status lands a moment after its stream ends (bounded)
+        code = driver.exec_exit_code(exec_id)
+        if code is not None:
+            return code
+        time.sleep(0.02)
+    return 0 if end is SessionEnd.DETACHED else 126
+
+
+def logs(ctx: AppContext, name: str, *, follow: bool, on_output: OutputSink) -> None:
+    record = _load(ctx, name)
+    assert record.container_id is not None  # noqa: S101 - _load checks
+    for stream, chunk in ctx.driver.output(record.container_id, follow=follow):
+        on_output(stream, chunk)
+
+
+# -- stop / rm / ls ---------------------------------------------------------------------------
+
+
+def stop(ctx: AppContext, names: Sequence[str]) -> list[str]:
+    """Stop each sandbox (SIGTERM, then SIGKILL after a grace); the keeper then stops its
+    proxy. Returns the names stopped."""
+    from sbx.usecases.keeper import stop_keeper
+
+    stopped = []
+    for name in names:
+        record = _load(ctx, name)
+        assert record.container_id is not None  # noqa: S101 - _load checks
+        ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
+        stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
+        stopped.append(name)
+    return stopped
+
+
+def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
+    """Remove each sandbox and everything it owns: container, volumes (HOME included),
+    network and firewall rules, proxy, staging points, per-sandbox image, run directory, the
+    record. Objects are found by label too, so a half-created sandbox goes as well."""
+    from sbx.domain.sandbox.sources import Staging
+    from sbx.usecases.keeper import stop_keeper
+
+    removed = []
+    store = SandboxStore(ctx.state_home)
+    driver = ctx.driver
+    for name in names:
+        check_name(name)
+        with store.locked(name):
+            record = store.load(name)
+            objects = _owned(ctx, name)
+            if record is None and not objects:
+                raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
+                               hint="`sbx ls` lists them.")
+            run_id = record.run_id if record is not None else next(
+                (o.labels.get(label_keys.RUN, "") for o in objects), "")
+            run_dir = runrecord.run_dir(ctx.state_home, run_id) if run_id else None
+            if run_dir is not None:
+                stop_keeper(run_dir, run_id)
+            for obj in sorted(objects, key=lambda o: ("container", "volume", "network")
+                              .index(o.kind) if o.kind in ("container", "volume", "network")
+                              else 3):
+                {"container": driver.remove_container, "volume": driver.remove_volume,
+                 "network": driver.remove_network}[obj.kind](obj.id)
+            if record is not None and record.image:
+                driver.remove_image(record.image)
+            if record is not None and record.request.get("bridge"):
+                from sbx.seams.firewall import BridgeGuard
+
+                guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
+                guard.installed = _rules_of(guard)
+                guard.remove()
+            problems = Staging.for_named(ctx.home_hash, name).release()
+            if problems:
+                raise SbxError(Reason.CLEANUP_FAILED, "; ".join(problems))
+            if run_dir is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            store.forget(name)
+        removed.append(name)
+    return removed
+
+
+def _rules_of(guard: Any) -> list[list[str]]:
+    """The rules a named sandbox's guard may have installed (with or without a proxy port),
+    found by their comment in the live INPUT chain."""
+    import subprocess
+
+    from sbx.seams.firewall import iptables_binary
+
+    iptables = iptables_binary()
+    if iptables is None:
+        return []
+    done = subprocess.run([iptables, "-S", "INPUT"], capture_output=True, text=True,
+                          timeout=10, check=False, stdin=subprocess.DEVNULL)
+    import shlex
+
+    rules = []
+    for line in done.stdout.splitlines():
+        parts = shlex.split(line)
+        if parts[:2] == ["-A", "INPUT"] and guard.comment in parts:
+            rules.append(parts[2:])
+    return rules
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    name: str
+    workload: str
+    kits: list[str]
+    status: str
+    workspace: str | None
+    created: float
+    home_bounded: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "workload": self.workload, "kits": self.kits,
+                "status": self.status, "workspace": self.workspace,
+                "created": round(self.created, 3), "home_bounded": self.home_bounded}
+
+
+def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus]:
+    store = SandboxStore(ctx.state_home)
+    owned = ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash))
+    states = {o.id: o.state for o in owned if o.kind == "container"}
+    found = []
+    for name in store.names():
+        record = store.load(name)
+        if record is None:
+            continue
+        state = states.get(record.container_id or "", "missing")
+        found.append(SandboxStatus(record.name, record.workload, record.kits, state,
+                                   record.workspace, record.created,
+                                   bool(record.request.get("home_bounded"))))
+    if include_runs:
+        for obj in owned:
+            if obj.kind != "container" or label_keys.NAME in obj.labels \
+                    or obj.labels.get(label_keys.ROLE) != label_keys.ROLE_SANDBOX:
+                continue
+            found.append(SandboxStatus(f"(run {obj.labels.get(label_keys.RUN, '')[:12]})",
+                                       obj.labels.get(label_keys.KITS, "").split(",")[0],
+                                       obj.labels.get(label_keys.KITS, "").split(",")[1:],
+                                       obj.state, None, 0.0, True))
+    return found
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _load(ctx: AppContext, name: str) -> SandboxRecord:
+    record = SandboxStore(ctx.state_home).load(check_name(name))
+    if record is None or record.container_id is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
+                       hint="`sbx ls` lists them; `sbx run --name NAME WORKLOAD` creates one.")
+    return record
+
+
+def _owned(ctx: AppContext, name: str) -> list[OwnedObject]:
+    return ctx.driver.list_owned({**label_keys.home_selector(ctx.home_hash),
+                                  label_keys.NAME: name})
+
+
+__all__ = ["CREATION_OPTIONS", "SandboxStatus", "attach", "exec_in", "list_sandboxes", "logs",
+           "record_created", "remove", "run_named", "stop"]

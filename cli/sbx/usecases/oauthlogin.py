@@ -1,0 +1,130 @@
+"""`sbx secret login`: store a service's real OAuth tokens on the host
+(:mod:`sbx.domain.credentials.oauth`).
+
+The tokens come from what the agent's own login wrote on the host (``--from-file``:
+``~/.claude/.credentials.json``, ``~/.codex/auth.json``...) or from a token response pasted on
+stdin. With ``--kit DIR`` the file is read through that kit's ``credentialFile.structure`` for
+the service; without, through the shapes sbx knows
+(:data:`sbx.domain.credentials.oauth.KNOWN_SHAPES`) and the
+plain token-response shape. The tokens never reach a sandbox: runs get sentinels, and the
+egress proxy refreshes and swaps them at the boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+
+MAX_INPUT_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True)
+class OAuthEntry:
+    """One stored OAuth login, as shown (masked; never a token)."""
+
+    service: str
+    masked: str | None  # None: the record could not be read
+    refresh: bool
+    expires_at: float | None
+    updated: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "kind": "oauth", "access_token": self.masked,
+                "refresh_token": self.refresh, "expires_at": _iso(self.expires_at),
+                "expired": self.expires_at is not None and self.expires_at < time.time(),
+                "updated": _iso(self.updated) if self.updated else None}
+
+
+def _iso(when: float | None) -> str | None:
+    return None if when is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def read_login_input(from_file: Path | None, stdin: IO[bytes] | None) -> str:
+    """The login text: the file's, else stdin's (bounded); ``invalid_argument`` otherwise."""
+    if from_file is not None:
+        try:
+            with from_file.open("rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        except OSError as error:
+            raise SbxError(Reason.INVALID_ARGUMENT, f"cannot read {from_file}: "
+                           f"{error.strerror}", hint="Name the file the agent's own login "
+                           "wrote, e.g. ~/.claude/.credentials.json.") from None
+    elif stdin is None or stdin.isatty():
+        raise SbxError(Reason.INVALID_ARGUMENT, "nothing to log in with",
+                       hint="Pass --from-file PATH (the agent's credential file) or pipe a "
+                            "token response on stdin.")
+    else:
+        data = stdin.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"the login input is larger than {MAX_INPUT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SbxError(Reason.INVALID_ARGUMENT, "the login input is not UTF-8 text") from None
+
+
+def kit_structure(kit: str, service: str, *, cwd: Path, state_home: Path) -> Any:
+    """The ``credentialFile.structure`` the kit declares for ``service``."""
+    from sbx.usecases.explain import load, static_composition
+
+    composition = static_composition(load(kit, (), (), cwd=cwd, state_home=state_home))
+    for credential in composition.credentials:
+        if credential.service != service:
+            continue
+        oauth = credential.config.get("oauth")
+        file = oauth.get("credentialFile") if isinstance(oauth, Mapping) else None
+        if isinstance(file, Mapping) and file.get("structure") is not None:
+            return file["structure"]
+    raise SbxError(Reason.INVALID_ARGUMENT,
+                   f"the kit {kit} declares no oauth.credentialFile for service {service!r}",
+                   hint="Name the kit whose credential@1 has that service, or leave --kit out "
+                        "to read a known agent file or a token response.",
+                   details={"kit": kit, "service": service})
+
+
+def login(state_home: Path, service: str, text: str, *, structure: Any = None) -> OAuthEntry:
+    """Parse and store the tokens (0600, atomic, under the store's lock); the masked entry."""
+    from sbx.domain.credentials.oauth import OAuthStore, parse_login
+
+    store = OAuthStore(state_home)
+    store.path(service)  # a bad service name is refused before the input is read
+    tokens = parse_login(text, structure=structure)
+    with store.locked(service):
+        store.set(service, tokens)
+    return _entry(service, tokens, time.time())
+
+
+def entries(state_home: Path) -> list[OAuthEntry]:
+    from sbx.domain.credentials.oauth import OAuthStore
+
+    return [_entry(service, tokens, updated)
+            for service, tokens, updated in OAuthStore(state_home).services()]
+
+
+def _entry(service: str, tokens: Any, updated: float) -> OAuthEntry:
+    from sbx.domain.credentials.secrets import mask
+
+    if tokens is None:
+        return OAuthEntry(service, None, False, None, updated)
+    return OAuthEntry(service, mask(tokens.access_token), tokens.refresh_token is not None,
+                      tokens.expires_at, updated)
+
+
+def remove(state_home: Path, service: str) -> bool:
+    from sbx.domain.credentials.oauth import OAuthStore
+
+    store = OAuthStore(state_home)
+    store.path(service)  # validates the name before it names a lock file
+    with store.locked(service):
+        return store.remove(service)
+
+
+__all__ = ["MAX_INPUT_BYTES", "OAuthEntry", "entries", "kit_structure", "login",
+           "read_login_input", "remove"]

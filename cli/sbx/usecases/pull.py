@@ -1,0 +1,257 @@
+"""`sbx pull REF...`: preflight each reference with one manifest GET, revalidate the kit
+descriptor from its annotation, gate permission widenings against the lock, pull by digest, and
+pin the digests in the lock (SPEC §2.4, KIT-SPEC-V3 §5, §6.3).
+
+References are normalised as Docker does (``docker/kit:1`` = ``docker.io/docker/kit:1``) and
+locked under that form. A kit's first pull shows every permission it asks for and needs the same
+approval as a widening (a terminal's confirmation or ``--accept``; else
+``permission_unapproved``); a kit that asks for nothing is pinned silently.
+
+All references are preflighted and gated before anything is pulled, and the lock is written
+once, atomically, after every pull succeeded: a refusal, an invalid descriptor or an unreachable
+registry leave the image store and the lock as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbx.base.errors import KitError, SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.kits.descriptor import parse_descriptor_text
+from sbx.domain.kits.lock import (
+    Decision,
+    GateResult,
+    LockEntry,
+    gate,
+    lock_path,
+    read_lock,
+    store_descriptor,
+    write_lock,
+)
+from sbx.domain.kits.surface import Surface, Widening, format_widenings, surface
+from sbx.seams import audit
+from sbx.seams.registry import KitManifest, fetch_kit_manifest, parse_reference
+from sbx.usecases.context import AppContext
+
+Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
+# (reference, widenings, first pull?) → approved?
+Confirm = Callable[[str, Sequence[Widening], bool], bool]
+
+
+@dataclass(frozen=True)
+class PullItem:
+    reference: str
+    digest: str
+    image: str  # repo@digest
+    kind: str  # the kit kind, or "image" for a plain image
+    permissions: Surface | None = None  # None for a plain image
+    gate: GateResult | None = None
+    previous_digest: str | None = None
+    image_id: str = ""
+    descriptor_text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reference": self.reference, "digest": self.digest,
+                               "image": self.image, "kind": self.kind, "image_id": self.image_id}
+        if self.permissions is not None:
+            out["permissions"] = self.permissions.to_json()
+        if self.gate is not None:
+            out["decision"] = self.gate.decision.value
+            out["widenings"] = [w.as_dict() for w in self.gate.widenings]
+            out["previous_digest"] = self.previous_digest
+        return out
+
+
+@dataclass(frozen=True)
+class PullResult:
+    items: tuple[PullItem, ...] = field(default_factory=tuple)
+    lock_file: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pulled": [i.as_dict() for i in self.items], "lock": self.lock_file}
+
+
+def preflight(reference: str, manifest: KitManifest) -> tuple[str, Surface] | None:
+    """(kind, surface) of a kit, None for a plain image; raise ``invalid_kit`` when the
+    annotation does not hold a valid published descriptor."""
+    text = manifest.descriptor_text
+    if text is None:
+        return None
+    try:
+        descriptor = parse_descriptor_text(text, f"{reference} (descriptor annotation)",
+                                           authored=False)
+    except KitError as error:
+        raise KitError(f"{reference}: the published descriptor is invalid; nothing was pulled",
+                       body=error.body or error.message, hint=error.hint,
+                       details=error.details) from error
+    except SbxError as error:
+        raise SbxError(Reason.INVALID_KIT,
+                       f"{reference}: the published descriptor is invalid: {error.message}; "
+                       "nothing was pulled") from error
+    problems = published_form_problems(descriptor.data)
+    if problems:
+        raise KitError(f"{reference}: the descriptor is not in published form; nothing was pulled",
+                       body="\n".join(f"  {path}: {message}" for path, message in problems),
+                       hint="Republish the kit with a kit builder that resolves build-phase "
+                            "args and versions its provides.",
+                       details={"diagnostics": [{"path": p, "message": m, "file": reference,
+                                                 "line": 0, "col": 0} for p, m in problems]})
+    return descriptor.kind, surface(descriptor.data)
+
+
+def published_form_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rules a published descriptor meets beyond an authored one (KIT-SPEC-V3 §1.9):
+    never `kind: set`, no build-phase arg reference left, and every provide versioned."""
+    from sbx.domain.kits.args import declarations, referenced_args
+    from sbx.domain.kits.versions import VersionError, parse_provide
+
+    problems: list[tuple[str, str]] = []
+    if data.get("kind") == "set":
+        problems.append(("kind", "a published kit is never `kind: set` (sets are merged at "
+                                 "build time)"))
+    build_phase = {d.name for d in declarations(data).values() if d.build_arg}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, str):
+            left = sorted(set(referenced_args(node)) & build_phase)
+            if left:
+                problems.append((path or "(root)", "still references build-phase arg(s) "
+                                 + ", ".join(left)))
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                if key != "args":
+                    walk(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(data, "")
+    fallback = data.get("version")
+    for index, text in enumerate(data.get("provides") or []):
+        try:
+            provide = parse_provide(str(text))
+        except VersionError:
+            continue  # reported by the grammar check already
+        if provide.version is None and not fallback:
+            problems.append((f"provides[{index}]", f"{text!r} has no version (neither "
+                             "`@version` nor the descriptor's `version:`)"))
+    return problems
+
+
+def pull(app: AppContext, references: Sequence[str], *, accept: bool,
+         confirm: Confirm | None, progress: Progress,
+         on_notice: Callable[[str], None]) -> PullResult:
+    path = lock_path(app.state_home)
+    lock = read_lock(path)
+    planned: list[PullItem] = []
+    for written in references:
+        _refuse_path(written, app)
+        ref = parse_reference(written)
+        text = ref.canonical  # the lock's key: every spelling of one reference is one kit
+        manifest = fetch_kit_manifest(ref, env=app.env)
+        pinned = ref.pinned(manifest.digest)
+        kit = preflight(text, manifest)
+        if kit is None:
+            planned.append(PullItem(text, manifest.digest, pinned, "image"))
+            continue
+        kind, candidate = kit
+        previous = lock.get(text)
+        ask = None if confirm is None else (
+            lambda ws, t=text, first=previous is None: confirm(t, ws, first))
+        result = gate(previous, manifest.digest, candidate, accept=accept, confirm=ask)
+        previous_digest = previous.digest if previous else None
+        details = {"reference": text, "digest": manifest.digest,
+                   "previous_digest": previous_digest, "first_pull": previous is None,
+                   "widenings": [w.as_dict() for w in result.widenings]}
+        if result.decision is Decision.REFUSED:
+            audit.record(app.state_home, audit.KIT_WIDENING_REFUSED, run_id=None,
+                         severity="warning", details=details)
+            raise _refusal(text, manifest.digest, previous_digest, result, details)
+        if result.via is not None:  # approved: a widening, or a first pull's permissions
+            audit.record(app.state_home, audit.KIT_WIDENING_ACCEPTED, run_id=None,
+                         severity="warning", details={**details, "via": result.via})
+            if result.decision is Decision.NEW and result.via == "accept-flag":
+                on_notice(f"{text} asks for (accepted with --accept):\n"
+                          + _surface_lines(candidate))
+        planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,
+                                previous_digest, descriptor_text=manifest.descriptor_text))
+    done: list[PullItem] = []
+    for item in planned:
+        with progress(f"pulling {item.image}") as on_line:
+            image = app.driver.pull_image(item.image, on_line)
+        # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
+        if "@" not in item.reference:
+            app.driver.tag_image(image.id, item.reference)
+        done.append(PullItem(item.reference, item.digest, item.image, item.kind,
+                             item.permissions, item.gate, item.previous_digest, image.id,
+                             item.descriptor_text))
+    for item in done:
+        if item.permissions is not None:
+            if item.descriptor_text is not None:  # what `sbx run REF` reads, by digest
+                store_descriptor(app.state_home, item.digest, item.descriptor_text)
+            lock = lock.with_entry(LockEntry(item.reference, item.digest, item.image, item.kind,
+                                             item.permissions))
+    if any(item.permissions is not None for item in done):
+        write_lock(path, lock)
+        for item in done:
+            if item.permissions is not None and item.digest != item.previous_digest:
+                audit.record(app.state_home, audit.KIT_PULLED, run_id=None, severity="info",
+                             details={"reference": item.reference, "digest": item.digest,
+                                      "previous_digest": item.previous_digest})
+    return PullResult(tuple(done), str(path))
+
+
+def _refuse_path(written: str, app: AppContext) -> None:
+    """A reference written as a path is a local kit directory, which is never pulled: say so
+    (and whether it exists) instead of "not a registry reference"."""
+    from sbx.domain.kits.local import looks_like_path, path_kind
+
+    if not looks_like_path(written):
+        return
+    kind = path_kind(app.cwd / written, written)
+    if kind is None:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{written!r} is a path, and no directory exists there; sbx pull fetches "
+                       "registry references (host[:port]/repo:tag)",
+                       hint="Check the path, or name a registry reference such as "
+                            "127.0.0.1:5000/kits/gh:1.")
+    raise SbxError(Reason.INVALID_ARGUMENT,
+                   f"{written!r} is a local path; sbx pull fetches registry references "
+                   "(host[:port]/repo:tag), and a local kit directory needs no pull",
+                   hint=f"Run it directly: sbx run {written}")
+
+
+def _refusal(text: str, digest: str, previous_digest: str | None, result: GateResult,
+             details: Mapping[str, Any]) -> SbxError:
+    extra = {**details, "problems": details["widenings"]}
+    if previous_digest is None:
+        return SbxError(
+            Reason.PERMISSION_UNAPPROVED,
+            f"{text} ({digest}) asks for permissions nobody approved; nothing was pulled and "
+            "the lock is unchanged",
+            body=format_widenings(result.widenings),
+            hint="Review them, then pull on a terminal and confirm, or pass --accept.",
+            details=extra)
+    return SbxError(
+        Reason.PERMISSION_WIDENED,
+        f"{text} now resolves to {digest}, which asks for more than the locked "
+        f"{previous_digest}; nothing was pulled and the lock is unchanged",
+        body=format_widenings(result.widenings),
+        hint="Review the widenings, then pull again on a terminal and confirm, or pass "
+             "--accept.",
+        details=extra)
+
+
+def _surface_lines(candidate: Surface) -> str:
+    lines = []
+    for key, value in candidate.to_json().items():
+        shown = "yes" if value is True else ", ".join(value)
+        lines.append(f"  {key}: {shown}")
+    return "\n".join(lines)
+
+
+__all__ = ["PullItem", "PullResult", "preflight", "pull"]

@@ -1,0 +1,1183 @@
+"""`sbx run`: check everything, build, run one hardened sandbox, and always clean up.
+
+Order (SPEC §2.1): the pipeline's first stage (config, kits: strict, args, selection,
+resolution) → the run's own arguments (access, session, workspace, mounts) → the pipeline's
+second stage (engine, image, effective kits, capabilities, credentials: sbx.usecases.pipeline, the
+planning `sbx explain` and `sbx doctor` report) → the host side (mount checks, user, HOME,
+command, spec) → create → start → stream → wait/timeout → remove. Nothing is created before
+every check passed; once
+something is created, the ``finally`` in :func:`_execute` removes it on every path (success,
+failure, timeout, Ctrl-C, engine error). What a hard kill leaves behind is ``sbx gc``'s job,
+found by the labels every object carries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sbx.base import labels as label_keys
+from sbx.base.config import Config
+from sbx.base.errors import MountBlocked, SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.egress.plan import (
+    CA_BUNDLE,
+    CA_FILE,
+    SYSTEM_BUNDLES,
+    EgressPlan,
+    ProxyProcess,
+    credential_env,
+    proxy_env,
+    start_proxy,
+    trust_bundle,
+)
+from sbx.domain.kits.compose import Composition
+from sbx.domain.kits.kitset import KitSet
+from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
+from sbx.domain.sandbox.envflags import parse_env
+from sbx.domain.sandbox.hardening import (
+    TMP_TARGET,
+    BindMount,
+    ContainerSpec,
+    build_create_step_spec,
+    build_spec,
+    deadline_check,
+    hardening_violations,
+    tmpfs_options,
+)
+from sbx.domain.sandbox.identity import FALLBACK_HOME, WorkspaceOwner, choose_user, home_path
+from sbx.domain.sandbox.imagecache import record_use
+from sbx.domain.sandbox.images import SandboxUser, resolve_user
+from sbx.domain.sandbox.lifecycle import (
+    CREATE_STEP_CAP_DROP,
+    KEEPALIVE,
+    STARTUP_SCRIPT,
+    CreateStep,
+    KitFile,
+    parse_accounts,
+    run_create_step,
+)
+from sbx.domain.sandbox.mountedfiles import with_mounted_files
+from sbx.domain.sandbox.mountpoints import prepare_mountpoints
+from sbx.domain.sandbox.mounts import (
+    SOCKET,
+    SOURCE_CHANGED,
+    CheckedMount,
+    MountPolicy,
+    check_mount,
+    check_source,
+    parse_mount_flag,
+)
+from sbx.domain.sandbox.sources import (
+    SOCKET_SCAN_ENTRIES,
+    SOCKET_SCAN_SECONDS,
+    HostMounts,
+    OpenedSource,
+    Pin,
+    Staging,
+    mount_mismatches,
+    open_checked,
+    sockets_inside,
+    staging_available,
+)
+from sbx.domain.sandbox.workspace_trust import changes, git_pins, snapshot
+from sbx.seams import audit
+from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
+from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
+from sbx.seams.session.pump import Session, SessionEnd
+from sbx.seams.session.terminal import raw_mode, terminal_environment, window_size
+from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
+from sbx.usecases import pipeline
+from sbx.usecases.context import AppContext
+from sbx.usecases.pipeline import WorkloadPlan, WorkloadRequest
+
+if TYPE_CHECKING:
+    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.ports import PortForwarder
+    from sbx.seams.session.stream import AttachedStream
+    from sbx.usecases.keeper import KeptProxy
+
+ACCESS_MODES: Final = ("none", "ro", "rw")
+OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
+OUTPUT_DRAIN_S: Final = 5.0
+DEADLINE_MARGIN_S: Final = 3  # the sandbox's own deadline trails sbx's by this much
+NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
+                                     stdout_is_terminal=False)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    workload: str
+    workspace: str | None = None
+    access: str | None = None
+    mounts: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    command: tuple[str, ...] | None = None
+    capture_output: bool = False
+    kits: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    allow_privileged: bool = False
+    interactive: bool | None = None  # -i; None = decided from the host streams
+    tty: bool | None = None  # -t True, --no-tty False, None = decided from the host streams
+    env: tuple[str, ...] = ()  # -e NAME[=VALUE]
+    env_files: tuple[str, ...] = ()  # --env-file FILE
+    user: str | None = None  # --user UID[:GID]
+    detach_keys: str | None = None  # --detach-keys (else [sandbox] detach_keys)
+    trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
+    name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
+    detach: bool = False  # -d: start it and do not attach
+    host: HostStreams = NO_HOST_STREAMS
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything decided before the engine is asked to create anything."""
+
+    run_id: str
+    kit_set: KitSet
+    config: Config
+    composition: Composition
+    capabilities: CapabilityPlan
+    image: ImageInfo  # the assembled image
+    image_tag: str
+    image_built: bool
+    user: SandboxUser
+    spec: ContainerSpec
+    timeout_s: float
+    deadline: int
+    workspace_target: str
+    workspace_host: str | None
+    access: str
+    labels: Mapping[str, str]
+    container_env: Mapping[str, str]
+    run_image_tag: str | None  # the per-run image the create step commits, when needed
+    volume_names: tuple[str, ...] = ()
+    network: str | None = None  # the per-run internal network (ports, egress)
+    bridge: str | None = None
+    egress: EgressPlan | None = None
+    warnings: tuple[str, ...] = ()
+    mode: SessionMode = field(default_factory=lambda: SessionMode(False, False, False))
+    home: str = FALLBACK_HOME
+    detach_keys: str = DEFAULT_DETACH_KEYS
+    host_mounts: HostMounts = field(default_factory=HostMounts)
+    host_config_before: Mapping[str, tuple[int, int, int]] | None = None
+    name: str | None = None  # a named sandbox: kept after the session (sbx.usecases.named)
+    explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
+
+    @property
+    def references(self) -> list[str]:
+        return [k.reference for k in self.kit_set.kits]
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    exit_code: int
+    duration_s: float
+    plan: RunPlan | None  # None: an existing named sandbox was started or attached
+    stdout: bytes = b""
+    stderr: bytes = b""
+    ports: list[dict[str, object]] = field(default_factory=list)
+    truncated: bool = False
+    cleanup_errors: list[str] = field(default_factory=list)
+    host_config_changed: list[str] = field(default_factory=list)
+    name: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        plan = self.plan
+        if plan is None:
+            return {"run_id": self.run_id, "exit_code": self.exit_code, "name": self.name,
+                    "duration_s": round(self.duration_s, 3)}
+        data: dict[str, Any] = {
+            "run_id": self.run_id,
+            "exit_code": self.exit_code,
+            "duration_s": round(self.duration_s, 3),
+            "workload": plan.kit_set.workload.reference,
+            "kits": plan.references,
+            "image": plan.image_tag,
+            "image_built": plan.image_built,
+            "user": f"{plan.user.uid}:{plan.user.gid}",
+            "workspace": {"target": plan.workspace_target, "host": plan.workspace_host,
+                          "access": plan.access},
+            "timeout_s": plan.timeout_s,
+            "selection": _selection(plan),
+            # Bound credentials and the half each is bound in ("apikey" | "oauth"); no value.
+            "credentials": dict(plan.egress.modes) if plan.egress is not None else {},
+            "limits": {"memory_bytes": plan.capabilities.limits.memory_bytes,
+                       "cpu_millis": plan.capabilities.limits.cpu_millis,
+                       "pids": plan.capabilities.limits.pids},
+            "privileged": plan.capabilities.privileged,
+            "warnings": list(plan.warnings),
+            "ports": self.ports,
+            "home": plan.home,
+            "session": plan.mode.as_dict(),
+            "host_config_changed": self.host_config_changed,
+            "name": plan.name,
+        }
+        if self.stdout or self.stderr or self.truncated:
+            data["stdout"] = self.stdout.decode("utf-8", "replace")
+            data["stderr"] = self.stderr.decode("utf-8", "replace")
+            data["output_truncated"] = self.truncated
+        return data
+
+
+def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
+    """Selection records; a capability selected by type but then not satisfiable (an optional
+    resources@1 over its bound, an optional udp port) counts as skipped only."""
+    return pipeline.selection(plan.kit_set, (
+        *plan.capabilities.skipped, *(plan.egress.skipped if plan.egress else ())))
+
+
+OutputSink = Callable[[str, bytes | memoryview], None]
+ProgressFactory = Callable[[str], Any]
+
+
+def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+        progress: ProgressFactory,
+        on_warning: Callable[[str], None] = lambda _text: None,
+        on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+    if request.detach and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
+                       "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.name is not None:
+        from sbx.usecases.named import run_named
+
+        return run_named(ctx, request, on_output=on_output, progress=progress,
+                         on_warning=on_warning, on_notice=on_notice)
+    return run_new(ctx, request, on_output=on_output, progress=progress,
+                   on_warning=on_warning, on_notice=on_notice)
+
+
+def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+            progress: ProgressFactory,
+            on_warning: Callable[[str], None] = lambda _text: None,
+            on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+    """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
+    named sandbox)."""
+    run_id = uuid.uuid4().hex
+    try:
+        plan = prepare(ctx, request, run_id, progress)
+    except SbxError as error:
+        _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
+               {"reason": error.reason.value, "workload": request.workload})
+        raise
+    for warning in plan.warnings:
+        on_warning(warning)
+    return _execute(ctx, plan, request, on_output, on_warning, on_notice)
+
+
+# -- preparation: every check, nothing created ---------------------------------------------
+
+
+def workload_request(request: RunRequest) -> WorkloadRequest:
+    """The part of a run request that explain and doctor share (sbx.usecases.pipeline)."""
+    return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
+                           allow_privileged=request.allow_privileged,
+                           timeout_s=request.timeout_s, detach_keys=request.detach_keys)
+
+
+def prepare(ctx: AppContext, request: RunRequest, run_id: str,
+            progress: ProgressFactory) -> RunPlan:
+    # Config and kits (no engine): the pipeline's first stage, as for explain and doctor.
+    loaded = pipeline.load(ctx, workload_request(request))
+    config = loaded.config
+    kit_set = loaded.kit_set
+    access = _access(request)
+    # A named sandbox is made for agents: a TTY unless --no-tty, whatever this terminal is.
+    tty = True if request.name is not None and request.tty is None else request.tty
+    session_mode = decide_mode(interactive=request.interactive, tty=tty,
+                               capture=request.capture_output, host=request.host)
+    policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
+                                  extra_blocked=config.mounts.blocked.value,
+                                  allowed_roots=config.mounts.allowed_roots.value)
+    workspace_host = _workspace_source(ctx, policy, request, access)
+    mount_requests = [parse_mount_flag(text) for text in request.mounts]
+
+    timeout_s = _timeout_of(request, config)
+    deadline = math.ceil(time.time() + timeout_s)
+    references = [k.reference for k in kit_set.kits]
+    labels = label_keys.object_labels(
+        home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=references,
+        role=label_keys.ROLE_HELPER)
+    # Engine, image, effective kits, capabilities, credentials: the pipeline's second stage.
+    planned = pipeline.plan(ctx, loaded, run_id=run_id, progress=progress,
+                            helper_labels=labels, resolve_secrets=True)
+    record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
+    workspace_target = planned.workspace_target
+    checked = [check_mount(policy, mount, reserved_targets={workspace_target})
+               for mount in mount_requests]
+    _refuse_duplicate_targets(checked)
+    host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
+                                    trust=request.trust_workspace)
+    try:
+        return _plan(ctx, request, run_id, planned=planned, access=access,
+                     session_mode=session_mode, labels=labels, deadline=deadline,
+                     host_mounts=host_mounts)
+    except BaseException:
+        host_mounts.close()
+        raise
+
+
+def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: WorkloadPlan,
+          access: str, session_mode: SessionMode, labels: Mapping[str, str],
+          deadline: int, host_mounts: HostMounts) -> RunPlan:
+    """The host side of the plan, once the host paths are open (closed by the caller on
+    failure): the user, HOME, the command, the environment, the container spec."""
+    driver = ctx.driver
+    config = planned.config
+    kit_set = planned.kit_set
+    image = planned.image
+    workspace_target = planned.workspace_target
+    timeout_s = _timeout_of(request, config)
+    named = request.name
+    if named is not None:
+        labels = {**labels, label_keys.NAME: named}
+    workspace = host_mounts.workspace
+    owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
+    workspace_host = workspace.path if workspace is not None else None
+    extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
+                   for pin in host_mounts.pins if pin.source is not workspace]
+    users_cache = ctx.state_home / "cache" / "users"
+    user, user_warnings = choose_user(
+        flag=request.user, owner=owner, access=access,
+        root_workspace=config.sandbox.root_workspace.value,
+        image_user=lambda: resolve_user(
+            driver, image, fallback_uid=config.sandbox.user.value,
+            fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
+            cache_dir=users_cache, helper_labels=labels))
+    exports = planned.exports
+    container_env = planned.container_env
+    composition = planned.composition
+    capabilities = planned.capabilities
+    home = home_path(
+        taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
+               *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
+    if named is not None:
+        # HOME persists across stop/start: a volume of its own, sized where sbx can bound it.
+        capabilities = dataclasses.replace(capabilities, volumes=(
+            *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
+                                               if staging_available() else None)))
+    egress = planned.egress
+    if egress is not None and "oauth" in egress.modes.values():
+        from sbx.domain.sandbox.credfiles import credential_files
+
+        lifecycle = capabilities.lifecycle
+        capabilities = dataclasses.replace(capabilities, lifecycle=dataclasses.replace(
+            lifecycle, files=(*lifecycle.files, *credential_files(
+                composition, egress.modes, ctx.state_home, home=home))))
+    # Kit files on mounts made at start (/tmp, HOME, tmpfs volumes, a private workspace)
+    # would be hidden by those mounts: they are copied in by a startup step instead.
+    capabilities = with_mounted_files(capabilities, [
+        TMP_TARGET, home, *capabilities.tmpfs,
+        *((workspace_target,) if workspace_host is None else ())])
+    command, entrypoint = _command(request, image, capabilities, kit_set)
+    user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
+                         credential_names=_credential_names(composition))
+    # The CA goes into the per-run image, so a network policy always takes the create step.
+    needs_create_step = capabilities.needs_create_step or egress is not None
+    run_image_tag = f"sbx-run/{run_id}:1" if needs_create_step else None
+    volume_prefix = f"sbx-{ctx.home_hash[:8]}-{named}" if named else f"sbx-{run_id[:16]}"
+    volume_names = tuple(f"{volume_prefix}-v{i}" for i in range(len(capabilities.volumes)))
+    # Ports and egress need an interface: a per-run internal network (no route beyond the host).
+    networked = bool(capabilities.ports) or egress is not None
+    network = f"sbx-{run_id[:16]}" if networked else None
+    bridge = f"sbx{run_id[:12]}" if networked else None
+    limits = capabilities.limits
+    image = prepare_mountpoints(driver, image, home=home,
+                                cache_dir=ctx.state_home / "cache" / "mountpoints",
+                                helper_labels=labels, lock_dir=ctx.state_home / "locks")
+    # the last use, for gc (sbx.domain.sandbox.imagecache)
+    record_use(driver, ctx.home_hash, [image])
+    session_env = terminal_environment(ctx.env) if session_mode.tty else {}
+    spec = build_spec(
+        image=run_image_tag or image.id,
+        uid=user.uid,
+        gid=user.gid,
+        limits=limits,
+        workspace_target=workspace_target,
+        workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
+                        if workspace_host else None),
+        extra_binds=[*extra_binds, *_volume_binds(volume_names, capabilities.volumes, {})],
+        command=command,
+        entrypoint=entrypoint,
+        env={**exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
+        home=home,
+        labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
+                                         uid=user.uid, gid=user.gid)
+                     for path, (size, mode) in capabilities.tmpfs.items()},
+        privileged=capabilities.privileged,
+        network_mode=network or "none",
+        tty=session_mode.tty,
+        # A named sandbox keeps stdin open across attaches, and a bounded engine log for
+        # `sbx logs`; its HOME is the last of its volumes.
+        stdin_open=session_mode.stdin or named is not None,
+        stdin_once=named is None,
+        engine_log=named is not None,
+        home_volume=volume_names[-1] if named is not None else None,
+        name=f"sbx-{named}-{ctx.home_hash[:8]}" if named is not None else None,
+    )
+    violations = hardening_violations(spec, limits,
+                                      privileged_consented=request.allow_privileged)
+    if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
+        raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
+                       + "; ".join(violations))
+    warnings = (*user_warnings, *host_mounts.notes, *capabilities.notes)
+    before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
+    return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
+                   capabilities=capabilities, image=image, image_tag=planned.image_tag,
+                   image_built=planned.image_built, user=user, spec=spec,
+                   timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
+                   workspace_host=workspace_host, access=access, labels=labels,
+                   container_env=container_env, run_image_tag=run_image_tag,
+                   volume_names=volume_names, network=network, bridge=bridge,
+                   egress=egress, warnings=warnings, mode=session_mode, home=home,
+                   detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
+                   host_config_before=before, name=named,
+                   explain_command=pipeline.explain_command(planned.loaded))
+
+
+NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
+
+
+def _timeout_of(request: RunRequest, config: Config) -> float:
+    """A run's time limit in seconds. A named sandbox has none unless --timeout gives one: it
+    lives until it is stopped (its labels then carry a deadline years away, and gc leaves
+    named sandboxes alone anyway)."""
+    if request.name is not None and request.timeout_s is None:
+        return NO_DEADLINE_S
+    return float(config.sandbox.timeout_ms.value / 1000)
+
+
+def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan,
+             kit_set: KitSet) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """(command, entrypoint) for the sandbox, always explicit; startup hooks wrap the argv.
+
+    The workload's argv is the image's ENTRYPOINT + (ARGS after `--`, else its CMD), as with
+    `docker run`. It is passed explicitly because a per-run image committed by the create step
+    would otherwise inherit the create step's keepalive entrypoint.
+    """
+    if request.command is None and not image.entrypoint and not image.cmd:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{kit_set.workload.reference}'s image has no ENTRYPOINT or CMD and no "
+                       "command was given after `--`",
+                       hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
+    argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
+    if capabilities.lifecycle.startup:
+        return argv, ("/bin/sh", STARTUP_SCRIPT)
+    return argv[1:], argv[:1]
+
+
+def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
+                      checked: Sequence[CheckedMount], *, trust: bool) -> HostMounts:
+    """Open every checked host path (so exactly it is mounted); the workspace first.
+
+    A read-write workspace also gets its git configuration pinned read-only unless the user
+    trusts it (sbx.domain.sandbox.workspace_trust).
+    """
+    mounts = HostMounts()
+    try:
+        if workspace_host is not None:
+            workspace = open_checked(workspace_host)
+            mounts.workspace = workspace
+            mounts.pins.append(Pin(workspace, workspace_target, access == "ro"))
+            if not workspace.is_dir:
+                raise SbxError(Reason.INVALID_ARGUMENT,
+                               f"workspace {workspace_host} is not a directory")
+        for mount in checked:
+            mounts.pins.append(Pin(open_checked(str(mount.source)), mount.target,
+                                   mount.read_only))
+        for pin in list(mounts.pins):
+            _refuse_sockets(pin.source, mounts.notes)
+        if workspace_host is not None and access == "rw" and not trust:
+            mounts.pins += git_pins(mounts.pins[0].source, workspace_target)
+    except BaseException:
+        mounts.close()
+        raise
+    return mounts
+
+
+def _credential_names(composition: Composition) -> set[str]:
+    """The variables kits' credential@1 entries hold a sentinel in."""
+    names: set[str] = set()
+    for credential in composition.credentials:
+        api = credential.config.get("apiKey")
+        name = api.get("name") if isinstance(api, Mapping) else None
+        if isinstance(name, str) and name:
+            names.add(name)
+    return names
+
+
+def _access(request: RunRequest) -> str:
+    if request.access is not None and request.access not in ACCESS_MODES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"--access must be one of none, ro, rw (got {request.access!r})")
+    if request.workspace is None:
+        if request.access in ("ro", "rw"):
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           f"--access {request.access} needs a WORKSPACE directory",
+                           hint="Pass the directory after the workload, e.g. `sbx run ./kit .`.")
+        return "none"
+    return request.access or "rw"
+
+
+def _workspace_source(ctx: AppContext, policy: MountPolicy, request: RunRequest,
+                      access: str) -> str | None:
+    if request.workspace is None:
+        return None
+    raw = request.workspace
+    absolute = raw if os.path.isabs(raw) else os.path.join(ctx.cwd, raw)
+    canonical = check_source(policy, absolute)
+    if not canonical.is_dir():
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"workspace {raw} is not a directory")
+    # With --access none the path is checked (a blocked path is refused either way) but not
+    # mounted: the sandbox gets a private tmpfs workspace.
+    return None if access == "none" else str(canonical)
+
+
+def _refuse_sockets(source: OpenedSource, notes: list[str]) -> None:
+    """No socket below a mounted directory: each is a door to whatever listens on it."""
+    found, complete = sockets_inside(source)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise MountBlocked(
+            f"mount source {source.path} contains sockets: {shown} (rule {SOCKET})",
+            rule=SOCKET, path=source.path,
+            hint="Move the sockets out of the directory (or stop what listens there), or mount "
+                 "a narrower directory.")
+    if not complete:
+        notes.append(f"{source.path} is too large to check for sockets in full "
+                     f"(stopped after {SOCKET_SCAN_ENTRIES} entries or "
+                     f"{SOCKET_SCAN_SECONDS:g} s); sockets deeper down were not looked for")
+
+
+def _refuse_duplicate_targets(binds: Sequence[CheckedMount]) -> None:
+    seen: set[str] = set()
+    for bind in binds:
+        if bind.target in seen:
+            raise SbxError(Reason.MOUNT_BLOCKED,
+                           f"two mounts target {bind.target} (rule duplicate_target)",
+                           details={"rule": "duplicate_target", "path": bind.target})
+        seen.add(bind.target)
+
+
+# -- execution: create, stream, wait, always remove -----------------------------------------
+
+
+class _Capture:
+    """Bounded capture of a workload's output for the --json envelope."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.truncated = False
+
+    def __call__(self, stream: str, chunk: bytes | memoryview) -> None:
+        buffer = self.parts[stream]
+        room = OUTPUT_CAPTURE_BYTES - len(buffer)
+        if room < len(chunk):
+            self.truncated = True
+        buffer.extend(chunk[:max(room, 0)])
+
+
+def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: OutputSink,
+             on_warning: Callable[[str], None],
+             on_notice: Callable[[str], None]) -> RunResult:
+    driver = ctx.driver
+    capture = _Capture() if request.capture_output else None
+    sink: OutputSink = capture if capture is not None else on_output
+    run_dir = _write_run_dir(ctx, plan)
+    created = _Created()
+    started = time.monotonic()
+    cleanup_errors: list[str] = []
+    try:
+        container_id, stream = _create_sandbox(ctx, plan, driver, created, run_dir, on_output,
+                                               on_warning)
+        deadline = time.monotonic() + plan.timeout_s
+        raise_if_interrupted()
+        driver.start(container_id)
+        if plan.name is not None and _keep_named(ctx, plan, request, created, container_id,
+                                                 on_notice):
+            return RunResult(plan.run_id, 0, time.monotonic() - started, plan)
+        terminal_fd = request.host.stdin_fd if plan.mode.raw else None
+        size_fd = request.host.size_fd() if plan.mode.tty else None
+        resize = _resizer(driver, container_id, size_fd)
+        resize()  # as soon as it runs: the workload may ask for its size at once
+        if created.staging is None:
+            _verify_mounts(driver, plan, container_id, on_warning)
+        _start_ports(driver, plan, created, container_id, on_notice)
+        _audit_started(ctx, plan)
+        session = Session(stream, tty=plan.mode.tty,
+                          stdin_fd=request.host.stdin_fd if plan.mode.stdin else None,
+                          sink=sink, escape=parse_detach_keys(plan.detach_keys),
+                          on_resize=resize if size_fd is not None else None)
+        exit_code, end = _session(driver, container_id, session, terminal_fd, deadline,
+                                  keep=plan.name is not None)
+        if exit_code is None and plan.name is not None and end is SessionEnd.DETACHED:
+            on_notice(f"detached from {plan.name}; it keeps running (`sbx attach "
+                      f"{plan.name}` to return, `sbx stop {plan.name}` to stop it)")
+            exit_code = 0
+        if exit_code is None:
+            _ended_early(ctx, plan, end, started)
+        assert exit_code is not None  # noqa: S101 - _ended_early always raises
+        _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "info",
+               {"exit_code": exit_code, "duration_s": _elapsed(started)})
+        return _result(ctx, plan, exit_code, started, created, capture, cleanup_errors,
+                       on_warning)
+    except SbxError as error:
+        if created.container is not None and error.reason is Reason.DOCKER_UNREACHABLE:
+            # Something was already created: this is not a refusal before the start.
+            raise SbxError(Reason.ENGINE_LOST,
+                           f"lost the Docker engine during the run: {error.message}",
+                           hint=error.hint, details=error.details) from error
+        raise
+    finally:
+        # A signal here (a closing terminal sends SIGHUP twice) must not stop the removal
+        # halfway: it is held back and raised once everything is gone.
+        with deferred_interrupts():
+            problems = _cleanup(ctx, plan, driver, created, run_dir)
+        cleanup_errors.extend(problems)
+        pending = sys.exc_info()[1]
+        replacement = _say_what_is_left(pending, problems)
+        if replacement is not None:
+            raise replacement from pending
+
+
+def _result(ctx: AppContext, plan: RunPlan, exit_code: int, started: float,
+            created: _Created, capture: _Capture | None, cleanup_errors: list[str],
+            on_warning: Callable[[str], None]) -> RunResult:
+    result = RunResult(plan.run_id, exit_code, time.monotonic() - started, plan)
+    result.ports = [p.as_dict() for p in (created.forwarder.published
+                                          if created.forwarder else [])]
+    if capture is not None:
+        result.stdout = bytes(capture.parts["stdout"])
+        result.stderr = bytes(capture.parts["stderr"])
+        result.truncated = capture.truncated
+    result.cleanup_errors = cleanup_errors  # filled in by the caller's finally
+    result.host_config_changed = _host_config_changes(ctx, plan, on_warning)
+    return result
+
+
+def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: _Created,
+                container_id: str, on_notice: Callable[[str], None]) -> bool:
+    """A named sandbox that started is the sandbox's from now on (recorded, never removed by
+    this run); True when it was started detached (nothing to attach to here)."""
+    from sbx.usecases.named import record_created
+
+    record_created(ctx, plan, created_ids(created, container_id), request)
+    created.kept = True
+    if not request.detach:
+        return False
+    _audit_started(ctx, plan)
+    on_notice(f"{plan.name} started; `sbx attach {plan.name}` to use it")
+    return True
+
+
+def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
+    skipped = _selection(plan)["skipped"]
+    _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
+        "workload": plan.kit_set.workload.reference, "kits": plan.references,
+        "image": plan.image_tag, "user": plan.spec.user,
+        "workspace_access": plan.access, "privileged": plan.spec.privileged,
+        "skipped": skipped, "session": plan.mode.as_dict(),
+        "credentials": dict(plan.egress.modes) if plan.egress is not None else {},
+        "explain": plan.explain_command})  # `sbx explain --last` reproduces the request
+    for record in skipped:
+        _audit(ctx, audit.CAPABILITY_SKIPPED, plan.run_id, "info", record)
+
+
+def _final_spec(ctx: AppContext, plan: RunPlan, boundary: Mapping[str, str],
+                created: _Created) -> ContainerSpec:
+    """The planned spec plus what only exists now: the boundary environment (proxy, CA,
+    sentinels), the staged mount sources, and the sandbox's own deadline (a little after
+    sbx's, which it backs up)."""
+    spec = plan.spec
+    if boundary:
+        spec = dataclasses.replace(spec, env={**spec.env, **boundary})
+    spec = _staged(ctx, plan, spec, created)
+    if plan.timeout_s >= NO_DEADLINE_S:
+        return spec
+    return dataclasses.replace(spec, healthcheck=deadline_check(
+        math.ceil(time.time() + plan.timeout_s + DEADLINE_MARGIN_S), plan.timeout_s))
+
+
+def _staged(ctx: AppContext, plan: RunPlan, spec: ContainerSpec,
+            created: _Created) -> ContainerSpec:
+    """As root, give the engine staging points that name exactly the opened host paths; and
+    sized volumes their file systems."""
+    binds = list(spec.binds)
+    pins = plan.host_mounts.pins
+    if pins and staging_available():
+        staging = _staging(ctx, plan, created)
+        staged = {pin.target: staging.stage(pin.source) for pin in pins}
+        binds = [dataclasses.replace(bind, source=staged[bind.target])
+                 if not bind.volume and bind.target in staged else bind for bind in binds]
+    binds = [dataclasses.replace(bind, source=created.sized[bind.source])
+             if not bind.volume and bind.source in created.sized else bind for bind in binds]
+    return dataclasses.replace(spec, binds=tuple(binds))
+
+
+def _staging(ctx: AppContext, plan: RunPlan, created: _Created) -> Staging:
+    if created.staging is None:
+        created.staging = (Staging.for_named(ctx.home_hash, plan.name) if plan.name is not None
+                           else Staging.for_run(ctx.home_hash, plan.run_id))
+    return created.staging
+
+
+def _volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],
+                  sized: Mapping[str, str]) -> list[BindMount]:
+    """A Docker volume per unsized ``volume@1``; a sized one is a bind of its own file system
+    (named by the volume's name until that exists, see _staged)."""
+    return [BindMount(sized.get(name, name), volume.path, False, volume=False)
+            if volume.size is not None
+            else BindMount(name, volume.path, False, volume=True)
+            for name, volume in zip(names, volumes, strict=True)]
+
+
+def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
+                   on_warning: Callable[[str], None]) -> None:
+    """Without staging (sbx not root): what the container mounted must be what was opened.
+
+    Read from the container's own mountinfo right after the start; a difference stops the
+    sandbox (the README states the window this leaves as a residual risk)."""
+    pins = plan.host_mounts.pins
+    if not pins:
+        return
+    pid = driver.container_pid(container_id)
+    try:
+        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else None
+        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+    except OSError:
+        container = None
+    if container is None:
+        on_warning("the sandbox's mounts could not be verified (it had already finished)")
+        return
+    problems = mount_mismatches([(pin.target, pin.source) for pin in pins], container, host)
+    if problems:
+        driver.kill(container_id)
+        raise MountBlocked(
+            "a host path changed between the check and the mount; the sandbox was stopped: "
+            + "; ".join(problems) + f" (rule {SOURCE_CHANGED})", rule=SOURCE_CHANGED,
+            path=pins[0].source.path,
+            hint="Run again, and find out what is modifying the path while sbx starts.")
+
+
+def _host_config_changes(ctx: AppContext, plan: RunPlan,
+                         on_warning: Callable[[str], None]) -> list[str]:
+    """Host-executed files in the workspace the run created or changed: said and audited."""
+    if plan.host_config_before is None or plan.workspace_host is None:
+        return []
+    changed = changes(plan.host_config_before, snapshot(plan.workspace_host))
+    if changed:
+        on_warning("the sandbox created or changed files that tools on this host execute or "
+                   "obey; review them before you run anything in the workspace: "
+                   + ", ".join(changed[:20]) + (" ..." if len(changed) > 20 else ""))
+        _audit(ctx, audit.WORKSPACE_HOST_CONFIG_CHANGED, plan.run_id, "warning",
+               {"paths": changed[:200]})
+    return changed
+
+
+def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,
+             deadline: float, *, keep: bool = False) -> tuple[int | None, SessionEnd]:
+    """Pump the session (the host terminal raw for its duration), then the exit status; None
+    when the workload had to be stopped (deadline, detach, output closed). A sandbox to
+    ``keep`` (a named one) is left running on a detach or a closed reader."""
+    with session, session.resize_on_sigwinch(), \
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+        end = session.pump(deadline)
+        exit_code = (driver.wait(container_id, max(deadline - time.monotonic(), 0.001))
+                     if end is SessionEnd.EOF else None)
+        if exit_code is None and not (keep and end in (SessionEnd.DETACHED,
+                                                       SessionEnd.OUTPUT_CLOSED)):
+            _stop(driver, container_id, session, end)
+    return exit_code, end
+
+
+def _stop(driver: Driver, container_id: str, session: Session, end: SessionEnd) -> None:
+    """Kill a workload that has to end early, without ever waiting on a stalled stream.
+
+    The engine does not finish a kill while the container's attach stream is backed up (seen
+    on 20.10: the kill request then hangs for a minute). When nobody reads our output any more
+    the stream is closed first; otherwise it is drained while the kill runs, so what the
+    workload wrote before it died still arrives (bounded by OUTPUT_DRAIN_S).
+    """
+    if end is SessionEnd.OUTPUT_CLOSED:
+        session.close_stream()
+        with contextlib.suppress(SbxError):  # cleanup force-removes it anyway
+            driver.kill(container_id)
+        return
+
+    def kill() -> None:
+        with contextlib.suppress(SbxError):
+            driver.kill(container_id)
+
+    killer = threading.Thread(target=kill, name="sbx-kill", daemon=True)
+    killer.start()
+    session.drain(OUTPUT_DRAIN_S)
+    session.close_stream()
+    killer.join(OUTPUT_DRAIN_S)
+
+
+def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
+                    run_dir: Path, on_output: OutputSink,
+                    on_warning: Callable[[str], None]) -> tuple[str, AttachedStream]:
+    """Volumes, network and proxy, the create step, the container, its attach stream.
+
+    Each object is recorded in the same breath as it is created: a signal in between is held
+    back (sbx.seams.signals), so the cleanup always knows everything there is to remove.
+    """
+    raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
+    for name, volume in zip(plan.volume_names, plan.capabilities.volumes, strict=True):
+        # a file system of exactly that size (sbx.domain.sandbox.sources)
+        if volume.size is not None:
+            staging = _staging(ctx, plan, created)
+            with deferred_interrupts():
+                created.sized[name] = staging.stage_filesystem(
+                    run_dir / "volumes" / f"{name}.img", volume.size, uid=plan.user.uid,
+                    gid=plan.user.gid, mode=volume.mode)
+            continue
+        with deferred_interrupts():
+            created.volumes.append(driver.create_volume(name, plan.labels))
+    boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
+    if plan.run_image_tag is not None:
+        created.image = plan.run_image_tag  # removing one never committed is a no-op
+        _create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized)
+    raise_if_interrupted()
+    with deferred_interrupts():
+        container_id = driver.create(_final_spec(ctx, plan, boundary, created))
+        created.container = container_id
+    runrecord.update(run_dir, container_id=container_id)
+    # Attached before the start, so the stream holds every byte from the first.
+    with deferred_interrupts():
+        stream = driver.attach(container_id, stdin=plan.mode.stdin,
+                               detach_keys=plan.detach_keys if plan.mode.tty else None)
+        created.stream = stream
+    return container_id, stream
+
+
+def _say_what_is_left(error: BaseException | None,
+                      problems: Sequence[str]) -> SbxError | None:
+    """A failing run whose cleanup failed too says what it left behind, for ``sbx gc``; an
+    interrupted one gets an error that says so (instead of "everything was removed")."""
+    if not problems or error is None:
+        return None
+    left = "; ".join(problems)
+    advice = (f"sbx could not remove everything it created ({left}); `sbx gc` removes it "
+              "once the engine answers again.")
+    if isinstance(error, KeyboardInterrupt):
+        return SbxError(Reason.INTERRUPTED, "interrupted; " + advice,
+                        details={"left_for_gc": list(problems)})
+    if isinstance(error, SbxError):
+        error.details["left_for_gc"] = list(problems)
+        error.hint = (f"{error.hint} " if error.hint else "") + advice
+    return None
+
+
+def _resizer(driver: Driver, container_id: str, terminal_fd: int | None) -> Callable[[], None]:
+    """Sets the sandbox terminal to the host terminal's size (a no-op without a terminal)."""
+    def resize() -> None:
+        if terminal_fd is None:
+            return
+        size = window_size(terminal_fd)
+        if size is not None:
+            with contextlib.suppress(SbxError):  # gone already: nothing left to resize
+                driver.resize(container_id, rows=size[0], columns=size[1])
+
+    return resize
+
+
+def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id: str,
+                 on_notice: Callable[[str], None]) -> None:
+    if not plan.capabilities.ports or plan.network is None:
+        return
+    address = driver.container_ip(container_id, plan.network)
+    if address is None:  # the workload already finished
+        return
+    from sbx.seams.ports import PortForwarder
+
+    created.forwarder = PortForwarder(address)
+    for published in created.forwarder.start(plan.capabilities.ports):
+        on_notice(f"port {published.key} is published on "
+                  f"{published.host}:{published.host_port}")
+
+
+def _ended_early(ctx: AppContext, plan: RunPlan, end: SessionEnd, started: float) -> None:
+    """The workload was stopped before it finished by itself: say why (always raises)."""
+    if end is SessionEnd.DETACHED:
+        reason, message = Reason.DETACHED, (
+            f"the session was ended from the host ({plan.detach_keys}); the sandbox was "
+            "stopped and removed")
+    elif end is SessionEnd.OUTPUT_CLOSED:
+        reason, message = Reason.OUTPUT_CLOSED, "the reader of sbx's output went away"
+    else:
+        reason, message = Reason.TIMEOUT, (
+            f"the workload ran past its time limit of {plan.timeout_s:g}s and was killed")
+    _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "warning", {
+        "reason": reason.value, "duration_s": _elapsed(started)})
+    raise SbxError(reason, message,
+                   details={"run_id": plan.run_id, "timeout_s": plan.timeout_s})
+
+
+@dataclass
+class _Created:
+    """Everything this run asked the engine to create, so cleanup removes exactly that."""
+
+    container: str | None = None
+    image: str | None = None
+    volumes: list[str] = field(default_factory=list)
+    network: str | None = None
+    guard: BridgeGuard | None = None  # only runs with a network import these
+    forwarder: PortForwarder | None = None
+    proxy: ProxyProcess | KeptProxy | None = None
+    stream: AttachedStream | None = None
+    staging: Staging | None = None
+    sized: dict[str, str] = field(default_factory=dict)  # volume name -> its file system
+    kept: bool = False  # a named sandbox that started: its objects outlive this run
+
+
+def created_ids(created: _Created, container_id: str) -> dict[str, Any]:
+    """What a named sandbox owns, for its record."""
+    return {"container_id": container_id, "network": created.network,
+            "volumes": list(created.volumes), "image": created.image,
+            "staging": list(created.staging.log) if created.staging is not None else []}
+
+
+def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
+                   run_dir: Path, on_warning: Callable[[str], None]) -> dict[str, str]:
+    """The per-run internal network, the egress proxy, and the bridge's firewall rules.
+
+    Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
+    if plan.network is None or plan.bridge is None:
+        return {}
+    from sbx.seams.firewall import BridgeGuard
+
+    with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
+        created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
+                                                internal=True)
+    boundary: dict[str, str] = {}
+    gateway: str | None = None
+    if plan.egress is not None:
+        gateway = driver.network_gateway(created.network)
+        with deferred_interrupts():
+            created.proxy, boundary = _start_egress(ctx, plan, gateway, plan.bridge, run_dir)
+    # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
+    created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
+        (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)
+    gap = created.guard.install()
+    if gap:
+        on_warning(gap)
+    return boundary
+
+
+def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
+                  run_dir: Path) -> tuple[ProxyProcess | KeptProxy, dict[str, str]]:
+    """Start this run's egress proxy on the network's gateway; the sandbox's boundary env.
+
+    Only the sandbox may use it: the proxy URL carries a fresh per-run token (handed to the
+    proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
+    from inside the run's network (issue #10, item 4)."""
+    from sbx.domain.egress.proxyauth import new_token
+    from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
+
+    assert plan.egress is not None  # noqa: S101 - guarded by the caller
+    specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
+                                                                              "apikey"))
+                  for c in plan.composition.credentials if c.service in plan.egress.bound)
+    network_settings = plan.config.network
+    ca_file = network_settings.upstream_ca_file.value
+    config = ProxyConfig(
+        run_id=plan.run_id, state_home=ctx.state_home,
+        audit_log=ctx.state_home / "audit.jsonl", network=plan.composition.network,
+        phase=plan.egress.initial_phase,  # type: ignore[arg-type]
+        credentials=specs, listen_host=gateway, listen_port=0,
+        upstream_proxy=network_settings.upstream_proxy.value,
+        upstream_ca_file=Path(ca_file) if ca_file else None,
+        explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
+        peer_network=_sandbox_network(bridge, gateway))
+    token = new_token()
+    proxy: ProxyProcess | KeptProxy
+    if plan.name is not None:
+        # A named sandbox's proxy outlives this process: a detached keeper owns it, with
+        # the token kept (0600) for its later starts (sbx.usecases.keeper).
+        from sbx.usecases.keeper import start_kept_proxy
+
+        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token)
+    else:
+        proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
+                            secrets=plan.egress.provided)
+    runrecord.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
+    return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
+
+
+def _sandbox_network(bridge: str, gateway: str) -> str:
+    """The run network's address range (from its bridge), where the proxy's only client lives;
+    the proxy does not start without it (fail closed)."""
+    import ipaddress
+
+    from sbx.seams.firewall import bridge_network
+
+    network = bridge_network(bridge)
+    if network is None or ipaddress.ip_address(gateway) not in ipaddress.ip_network(network):
+        raise SbxError(Reason.PROXY_FAILED,
+                       f"cannot read the address range of the sandbox network's bridge {bridge}"
+                       f" (gateway {gateway}); the egress proxy would not know its only client",
+                       hint="sbx's egress needs a Linux host with the engine's bridge networks.")
+    return network
+
+
+def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
+                 boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
+                 created_sized: Mapping[str, str]) -> None:
+    """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
+    assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
+    passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
+    volumes = _volume_binds(plan.volume_names, plan.capabilities.volumes, created_sized)
+    spec = build_create_step_spec(
+        image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
+        labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+    lifecycle = plan.capabilities.lifecycle
+    if plan.egress is not None and plan.network is not None:
+        # Install hooks reach exactly the install phase's hosts, through the same proxy.
+        spec = dataclasses.replace(spec, network_mode=plan.network)
+        lifecycle = dataclasses.replace(
+            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, driver)))
+    # Install hooks' output is the kit author's, shown like a build's: on stderr.
+    step = CreateStep(
+        driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
+        base=plan.image,
+        uid=plan.user.uid, gid=plan.user.gid, container_env=plan.container_env,
+        accounts=parse_accounts(passwd.decode("utf-8", "replace")),
+        workdir=plan.workspace_target,
+        on_output=lambda _stream, chunk: on_output("stderr", chunk),
+        boundary_env=boundary, home=plan.home,
+        after_install=(proxy.switch_to_runtime
+                       if proxy is not None and plan.egress is not None
+                       and plan.egress.initial_phase == "install" else None))
+    run_create_step(step, lifecycle, [(v.path, v.mode) for v in plan.capabilities.volumes])
+
+
+def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
+    """sbx's CA, a bundle of the image's CAs plus sbx's, and that bundle in the image's own
+    system location, so clients that ignore SSL_CERT_FILE trust intercepted TLS too."""
+    from sbx.domain.egress.ca import CertificateAuthority
+
+    ca_pem = CertificateAuthority.load_or_create(ctx.state_home).certificate_pem()
+    system_path, system = next(
+        ((p, data) for p in SYSTEM_BUNDLES
+         if (data := driver.read_image_file(plan.image.id, p, plan.labels)) is not None),
+        (SYSTEM_BUNDLES[0], None))
+    bundle = trust_bundle(ca_pem, system).decode("utf-8")
+    files = [KitFile(kit="sbx", where="egress CA", path=CA_FILE, content=ca_pem.decode(),
+                     mode=0o644, owner_is_sandbox_user=False),
+             KitFile(kit="sbx", where="egress CA", path=CA_BUNDLE, content=bundle, mode=0o644,
+                     owner_is_sandbox_user=False),
+             KitFile(kit="sbx", where="egress CA", path=system_path, content=bundle,
+                     mode=0o644, owner_is_sandbox_user=False)]
+    return files
+
+
+def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
+             run_dir: Path) -> list[str]:
+    """Remove what this run created, container first (it holds the image and volumes); of a
+    named sandbox that started, only this process's own handles (the rest is the sandbox's)."""
+    if created.stream is not None:
+        created.stream.close()
+    if created.forwarder is not None:
+        created.forwarder.stop()
+    if created.kept:
+        plan.host_mounts.close()
+        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
+        return []
+    if created.proxy is not None:
+        created.proxy.stop()
+    steps: list[tuple[str, Callable[[], bool]]] = []
+    if created.container is not None:
+        container = created.container
+        steps.append(("container_remove_failed", lambda: driver.remove_container(container)))
+    if created.image is not None:
+        image = created.image
+        steps.append(("image_remove_failed", lambda: driver.remove_image(image)))
+    steps.extend(("volume_remove_failed", functools.partial(driver.remove_volume, name))
+                 for name in created.volumes)
+    if created.network is not None:
+        steps.append(("network_remove_failed",
+                      functools.partial(driver.remove_network, created.network)))
+    errors: list[str] = []
+    failed: dict[str, int] = {}
+    for reason, remove in steps:
+        try:
+            remove()
+        except SbxError as error:
+            errors.append(str(error))
+            failed[reason] = failed.get(reason, 0) + 1
+    if not errors:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if created.staging is not None:
+        staging_errors = created.staging.release()
+        errors.extend(staging_errors)
+        if staging_errors:
+            failed["staging_release_failed"] = len(staging_errors)
+    plan.host_mounts.close()
+    if created.guard is not None:
+        rule_errors = created.guard.remove()
+        errors.extend(rule_errors)
+        if rule_errors:
+            failed["firewall_rule_remove_failed"] = len(rule_errors)
+    for reason, count in failed.items():
+        _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
+               {"reason": reason, "count": count})
+    _release_owner(plan.run_id)
+    return errors
+
+
+_OWNER_LOCKS: dict[str, int] = {}  # run id -> its owner lock, held while the run lives
+
+
+def _release_owner(run_id: str) -> None:
+    fd = _OWNER_LOCKS.pop(run_id, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
+    """Per-run state under the state home: lets gc and explain find what a crash left."""
+    path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
+        run_id=plan.run_id, deadline=plan.deadline, workload=plan.kit_set.workload.reference,
+        kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
+        volumes=plan.volume_names, name=plan.name), owner_lock=True)
+    if lock_fd is not None:
+        _OWNER_LOCKS[plan.run_id] = lock_fd
+    return path
+
+
+def _elapsed(started: float) -> float:
+    return round(time.monotonic() - started, 3)
+
+
+def _audit(ctx: AppContext, event: str, run_id: str, severity: str,
+           details: Mapping[str, Any]) -> None:
+    try:
+        audit.record(ctx.state_home, event, run_id=run_id, severity=severity, details=details)
+    except OSError:
+        # An unwritable audit log must not turn a finished run into a crash; the run's own
+        # result still reaches the user.
+        return
+
+
+__all__ = ["ACCESS_MODES", "RunPlan", "RunRequest", "RunResult",
+           "prepare", "run"]

@@ -1,0 +1,170 @@
+"""Output of the explain commands."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sbx.base.reasons import ExitStatus, Reason
+from sbx.base.render import Envelope, Renderer, escape
+
+if TYPE_CHECKING:
+    from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
+
+
+def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
+    """Allowed/denied, every matched rule, the deciding one, the reason and the fix."""
+    decision = result.decision
+    status = 0 if decision.allowed else int(ExitStatus.DENIED)
+    if renderer.as_json:
+        renderer.envelope(Envelope(
+            command="explain", status="ok" if decision.allowed else "denied",
+            exit_code=status, data=result.as_dict(),
+            reason=None if decision.allowed else Reason.EGRESS_DENIED.value,
+            message=decision.reason, hint=decision.suggestion))
+        return
+    request = decision.request
+    verdict = "allowed" if decision.allowed else "denied"
+    what = request.method or "connection"
+    where = f"{decision.host or request.host}:{request.port}"
+    path = f" {decision.path or request.path}" if request.method and request.path else ""
+    style = "green" if decision.allowed else "red"
+    text = f"{verdict}: {what} {where}{path} ({request.phase} phase, {decision.code})"
+    rest = escape(text[len(verdict) + 2:])
+    renderer.line(renderer.out_file, f"[bold {style}]{verdict}[/]: {rest}", text)
+    if result.target.method_defaulted:
+        renderer.plain("  (a URL without METHOD is judged as GET)")
+    if decision.matched:
+        renderer.plain("  matched rules:")
+        for match in decision.matched:
+            rule = match.rule
+            mark = " <- decides" if rule == decision.deciding else ""
+            declared = rule.declared_at or f"capabilities[{rule.index}]"
+            renderer.plain(f"    {match.effect:<12} {rule.kit} {declared} {rule.phase}."
+                        f"{rule.action}: {_rule_text(rule)}{mark}")
+    else:
+        renderer.plain("  matched rules: none")
+    for rule in decision.superseded:
+        renderer.plain(f"  superseded: {rule.kit} capabilities[{rule.index}]: "
+                    f"{_rule_text(rule)} (another rule grants the host outright)")
+    renderer.plain(f"  reason: {decision.reason}")
+    if decision.suggestion:
+        renderer.plain(f"  fix:    {decision.suggestion}")
+    for rule in result.pending:
+        renderer.plain(f"  note: {rule.kit} capabilities[{rule.index}] {rule.phase}.{rule.action} "
+                    f"{_rule_text(rule)} holds a ${{{{ kit.env.* }}}} reference, known only "
+                    "once the image is built; it was judged literally (matching nothing), "
+                    "so `sbx run` may decide otherwise")
+
+
+def explain_sandbox(renderer: Renderer, result: SandboxExplanation, *,
+                    command: str = "explain") -> None:
+    """The effective sandbox: kits, capabilities, hardening, network, credentials."""
+    if renderer.as_json:
+        renderer.envelope(Envelope(command=command, status="ok", exit_code=0,
+                               data=result.as_dict()))
+        return
+    renderer.plain("kits (composition order):")
+    for item in result.kits:
+        renderer.plain(f"  {item.name}  {item.extra.get('kind')} "
+                    f"{item.extra.get('version')}  ({item.extra.get('descriptor')})")
+    renderer.plain("capabilities selected:")
+    for item in result.selected or ():
+        renderer.plain(f"  {item.name}  {item.value}")
+    if result.skipped:
+        renderer.plain("capabilities skipped:")
+        for item in result.skipped:
+            renderer.plain(f"  {item.name}  {item.value}: {item.extra.get('reason')}")
+    renderer.plain("hardening (value, source; change with):")
+    for item in result.hardening:
+        renderer.plain(f"  {item.name} = {_setting(item)}  ({item.source}; {item.change})")
+    for phase, items in result.network.items():
+        renderer.plain(f"network, {phase} phase:" + ("" if items else " nothing allowed"))
+        for item in items:
+            renderer.plain(f"  {item.value:<5} {item.name}")
+    renderer.plain("credentials:" + ("" if result.credentials else " none"))
+    for item in result.credentials:
+        renderer.plain(f"  {item.name} ({item.extra.get('phase')}): {item.value}, from "
+                    f"{item.source}; change: {item.change}")
+    for item in result.storage:
+        renderer.plain(f"storage: {item.name} ({item.value}) from {item.source}")
+    for rule in result.pending:
+        renderer.plain(f"note: {rule.kit} capabilities[{rule.index}] {_rule_text(rule)} holds a "
+                    "${{ kit.env.* }} reference, resolved only once the image is built")
+    renderer.plain(f"judge a request: {result.explain} [METHOD] URL|HOST[:PORT]")
+
+
+def explain_run(renderer: Renderer, result: RunExplanation) -> None:
+    """The refusals recorded for one run, each with its rule and fix."""
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="explain", status="ok", exit_code=0,
+                               data=result.as_dict()))
+        return
+    if result.skipped_lines:
+        renderer.warn(f"{result.audit_log}: skipped {result.skipped_lines} line(s) that are not "
+                  "well-formed audit events (damaged or foreign)")
+    if result.run_id is None:
+        renderer.plain(f"no runs recorded in {result.audit_log}")
+        return
+    head = f"run {result.run_id}" + (f" ({result.workload})" if result.workload else "")
+    if not result.refusals:
+        renderer.plain(f"{head}: no refusals recorded")
+        return
+    renderer.plain(f"{head}: {len(result.refusals)} refusal(s)")
+    for refusal in result.refusals:
+        renderer.plain(f"  {refusal.timestamp} {refusal.event}: {refusal.blocked}")
+        renderer.plain(f"    rule: {refusal.rule}  code: {refusal.code}")
+        renderer.plain(f"    fix:  {refusal.fix}")
+        renderer.plain(f"    explain: {refusal.explain}")
+
+
+def _rule_text(rule: Any) -> str:
+    text = str(rule.host)
+    if rule.bounded:
+        text += " " + (",".join(rule.methods) or "ANY")
+        if rule.paths:
+            text += " " + ",".join(rule.paths)
+    return text
+
+
+def _setting(item: Any) -> str:
+    """A config value as people read it: sizes in IEC units (``4 GiB``), durations in the
+    largest whole unit (``1 h``), an empty or unset value as ``none``, lists comma-joined,
+    text without quotes. Falls back to the core's own spelling when no typed value came."""
+    extra = getattr(item, "extra", None) or {}
+    if "raw" not in extra:
+        return str(item.value)
+    value, name = extra["raw"], str(item.name)
+    if value is None or value in ("", [], ()):
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        if name.endswith("_bytes"):
+            return _iec(value)
+        if name.endswith("_ms"):
+            return _duration(value, 1)
+        if name.endswith("_seconds") or name.endswith("_ttl"):
+            return _duration(value, 1000)
+        if name.endswith("cpu_millis"):
+            return f"{value / 1000:g} CPU" + ("" if value == 1000 else "s")
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _iec(number: int) -> str:
+    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if number >= unit and number % unit == 0:
+            return f"{number // unit} {name}"
+    return f"{number} bytes"
+
+
+def _duration(count: int, ms_per: int) -> str:
+    millis = count * ms_per
+    for unit, name in ((3_600_000, "h"), (60_000, "min"), (1000, "s")):
+        if millis >= unit and millis % unit == 0:
+            return f"{millis // unit} {name}"
+    return f"{millis} ms"
+
+__all__ = ['explain_request', 'explain_sandbox', 'explain_run']

@@ -1,0 +1,99 @@
+"""Output of the kit commands."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.base.render import Envelope, Renderer, escape
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.surface import Widening
+    from sbx.usecases.kitinit import KitInitResult
+    from sbx.usecases.kitpush import PushResult
+    from sbx.usecases.kitvalidate import KitValidation
+    from sbx.usecases.pull import PullResult
+
+
+def kit_init(renderer: Renderer, result: KitInitResult) -> None:
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="kit init", status="ok", exit_code=0,
+                               data=result.as_dict()))
+        return
+    renderer.plain(f"created {result.kind} kit {result.name} in {result.directory}:")
+    for path in result.files:
+        renderer.plain(f"  {path.name}")
+    renderer.plain(f"check it:   sbx kit validate {result.directory}")
+    if result.kind == "workload":
+        renderer.plain(f"run it:     sbx run {result.directory}   (needs {result.base_image} "
+                    "present locally: sbx never pulls implicitly)")
+    else:
+        renderer.plain(f"compose it: sbx run WORKLOAD --kit {result.directory}")
+
+
+def kit_validation(renderer: Renderer, result: KitValidation) -> None:
+    """``valid`` on stdout, or the diagnostics and an ``invalid_kit`` line on stderr."""
+    status = 0 if result.valid else int(Reason.INVALID_KIT.exit_status)
+    if renderer.as_json:
+        renderer.envelope(Envelope(
+            command="kit validate", status="ok" if result.valid else "refused",
+            exit_code=status, data=result.as_dict(),
+            reason=None if result.valid else Reason.INVALID_KIT.value,
+            message=None if result.valid else f"{result.reference} is not a valid kit",
+            diagnostics=[dict(e) for e in result.errors]))
+        return
+    for warning in result.warnings:
+        renderer.warn(f"{result.reference}: {warning}")
+    if result.valid:
+        where = f" ({result.descriptor})" if result.descriptor else ""
+        renderer.plain(f"{result.reference}: valid {result.kind} kit{where}")
+        return
+    count = len(result.errors)
+    renderer.error(SbxError(Reason.INVALID_KIT,
+                        f"{result.reference} is not a valid kit ({count} problem"
+                        f"{'s' if count != 1 else ''})", body=result.body,
+                        hint="Fix each field at the path and position shown."), "kit")
+
+
+def kit_pushed(renderer: Renderer, result: PushResult) -> None:
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="kit push", status="ok", exit_code=0,
+                               data=result.as_dict()))
+        return
+    text = f"pushed {result.reference}: {result.digest}"
+    renderer.line(renderer.out_file, escape(text), text)
+
+
+def pull_result(renderer: Renderer, result: PullResult) -> None:
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="pull", status="ok", exit_code=0,
+                               data=result.as_dict()))
+        return
+    for item in result.items:
+        decision = item.gate.decision.value if item.gate is not None else "image"
+        text = f"{item.reference}: {item.kind} {item.digest} ({decision})"
+        renderer.line(renderer.out_file, escape(text), text)
+
+
+def confirm_widenings(renderer: Renderer, reference: str, widenings: Sequence[Widening],
+                      first: bool = False) -> bool:
+    """Show a kit upgrade's widenings (or, on its first pull, every permission it asks
+    for) on stderr and ask; anything but yes declines."""
+    from sbx.domain.kits.surface import format_widenings
+
+    what = ("asks for these permissions" if first
+            else "the new version asks for more than you approved")
+    text = f"{reference}: {what}:\n{format_widenings(widenings)}"
+    renderer.line(renderer.err_file, escape(text), text)
+    renderer.err_file.write("Accept these permissions? [y/N] ")
+    renderer.err_file.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError):
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+__all__ = ['kit_init', 'kit_validation', 'kit_pushed', 'pull_result', 'confirm_widenings']

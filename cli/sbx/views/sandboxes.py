@@ -1,0 +1,32 @@
+"""Output of the sandboxes commands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sbx.base.render import Envelope, Renderer, escape
+
+
+def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = False) -> None:
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="ls", status="ok", exit_code=0,
+                               data={"sandboxes": [s.as_dict() for s in statuses]}))
+        return
+    if quiet:
+        for status in statuses:
+            renderer.line(renderer.out_file, escape(status.name), status.name)
+        return
+    rows = [("NAME", "WORKLOAD", "KITS", "STATUS", "WORKSPACE", "CREATED")]
+    for status in statuses:
+        created = (datetime.fromtimestamp(status.created, UTC).strftime("%Y-%m-%d %H:%M")
+                   if status.created else "-")
+        rows.append((status.name, status.workload, ",".join(status.kits) or "-",
+                     status.status, status.workspace or "-", created))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        text = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        renderer.line(renderer.out_file, escape(text.rstrip()), text.rstrip())
+
+__all__ = ['sandbox_list']
