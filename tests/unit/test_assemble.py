@@ -20,7 +20,7 @@ from sbx.domain.sandbox.assemble import (
     MAX_REPORTED,
     AssembledImage,
     Collision,
-    Entry,
+    FileEntry,
     assemble,
     assembled_tag,
     assembly_key,
@@ -105,8 +105,8 @@ def test_assembly_key_is_stable_and_order_and_version_sensitive() -> None:
 
 # -- collisions ----------------------------------------------------------------------------------
 
-F1, F2 = Entry("file", "1" * 64), Entry("file", "2" * 64)
-DIR = Entry("dir", "")
+F1, F2 = FileEntry("file", "1" * 64), FileEntry("file", "2" * 64)
+DIR = FileEntry("dir", "")
 
 
 def test_identical_files_and_shared_directories_do_not_collide() -> None:
@@ -121,21 +121,22 @@ def test_two_mixins_writing_one_path_differently_collide() -> None:
 
 
 @pytest.mark.parametrize(("earlier", "later", "detail"), [
-    (Entry("symlink", "usr/bin"), DIR, "a symlink to usr/bin vs a directory"),
+    (FileEntry("symlink", "usr/bin"), DIR, "a symlink to usr/bin vs a directory"),
     (DIR, F1, "a directory vs a file"),
-    (F1, Entry("symlink", "/x"), "a file vs a symlink to /x"),
-    (Entry("symlink", "/x"), Entry("symlink", "/y"), "a symlink to /x vs a symlink to /y"),
+    (F1, FileEntry("symlink", "/x"), "a file vs a symlink to /x"),
+    (FileEntry("symlink", "/x"), FileEntry("symlink", "/y"), "a symlink to /x vs a symlink to /y"),
     # An unresolved hard link cannot be compared: refused rather than guessed equal.
-    (Entry("hardlink", "/t"), Entry("hardlink", "/t"), "a hard link to /t vs a hard link to /t"),
+    (FileEntry("hardlink", "/t"), FileEntry("hardlink", "/t"),
+     "a hard link to /t vs a hard link to /t"),
 ])
-def test_type_differences_collide(earlier: Entry, later: Entry, detail: str) -> None:
+def test_type_differences_collide(earlier: FileEntry, later: FileEntry, detail: str) -> None:
     assert find_collisions("w", {}, [("a", {"/p": earlier}), ("b", {"/p": later})]) == [
         Collision("/p", "a", "b", detail)]
 
 
 def test_a_mixin_replacing_a_workload_file_collides() -> None:
     mixins = [("a", {"/etc": DIR, "/etc/passwd": F2, "/bin": DIR, "/bin/t": F1})]
-    workload = {"/etc": DIR, "/etc/passwd": F1, "/bin": Entry("symlink", "usr/bin")}
+    workload = {"/etc": DIR, "/etc/passwd": F1, "/bin": FileEntry("symlink", "usr/bin")}
     assert find_collisions("wl", workload, mixins) == [
         Collision("/bin", "wl", "a", "a symlink to usr/bin vs a directory"),
         Collision("/etc/passwd", "wl", "a", "different content"),
@@ -202,18 +203,18 @@ BUSYBOX_LIKE = _tar(
 def test_read_index_hashes_files_and_records_links_skipping_engine_entries() -> None:
     index = read_index(io.BytesIO(BUSYBOX_LIKE))
     assert index == {
-        "/bin": DIR, "/bin/busybox": Entry("file", _sha(b"BB")),
-        "/bin/sh": Entry("symlink", "busybox"), "/bin/ash": Entry("file", _sha(b"BB")),
-        "/etc": DIR, "/etc/passwd": Entry("file", _sha(b"root:x:0:0\n")),
-        "/tmp/fifo": Entry("other", "a fifo"),
+        "/bin": DIR, "/bin/busybox": FileEntry("file", _sha(b"BB")),
+        "/bin/sh": FileEntry("symlink", "busybox"), "/bin/ash": FileEntry("file", _sha(b"BB")),
+        "/etc": DIR, "/etc/passwd": FileEntry("file", _sha(b"root:x:0:0\n")),
+        "/tmp/fifo": FileEntry("other", "a fifo"),
     }
 
 
 def test_read_index_lists_only_wanted_paths() -> None:
     index = read_index(io.BytesIO(BUSYBOX_LIKE), {"/etc/passwd", "/bin/ash"}.__contains__)
     # The hard link's target was not hashed, so the link stays unresolved here.
-    assert index == {"/etc/passwd": Entry("file", _sha(b"root:x:0:0\n")),
-                     "/bin/ash": Entry("hardlink", "/bin/busybox")}
+    assert index == {"/etc/passwd": FileEntry("file", _sha(b"root:x:0:0\n")),
+                     "/bin/ash": FileEntry("hardlink", "/bin/busybox")}
 
 
 # -- the whole flow over a fake driver ----------------------------------------------------------

@@ -32,9 +32,9 @@ from sbx.usecases.doctor import (
     Check,
     DoctorRequest,
     EgressProbes,
-    Finding,
     HostFacts,
     Status,
+    Verdict,
     compare_limits,
     diagnose,
     listening_ports,
@@ -403,12 +403,12 @@ def test_gc_check_reports_a_failed_listing(h: Harness) -> None:
 def test_each_check_times_out_on_its_own(h: Harness) -> None:
     release = threading.Event()
 
-    def hangs(_state: doctor_core.DoctorState) -> Finding:
+    def hangs(_state: doctor_core.DoctorState) -> Verdict:
         release.wait(30)
-        return Finding(Status.OK, "late")
+        return Verdict(Status.OK, "late")
 
     checks = (Check("slow", "slow", hangs, timeout_reason=Reason.INVALID_CONFIG),
-              Check("fast", "fast", lambda _s: Finding(Status.OK, "fine")))
+              Check("fast", "fast", lambda _s: Verdict(Status.OK, "fine")))
     try:
         started = time.monotonic()
         rep = report(h, request=DoctorRequest(check_timeout_s=0.2), checks=checks)
@@ -422,7 +422,7 @@ def test_each_check_times_out_on_its_own(h: Harness) -> None:
 
 
 def test_a_bug_in_a_check_is_not_swallowed(h: Harness) -> None:
-    def broken(_state: doctor_core.DoctorState) -> Finding:
+    def broken(_state: doctor_core.DoctorState) -> Verdict:
         raise ZeroDivisionError("bug")
 
     with pytest.raises(ZeroDivisionError):

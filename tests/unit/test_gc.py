@@ -53,7 +53,7 @@ from sbx.usecases.gc import (
     ImageEntry,
     Processes,
     RunDir,
-    RunRecord,
+    RunDirState,
     SharedEntry,
     collect,
     judge_container,
@@ -391,7 +391,7 @@ def test_judge_container(state: str, deadline: str | None, remove: bool, why: st
 
 def _run(name: str, pid: int | None, *, age: float = 3600, deadline: int | None = None,
          real: bool = True, proxy: int | None = None) -> RunDir:
-    record = None if pid is None else RunRecord(pid, deadline, proxy)
+    record = None if pid is None else RunDirState(pid, deadline, proxy)
     return RunDir(name, Path("/nonexistent") / name, real, age, record)
 
 

@@ -17,8 +17,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.kits.lock import (
-    Decision,
     Lock,
+    LockDecision,
     LockEntry,
     gate,
     load_locked_kit,
@@ -109,22 +109,22 @@ def never(_widenings: Sequence[Widening]) -> bool:
 
 def test_gate_new_unchanged_and_within() -> None:
     candidate = Surface(network_runtime_allow=("a.example.com",))
-    assert gate(None, D1, Surface(), accept=False, confirm=never).decision is Decision.NEW
+    assert gate(None, D1, Surface(), accept=False, confirm=never).decision is LockDecision.NEW
     assert gate(entry(), D1, candidate, accept=False, confirm=never).decision \
-        is Decision.UNCHANGED
+        is LockDecision.UNCHANGED
     narrowed = gate(entry(), D2, Surface(), accept=False, confirm=never)
-    assert narrowed.decision is Decision.WITHIN and narrowed.allowed
+    assert narrowed.decision is LockDecision.WITHIN and narrowed.allowed
     assert narrowed.widenings == ()
 
 
 def test_first_pull_of_a_kit_with_permissions_needs_approval() -> None:
     candidate = Surface(network_runtime_allow=("a.example.com",), credentials_runtime=("gh",))
     refused = gate(None, D1, candidate, accept=False, confirm=None)
-    assert refused.decision is Decision.REFUSED and not refused.allowed
+    assert refused.decision is LockDecision.REFUSED and not refused.allowed
     assert [str(w) for w in refused.widenings] == [
         "network.runtime.allow: a.example.com", "credentials.runtime: gh"]
     by_flag = gate(None, D1, candidate, accept=True, confirm=never)
-    assert (by_flag.decision, by_flag.via) == (Decision.NEW, "accept-flag")
+    assert (by_flag.decision, by_flag.via) == (LockDecision.NEW, "accept-flag")
     shown: list[list[str]] = []
 
     def yes(widenings: Sequence[Widening]) -> bool:
@@ -132,23 +132,23 @@ def test_first_pull_of_a_kit_with_permissions_needs_approval() -> None:
         return True
 
     by_terminal = gate(None, D1, candidate, accept=False, confirm=yes)
-    assert (by_terminal.decision, by_terminal.via) == (Decision.NEW, "terminal")
+    assert (by_terminal.decision, by_terminal.via) == (LockDecision.NEW, "terminal")
     assert shown == [[str(w) for w in refused.widenings]]
     assert gate(None, D1, candidate, accept=False, confirm=lambda _w: False).decision \
-        is Decision.REFUSED
+        is LockDecision.REFUSED
 
 
 def test_gate_widening_refused_without_consent() -> None:
     candidate = Surface(network_runtime_allow=("a.example.com", "b.example.com"))
     result = gate(entry(), D2, candidate, accept=False, confirm=None)
-    assert result.decision is Decision.REFUSED and not result.allowed
+    assert result.decision is LockDecision.REFUSED and not result.allowed
     assert [str(w) for w in result.widenings] == ["network.runtime.allow: b.example.com"]
 
 
 def test_gate_widening_accepted_by_flag_or_terminal() -> None:
     candidate = Surface(network_runtime_allow=("a.example.com",), privileged=True)
     by_flag = gate(entry(), D2, candidate, accept=True, confirm=never)
-    assert by_flag.decision is Decision.ACCEPTED and by_flag.via == "accept-flag"
+    assert by_flag.decision is LockDecision.ACCEPTED and by_flag.via == "accept-flag"
     asked: list[Sequence[Widening]] = []
 
     def yes(widenings: Sequence[Widening]) -> bool:
@@ -156,10 +156,10 @@ def test_gate_widening_accepted_by_flag_or_terminal() -> None:
         return True
 
     by_terminal = gate(entry(), D2, candidate, accept=False, confirm=yes)
-    assert by_terminal.decision is Decision.ACCEPTED and by_terminal.via == "terminal"
+    assert by_terminal.decision is LockDecision.ACCEPTED and by_terminal.via == "terminal"
     assert [w.category for w in asked[0]] == ["privileged"]
     declined = gate(entry(), D2, candidate, accept=False, confirm=lambda _w: False)
-    assert declined.decision is Decision.REFUSED
+    assert declined.decision is LockDecision.REFUSED
 
 
 # --- sbx pull's gate with a fake registry and a fake engine --------------------------------
@@ -237,7 +237,7 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
                                confirm=lambda _r, _w, _f: True)
     assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]
     assert result.items[0].gate is not None
-    assert result.items[0].gate.decision is Decision.ACCEPTED
+    assert result.items[0].gate.decision is LockDecision.ACCEPTED
     kinds = [(e["event_type"], e["details"].get("via")) for e in audit.read_events(state)]
     assert (audit.KIT_WIDENING_REFUSED, None) in kinds
     assert (audit.KIT_WIDENING_ACCEPTED, "terminal") in kinds

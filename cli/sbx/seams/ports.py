@@ -22,7 +22,7 @@ CONNECT_TIMEOUT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
-class Published:
+class PublishedPort:
     container_port: int
     transport: str
     host: str
@@ -42,12 +42,12 @@ class PortForwarder:
     """TCP forwarders from 127.0.0.1:<ephemeral> to <container ip>:<port>."""
 
     target_ip: str
-    published: list[Published] = field(default_factory=list)
+    published: list[PublishedPort] = field(default_factory=list)
     _listeners: list[socket.socket] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def start(self, ports: Sequence[int]) -> list[Published]:
+    def start(self, ports: Sequence[int]) -> list[PublishedPort]:
         for port in ports:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -56,7 +56,7 @@ class PortForwarder:
             listener.settimeout(ACCEPT_POLL_S)
             self._listeners.append(listener)
             host_port = int(listener.getsockname()[1])
-            self.published.append(Published(port, "tcp", "127.0.0.1", host_port))
+            self.published.append(PublishedPort(port, "tcp", "127.0.0.1", host_port))
             thread = threading.Thread(target=self._accept, args=(listener, port),
                                       name=f"sbx-port-{port}", daemon=True)
             thread.start()
@@ -109,4 +109,4 @@ def _copy(source: socket.socket, sink: socket.socket) -> None:
         source.close()
 
 
-__all__ = ["PortForwarder", "Published"]
+__all__ = ["PortForwarder", "PublishedPort"]

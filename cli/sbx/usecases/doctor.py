@@ -1,7 +1,7 @@
 """`sbx doctor`: preflight checks, each with a status, a reason code and a fix (SPEC §2.2).
 
 Every check is a :class:`Check` in :data:`CHECKS`: an id, a title and a function from the shared
-:class:`DoctorState` to a :class:`Finding`. More checks (images/kits, egress, credentials) are
+:class:`DoctorState` to a :class:`Verdict`. More checks (images/kits, egress, credentials) are
 added by appending to the table. Each check runs in its own daemon thread with its own timeout,
 so a hung engine makes *that* check fail (``docker_unreachable``, "timed out") and doctor itself
 always finishes; checks that need the engine report at once when the engine check did not pass.
@@ -82,7 +82,7 @@ _SEVERITY: Final = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2}
 
 
 @dataclass(frozen=True)
-class Finding:
+class Verdict:
     """What a check function returns."""
 
     status: Status
@@ -155,14 +155,14 @@ class DoctorState:
 class Check:
     id: str
     title: str
-    run: Callable[[DoctorState], Finding]
+    run: Callable[[DoctorState], Verdict]
     needs_engine: bool = False
     # When the check times out, this is the reason given (a hung engine is unreachable).
     timeout_reason: Reason = Reason.DOCKER_UNREACHABLE
     # Seconds; None means DoctorRequest.check_timeout_s.
     timeout_s: Callable[[DoctorRequest], float] | None = None
-    # Finding used without running the check when the engine check did not pass.
-    without_engine: Finding | None = None
+    # Verdict used without running the check when the engine check did not pass.
+    without_engine: Verdict | None = None
 
 
 @dataclass(frozen=True)
@@ -189,19 +189,19 @@ class DoctorReport:
 # -- the checks --------------------------------------------------------------------------------
 
 
-def check_platform(state: DoctorState) -> Finding:
+def check_platform(state: DoctorState) -> Verdict:
     from sbx.domain.sandbox.requirements import check_host
 
     host = state.host
     try:
         check_host(host.os_name)  # the rule `sbx run` applies
     except SbxError as error:
-        return Finding(Status.FAIL, f"{host.system} ({host.os_name}) is not a unix host",
+        return Verdict(Status.FAIL, f"{host.system} ({host.os_name}) is not a unix host",
                        error.reason, error.reason.info.fix)
-    return Finding(Status.OK, f"{host.system} (posix)")
+    return Verdict(Status.OK, f"{host.system} (posix)")
 
 
-def check_config(state: DoctorState) -> Finding:
+def check_config(state: DoctorState) -> Verdict:
     try:
         config = state.ctx.load_config()
     except ConfigError as error:
@@ -214,30 +214,30 @@ def check_config(state: DoctorState) -> Finding:
             detail = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}: {listed}"
         else:
             detail = error.message.replace("\n", " ")
-        return Finding(Status.FAIL, detail, Reason.INVALID_CONFIG,
+        return Verdict(Status.FAIL, detail, Reason.INVALID_CONFIG,
                        error.hint or Reason.INVALID_CONFIG.info.fix,
                        {"problems": list(problems),
                         "invalid_sections": list(error.details.get("invalid_sections", []))})
     state.config = config
     if not config.exists:
-        return Finding(Status.OK, f"no file at {config.path}; built-in defaults",
+        return Verdict(Status.OK, f"no file at {config.path}; built-in defaults",
                        data={"file": str(config.path), "exists": False})
     from_file = sum(1 for _key, _value, source in config.provenance() if source != "default")
-    return Finding(Status.OK, f"{config.path} is valid ({from_file} setting"
+    return Verdict(Status.OK, f"{config.path} is valid ({from_file} setting"
                    f"{'s' if from_file != 1 else ''} from the file)",
                    data={"file": str(config.path), "exists": True})
 
 
-def check_identity(state: DoctorState) -> Finding:
+def check_identity(state: DoctorState) -> Verdict:
     host = state.host
     parts: list[str] = []
-    findings: list[Finding] = []
+    findings: list[Verdict] = []
     if host.euid is None:
         parts.append("process identity unknown on this platform")
     else:
         parts.append(f"sbx runs as uid {host.euid} gid {host.egid}")
         if host.euid == 0:
-            findings.append(Finding(
+            findings.append(Verdict(
                 Status.WARN, "", Reason.ROOT_USER,
                 "Run sbx as an unprivileged user in the `docker` group; as root, a bug in sbx "
                 "runs with root's rights (sandboxes still run as a non-root user)."))
@@ -247,15 +247,15 @@ def check_identity(state: DoctorState) -> Finding:
         user = state.config.sandbox.user
         parts.append(f"sandbox fallback user {user.value}:{user.value} ({user.source})")
         if user.value == 0:
-            findings.append(Finding(Status.FAIL, "", Reason.ROOT_USER,
+            findings.append(Verdict(Status.FAIL, "", Reason.ROOT_USER,
                                     Reason.ROOT_USER.info.fix))
     worst = max(findings, key=lambda f: _SEVERITY[f.status], default=None)
     if worst is None:
-        return Finding(Status.OK, "; ".join(parts))
-    return Finding(worst.status, "; ".join(parts), worst.reason, worst.fix)
+        return Verdict(Status.OK, "; ".join(parts))
+    return Verdict(worst.status, "; ".join(parts), worst.reason, worst.fix)
 
 
-def check_engine(state: DoctorState) -> Finding:
+def check_engine(state: DoctorState) -> Verdict:
     from sbx.domain.sandbox.requirements import check_engine as engine_rules
 
     try:
@@ -276,20 +276,20 @@ def check_engine(state: DoctorState) -> Finding:
     except SbxError as error:
         if state.engine is None:
             state.engine_error = error
-        return Finding(Status.FAIL, f"{detail}; {error.message}", error.reason,
+        return Verdict(Status.FAIL, f"{detail}; {error.message}", error.reason,
                        error.hint or error.reason.info.fix, data)
-    return Finding(Status.OK, detail, data=data)
+    return Verdict(Status.OK, detail, data=data)
 
 
-def check_limits(state: DoctorState) -> Finding:
+def check_limits(state: DoctorState) -> Verdict:
     if state.config is None:
-        return Finding(Status.FAIL, "not probed: the config is invalid (see the config check)",
+        return Verdict(Status.FAIL, "not probed: the config is invalid (see the config check)",
                        Reason.INVALID_CONFIG, "Fix the config file, then run `sbx doctor` again.")
     limits = sandbox_limits(state.config)
     driver = state.ctx.driver
     candidates = probe_candidates(driver.local_images())
     if not candidates:
-        return Finding(Status.WARN, "not probed: no local image to run the probe in",
+        return Verdict(Status.WARN, "not probed: no local image to run the probe in",
                        Reason.IMAGE_MISSING, _NO_PROBE_IMAGE_FIX)
     attempts: list[str] = []
     for ref in candidates[:MAX_PROBE_ATTEMPTS]:
@@ -302,7 +302,7 @@ def check_limits(state: DoctorState) -> Finding:
                 continue
             raise
         return judge_limits(limits, readings, ref)
-    return Finding(Status.WARN, "not probed: no local image could run /bin/sh ("
+    return Verdict(Status.WARN, "not probed: no local image could run /bin/sh ("
                    + "; ".join(attempts) + ")", Reason.IMAGE_MISSING, _NO_PROBE_IMAGE_FIX,
                    {"attempts": attempts})
 
@@ -312,30 +312,30 @@ _NO_PROBE_IMAGE_FIX: Final = (
     "sbx-test/busybox:1, or `docker load` a busybox image); sbx never pulls.")
 
 
-def check_gc(state: DoctorState) -> Finding:
+def check_gc(state: DoctorState) -> Verdict:
     from sbx.usecases.gc import survey
 
     if state.config is None:
-        return Finding(Status.WARN, "not counted: the config is invalid (see the config check)",
+        return Verdict(Status.WARN, "not counted: the config is invalid (see the config check)",
                        Reason.INVALID_CONFIG, "Fix the config file, then run `sbx doctor` again.")
     result = survey(state.ctx)
     if result.outcome == "skipped":
-        return Finding(Status.OK, "nothing to collect (no sandbox ever ran from this state "
+        return Verdict(Status.OK, "nothing to collect (no sandbox ever ran from this state "
                        "home)", data={"stale": {}})
     if result.failed:
         failure = result.failed[0]
-        return Finding(Status.WARN, f"not counted: {failure.message}", failure.reason,
+        return Verdict(Status.WARN, f"not counted: {failure.message}", failure.reason,
                        failure.reason.info.fix)
     counts = {k: v for k, v in result.counts().items() if v}
     odd = len(result.reported)
     data = {"stale": counts, "unreadable_deadlines": odd}
     if not counts and not odd:
-        return Finding(Status.OK, "nothing stale", data=data)
+        return Verdict(Status.OK, "nothing stale", data=data)
     parts = [f"{count} {_plural(kind.replace('_', ' '), count)}" for kind, count in counts.items()]
     detail = ("stale: " + ", ".join(parts)) if parts else "nothing stale"
     if odd:
         detail += f"; {odd} kept with an unreadable deadline"
-    return Finding(Status.WARN, detail, Reason.CLEANUP_FAILED,
+    return Verdict(Status.WARN, detail, Reason.CLEANUP_FAILED,
                    "Run `sbx gc` (or from cron, e.g. `*/10 * * * * sbx gc`); `sbx gc --dry-run` "
                    "lists what it would remove.", data)
 
@@ -434,7 +434,7 @@ class EgressProbes:
 DEFAULT_EGRESS_PROBES: EgressProbes = EgressProbes()
 
 
-def check_egress_ca(state: DoctorState) -> Finding:
+def check_egress_ca(state: DoctorState) -> Verdict:
     """The state home's CA: shown when valid, created when missing, never replaced here."""
     from sbx.domain.egress.ca import CA_CERT_FILE, CA_DIR, CertificateAuthority
     from sbx.domain.egress.ca import _load as load_ca  # read-only: no lock, no rotation
@@ -451,7 +451,7 @@ def check_egress_ca(state: DoctorState) -> Finding:
             ca = CertificateAuthority.load_or_create(state.ctx.state_home, now=now)
             prefix = "created now (runs with a network policy use it): "
         info = ca.info(now)
-        return Finding(Status.OK, f"{prefix}{info['subject']}, valid until "
+        return Verdict(Status.OK, f"{prefix}{info['subject']}, valid until "
                        f"{ca.not_after:%Y-%m-%d} ({_days(info['days_left'])} left)",
                        data={**info, "created": bool(prefix)})
     replaced = (f"Nothing to do: the next run with a network policy replaces it (sandboxes "
@@ -459,15 +459,15 @@ def check_egress_ca(state: DoctorState) -> Finding:
     shown = _ca_summary(directory / CA_CERT_FILE, now)
     data: dict[str, Any] = {"path": str(directory / CA_CERT_FILE), "problem": problem}
     if problem == "expiring" and shown is not None:
-        return Finding(Status.WARN, f"{shown[0]} expires within 7 days", Reason.PROXY_FAILED,
+        return Verdict(Status.WARN, f"{shown[0]} expires within 7 days", Reason.PROXY_FAILED,
                        replaced, {**data, "days_left": shown[1]})
     if problem in ("expired", "not_yet_valid"):
         what = "has expired" if problem == "expired" else "is not valid yet (check the clock)"
-        return Finding(Status.WARN, f"{shown[0] if shown else 'the CA'} {what}",
+        return Verdict(Status.WARN, f"{shown[0] if shown else 'the CA'} {what}",
                        Reason.PROXY_FAILED, replaced, data)
     why = "unsafe (a symlink, another owner, or group/other access)" if problem == "unsafe" \
         else "unreadable (not a valid CA key and certificate)"
-    return Finding(Status.WARN, f"{directory} is {why}", Reason.PROXY_FAILED,
+    return Verdict(Status.WARN, f"{directory} is {why}", Reason.PROXY_FAILED,
                    f"Remove {directory} (or make it and its files yours, mode 0700/0600); the "
                    f"next run with a network policy creates a new CA.", data)
 
@@ -489,7 +489,7 @@ def _days(days: int) -> str:
     return f"{days} day{'s' if days != 1 else ''}"
 
 
-def check_egress_proxy(state: DoctorState) -> Finding:
+def check_egress_proxy(state: DoctorState) -> Verdict:
     """Start a deny-everything proxy on 127.0.0.1, see its ready line, stop it.
 
     It runs like a run's proxy (its own process, the run id in its command line) from a run
@@ -507,7 +507,7 @@ def check_egress_proxy(state: DoctorState) -> Finding:
             deadline=math.ceil(time.time() + PROXY_CHECK_TIMEOUT_S)))
     except SbxError as error:
         shutil.rmtree(run_dir, ignore_errors=True)
-        return Finding(Status.FAIL, f"cannot write the run directory {run_dir}: "
+        return Verdict(Status.FAIL, f"cannot write the run directory {run_dir}: "
                        f"{error.message}", Reason.PROXY_FAILED,
                        "Make the state home writable (or point SBX_HOME elsewhere).",
                        {"run_id": run_id})
@@ -526,7 +526,7 @@ def check_egress_proxy(state: DoctorState) -> Finding:
                 raise
             tail = str(error.details.get("stderr") or "").strip()
             last = tail.splitlines()[-1].strip() if tail else "no output"
-            return Finding(Status.FAIL, f"the proxy did not start: {last}", Reason.PROXY_FAILED,
+            return Verdict(Status.FAIL, f"the proxy did not start: {last}", Reason.PROXY_FAILED,
                            "Read the proxy's error above; it must be able to import "
                            "sbx.domain.egress.proxy with this Python and bind a port on 127.0.0.1.",
                            {**data, "stderr": tail[-2000:]})
@@ -534,10 +534,10 @@ def check_egress_proxy(state: DoctorState) -> Finding:
         port = proxy.port
         proxy.stop()
         if proxy.alive():
-            return Finding(Status.FAIL, f"the proxy (pid {proxy.pid}) did not stop",
+            return Verdict(Status.FAIL, f"the proxy (pid {proxy.pid}) did not stop",
                            Reason.PROXY_FAILED, "Run `sbx gc`: it stops orphaned proxies.",
                            {**data, "pid": proxy.pid})
-        return Finding(Status.OK, f"a deny-all proxy started, bound 127.0.0.1:{port} and "
+        return Verdict(Status.OK, f"a deny-all proxy started, bound 127.0.0.1:{port} and "
                        "stopped", data={**data, "port": port})
     finally:
         if proxy is not None and proxy.alive():
@@ -563,14 +563,14 @@ def listening_ports(texts: Sequence[str]) -> list[int]:
     return sorted(ports)
 
 
-def check_egress_host_services(state: DoctorState) -> Finding:
+def check_egress_host_services(state: DoctorState) -> Verdict:
     """Whether a sandbox network could reach host services on the gateway (SPEC §8)."""
     iptables = state.egress.iptables()
     euid = state.host.euid
     if euid == 0 and iptables is not None:
         problem = state.egress.iptables_problem()
         if problem is None:
-            return Finding(Status.OK, "closed per run by bridge firewall rules (root, "
+            return Verdict(Status.OK, "closed per run by bridge firewall rules (root, "
                            f"{iptables})", data={"closed": True})
         why = f"iptables does not work here: {problem}"
         remedy = "give sbx CAP_NET_ADMIN on the host's network namespace"
@@ -581,11 +581,11 @@ def check_egress_host_services(state: DoctorState) -> Finding:
     ports = listening_ports(state.egress.proc_net_tcp())
     data = {"closed": False, "why": why, "ports": ports}
     if not ports:
-        return Finding(Status.OK, f"no host TCP service listens on all interfaces (bridges stay "
+        return Verdict(Status.OK, f"no host TCP service listens on all interfaces (bridges stay "
                        f"open: {why})", data=data)
     listed = ", ".join(str(port) for port in ports)
     noun = f"ports {listed} listen" if len(ports) > 1 else f"port {listed} listens"
-    return Finding(Status.WARN, f"{noun} on all interfaces and a sandbox network could reach "
+    return Verdict(Status.WARN, f"{noun} on all interfaces and a sandbox network could reach "
                    f"{'them' if len(ports) > 1 else 'it'} ({why}: cannot install bridge rules)",
                    Reason.HOST_SERVICES_EXPOSED, f"{remedy[0].upper()}{remedy[1:]}, or bind "
                    "those services to 127.0.0.1.", data)
@@ -594,7 +594,7 @@ def check_egress_host_services(state: DoctorState) -> Finding:
 PLAN_TIMEOUT_S: Final = 900.0  # the plan may build the kit image, as `sbx run` would
 
 
-def check_workload(state: DoctorState) -> Finding:
+def check_workload(state: DoctorState) -> Verdict:
     """`sbx run`'s planning for the WORKLOAD, creating nothing (sbx.usecases.pipeline): a refusal
     is this check's failure, with the reason `sbx run` would give."""
     from sbx.usecases.pipeline import WorkloadRequest, dry_plan, explain_command, load, planned_user
@@ -624,12 +624,12 @@ def check_workload(state: DoctorState) -> Finding:
     if skipped:
         types = ", ".join(sorted({s["type"] for s in skipped}))
         credential = any(s["type"].endswith("/credential@1") for s in skipped)
-        return Finding(Status.WARN, f"{detail}; optional capabilities skipped: {types}",
+        return Verdict(Status.WARN, f"{detail}; optional capabilities skipped: {types}",
                        Reason.CREDENTIAL_UNBOUND if credential
                        else Reason.UNSUPPORTED_CAPABILITY,
                        "Skipped capabilities are recorded; nothing to do unless the kit "
                        "needs them (`sbx secret set SERVICE` binds a credential).", data)
-    return Finding(Status.OK, detail, data=data)
+    return Verdict(Status.OK, detail, data=data)
 
 
 KIT_CHECKS: Final[tuple[Check, ...]] = (
@@ -647,11 +647,11 @@ CHECKS: Final[tuple[Check, ...]] = (
     Check("engine", "engine", check_engine),
     Check("limits", "resource limits", check_limits, needs_engine=True,
           timeout_s=lambda request: request.probe_timeout_s,
-          without_engine=Finding(Status.FAIL, f"not probed: {_ENGINE_DOWN}",
+          without_engine=Verdict(Status.FAIL, f"not probed: {_ENGINE_DOWN}",
                                  Reason.DOCKER_UNREACHABLE,
                                  "Fix the engine first (see the engine check).")),
     Check("gc", "stale objects", check_gc, needs_engine=True,
-          without_engine=Finding(Status.WARN, f"not counted: {_ENGINE_DOWN}",
+          without_engine=Verdict(Status.WARN, f"not counted: {_ENGINE_DOWN}",
                                  Reason.DOCKER_UNREACHABLE,
                                  "Fix the engine first (see the engine check).")),
     Check("egress-ca", "egress CA", check_egress_ca, timeout_reason=Reason.PROXY_FAILED),
@@ -693,7 +693,7 @@ def run_check(check: Check, state: DoctorState) -> CheckResult:
         try:
             box["finding"] = check.run(state)
         except SbxError as error:
-            box["finding"] = Finding(Status.FAIL, error.message.replace("\n", " "),
+            box["finding"] = Verdict(Status.FAIL, error.message.replace("\n", " "),
                                      error.reason, error.hint or error.reason.info.fix)
         except BaseException as exc:  # re-raised in the caller: a bug gets a crash report
             box["error"] = exc
@@ -705,16 +705,16 @@ def run_check(check: Check, state: DoctorState) -> CheckResult:
     worker.join(timeout)
     elapsed = time.monotonic() - started
     if worker.is_alive():
-        return _result(check, Finding(
+        return _result(check, Verdict(
             Status.FAIL, f"timed out after {timeout:g}s", check.timeout_reason,
             check.timeout_reason.info.fix), elapsed)
     if "error" in box:
         raise box["error"]
-    finding: Finding = box["finding"]
+    finding: Verdict = box["finding"]
     return _result(check, finding, elapsed)
 
 
-def _result(check: Check, finding: Finding, elapsed: float) -> CheckResult:
+def _result(check: Check, finding: Verdict, elapsed: float) -> CheckResult:
     return CheckResult(check.id, check.title, finding.status, finding.detail, finding.reason,
                        finding.fix if finding.status is not Status.OK else None, elapsed,
                        finding.data)
@@ -849,7 +849,7 @@ def compare_limits(limits: Limits, readings: Mapping[str, str]) -> list[LimitRea
     return out
 
 
-def judge_limits(limits: Limits, readings: Mapping[str, str], image_ref: str) -> Finding:
+def judge_limits(limits: Limits, readings: Mapping[str, str], image_ref: str) -> Verdict:
     compared = compare_limits(limits, readings)
     version = readings.get("cgroup", "?")
     data = {"cgroup_version": version, "probe_image": image_ref,
@@ -857,13 +857,13 @@ def judge_limits(limits: Limits, readings: Mapping[str, str], image_ref: str) ->
     missing = [r for r in compared if not r.enforced]
     if missing:
         listed = ", ".join(f"{r.name} (asked {r.asked}, read {r.read})" for r in missing)
-        return Finding(Status.FAIL, f"not enforced: {listed}", Reason.RESOURCE_LIMITS_UNENFORCED,
+        return Verdict(Status.FAIL, f"not enforced: {listed}", Reason.RESOURCE_LIMITS_UNENFORCED,
                        Reason.RESOURCE_LIMITS_UNENFORCED.info.fix,
                        {**data, "unenforced": [r.name for r in missing]})
     shown = ", ".join(f"{r.name} {r.asked}" for r in compared if r.name != "swap")
     swap_note = "" if any(r.name == "swap" for r in compared) else "; swap not checked " \
         "(no swap accounting)"
-    return Finding(Status.OK, f"{shown} enforced (cgroup v{version}, probe {image_ref})"
+    return Verdict(Status.OK, f"{shown} enforced (cgroup v{version}, probe {image_ref})"
                    f"{swap_note}", data=data)
 
 
@@ -921,7 +921,7 @@ def _cpus(millis: int) -> str:
 
 __all__ = ["CHECKS", "CHECK_TIMEOUT_S", "DEFAULT_EGRESS_PROBES", "PROBE_IMAGES", "PROBE_SCRIPT",
            "PROBE_TIMEOUT_S", "PROXY_CHECK_TIMEOUT_S", "Check", "CheckResult", "DoctorProxy",
-           "DoctorReport", "DoctorRequest", "DoctorState", "EgressProbes", "Finding",
+           "DoctorReport", "DoctorRequest", "DoctorState", "EgressProbes", "Verdict",
            "HostFacts", "LimitReading", "Status", "check_config", "check_egress_ca",
            "check_egress_host_services", "check_egress_proxy", "check_engine", "check_gc",
            "check_identity", "check_limits", "check_platform", "compare_limits",

@@ -418,7 +418,7 @@ def credential_services(kit_set: KitSet) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class RecordedRefusal:
     event: str
     timestamp: str
     blocked: str
@@ -436,7 +436,7 @@ class Refusal:
 class RunExplanation:
     run_id: str | None
     workload: str | None
-    refusals: tuple[Refusal, ...]
+    refusals: tuple[RecordedRefusal, ...]
     audit_log: str
     skipped_lines: int = 0  # audit log lines that were not well-formed events
 
@@ -460,7 +460,7 @@ def _egress_target(details: Mapping[str, Any]) -> str:
     return f"{method} {scheme}://{where}{path}"
 
 
-def _refusal(event: Mapping[str, Any], prefix: str) -> Refusal | None:
+def _refusal(event: Mapping[str, Any], prefix: str) -> RecordedRefusal | None:
     details = event.get("details") or {}
     if not isinstance(details, Mapping):
         return None
@@ -475,18 +475,19 @@ def _refusal(event: Mapping[str, Any], prefix: str) -> Refusal | None:
         where = f"{details.get('host')}:{details.get('port')}"
         blocked = f"{method} {where}" + (f" {details['path']}" if details.get("path") else "")
         code = str(details.get("code") or "")
-        return Refusal(kind, stamp, f"{blocked} ({phase or 'runtime'} phase)",
-                       str(details.get("rule") or "-"), code,
-                       REGISTRY[Reason.EGRESS_DENIED].fix, command)
+        return RecordedRefusal(kind, stamp, f"{blocked} ({phase or 'runtime'} phase)",
+                               str(details.get("rule") or "-"), code,
+                               REGISTRY[Reason.EGRESS_DENIED].fix, command)
     if kind == audit.SANDBOX_UNAVAILABLE:
         code = str(details.get("reason") or "")
         try:
             reason = Reason(code)
         except ValueError:
-            return Refusal(kind, stamp, "the run did not start", "-", code, "-",
-                           "sbx explain --list")
-        return Refusal(kind, stamp, f"the run of {details.get('workload', '?')} did not start",
-                       "-", code, REGISTRY[reason].fix, f"sbx explain {code}")
+            return RecordedRefusal(kind, stamp, "the run did not start", "-", code, "-",
+                                   "sbx explain --list")
+        workload = details.get("workload", "?")
+        return RecordedRefusal(kind, stamp, f"the run of {workload} did not start",
+                               "-", code, REGISTRY[reason].fix, f"sbx explain {code}")
     return None
 
 
@@ -558,7 +559,7 @@ def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
                  "sbx explain WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]")
 
 
-__all__ = ["Item", "Refusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
+__all__ = ["Item", "RecordedRefusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
            "Target", "config_item", "credential_services", "explain_prefix", "explain_request",
            "explain_plan", "explain_run", "explain_sandbox", "is_run_id", "load", "parse_target",
            "pending_rules", "reason_of", "split_request", "static_composition"]

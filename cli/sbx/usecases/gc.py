@@ -234,7 +234,7 @@ class ImageEntry:
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunDirState:
     pid: int | None
     deadline: int | None
     proxy_pid: int | None
@@ -250,7 +250,7 @@ class RunDir:
     path: Path
     real_dir: bool
     age_s: float
-    record: RunRecord | None  # None: missing or unreadable run.json
+    record: RunDirState | None  # None: missing or unreadable run.json
 
 
 @dataclass(frozen=True)
@@ -415,7 +415,7 @@ def _newest_entry(path: Path) -> float:
     return newest
 
 
-def _read_record(path: Path) -> RunRecord | None:
+def _read_record(path: Path) -> RunDirState | None:
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_RECORD_BYTES + 1)
@@ -429,9 +429,9 @@ def _read_record(path: Path) -> RunRecord | None:
         return None
     if not isinstance(data, dict):
         return None
-    return RunRecord(_int(data.get("pid")), _int(data.get("deadline")),
-                     _int(data.get("proxy_pid")), isinstance(data.get("name"), str),
-                     owner_alive(path.parent))
+    return RunDirState(_int(data.get("pid")), _int(data.get("deadline")),
+                       _int(data.get("proxy_pid")), isinstance(data.get("name"), str),
+                       owner_alive(path.parent))
 
 
 def owner_alive(run_dir: Path) -> bool | None:
@@ -469,7 +469,7 @@ class Clock:
     def past(self, deadline: int) -> bool:
         return self.now > deadline + self.grace_s
 
-    def run_live(self, record: RunRecord | None) -> bool:
+    def run_live(self, record: RunDirState | None) -> bool:
         """The sbx process of a run is alive (inside its deadline + grace: past it, a live pid
         is a reused one or a hung run whose container goes by its deadline anyway)."""
         if record is None:
@@ -1211,7 +1211,7 @@ def _audit(state_home: Path, result: GcResult) -> None:
 __all__ = ["CONTAINER_STATES", "KINDS", "LOCK_FILE", "MAX_BATCHES", "RUNS_DIR", "RUN_RECORD",
            "UNREADABLE_RECORD_FLOOR_S", "Clock", "ContainerEntry", "Firewall", "GcFailure",
            "GcItem", "GcRequest", "GcResult", "ImageEntry", "Listing", "ListingInvalid",
-           "Processes", "RunDir", "RunRecord", "SharedEntry", "collect", "gc_lock",
+           "Processes", "RunDir", "RunDirState", "SharedEntry", "collect", "gc_lock",
            "judge_container", "judge_image", "judge_rule", "judge_run_dir", "judge_shared",
            "parse_images", "parse_listing", "pid_alive", "proc_cmdline", "ran_before",
            "read_run_dirs", "survey"]

@@ -23,8 +23,8 @@ from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.descriptor import parse_descriptor_text
 from sbx.domain.kits.lock import (
-    Decision,
     GateResult,
+    LockDecision,
     LockEntry,
     gate,
     lock_path,
@@ -167,14 +167,14 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
         details = {"reference": text, "digest": manifest.digest,
                    "previous_digest": previous_digest, "first_pull": previous is None,
                    "widenings": [w.as_dict() for w in result.widenings]}
-        if result.decision is Decision.REFUSED:
+        if result.decision is LockDecision.REFUSED:
             audit.record(app.state_home, audit.KIT_WIDENING_REFUSED, run_id=None,
                          severity="warning", details=details)
             raise _refusal(text, manifest.digest, previous_digest, result, details)
         if result.via is not None:  # approved: a widening, or a first pull's permissions
             audit.record(app.state_home, audit.KIT_WIDENING_ACCEPTED, run_id=None,
                          severity="warning", details={**details, "via": result.via})
-            if result.decision is Decision.NEW and result.via == "accept-flag":
+            if result.decision is LockDecision.NEW and result.via == "accept-flag":
                 on_notice(f"{text} asks for (accepted with --accept):\n"
                           + _surface_lines(candidate))
         planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,

@@ -310,7 +310,7 @@ class Port:
 
 
 @dataclass(frozen=True)
-class Entry:
+class MergedRequest:
     """Any other merged request: its type, config (``None`` when config-less) and askers."""
 
     type: str
@@ -331,15 +331,15 @@ class Composition:
     volumes: tuple[Volume, ...] = ()
     host_mounts: tuple[HostMount, ...] = ()
     ports: tuple[Port, ...] = ()
-    usb: tuple[Entry, ...] = ()
-    skills: tuple[Entry, ...] = ()
-    bundled_skills: tuple[Entry, ...] = ()
-    contexts: tuple[Entry, ...] = ()
-    acp: tuple[Entry, ...] = ()
-    resources: Entry | None = None
-    agent_sessions: Entry | None = None
-    agent_interactive_sessions: Entry | None = None
-    others: tuple[Entry, ...] = field(default=())
+    usb: tuple[MergedRequest, ...] = ()
+    skills: tuple[MergedRequest, ...] = ()
+    bundled_skills: tuple[MergedRequest, ...] = ()
+    contexts: tuple[MergedRequest, ...] = ()
+    acp: tuple[MergedRequest, ...] = ()
+    resources: MergedRequest | None = None
+    agent_sessions: MergedRequest | None = None
+    agent_interactive_sessions: MergedRequest | None = None
+    others: tuple[MergedRequest, ...] = field(default=())
 
     def credentials_for(self, phase: Phase) -> tuple[Credential, ...]:
         return tuple(c for c in self.credentials if c.phase == phase)
@@ -740,7 +740,7 @@ class _Merge:
                          f"{new_session!r} disagrees with lifecycle interactive "
                          f"{list(lifecycle.interactive)!r}; they name the same launch")
 
-    def _contexts(self) -> tuple[Entry, ...]:
+    def _contexts(self) -> tuple[MergedRequest, ...]:
         # Explicit profiles (directory + filename) are all kept; a legacy profile filename
         # belongs to the kit that owns the environment, so two different ones cannot both win.
         legacy: _Keyed | None = None
@@ -779,10 +779,11 @@ def _restated(held: _Keyed, origin: Origin, optional: bool) -> None:
     held.optional = held.optional and optional
 
 
-def _entry(keyed: _Keyed) -> Entry:
+def _entry(keyed: _Keyed) -> MergedRequest:
     config = keyed.item.get("config")
     plain = dict(config) if isinstance(config, Mapping) and config else None
-    return Entry(str(keyed.item.get("type", "")), plain, keyed.optional, tuple(keyed.origins))
+    return MergedRequest(str(keyed.item.get("type", "")), plain, keyed.optional,
+                         tuple(keyed.origins))
 
 
 def _config(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -938,7 +939,7 @@ __all__ = [
     "Volume",
     "HostMount",
     "Port",
-    "Entry",
+    "MergedRequest",
     "Composition",
     "compose",
     "contributions_of",

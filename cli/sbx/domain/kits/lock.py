@@ -207,7 +207,7 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
 # --- the gate ---------------------------------------------------------------------------------
 
 
-class Decision(enum.StrEnum):
+class LockDecision(enum.StrEnum):
     NEW = "new"  # not in the lock: pinned after showing its surface
     UNCHANGED = "unchanged"  # same digest as locked
     WITHIN = "within"  # a new digest within (or narrower than) the granted surface: silent
@@ -217,13 +217,13 @@ class Decision(enum.StrEnum):
 
 @dataclass(frozen=True)
 class GateResult:
-    decision: Decision
+    decision: LockDecision
     widenings: tuple[Widening, ...] = ()
     via: str | None = None  # "accept-flag" | "terminal" for ACCEPTED
 
     @property
     def allowed(self) -> bool:
-        return self.decision is not Decision.REFUSED
+        return self.decision is not LockDecision.REFUSED
 
 
 def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept: bool,
@@ -233,29 +233,30 @@ def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept:
     ``confirm`` is the terminal prompt (None without a terminal). Widenings need ``accept`` or
     a confirmation; narrowing and movement inside the granted surface apply silently. A first
     pull is a widening from nothing: a kit that asks for any permission needs the same
-    approval (refused as :attr:`Decision.REFUSED` with no previous entry); one that asks for
+    approval (refused as :attr:`LockDecision.REFUSED` with no previous entry); one that asks for
     none is pinned silently.
     """
     if previous is None:
         everything = tuple(diff_widenings(Surface(), candidate))
         if not everything:
-            return GateResult(Decision.NEW)
+            return GateResult(LockDecision.NEW)
         if accept:
-            return GateResult(Decision.NEW, everything, "accept-flag")
+            return GateResult(LockDecision.NEW, everything, "accept-flag")
         if confirm is not None and confirm(everything):
-            return GateResult(Decision.NEW, everything, "terminal")
-        return GateResult(Decision.REFUSED, everything)
+            return GateResult(LockDecision.NEW, everything, "terminal")
+        return GateResult(LockDecision.REFUSED, everything)
     widenings = tuple(diff_widenings(previous.permissions, candidate))
     if not widenings:
         same = previous.digest == digest
-        return GateResult(Decision.UNCHANGED if same else Decision.WITHIN)
+        return GateResult(LockDecision.UNCHANGED if same else LockDecision.WITHIN)
     if accept:
-        return GateResult(Decision.ACCEPTED, widenings, "accept-flag")
+        return GateResult(LockDecision.ACCEPTED, widenings, "accept-flag")
     if confirm is not None and confirm(widenings):
-        return GateResult(Decision.ACCEPTED, widenings, "terminal")
-    return GateResult(Decision.REFUSED, widenings)
+        return GateResult(LockDecision.ACCEPTED, widenings, "terminal")
+    return GateResult(LockDecision.REFUSED, widenings)
 
 
-__all__ = ["LOCK_FILE", "Decision", "GateResult", "Lock", "LockEntry", "descriptor_path", "gate",
+__all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "descriptor_path",
+           "gate",
            "load_locked_kit", "lock_path", "read_lock", "store_descriptor", "write_atomic",
            "write_lock"]

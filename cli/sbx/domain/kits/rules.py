@@ -141,7 +141,7 @@ def _strings(value: Any) -> list[str]:
 # -- the document walk --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Entry:
+class CapabilityEntry:
     """One ordinary capability entry and where it sits."""
 
     path: Parts
@@ -201,7 +201,7 @@ def check_selected(entries: Sequence[Mapping[str, Any]], file: str,
     """
     where = list(paths) if paths is not None else [("capabilities", i)
                                                    for i in range(len(entries))]
-    block = [Entry(p, _mapping(e)) for p, e in zip(where, entries, strict=True)]
+    block = [CapabilityEntry(p, _mapping(e)) for p, e in zip(where, entries, strict=True)]
     out = _Out()
     _block(block, out, inject=True)
     return position(out.found, {}, file, [])
@@ -409,7 +409,7 @@ def _recipe(doc: Mapping[str, Any], out: _Out) -> None:
 
 # -- capabilities -------------------------------------------------------------------------------
 
-def _all_entries(doc: Mapping[str, Any]) -> Iterator[Entry]:
+def _all_entries(doc: Mapping[str, Any]) -> Iterator[CapabilityEntry]:
     """Every ordinary entry, top-level and group members alike."""
     for i, item in enumerate(_items(doc.get("capabilities"))):
         if not isinstance(item, Mapping):
@@ -417,28 +417,28 @@ def _all_entries(doc: Mapping[str, Any]) -> Iterator[Entry]:
         if "group" in item:
             for j, member in enumerate(_items(_mapping(item.get("group")).get("capabilities"))):
                 if isinstance(member, Mapping) and "group" not in member:
-                    yield Entry(("capabilities", i, "group", "capabilities", j), member)
+                    yield CapabilityEntry(("capabilities", i, "group", "capabilities", j), member)
         else:
-            yield Entry(("capabilities", i), item)
+            yield CapabilityEntry(("capabilities", i), item)
 
 
 def _capabilities(doc: Mapping[str, Any], out: _Out) -> None:
     items = _items(doc.get("capabilities"))
     kind = _string(doc.get("kind"))
-    top: list[Entry] = []
-    groups: list[list[Entry]] = []
+    top: list[CapabilityEntry] = []
+    groups: list[list[CapabilityEntry]] = []
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
             continue
         here: Parts = ("capabilities", i)
         if "group" not in item:
-            top.append(Entry(here, item))
+            top.append(CapabilityEntry(here, item))
             continue
         mixed = [k for k in ("type", "name", "description", "optional", "config") if k in item]
         if mixed:
             out.add(here, "an item is one ordinary entry or one group, not both: remove "
                           + ", ".join(mixed) + " beside group")
-        members: list[Entry] = []
+        members: list[CapabilityEntry] = []
         for j, member in enumerate(_items(_mapping(item.get("group")).get("capabilities"))):
             at: Parts = (*here, "group", "capabilities", j)
             if not isinstance(member, Mapping):
@@ -449,7 +449,7 @@ def _capabilities(doc: Mapping[str, Any], out: _Out) -> None:
             if "optional" in member:
                 out.add((*at, "optional"), "group members must not state optional (even false); "
                                            "the group's optional decides")
-            members.append(Entry(at, member))
+            members.append(CapabilityEntry(at, member))
         groups.append(members)
     for entry in [*top, *(m for g in groups for m in g)]:
         _entry(entry, kind, out)
@@ -458,7 +458,7 @@ def _capabilities(doc: Mapping[str, Any], out: _Out) -> None:
         _block(members, out, inject=False)
 
 
-def _entry(entry: Entry, kind: str | None, out: _Out) -> None:
+def _entry(entry: CapabilityEntry, kind: str | None, out: _Out) -> None:
     ctype = entry.type
     if ctype is None:
         return
@@ -473,7 +473,8 @@ def _entry(entry: Entry, kind: str | None, out: _Out) -> None:
         rule(entry, config, kind, out)
 
 
-def _network_v2(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _network_v2(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+                out: _Out) -> None:
     grants = 0
     for phase in PHASES:
         rules = _mapping(config.get(phase))
@@ -523,7 +524,8 @@ def _network_entry(at: Parts, phase: str, side: str, raw: Mapping[str, Any], out
                                            "literally")
 
 
-def _credential(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _credential(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+                out: _Out) -> None:
     api_key = config.get("apiKey")
     if isinstance(api_key, Mapping):
         name = api_key.get("name")
@@ -558,7 +560,8 @@ def _nulls(value: Any, parts: Parts) -> Iterator[Parts]:
             yield from _nulls(child, (*parts, i))
 
 
-def _ssh_agent(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _ssh_agent(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+               out: _Out) -> None:
     unrestricted = config.get("unrestricted", True)
     stated = [k for k in ("sign", "authenticate") if k in config]
     if unrestricted is False and not stated:
@@ -579,7 +582,8 @@ def _ssh_agent(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _
                                                            "DNS name")
 
 
-def _usb_device(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _usb_device(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+                out: _Out) -> None:
     vendor, product = "vendorId" in config, "productId" in config
     if (vendor or product) == ("class" in config):
         out.add(entry.at("config"), "declare either vendorId with productId, or class: not both "
@@ -588,7 +592,8 @@ def _usb_device(entry: Entry, config: Mapping[str, Any], kind: str | None, out: 
         out.add(entry.at("config"), "vendorId and productId go together")
 
 
-def _lifecycle(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _lifecycle(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+               out: _Out) -> None:
     if not any(_items(config.get(k)) for k in ("install", "startup", "files", "interactive")):
         out.add(entry.at("config"), "lifecycle declares no hooks, no files and no interactive "
                                     "tail; drop the entry instead")
@@ -606,7 +611,8 @@ def _blank_command(command: Any) -> bool:
     return False
 
 
-def _agent_context(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _agent_context(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+                   out: _Out) -> None:
     if "content" in config and "contentFile" in config:
         out.add(entry.at("config"), "contentFile and content are mutually exclusive")
     filename = config.get("filename")
@@ -627,7 +633,8 @@ def _argv_has(argv: Any, needle: str) -> bool:
     return any(isinstance(a, str) and needle in a for a in _items(argv))
 
 
-def _sessions(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _sessions(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+              out: _Out) -> None:
     interactive = entry.type == INTERACTIVE_SESSIONS
     if interactive:
         verbs = any(k in config for k in ("prompt", "resume", "continue", "newSession",
@@ -656,7 +663,8 @@ def _empty_command(command: Any) -> bool:
     return False
 
 
-def _agent_skill(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _agent_skill(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+                 out: _Out) -> None:
     path = config.get("path")
     if "name" in config or not isinstance(path, str) or contains_placeholder(path):
         return
@@ -667,7 +675,7 @@ def _agent_skill(entry: Entry, config: Mapping[str, Any], kind: str | None, out:
                                             "name")
 
 
-def _acp(entry: Entry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
+def _acp(entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None, out: _Out) -> None:
     agent = config.get("agent")
     if isinstance(agent, str) and agent and not contains_placeholder(agent):
         if "@" in agent:
@@ -716,7 +724,7 @@ class _Keys:
         return previous
 
 
-def _block(entries: Sequence[Entry], out: _Out, *, inject: bool) -> None:
+def _block(entries: Sequence[CapabilityEntry], out: _Out, *, inject: bool) -> None:
     keys = _Keys()
     duplicate_singleton: set[Parts] = set()
     for entry in entries:
@@ -745,7 +753,7 @@ def _block(entries: Sequence[Entry], out: _Out, *, inject: bool) -> None:
         _inject_within_allow(entries, out)
 
 
-def _instance_keys(entry: Entry, ctype: str, keys: _Keys, out: _Out) -> None:
+def _instance_keys(entry: CapabilityEntry, ctype: str, keys: _Keys, out: _Out) -> None:
     config = entry.config
     if ctype == CREDENTIAL:
         service = _string(config.get("service"))
@@ -807,7 +815,8 @@ def _instance_keys(entry: Entry, ctype: str, keys: _Keys, out: _Out) -> None:
         _context_arity(entry, config, keys, out)
 
 
-def _context_arity(entry: Entry, config: Mapping[str, Any], keys: _Keys, out: _Out) -> None:
+def _context_arity(entry: CapabilityEntry, config: Mapping[str, Any], keys: _Keys,
+                   out: _Out) -> None:
     if "directory" not in config:
         previous = keys.claim("context", "undirected", entry.path)
         if previous is not None:
@@ -835,9 +844,9 @@ def _literal_argv(value: Any) -> list[str] | None:
     return None
 
 
-def _agreement(entries: Sequence[Entry], out: _Out) -> None:
+def _agreement(entries: Sequence[CapabilityEntry], out: _Out) -> None:
     """lifecycle.interactive == interactive-sessions.newSession; the two `list`s agree."""
-    by_type: dict[str, Entry] = {}
+    by_type: dict[str, CapabilityEntry] = {}
     for entry in entries:
         if entry.type is not None:
             by_type.setdefault(entry.type, entry)
@@ -873,7 +882,7 @@ def _allow_hosts(config: Mapping[str, Any], phase: str) -> set[str] | None:
     return hosts
 
 
-def _inject_within_allow(entries: Sequence[Entry], out: _Out) -> None:
+def _inject_within_allow(entries: Sequence[CapabilityEntry], out: _Out) -> None:
     policies = [e for e in entries if e.type in (NETWORK_V1, NETWORK_V2)]
     if len(policies) > 1 or any(deferred(p.data.get("config")) for p in policies):
         return  # ambiguous or parameterized: judged on the effective descriptor
@@ -905,5 +914,5 @@ __all__ = [
     "CREDENTIAL", "GIT_IDENTITY", "HOST_MOUNT", "HTTP_METHODS", "INTERACTIVE_SESSIONS",
     "KIT_REGISTRY", "KNOWN_TYPES", "LIFECYCLE", "LONG_RUNNING", "NETWORK_V1", "NETWORK_V2",
     "PORT", "PRIVILEGED", "RESOURCES", "SBX", "SINGLETONS", "SSH_AGENT", "USB_DEVICE", "VOLUME",
-    "Entry", "check", "check_selected", "deferred", "describe", "findings", "parse_path",
+    "CapabilityEntry", "check", "check_selected", "deferred", "describe", "findings", "parse_path",
 ]

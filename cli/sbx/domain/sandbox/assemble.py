@@ -87,14 +87,14 @@ class AssembledImage:
 
 
 @dataclass(frozen=True)
-class Entry:
+class FileEntry:
     """One path of an image's filesystem."""
 
     kind: str  # file | dir | symlink | hardlink (target not hashed) | other
     digest: str  # file: sha256 hex; symlink, hardlink: target; other: device detail; dir: ""
 
 
-FileIndex = Mapping[str, Entry]  # absolute path (no trailing slash) -> entry
+FileIndex = Mapping[str, FileEntry]  # absolute path (no trailing slash) -> entry
 
 
 @dataclass(frozen=True)
@@ -186,12 +186,12 @@ def dockerfile(workload_id: str, copy_ids: Sequence[str], env: Mapping[str, str]
     return "\n".join(lines) + "\n"
 
 
-def _describe(entry: Entry) -> str:
+def _describe(entry: FileEntry) -> str:
     return {"dir": "a directory", "file": "a file", "symlink": f"a symlink to {entry.digest}",
             "hardlink": f"a hard link to {entry.digest}"}.get(entry.kind, entry.digest)
 
 
-def _difference(earlier: Entry, later: Entry) -> str | None:
+def _difference(earlier: FileEntry, later: FileEntry) -> str | None:
     """Why ``later`` may not replace ``earlier``, or None when it may."""
     if earlier.kind == "dir" and later.kind == "dir":
         return None
@@ -210,7 +210,7 @@ def find_collisions(workload_ref: str, workload: FileIndex,
     of the path), and the workload's entries against the last mixin providing the same path.
     ``workload`` need only hold the paths the mixins provide.
     """
-    provided: dict[str, tuple[str, Entry]] = {}
+    provided: dict[str, tuple[str, FileEntry]] = {}
     found: dict[tuple[str, str, str], Collision] = {}
     for ref, index in mixins:
         for path, entry in index.items():
@@ -249,13 +249,13 @@ def collision_error(collisions: Sequence[Collision]) -> SbxError:
     )
 
 
-def with_parents(index: Mapping[str, Entry]) -> dict[str, Entry]:
+def with_parents(index: Mapping[str, FileEntry]) -> dict[str, FileEntry]:
     """The index plus every ancestor directory of its paths (a tar need not list them)."""
     full = dict(index)
     for path in index:
         parent = posixpath.dirname(path)
         while parent not in ("/", "") and parent not in full:
-            full[parent] = Entry("dir", "")
+            full[parent] = FileEntry("dir", "")
             parent = posixpath.dirname(parent)
     return full
 
@@ -276,13 +276,13 @@ def _sha256(archive: tarfile.TarFile, member: tarfile.TarInfo) -> str:
 
 
 def read_index(stream: IO[bytes], wanted: Callable[[str], bool] | None = None,
-               ) -> dict[str, Entry]:
+               ) -> dict[str, FileEntry]:
     """The file index of a filesystem tar, read as a stream (nothing kept but the index).
 
     Only the paths ``wanted`` accepts are hashed and listed (all when None). The engine's
     per-container entries (:data:`ENGINE_PATHS`) are left out.
     """
-    index: dict[str, Entry] = {}
+    index: dict[str, FileEntry] = {}
     hashed: dict[str, str] = {}
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
@@ -290,21 +290,21 @@ def read_index(stream: IO[bytes], wanted: Callable[[str], bool] | None = None,
             if path is None or path in ENGINE_PATHS or (wanted is not None and not wanted(path)):
                 continue
             if member.isdir():
-                entry = Entry("dir", "")
+                entry = FileEntry("dir", "")
             elif member.isreg():
                 hashed[path] = _sha256(archive, member)
-                entry = Entry("file", hashed[path])
+                entry = FileEntry("file", hashed[path])
             elif member.issym():
-                entry = Entry("symlink", member.linkname)
+                entry = FileEntry("symlink", member.linkname)
             elif member.islnk():
                 target = _normalise(member.linkname) or "/"
-                entry = (Entry("file", hashed[target]) if target in hashed
-                         else Entry("hardlink", target))
+                entry = (FileEntry("file", hashed[target]) if target in hashed
+                         else FileEntry("hardlink", target))
             elif member.ischr() or member.isblk():
                 kind = "char device" if member.ischr() else "block device"
-                entry = Entry("other", f"a {kind} {member.devmajor}:{member.devminor}")
+                entry = FileEntry("other", f"a {kind} {member.devmajor}:{member.devminor}")
             else:
-                entry = Entry("other", "a fifo" if member.isfifo() else "a special file")
+                entry = FileEntry("other", "a fifo" if member.isfifo() else "a special file")
             index[path] = entry
     return index
 
@@ -337,7 +337,7 @@ class _ChunkReader(io.RawIOBase):
 
 
 def export_index(driver: Driver, image_id: str, helper_labels: Mapping[str, str],
-                 wanted: Callable[[str], bool] | None) -> dict[str, Entry]:
+                 wanted: Callable[[str], bool] | None) -> dict[str, FileEntry]:
     """An image's file index (see :func:`read_index`) from a streamed export."""
     with closing(driver.export_image(image_id, helper_labels)) as chunks:
         return read_index(io.BufferedReader(_ChunkReader(chunks), _HASH_CHUNK), wanted)
@@ -348,13 +348,13 @@ def _cache_file(cache_dir: Path, image_id: str) -> Path:
 
 
 def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
-                helper_labels: Mapping[str, str]) -> dict[str, Entry]:
+                helper_labels: Mapping[str, str]) -> dict[str, FileEntry]:
     """A mixin image's full file index, ancestors included; computed once per image id."""
     cache = _cache_file(cache_dir, image_id)
     try:
         data = json.loads(cache.read_text(encoding="utf-8"))
         if data["format"] == INDEX_FORMAT and data["image"] == image_id:
-            return {str(p): Entry(str(v[0]), str(v[1])) for p, v in data["entries"].items()}
+            return {str(p): FileEntry(str(v[0]), str(v[1])) for p, v in data["entries"].items()}
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
             RecursionError):  # a damaged cache entry is a miss
         pass
@@ -368,7 +368,7 @@ def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
 
 
 def workload_index(driver: Driver, image_id: str, paths: set[str],
-                   helper_labels: Mapping[str, str]) -> dict[str, Entry]:
+                   helper_labels: Mapping[str, str]) -> dict[str, FileEntry]:
     """The workload's entries for ``paths`` only, hashed while its export streams by.
 
     A hard link whose target was not among ``paths`` is resolved by a second, narrower pass.
@@ -443,7 +443,7 @@ def _cached_or_assembled(driver: Driver, workload: WorkloadImage,
                     ASSEMBLY_LABEL: key, label_keys.VERSION: _version()}
     names = ", ".join(ref for ref, _ in content)
     with progress(f"assembling {workload_ref} with {names}") as on_line:
-        indexes: list[tuple[str, dict[str, Entry]]] = []
+        indexes: list[tuple[str, dict[str, FileEntry]]] = []
         for ref, image in content:
             on_line(f"reading the file list of {ref}")
             indexes.append((ref, mixin_index(driver, image.id, cache_dir, helper_labels)))
@@ -474,7 +474,7 @@ def _version() -> str:
 
 
 __all__ = ["ASSEMBLY_LABEL", "DEFAULT_PATH", "ENGINE_PATHS", "AssembledImage", "Collision",
-           "Entry", "FileIndex", "WorkloadImage", "assemble", "assembled_tag", "assembly_key",
+           "FileEntry", "FileIndex", "WorkloadImage", "assemble", "assembled_tag", "assembly_key",
            "collision_error", "dockerfile", "env_changes", "export_index", "find_collisions",
            "merge_env", "merge_labels", "mixin_index", "read_index", "with_parents",
            "workload_index"]

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.compose import Composition, Entry, size_bytes
+from sbx.domain.kits.compose import Composition, MergedRequest, size_bytes
 from sbx.domain.kits.local import LocalKit
 from sbx.domain.kits.markers import INDEX_END, INDEX_START, neutralise
 from sbx.domain.kits.publish import STAGE_ROOT
@@ -115,7 +115,7 @@ def plan_capabilities(composition: Composition, *, limits: Limits, allow_privile
                           notes=tuple(notes))
 
 
-def _resources(entry: Entry | None, limits: Limits,
+def _resources(entry: MergedRequest | None, limits: Limits,
                skipped: list[SelectionRecord]) -> Limits:
     if entry is None or not entry.config:
         return limits
