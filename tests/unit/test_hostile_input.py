@@ -38,10 +38,10 @@ from sbx.domain.kits.descriptor import (
     MAX_DESCRIPTOR_BYTES,
     MAX_NODES,
     SYNTAX_LINE,
-    Diagnostic,
     parse_descriptor_text,
     read_descriptor_text,
 )
+from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.kitset import load_kit_set
 from sbx.domain.kits.markers import INDEX_END, INDEX_START, neutralise
 from sbx.domain.kits.patterns import MAX_PATTERN_LENGTH, PatternError, check_pattern, full_match

@@ -14,19 +14,21 @@ from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import (
     ExpandedKit,
-    contains_env_ref,
     declarations,
     expand,
     final_environment,
-    malformed_placeholders,
     parse_arg_assignment,
     parse_arg_assignments,
-    referenced_args,
     typed_scalar,
     validate_effective,
-    whole_arg_ref,
 )
 from sbx.domain.kits.descriptor import parse_descriptor_text
+from sbx.domain.kits.placeholders import (
+    contains_env_ref,
+    malformed_placeholders,
+    referenced_args,
+    whole_arg_ref,
+)
 
 HEAD = '# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkind: mixin\n'
 SECRET = "value-that-must-never-be-printed"  # noqa: S105 - a marker, not a password

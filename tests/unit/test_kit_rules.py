@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sbx.domain.kits import rules
-from sbx.domain.kits.descriptor import format_path
+from sbx.domain.kits.diagnostics import format_path
 
 NP1 = "com.docker.sandbox/network-policy@1"
 NP2 = "com.docker.sandbox/network-policy@2"
@@ -211,3 +211,20 @@ def test_every_known_type_has_a_wired_config_schema() -> None:
         schema = json.loads(root.joinpath(f"capabilities/{short}.json").read_text("utf-8"))
         assert schema["$id"].endswith(f"/capabilities/{short}.json")
         assert ("not" in schema) == (ctype in rules.CONFIGLESS)
+
+
+def test_the_validation_cache_key_hashes_every_rule_source_that_exists() -> None:
+    # A moved or renamed rule module must not silently drop out of the key (a stale "valid"
+    # would then survive an edit of that module): every listed source is read, none skipped.
+    from importlib import resources
+
+    import sbx.domain.kits.descriptor as descriptor
+
+    package = resources.files("sbx.domain.kits")
+    listed = set(descriptor._RULE_MODULES)
+    for name in listed:
+        assert package.joinpath(name).is_file(), name
+    # The modules that decide validity are all listed.
+    for module in ("descriptor", "diagnostics", "rules", "args", "placeholders", "patterns",
+                   "versions"):
+        assert f"{module}.py" in listed

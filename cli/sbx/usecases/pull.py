@@ -106,7 +106,8 @@ def preflight(reference: str, manifest: KitManifest) -> tuple[str, Surface] | No
 def published_form_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The rules a published descriptor meets beyond an authored one (KIT-SPEC-V3 §1.9):
     never `kind: set`, no build-phase arg reference left, and every provide versioned."""
-    from sbx.domain.kits.args import declarations, referenced_args
+    from sbx.domain.kits.args import declarations
+    from sbx.domain.kits.placeholders import referenced_args
     from sbx.domain.kits.versions import VersionError, parse_provide
 
     problems: list[tuple[str, str]] = []

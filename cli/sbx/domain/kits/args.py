@@ -40,24 +40,20 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.descriptor import (
     MAX_DESCRIPTOR_BYTES,
     Descriptor,
-    Finding,
-    Parts,
     load_document,
-    position,
     raise_diagnostics,
-    to_plain,
 )
+from sbx.domain.kits.diagnostics import Finding, Parts, position, to_plain
 from sbx.domain.kits.patterns import PatternError, full_match
-
-_WS: Final = r"[ \t\n\f\r]*"  # RE2's \s: ASCII only, as in the reference implementation
-_NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*"
-_BOUNDARY: Final = r"(?![A-Za-z0-9_])"
-ARG_REF: Final = re.compile(rf"\$\{{\{{{_WS}kit\.args\.({_NAME}){_WS}\}}\}}")
-ENV_REF: Final = re.compile(rf"\$\{{\{{{_WS}kit\.env\.({_NAME}){_WS}\}}\}}")
-ARG_OPENER: Final = re.compile(rf"\$\{{\{{{_WS}kit\.args{_BOUNDARY}")
-ENV_OPENER: Final = re.compile(rf"\$\{{\{{{_WS}kit\.env{_BOUNDARY}")
-KIT_OPENER: Final = re.compile(rf"\$\{{\{{{_WS}kit\.(?:args|env){_BOUNDARY}")
-ARG_NAME: Final = re.compile(_NAME)
+from sbx.domain.kits.placeholders import (
+    ARG_NAME,
+    ARG_REF,
+    ENV_OPENER,
+    ENV_REF,
+    contains_env_ref,
+    contains_placeholder,
+    whole_arg_ref,
+)
 
 # Config fields the schema types as strings although their values often look numeric: a whole
 # reference there keeps its spelling ("0755" or "755" must not become an int).
@@ -74,39 +70,16 @@ _INT64: Final = 2**63
 MAX_EXPANSION: Final = 2 * MAX_DESCRIPTOR_BYTES
 
 
-def contains_arg_ref(text: str) -> bool:
-    return "${{" in text and ARG_REF.search(text) is not None
 
 
-def contains_env_ref(text: str) -> bool:
-    """Any ``${{ kit.env`` opener, well-formed or not (a malformed one must fail, not pass)."""
-    return "${{" in text and ENV_OPENER.search(text) is not None
 
 
-def contains_placeholder(text: str) -> bool:
-    return "${{" in text and KIT_OPENER.search(text) is not None
 
 
-def referenced_args(text: str) -> list[str]:
-    """Arg names referenced in ``text``, in order of first appearance."""
-    return list(dict.fromkeys(m.group(1) for m in ARG_REF.finditer(text)))
 
 
-def whole_arg_ref(text: str) -> str | None:
-    """The arg name when ``text`` is exactly one reference, else None."""
-    match = ARG_REF.fullmatch(text)
-    return match.group(1) if match else None
 
 
-def malformed_placeholders(text: str) -> bool:
-    """Whether a ``${{ kit.args`` / ``${{ kit.env`` opener does not start a valid reference."""
-    if "${{" not in text:
-        return False
-    for opener in KIT_OPENER.finditer(text):
-        start = opener.start()
-        if not (ARG_REF.match(text, start) or ENV_REF.match(text, start)):
-            return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -566,11 +539,6 @@ def _raise(problems: list[Finding], file: str, text: str | None) -> None:
                                lines))
 
 
-__all__ = [
-    "ARG_NAME", "ARG_OPENER", "ARG_REF", "ENV_OPENER", "ENV_REF", "KIT_OPENER", "MAX_EXPANSION",
-    "ArgDecl", "ExpandedKit",
-    "check_value", "contains_arg_ref", "contains_env_ref", "contains_placeholder",
-    "declarations", "expand", "expand_build_phase", "final_environment", "malformed_placeholders",
-    "parse_arg_assignment", "parse_arg_assignments", "referenced_args", "resolve_args",
-    "typed_scalar", "validate_effective", "whole_arg_ref",
-]
+__all__ = ["MAX_EXPANSION", "ArgDecl", "ExpandedKit", "check_value", "declarations", "expand",
+           "expand_build_phase", "final_environment", "parse_arg_assignment",
+           "parse_arg_assignments", "resolve_args", "typed_scalar", "validate_effective"]

@@ -28,6 +28,15 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from sbx.base.errors import KitError
+from sbx.domain.kits.diagnostics import (
+    Diagnostic,
+    format_path,
+    key_position,
+    line_at,
+    position,
+    to_plain,
+    value_position,
+)
 
 SYNTAX_LINE: Final = "# syntax=docker/sandbox-kit:3"
 MAX_DESCRIPTOR_BYTES: Final = 512 * 1024  # KIT-SPEC-V3 §1.9 size budget
@@ -40,47 +49,12 @@ MAX_NODES: Final = 5_000  # YAML nodes: every scalar, key, mapping and list
 # human message lists the first ones, each with at most a window of its source line.
 MAX_SHOWN_DIAGNOSTICS: Final = 50
 MAX_KEPT_DIAGNOSTICS: Final = 1000
-_SOURCE_WINDOW: Final = 120
 
 
-@dataclass(frozen=True)
-class Diagnostic:
-    path: str  # dotted path, "" for the document itself
-    message: str
-    file: str
-    line: int  # 1-based; 0 when unknown
-    col: int  # 1-based; 0 when unknown
-    source_line: str = ""
-
-    def render(self) -> str:
-        where = f"{self.file}:{self.line}:{self.col}" if self.line else self.file
-        subject = f"{self.path}: " if self.path else ""
-        text = f"{where}: {subject}{self.message}"
-        if self.source_line:
-            shown, caret = _window(self.source_line, self.col)
-            text += f"\n    {shown}\n    {' ' * caret}^"
-        return text
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "message": self.message, "file": self.file,
-                "line": self.line, "col": self.col}
 
 
-Parts = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A problem found at a path, before it is given a position in a source file.
-
-    ``on_key`` points the position at a mapping key instead of its value (unknown or colliding
-    keys). The rules pass and argument expansion produce findings; :func:`position` turns them
-    into :class:`Diagnostic` values against whatever source document is at hand.
-    """
-
-    parts: Parts
-    message: str
-    on_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,35 +75,17 @@ class Descriptor:
         return list(self.data.get("capabilities") or [])
 
 
-def format_path(parts: Iterable[str | int]) -> str:
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
 
 
-def _window(line: str, col: int) -> tuple[str, int]:
-    """At most :data:`_SOURCE_WINDOW` characters of ``line`` around ``col`` and the caret's
-    offset in them: a one-line flow document must not be repeated whole under every problem."""
-    offset = max(col - 1, 0)
-    if len(line) <= _SOURCE_WINDOW:
-        return line, offset
-    start = min(max(offset - _SOURCE_WINDOW // 2, 0), len(line) - _SOURCE_WINDOW)
-    end = start + _SOURCE_WINDOW
-    head = "..." if start else ""
-    tail = "..." if end < len(line) else ""
-    return f"{head}{line[start:end]}{tail}", offset - start + len(head)
 
 
 _SCHEMA_DIR: Final = "schema"
 _SCHEMA_BASE: Final = "https://sbx.dev/schema/"
 # Sources whose text decides whether a descriptor is valid: hashed into the validation cache key,
 # so editing a schema or a rule can never serve a stale "valid" verdict.
-_RULE_MODULES: Final = ("kits/descriptor.py", "kits/rules.py", "kits/versions.py",
-                        "kits/args.py", "kits/patterns.py")
+# Names inside this package (sbx.domain.kits); tests/unit/test_descriptor.py checks each exists.
+_RULE_MODULES: Final = ("descriptor.py", "diagnostics.py", "rules.py", "versions.py", "args.py",
+                        "placeholders.py", "patterns.py")
 
 
 def _schema_files() -> list[tuple[str, str]]:
@@ -146,7 +102,7 @@ def _schema_files() -> list[tuple[str, str]]:
 @cache
 def _schema_text() -> str:
     parts = [f"{name}\0{text}" for name, text in _schema_files()]
-    package = resources.files("sbx")
+    package = resources.files(__package__ or "sbx.domain.kits")
     for module in _RULE_MODULES:
         try:
             parts.append(f"{module}\0{package.joinpath(module).read_text(encoding='utf-8')}")
@@ -330,15 +286,15 @@ def load_document(text: str, file: str) -> Any:
         if "duplicate key" in str(exc).lower():
             problem = f"duplicate key: {problem}"
         _fail([Diagnostic("", problem, file, max(line, 1), max(col, 1),
-                          _line_at(lines, line))])
+                          line_at(lines, line))])
     except (YAMLError, ValueError, TypeError, RecursionError) as exc:
         # ruamel raises plain ValueError/TypeError for a few malformed inputs (bad escapes,
         # unhashable keys); they are still the document's fault, not sbx's.
         _fail([Diagnostic("", f"invalid YAML: {' '.join(str(exc).split())[:200]}", file, 1, 1,
-                          _line_at(lines, 1))])
+                          line_at(lines, 1))])
     if not isinstance(document, Mapping):
         _fail([Diagnostic("", "a descriptor must be a mapping of fields", file, 1, 1,
-                          _line_at(lines, 1))])
+                          line_at(lines, 1))])
     return document
 
 
@@ -432,25 +388,8 @@ def validate_document(document: Any, file: str, lines: Sequence[str], *,
     return sort_diagnostics(found.values())
 
 
-def position(findings: Iterable[Finding], document: Any, file: str,
-             lines: Sequence[str]) -> list[Diagnostic]:
-    """Give each finding the position of its path in ``document`` (0:0 when unknown)."""
-    out = []
-    for finding in findings:
-        line, col = locate(document, finding.parts, key=finding.on_key)
-        out.append(Diagnostic(format_path(finding.parts), finding.message, file, line, col,
-                              _line_at(lines, line)))
-    return out
 
 
-def locate(document: Any, parts: Sequence[str | int], *, key: bool = False) -> tuple[int, int]:
-    """1-based (line, col) of the value at ``parts``, or of its key with ``key=True``.
-
-    A path that does not exist (a missing field) points at its deepest existing ancestor.
-    """
-    if key and parts and isinstance(parts[-1], str):
-        return _key_position(document, parts[:-1], parts[-1])
-    return _value_position(document, parts)
 
 
 def _diagnostics_for(error: Any, document: Any, file: str,
@@ -466,11 +405,11 @@ def _diagnostics_for(error: Any, document: Any, file: str,
         known = sorted((error.schema.get("properties") or {}).keys())
         out = []
         for key in _unexpected_keys(error):
-            line, col = _key_position(document, parts, key)
+            line, col = key_position(document, parts, key)
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = _did_you_mean(hint or nested_suggestions(key, error.schema))
             out.append(Diagnostic(format_path([*parts, key]), f"unknown field {key!r}{suffix}",
-                                  file, line, col, _line_at(lines, line)))
+                                  file, line, col, line_at(lines, line)))
         return out
     if error.validator in ("anyOf", "oneOf") and error.context \
             and error.validator not in _custom_messages(error):
@@ -479,12 +418,12 @@ def _diagnostics_for(error: Any, document: Any, file: str,
         return _diagnostics_for(best_match(error.context), document, file, lines)
     if "propertyNames" in list(error.schema_path)[-2:] and isinstance(error.instance, str):
         # A bad key: point at the key itself and name it in the path.
-        line, col = _key_position(document, parts, error.instance)
+        line, col = key_position(document, parts, error.instance)
         return [Diagnostic(format_path([*parts, error.instance]), _message(error), file, line,
-                           col, _line_at(lines, line))]
-    line, col = _value_position(document, parts)
+                           col, line_at(lines, line))]
+    line, col = value_position(document, parts)
     return [Diagnostic(format_path(parts), _message(error), file, line, col,
-                       _line_at(lines, line))]
+                       line_at(lines, line))]
 
 
 def _custom_messages(error: Any) -> Mapping[str, str]:
@@ -564,84 +503,16 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _walk(document: Any, parts: Sequence[str | int]) -> tuple[Any, Any]:
-    """The deepest existing (parent, key) pair along ``parts``."""
-    parent: Any = None
-    key: Any = None
-    node: Any = document
-    for part in parts:
-        try:
-            in_mapping = isinstance(node, Mapping) and part in node
-        except TypeError:  # an unhashable path part cannot be a key
-            in_mapping = False
-        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        if not (in_mapping or in_list):
-            break
-        parent, key, node = node, part, node[part]
-    return parent, key
 
 
-def _value_position(document: Any, parts: Sequence[str | int]) -> tuple[int, int]:
-    parent, key = _walk(document, parts)
-    try:
-        if parent is None:
-            # The document itself: line 1 of a parsed file; unknown for plain data.
-            return (1, 1) if hasattr(document, "lc") else (0, 0)
-        # ruamel's round-trip nodes carry positions in `.lc` (0-based line and column).
-        positions: Any = parent.lc
-        if isinstance(parent, Mapping):
-            # A null value has no text of its own; ruamel places it after the key, often on the
-            # next line, so point at the key instead.
-            line, col = positions.key(key) if parent[key] is None else positions.value(key)
-        else:
-            line, col = positions.item(key)
-        return line + 1, col + 1
-    except (AttributeError, KeyError, TypeError, IndexError):
-        return 0, 0
 
 
-def _key_position(document: Any, parts: Sequence[str | int], key: str) -> tuple[int, int]:
-    parent, last = _walk(document, parts)
-    node: Any = document if parent is None else parent[last]
-    try:
-        line, col = node.lc.key(key)
-        return line + 1, col + 1
-    except (AttributeError, KeyError, TypeError, IndexError):
-        return _value_position(document, parts)
 
 
-def _line_at(lines: Sequence[str], line: int) -> str:
-    return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-def to_plain(value: Any) -> Any:
-    """ruamel's round-trip types → plain dict/list/str/int/float/bool/None."""
-    if isinstance(value, Mapping):
-        return {_plain_key(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    scalar = getattr(value, "value", None)  # ruamel TaggedScalar (`!!str 5`, custom tags)
-    if isinstance(scalar, str):
-        return str(scalar)
-    if hasattr(value, "isoformat"):  # YAML timestamps: keep the spelling a string field wants
-        return str(value.isoformat())
-    return str(value)
 
 
-def _plain_key(key: Any) -> str:
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if key is None:
-        return "null"
-    return str(to_plain(key))
 
 
 def _fail(diagnostics: Sequence[Diagnostic]) -> Any:
@@ -735,7 +606,6 @@ def raise_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
 
 
 __all__ = ["MAX_DEPTH", "MAX_DESCRIPTOR_BYTES", "MAX_NODES", "SYNTAX_LINE", "Descriptor",
-           "Diagnostic", "Finding", "Parts", "check_document", "format_path", "load_document",
-           "locate", "nested_suggestions", "parse_descriptor_file", "parse_descriptor_text",
-           "position", "raise_diagnostics", "read_descriptor_text", "sort_diagnostics",
-           "to_plain", "validate_document", "validation_fingerprint"]
+           "check_document", "load_document", "nested_suggestions", "parse_descriptor_file",
+           "parse_descriptor_text", "raise_diagnostics", "read_descriptor_text",
+           "sort_diagnostics", "validate_document", "validation_fingerprint"]

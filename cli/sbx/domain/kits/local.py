@@ -18,7 +18,8 @@ from typing import Final
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, Diagnostic, parse_descriptor_file
+from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, parse_descriptor_file
+from sbx.domain.kits.diagnostics import Diagnostic
 
 # The recipe travels inside the build context under this name, whatever its origin (companion
 # file, `dockerfile:` path or inline `build:` text), so the builder reads exactly what was hashed.

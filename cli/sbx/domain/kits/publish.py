@@ -29,7 +29,7 @@ from typing import Any, Final
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import expand_build_phase
-from sbx.domain.kits.descriptor import Diagnostic
+from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.local import LocalKit
 
 STAGE_ROOT: Final = "/usr/share/sandbox/kit"

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from sbx.domain.kits.args import (
+from sbx.domain.kits.diagnostics import Diagnostic, Finding, Parts, format_path, position, to_plain
+from sbx.domain.kits.patterns import check_pattern, full_match
+from sbx.domain.kits.placeholders import (
     ARG_REF,
     ENV_REF,
     contains_arg_ref,
@@ -32,8 +34,6 @@ from sbx.domain.kits.args import (
     contains_placeholder,
     malformed_placeholders,
 )
-from sbx.domain.kits.descriptor import Diagnostic, Finding, Parts, position
-from sbx.domain.kits.patterns import check_pattern, full_match
 from sbx.domain.kits.types import (
     ACP,
     AGENT_CONTEXT,
@@ -185,8 +185,6 @@ def check(document: Any, file: str, lines: Sequence[str], *, authored: bool = Tr
           effective: bool = False, positions: Any = None) -> list[Diagnostic]:
     """The rules pass as positioned diagnostics (positions from ``positions`` or ``document``).
     """
-    from sbx.domain.kits.descriptor import to_plain
-
     where = document if positions is None else positions
     return position(findings(to_plain(document), authored=authored, effective=effective), where,
                     file, lines)
@@ -706,8 +704,6 @@ _PER_TYPE: Final = {
 # -- one declaration block ----------------------------------------------------------------------
 
 def _show(parts: Parts) -> str:
-    from sbx.domain.kits.descriptor import format_path
-
     return format_path(parts)
 
 
