@@ -151,6 +151,14 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
     return status
 
 
+def _usage_hint(head: Sequence[str], usage: Exception) -> str | None:
+    """A fix for the usage errors people coming from `docker run IMAGE CMD` make."""
+    from sbx.domain.sandbox.runargs import command_hint
+
+    option = getattr(usage, "option_name", None)
+    return command_hint(head, option if isinstance(option, str) else None, Path.cwd())
+
+
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
     import typer
 
@@ -171,11 +179,12 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
         return _interrupted(launch, command)
     except typer.TyperException as usage:
         # typer's public base of its (vendored) click usage errors: no private module needed.
+        hint = _usage_hint(head, usage)
         if launch.as_json:
-            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message()),
-                                    command)
+            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message(),
+                                             hint=hint), command)
         else:
-            launch.renderer().usage_error(usage)
+            launch.renderer().usage_error(usage, hint=hint)
         return int(ExitStatus.USAGE)
     except KeyboardInterrupt:
         return _interrupted(launch, command)

@@ -89,6 +89,22 @@ def test_a_command_where_workspace_belongs_hints_the_double_dash(tmp_path: Path)
     assert kit.is_dir()
 
 
+def test_a_command_with_its_own_options_hints_the_double_dash(tmp_path: Path) -> None:
+    # `-la` is no option of sbx run: the parser refuses it, and the fix shows the `--` form.
+    _kit(tmp_path, "kit", f"FROM {BUSYBOX}\n")
+    done = _sbx(["run", "./kit", "ls", "-la"], _env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "No such option: -l" in done.stderr
+    assert "fix: To run 'ls -la' in the sandbox: sbx run ./kit -- ls -la" in done.stderr
+    as_json = _sbx(["run", "--json", "./kit", "ls", "-la"], _env(tmp_path), cwd=tmp_path)
+    envelope = json.loads(as_json.stdout)
+    assert envelope["reason"] == "invalid_argument"
+    assert envelope["hint"].endswith("sbx run --json ./kit -- ls -la")
+    # An unknown option of sbx itself, right after the workload, gets no made-up command.
+    unknown = _sbx(["run", "./kit", "--bogus"], _env(tmp_path), cwd=tmp_path)
+    assert unknown.returncode == 2 and "fix:" not in unknown.stderr
+
+
 def test_explain_prints_values_for_people(tmp_path: Path) -> None:
     _kit(tmp_path, "kit", f"FROM {BUSYBOX}\n")
     done = _sbx(["explain", "./kit"], _env(tmp_path), cwd=tmp_path)

@@ -187,14 +187,17 @@ class Renderer:
                f"({Reason.INTERNAL_ERROR.value})"
         self.line(self.err_file, escape(line), line)
 
-    def usage_error(self, error: Exception) -> None:
-        """A usage error as typer/click show it (usage line, hint, message), on stderr."""
+    def usage_error(self, error: Exception, *, hint: str | None = None) -> None:
+        """A usage error as typer/click show it (usage line, hint, message), on stderr, then
+        sbx's own fix for it when there is one."""
         show = getattr(error, "show", None)
         if callable(show):
             show(file=self.err_file)
-            return
-        message = getattr(error, "format_message", lambda: str(error))()
-        self.line(self.err_file, f"Error: {escape(message)}", f"Error: {message}")
+        else:
+            message = getattr(error, "format_message", lambda: str(error))()
+            self.line(self.err_file, f"Error: {escape(message)}", f"Error: {message}")
+        if hint:
+            self.line(self.err_file, f"  [dim]fix:[/] {escape(hint)}", f"  fix: {hint}")
 
     def text(self, body: str) -> None:
         """Text printed exactly as given on stdout (a completion script, a generated file)."""

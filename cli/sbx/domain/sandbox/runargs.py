@@ -35,4 +35,32 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
         details={"workspace": workspace})
 
 
-__all__ = ["check_workspace_word"]
+def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> str | None:
+    """For ``sbx run ./kit ls -la`` (refused by the parser: ``-la`` is no option of sbx run), the
+    same line with ``--`` before the command word, or None when that is not what happened.
+
+    The command word is the last positional word before the unknown option that names no
+    directory and is not written as a path: the workload's own options belong after ``--``.
+    """
+    if not unknown_option or "run" not in argv or "--" in argv:
+        return None
+    start = list(argv).index("run") + 1
+    # The parser names the first letter of a bundle (`-la` is reported as `-l`).
+    bundled = not unknown_option.startswith("--")
+    stop = next((i for i in range(start, len(argv)) if argv[i] == unknown_option
+                 or (bundled and argv[i].startswith(unknown_option)
+                     and not argv[i].startswith("--"))), None)
+    if stop is None:
+        return None
+    words = [i for i in range(start, stop) if not argv[i].startswith("-")]
+    if len(words) < 2:  # the workload alone: the option really is unknown
+        return None
+    at = words[-1]
+    word = argv[at]
+    if looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
+        return None
+    suggested = shlex.join(["sbx", *argv[:at], "--", *argv[at:]])
+    return f"To run {shlex.join(argv[at:])!r} in the sandbox: {suggested}"
+
+
+__all__ = ["check_workspace_word", "command_hint"]
