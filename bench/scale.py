@@ -13,7 +13,8 @@ once) and timed from that release until the last one ends:
     from sbx's own ``build_spec``, as ``bench/run_overhead.py`` does). Batches alternate
     ``--rounds`` times, the order flipping each round. Reported per side: wall time of the
     batch, failures (exit status not 0, or no exit within the timeout), p50/p90 of each run's
-    own duration.
+    own duration, and the CPU time (user + system) of the batch's client processes and all
+    they waited for (for sbx: its proxies and helpers; not the engine's own work) per run.
 (b) **Concurrent networked runs.** ``--networked`` (default 10) ``sbx run`` of a kit with a
     network policy (``runtime.allow: [example.com]``); each fetches ``http://example.com/scale/N``
     with busybox ``wget`` through its own egress proxy and stays up ``--hold-s`` seconds. The
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -102,11 +104,14 @@ class Batch:
     outcomes: list[Outcome]
     wall_s: float
     failures: int
+    cpu_s: float  # user + system CPU of the batch's processes and everything they waited for
 
     def as_dict(self) -> dict[str, Any]:
         durations = sorted(o.seconds for o in self.outcomes)
         return {"name": self.name, "count": len(self.outcomes), "wall_s": round(self.wall_s, 3),
-                "failures": self.failures, "p50_s": round(_quantile(durations, 0.5), 3),
+                "failures": self.failures,
+                "client_cpu_s_per_run": round(self.cpu_s / max(len(self.outcomes), 1), 3),
+                "p50_s": round(_quantile(durations, 0.5), 3),
                 "p90_s": round(_quantile(durations, 0.9), 3),
                 "max_s": round(durations[-1], 3) if durations else 0.0}
 
@@ -146,6 +151,7 @@ def run_batch(name: str, argvs: Sequence[Sequence[str]], env: Mapping[str, str],
             outcome.returncode = None
         outcome.ended = time.perf_counter()
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     threads = [threading.Thread(target=one, args=(o, a), daemon=True)
                for o, a in zip(outcomes, argvs, strict=True)]
     for thread in threads:
@@ -157,8 +163,10 @@ def run_batch(name: str, argvs: Sequence[Sequence[str]], env: Mapping[str, str],
     for thread in threads:
         thread.join(timeout=RUN_TIMEOUT_S + 60)
     wall = max((o.ended for o in outcomes), default=released) - released
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     failures = sum(1 for o in outcomes if not ok(o))
-    return Batch(name, outcomes, wall, failures)
+    return Batch(name, outcomes, wall, failures, cpu)
 
 
 def exited_zero(outcome: Outcome) -> bool:
@@ -426,7 +434,8 @@ def render(result: Mapping[str, Any]) -> str:
         last = runs["batches"][name][-1]
         lines.append(f"    {name:10s} wall {runs['median_wall_s'][name]:6.2f} s  failures "
                      f"{runs['failures'][name]:3d}  p50 {last['p50_s']:5.2f} s  "
-                     f"p90 {last['p90_s']:5.2f} s")
+                     f"p90 {last['p90_s']:5.2f} s  client CPU "
+                     f"{last['client_cpu_s_per_run']:5.2f} s/run")
     lines.append(f"    wall ratio sbx/docker: {runs['wall_ratio']:.2f}")
     net = result["networked"]
     lines.append(f"(b) {net['count']} concurrent networked runs (each holds {net['hold_s']:g} s), "
@@ -435,7 +444,8 @@ def render(result: Mapping[str, Any]) -> str:
         last = net["batches"][name][-1]
         lines.append(f"    {name:10s} wall {net['median_wall_s'][name]:6.2f} s  failures "
                      f"{net['failures'][name]:3d}  p50 {last['p50_s']:5.2f} s  "
-                     f"p90 {last['p90_s']:5.2f} s")
+                     f"p90 {last['p90_s']:5.2f} s  client CPU "
+                     f"{last['client_cpu_s_per_run']:5.2f} s/run")
     lines.append(f"    origin saw {net['origin_requests']} request(s)")
     for failed in net["failed_samples"]:
         lines.append(f"    a failure said: {failed}")
