@@ -15,6 +15,8 @@ of the sides alternating from round to round:
     present  the image is already local (``docker pull`` answers "up to date")
     first    as ``absent``, and sbx runs on a fresh SBX_HOME: a first pull, with the descriptor
              validated from scratch and the permissions approved with ``--accept``
+    start    no pull at all: ``sbx version`` vs ``docker --version``, what starting each CLI
+             costs (the floor under every sbx command: interpreter, imports, typer)
 
     sbx      ``sbx pull --accept REF`` (manifest GET, descriptor revalidation, surface, gate,
              pull by digest, lock write) as a subprocess
@@ -109,7 +111,7 @@ def remove_local(host: str, extra: set[str]) -> None:
                        check=False)
 
 
-SCENARIOS: Final = ("absent", "present", "first")
+SCENARIOS: Final = ("absent", "present", "first", "start")
 
 
 def python_env(work: Path) -> dict[str, str]:
@@ -146,13 +148,15 @@ def main() -> int:
             for scenario in SCENARIOS:
                 for side in sides:
                     side_env = env
-                    if scenario == "present":
+                    argv = sbx_argv if side == "sbx" else docker_argv
+                    if scenario == "start":
+                        argv = [SBX, "version"] if side == "sbx" else ["docker", "--version"]
+                    elif scenario == "present":
                         run(docker_argv)  # untimed: make sure it is local
                     else:
                         remove_local(host, built)
                     if scenario == "first" and side == "sbx":
                         side_env = {**env, "SBX_HOME": str(work / f"first-{round_}")}
-                    argv = sbx_argv if side == "sbx" else docker_argv
                     started = time.perf_counter()
                     run(argv, side_env)
                     times[scenario][side].append(time.perf_counter() - started)
