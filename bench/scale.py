@@ -173,6 +173,13 @@ def exited_zero(outcome: Outcome) -> bool:
     return outcome.returncode == 0
 
 
+def failed_samples(batches: Mapping[str, Sequence[Batch]], limit: int = 3) -> list[str]:
+    """The end of what the first few runs that did not exit 0 said (why a batch failed)."""
+    return [f"{b.name}: exit {o.returncode}: {o.stderr.strip()[-300:]}"
+            for found in batches.values() for b in found for o in b.outcomes
+            if o.returncode != 0][:limit]
+
+
 # -- memory of live processes ------------------------------------------------------------------
 
 
@@ -355,7 +362,8 @@ def concurrent_runs(setup: ro.Setup, count: int, rounds: int) -> dict[str, Any]:
             "wall_ratio": round(walls["sbx_run"] / walls["docker_run"], 2),
             "failures": {name: sum(b.failures for b in found)
                          for name, found in batches.items()},
-            "image": data["image"], "image_built": bool(data.get("image_built"))}
+            "image": data["image"], "image_built": bool(data.get("image_built")),
+            "failed_samples": failed_samples(batches)}
 
 
 def networked_runs(setup: ro.Setup, work: Path, count: int, rounds: int,
@@ -414,9 +422,7 @@ def networked_runs(setup: ro.Setup, work: Path, count: int, rounds: int,
                                                  default=0)},
             "sbx_run_memory": Sampler.summary(clients),
             "image": image, "image_built": built,
-            "failed_samples": [o.stderr.strip()[-300:] for found in batches.values()
-                               for b in found for o in b.outcomes
-                               if o.returncode != 0][:3],
+            "failed_samples": failed_samples(batches),
         }
     finally:
         internet.close()
@@ -437,6 +443,7 @@ def render(result: Mapping[str, Any]) -> str:
                      f"p90 {last['p90_s']:5.2f} s  client CPU "
                      f"{last['client_cpu_s_per_run']:5.2f} s/run")
     lines.append(f"    wall ratio sbx/docker: {runs['wall_ratio']:.2f}")
+    lines.extend(f"    a failure said: {failed}" for failed in runs["failed_samples"])
     net = result["networked"]
     lines.append(f"(b) {net['count']} concurrent networked runs (each holds {net['hold_s']:g} s), "
                  f"{net['rounds']} round(s)")

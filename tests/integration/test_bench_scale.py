@@ -30,7 +30,7 @@ def test_scale_bench_tiny_mode_measures_and_cleans_up(engine: DockerDriver) -> N
     result = json.loads(done.stdout)
 
     runs = result["concurrent"]
-    assert runs["failures"] == {"sbx_run": 0, "docker_run": 0}
+    assert runs["failures"] == {"sbx_run": 0, "docker_run": 0}, runs["failed_samples"]
     for name in ("sbx_run", "docker_run"):
         (batch,) = runs["batches"][name]
         assert batch["count"] == 2 and batch["failures"] == 0
