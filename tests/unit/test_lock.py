@@ -288,6 +288,24 @@ def test_pull_of_an_image_already_held_by_digest_fetches_nothing(
     assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]  # another digest is fetched
 
 
+@pytest.mark.parametrize(("written", "says"), [
+    ("./missing-kit", "is a path, and no directory exists there"),
+    (".", "is a local path"), ("~/missing-kit", "is a path"), ("/", "is a local path"),
+])
+def test_a_path_is_refused_as_a_path_before_any_registry_call(
+        tmp_path: Path, written: str, says: str) -> None:
+    from sbx.core import pull as pull_module
+
+    renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
+    ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)},
+                     cwd=tmp_path, renderer=renderer,
+                     driver_factory=lambda _env: cast("Any", FakeEngine()))
+    with pytest.raises(SbxError) as caught:
+        pull_module.pull(ctx, [written], accept=True, confirm=None, progress=no_progress,
+                         on_notice=lambda _t: None)
+    assert caught.value.reason is Reason.INVALID_ARGUMENT and says in caught.value.message
+
+
 # --- the cached verdict on published descriptors ---------------------------------------------
 
 

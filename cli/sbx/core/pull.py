@@ -218,6 +218,8 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
 def _refuse_path(written: str, app: AppContext) -> None:
     """A reference written as a path is a local kit directory, which is never pulled: say so
     (and whether it exists) instead of "not a registry reference"."""
+    if not written.startswith((".", "/", "~")):
+        return  # every path spelling starts so (looks_like_path); skip importing kits.local
     from sbx.kits.local import looks_like_path, path_kind
 
     if not looks_like_path(written):
