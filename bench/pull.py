@@ -6,15 +6,30 @@ Usage::
 
 Setup: Debian's ``docker-registry`` on 127.0.0.1:<free port> with a temporary storage directory;
 a kit (``FROM sbx-test/busybox:1`` plus a 4 MiB random layer) is published with
-``sbx kit push``. Then N rounds, alternating which goes first, each preceded by removing every
-local copy of the image (so both sides fetch the layer):
+``sbx kit push``, then pulled once with ``sbx pull --accept`` (the lock and the verdict cache are
+warm). Then N rounds; each round times three scenarios, sbx and docker side by side, the order
+of the sides alternating from round to round:
 
-    sbx_pull     ``sbx pull --accept REF`` (manifest GET, descriptor revalidation, surface,
-                 gate, pull by digest, lock write) as a subprocess
-    docker_pull  ``docker pull REPO@DIGEST`` as a subprocess
+    absent   every local copy of the image removed first (both sides fetch the layer); sbx's
+             lock already pins the kit (a re-pull)
+    present  the image is already local (``docker pull`` answers "up to date")
+    first    as ``absent``, and sbx runs on a fresh SBX_HOME: a first pull, with the descriptor
+             validated from scratch and the permissions approved with ``--accept``
+    start    no pull at all: ``sbx version`` vs ``docker --version``, what starting each CLI
+             costs (the floor under every sbx command: interpreter, imports, typer)
 
-Prints medians and the ratio sbx/docker. Everything sbx writes goes to a temporary SBX_HOME;
-only loopback traffic. Exit 0 when results were printed, 1 when setup failed.
+    sbx      ``sbx pull --accept REF`` (manifest GET, descriptor revalidation, surface, gate,
+             pull by digest, lock write) as a subprocess
+    docker   ``docker pull -q REPO@DIGEST`` as a subprocess
+
+Bytecode: an installed sbx runs from compiled bytecode (pip writes it at install time). When the
+environment says ``PYTHONDONTWRITEBYTECODE=1`` (as on the dev machines), an editable checkout
+would compile sbx's own modules from source on every run, a cost no user pays; so the sbx side
+runs with ``PYTHONPYCACHEPREFIX`` pointing into the temporary directory and writes bytecode
+there during the warm-up.
+
+Prints medians and the ratio sbx/docker per scenario. Everything sbx writes goes to a temporary
+SBX_HOME; only loopback traffic. Exit 0 when results were printed, 1 when setup failed.
 """
 
 from __future__ import annotations
@@ -96,6 +111,16 @@ def remove_local(host: str, extra: set[str]) -> None:
                        check=False)
 
 
+SCENARIOS: Final = ("absent", "present", "first", "start")
+
+
+def python_env(work: Path) -> dict[str, str]:
+    """The environment of an installed sbx: bytecode cached (in the temporary directory)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, choices=range(1, 51), metavar="N")
@@ -104,8 +129,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="sbx-bench-pull-"))
     process, host = start_registry(work / "registry")
     try:
-        env = {**os.environ, "SBX_HOME": str(work / "state"),
-               "SBX_CONFIG": os.devnull}
+        env = {**python_env(work), "SBX_HOME": str(work / "state"), "SBX_CONFIG": os.devnull}
         kit = work / KIT
         kit.mkdir()
         (kit / f"{KIT}.yaml").write_text(DESCRIPTOR, encoding="utf-8")
@@ -114,28 +138,41 @@ def main() -> int:
         pushed = json.loads(run([SBX, "kit", "push", "--json", str(kit), ref], env).stdout)
         pinned = pushed["data"]["image"]
         built = {run(["docker", "image", "inspect", "--format", "{{.Id}}", ref]).stdout.strip()}
-        sides = {
-            "sbx_pull": [SBX, "pull", "--accept", ref],
-            "docker_pull": ["docker", "pull", "-q", pinned],
-        }
-        times: dict[str, list[float]] = {name: [] for name in sides}
+        sbx_argv = [SBX, "pull", "--accept", ref]
+        docker_argv = ["docker", "pull", "-q", pinned]
+        run(sbx_argv, env)  # warm-up: the lock, the verdict cache and the bytecode
+        times: dict[str, dict[str, list[float]]] = {
+            scenario: {"sbx": [], "docker": []} for scenario in SCENARIOS}
         for round_ in range(options.runs):
-            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
-            for name in order:
-                remove_local(host, built)
-                started = time.perf_counter()
-                run(sides[name], env)
-                times[name].append(time.perf_counter() - started)
+            sides = ("sbx", "docker") if round_ % 2 == 0 else ("docker", "sbx")
+            for scenario in SCENARIOS:
+                for side in sides:
+                    side_env = env
+                    argv = sbx_argv if side == "sbx" else docker_argv
+                    if scenario == "start":
+                        argv = [SBX, "version"] if side == "sbx" else ["docker", "--version"]
+                    elif scenario == "present":
+                        run(docker_argv)  # untimed: make sure it is local
+                    else:
+                        remove_local(host, built)
+                    if scenario == "first" and side == "sbx":
+                        side_env = {**env, "SBX_HOME": str(work / f"first-{round_}")}
+                    started = time.perf_counter()
+                    run(argv, side_env)
+                    times[scenario][side].append(time.perf_counter() - started)
         remove_local(host, built)
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        ratio = medians["sbx_pull"] / medians["docker_pull"]
+        medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
+                   for scenario, by in times.items()}
+        ratios = {scenario: m["sbx"] / m["docker"] for scenario, m in medians.items()}
         if options.json:
-            print(json.dumps({"runs": options.runs, "median_s": medians, "ratio": ratio,
+            print(json.dumps({"runs": options.runs, "median_s": medians, "ratio": ratios,
                               "samples_s": times}, sort_keys=True))
         else:
-            for name, value in medians.items():
-                print(f"{name:12s} median {value * 1000:8.1f} ms  (n={options.runs})")
-            print(f"ratio sbx_pull/docker_pull: {ratio:.2f}")
+            for scenario in SCENARIOS:
+                m = medians[scenario]
+                print(f"{scenario:8s} sbx pull {m['sbx'] * 1000:7.1f} ms   docker pull "
+                      f"{m['docker'] * 1000:7.1f} ms   ratio {ratios[scenario]:5.2f}   "
+                      f"(median, n={options.runs})")
         return 0
     finally:
         process.terminate()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -17,12 +18,15 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.kits.lock import (
+    VERDICTS_DIR,
     Lock,
     LockDecision,
     LockEntry,
     gate,
     load_locked_kit,
     lock_path,
+    parse_published,
+    published_cache_key,
     read_lock,
     write_lock,
 )
@@ -166,9 +170,15 @@ def test_gate_widening_accepted_by_flag_or_terminal() -> None:
 
 
 class FakeEngine:
-    def __init__(self) -> None:
+    def __init__(self, present: Sequence[str] = ()) -> None:
         self.pulled: list[str] = []
         self.tagged: list[tuple[str, str]] = []
+        self.present = set(present)
+
+    def image(self, ref: str) -> ImageInfo | None:
+        if ref not in self.present:
+            return None
+        return ImageInfo("sha256:" + "8" * 64, (), "", "", None, None, (), {})
 
     def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
         self.pulled.append(ref)
@@ -194,7 +204,7 @@ def published(*hosts: str) -> str:
 
 
 def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, descriptor: str,
-              **kwargs: Any) -> tuple[FakeEngine, PullResult]:
+              present: Sequence[str] = (), **kwargs: Any) -> tuple[FakeEngine, PullResult]:
     from sbx.seams import registry
     from sbx.usecases import pull as pull_module
 
@@ -203,7 +213,7 @@ def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, desc
                                     {registry.DESCRIPTOR_ANNOTATION: descriptor})
 
     monkeypatch.setattr(pull_module, "fetch_kit_manifest", fetch)
-    engine = FakeEngine()
+    engine = FakeEngine(present)
     renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
     ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state")}, cwd=tmp_path,
                      renderer=renderer, driver_factory=lambda _env: cast("Any", engine))
@@ -263,6 +273,99 @@ def test_terminal_prompt_lists_widenings(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "  + ports: 8080/tcp" in err.getvalue()
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
     assert not kit_view.confirm_widenings(renderer, REF, [Widening("ports", "8080/tcp")])
+
+
+def test_pull_of_an_image_already_held_by_digest_fetches_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pinned = f"127.0.0.1:5000/kits/a@{D1}"
+    engine, result = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"),
+                               present=[pinned], accept=True)
+    assert engine.pulled == []  # the engine holds repo@digest: that manifest's image
+    assert result.items[0].image_id == "sha256:" + "8" * 64
+    assert engine.tagged == [("sha256:" + "8" * 64, REF)]
+    assert read_lock(lock_path(tmp_path / "state")).kits[0].digest == D1
+    engine, _ = pull_with(tmp_path, monkeypatch, D2, published("a.example.com"),
+                          present=[pinned], accept=True)
+    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]  # another digest is fetched
+
+
+@pytest.mark.parametrize(("written", "says"), [
+    ("./missing-kit", "is a path, and no directory exists there"),
+    (".", "is a local path"), ("~/missing-kit", "is a path"), ("/", "is a local path"),
+])
+def test_a_path_is_refused_as_a_path_before_any_registry_call(
+        tmp_path: Path, written: str, says: str) -> None:
+    from sbx.usecases import pull as pull_module
+
+    renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
+    ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)},
+                     cwd=tmp_path, renderer=renderer,
+                     driver_factory=lambda _env: cast("Any", FakeEngine()))
+    with pytest.raises(SbxError) as caught:
+        pull_module.pull(ctx, [written], accept=True, confirm=None, progress=no_progress,
+                         on_notice=lambda _t: None)
+    assert caught.value.reason is Reason.INVALID_ARGUMENT and says in caught.value.message
+
+
+# --- the cached verdict on published descriptors ---------------------------------------------
+
+
+def verdicts(state: Path) -> list[Path]:
+    directory = state.joinpath(*VERDICTS_DIR)
+    return sorted(directory.glob("*.json")) if directory.is_dir() else []
+
+
+def test_published_verdict_is_reused_for_the_same_text_and_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sbx.domain.kits import lock as lock_module
+
+    state = tmp_path / "state"
+    text = published("a.example.com")
+    first = parse_published(text, "ref", state)
+    assert [p.name for p in verdicts(state)] == [f"{published_cache_key(text)}.json"]
+    calls: list[str] = []
+    real = lock_module.parse_descriptor_text
+
+    def counting(text: str, file: str, **kwargs: Any) -> Any:
+        calls.append(file)
+        return real(text, file, **kwargs)
+
+    monkeypatch.setattr(lock_module, "parse_descriptor_text", counting)
+    again = parse_published(text, "ref again", state)
+    assert calls == [] and again.data == first.data and again.file == "ref again"
+    # Other text, or the same text under other rules, is validated afresh.
+    parse_published(published("b.example.com"), "other", state)
+    monkeypatch.setattr(lock_module, "validation_fingerprint", lambda: "other rules")
+    parse_published(text, "new rules", state)
+    assert calls == ["other", "new rules"]
+    assert len(verdicts(state)) == 3  # one per (rules, text)
+
+
+def test_published_verdict_never_caches_a_failure_and_survives_damage(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    bad = '{"schemaVersion": "3", "kind": "nope"}'
+    for _ in range(2):
+        with pytest.raises(SbxError) as caught:
+            parse_published(bad, "bad", state)
+        assert caught.value.reason is Reason.INVALID_KIT
+    assert verdicts(state) == []
+    text = published("a.example.com")
+    expected = parse_published(text, "ref", state).data
+    (entry_file,) = verdicts(state)
+    for damage in ("{not json", "[]", '{"no": "kind"}'):
+        entry_file.write_text(damage, encoding="utf-8")
+        assert parse_published(text, "ref", state).data == expected
+        assert json.loads(entry_file.read_text(encoding="utf-8")) == expected  # rewritten
+
+
+def test_published_key_is_apart_from_the_authored_one() -> None:
+    from sbx.domain.kits.descriptor import validation_fingerprint
+
+    text = published("a.example.com")
+    authored = hashlib.sha256(f"sbx-descriptor-v3\0{validation_fingerprint()}\0{text}"
+                              .encode()).hexdigest()
+    assert published_cache_key(text) != authored
+    assert published_cache_key(text) != published_cache_key(text + " ")
 
 
 @pytest.mark.parametrize(("data", "paths"), [

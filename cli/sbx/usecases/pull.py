@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sbx.base.errors import KitError, SbxError
@@ -28,6 +29,7 @@ from sbx.domain.kits.lock import (
     LockEntry,
     gate,
     lock_path,
+    parse_published,
     read_lock,
     store_descriptor,
     write_lock,
@@ -75,15 +77,20 @@ class PullResult:
         return {"pulled": [i.as_dict() for i in self.items], "lock": self.lock_file}
 
 
-def preflight(reference: str, manifest: KitManifest) -> tuple[str, Surface] | None:
+def preflight(reference: str, manifest: KitManifest, *,
+              state_home: Path | None = None) -> tuple[str, Surface] | None:
     """(kind, surface) of a kit, None for a plain image; raise ``invalid_kit`` when the
-    annotation does not hold a valid published descriptor."""
+    annotation does not hold a valid published descriptor. With ``state_home``, a verdict on
+    this exact text under these exact rules is reused
+    (:func:`sbx.domain.kits.lock.parse_published`); the published-form rules and the surface are
+    computed every time."""
     text = manifest.descriptor_text
     if text is None:
         return None
+    file = f"{reference} (descriptor annotation)"
     try:
-        descriptor = parse_descriptor_text(text, f"{reference} (descriptor annotation)",
-                                           authored=False)
+        descriptor = parse_descriptor_text(text, file, authored=False) if state_home is None \
+            else parse_published(text, file, state_home)
     except KitError as error:
         raise KitError(f"{reference}: the published descriptor is invalid; nothing was pulled",
                        body=error.body or error.message, hint=error.hint,
@@ -155,7 +162,7 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
         text = ref.canonical  # the lock's key: every spelling of one reference is one kit
         manifest = fetch_kit_manifest(ref, env=app.env)
         pinned = ref.pinned(manifest.digest)
-        kit = preflight(text, manifest)
+        kit = preflight(text, manifest, state_home=app.state_home)
         if kit is None:
             planned.append(PullItem(text, manifest.digest, pinned, "image"))
             continue
@@ -182,8 +189,12 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
                                 previous_digest, descriptor_text=manifest.descriptor_text))
     done: list[PullItem] = []
     for item in planned:
-        with progress(f"pulling {item.image}") as on_line:
-            image = app.driver.pull_image(item.image, on_line)
+        # An image the engine already holds as repo@digest is that very manifest's image
+        # (content addressed): nothing to fetch. Otherwise the engine pulls it by digest.
+        image = app.driver.image(item.image)
+        if image is None:
+            with progress(f"pulling {item.image}") as on_line:
+                image = app.driver.pull_image(item.image, on_line)
         # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
         if "@" not in item.reference:
             app.driver.tag_image(image.id, item.reference)
@@ -209,6 +220,8 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
 def _refuse_path(written: str, app: AppContext) -> None:
     """A reference written as a path is a local kit directory, which is never pulled: say so
     (and whether it exists) instead of "not a registry reference"."""
+    if not written.startswith((".", "/", "~")):
+        return  # every path spelling starts so (looks_like_path); skip importing kits.local
     from sbx.domain.kits.local import looks_like_path, path_kind
 
     if not looks_like_path(written):

@@ -9,26 +9,36 @@ pull never leaves a half-written or changed lock. Kits are keyed by their normal
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import MAX_DESCRIPTOR_BYTES, parse_descriptor_text
-from sbx.domain.kits.local import LocalKit
+from sbx.domain.kits.descriptor import (
+    MAX_DESCRIPTOR_BYTES,
+    Descriptor,
+    parse_descriptor_text,
+    validation_fingerprint,
+)
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import state
 from sbx.seams.registry import canonical_reference
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.local import LocalKit
 
 LOCK_FILE: Final = "kits.lock.json"
 MAX_LOCK_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
 LOCK_VERSION: Final = 1
 DESCRIPTORS_DIR: Final = "kits"
+# Verdicts on published descriptors (`sbx pull`, `sbx run REF`), beside the local kits' ones.
+VERDICTS_DIR: Final = ("cache", "descriptors")
 
 
 def lock_path(state_home: Path) -> Path:
@@ -172,6 +182,45 @@ def store_descriptor(state_home: Path, digest: str, text: str) -> None:
     write_atomic(descriptor_path(state_home, digest), text.encode("utf-8"))
 
 
+def published_cache_key(text: str) -> str:
+    """The validation cache key of a *published* descriptor's exact text: the rules it is
+    checked under (``authored=False``) differ from an authored file's, so the key is apart
+    from :func:`sbx.domain.kits.descriptor.parse_descriptor_file`'s and carries the same fingerprint
+    of every schema and rule source."""
+    return hashlib.sha256(
+        f"sbx-published-v1\0{validation_fingerprint()}\0{text}".encode("utf-8", "surrogatepass")
+    ).hexdigest()
+
+
+def parse_published(text: str, file: str, state_home: Path) -> Descriptor:
+    """:func:`parse_descriptor_text` of a published descriptor (``authored=False``), with its
+    verdict cached under the state home.
+
+    Validation is a pure function of (schemas, rules, text): text that already passed under
+    this exact fingerprint is read back as the plain data it decoded to, which skips the YAML
+    parser and jsonschema (their imports alone cost tens of milliseconds on every `sbx pull`
+    and every `sbx run` of a locked kit). Text that fails is never cached, so its problems are
+    reported every time; a damaged entry is a miss.
+    """
+    entry = state_home.joinpath(*VERDICTS_DIR, f"{published_cache_key(text)}.json")
+    try:
+        with entry.open("rb") as handle:
+            cached = json.loads(handle.read(MAX_DESCRIPTOR_BYTES * 4 + 1))
+        if isinstance(cached, dict) and isinstance(cached.get("kind"), str):
+            return Descriptor(data=cached, file=file)
+    except (OSError, ValueError, RecursionError):
+        pass  # a miss: validated below
+    descriptor = parse_descriptor_text(text, file, authored=False)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(descriptor.data), encoding="utf-8")
+        partial.replace(entry)
+    except OSError:
+        pass  # a cache that cannot be written only costs speed
+    return descriptor
+
+
 def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     """The registry kit pinned in the lock under ``reference``, at its locked digest; None when
     the lock does not name it. Nothing here talks to a registry: a tag that moved there is not
@@ -197,8 +246,9 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     except UnicodeDecodeError as exc:
         raise state.corrupt(stored, f"it is not UTF-8 text (byte offset {exc.start})",
                             what="the stored descriptor", fix=fix) from exc
-    descriptor = parse_descriptor_text(text, f"{reference} (locked {entry.digest[:19]})",
-                                       authored=False)
+    from sbx.domain.kits.local import LocalKit
+
+    descriptor = parse_published(text, f"{reference} (locked {entry.digest[:19]})", state_home)
     stem = entry.reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"
     return LocalKit(reference=reference, directory=stored.parent, stem=stem,
                     descriptor=descriptor, dockerfile_text=None, image=entry.image)
@@ -257,6 +307,5 @@ def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept:
 
 
 __all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "descriptor_path",
-           "gate",
-           "load_locked_kit", "lock_path", "read_lock", "store_descriptor", "write_atomic",
-           "write_lock"]
+           "gate", "load_locked_kit", "lock_path", "parse_published", "published_cache_key",
+           "read_lock", "store_descriptor", "write_atomic", "write_lock"]
