@@ -20,7 +20,6 @@ from sbx.egress.policy import decide
 from sbx.egress.proxy import (
     EgressProxy,
     Masker,
-    Refusal,
     blocked_address,
     explain_line,
     injected_value,
@@ -31,6 +30,12 @@ from sbx.egress.proxy import (
     refusal_for,
     refusal_response,
 )
+from sbx.egress.proxy import (
+    EgressRefusal as Refusal,
+)
+from sbx.egress.proxy import connection as connection_module
+from sbx.egress.proxy import dialing as dialing_module
+from sbx.egress.proxy import exchange as exchange_module
 from sbx.egress.proxyconfig import (
     CredentialSpec,
     Inject,
@@ -453,7 +458,7 @@ def test_dns_answers_are_checked_before_connecting(tmp_path: Path,
         raw = await _talk(proxy, b"CONNECT slow.test:80 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _status(raw) == 502
 
-    monkeypatch.setattr(proxy_module.asyncio, "open_connection", fake_open)
+    monkeypatch.setattr(dialing_module.asyncio, "open_connection", fake_open)
     run_proxy(tmp_path, scenario, network=everything, resolver=resolver,
               limits=Limits(connect_timeout=0.5))
     assert dialed == [("10.9.8.7", 80)]
@@ -465,7 +470,7 @@ def test_internal_errors_fail_closed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def explode(*_: Any) -> Any:
         raise RuntimeError("policy bug")
 
-    monkeypatch.setattr(proxy_module, "classify", explode)
+    monkeypatch.setattr(connection_module, "classify", explode)
     errors: list[str] = []
 
     async def scenario(proxy: EgressProxy) -> None:
@@ -561,7 +566,7 @@ def test_internal_errors_inside_interception_answer_502_over_tls(
     def explode(*_: Any) -> Any:
         raise RuntimeError("decision bug")
 
-    monkeypatch.setattr(proxy_module, "decide", explode)
+    monkeypatch.setattr(exchange_module, "decide", explode)
     errors: list[str] = []
 
     async def main() -> None:

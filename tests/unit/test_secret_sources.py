@@ -19,6 +19,7 @@ import pytest
 from sbx import audit, keyrings
 from sbx.core import secretops
 from sbx.egress import proxy as proxy_module
+from sbx.egress.proxy import process as process_module
 from sbx.errors import SbxError
 from sbx.reasons import Reason
 from sbx.secrets import (
@@ -226,10 +227,10 @@ def test_the_proxy_takes_provided_secrets_from_its_owner_pipe(
     try:
         token = "a" * 64
         os.write(write, f"{token}|{encode_provided({'github': TOKEN})}\n".encode())
-        owned = proxy_module._owner_token(loaded_config, read)
+        owned = process_module._owner_token(loaded_config, read)
         assert owned == (token, {"github": TOKEN})
         os.write(write, f"{token}|garbage!\n".encode())
-        assert proxy_module._owner_token(loaded_config, read) == 2
+        assert process_module._owner_token(loaded_config, read) == 2
     finally:
         os.close(read)
         os.close(write)
