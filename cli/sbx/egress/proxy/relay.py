@@ -198,6 +198,8 @@ class Tunnel:
         try:
             for stream in (client, upstream):
                 sock = stream.writer.get_extra_info("socket")
+                if sock is None or stream.writer.transport.is_closing():
+                    return  # a side went away while its buffer drained
                 socks.append(socket.socket(fileno=os.dup(sock.fileno())))
             directions.append(_Splice(loop, socks[0], socks[1], activity, done))
             directions.append(_Splice(loop, socks[1], socks[0], activity, done))
