@@ -79,7 +79,7 @@ The parts, each a module named for what it owns:
 - :mod:`~sbx.egress.proxy.server`: :class:`EgressProxy` — listening, the phase, shutdown;
 - :mod:`~sbx.egress.proxy.connection`: one client connection — admission, CONNECT or plain;
 - :mod:`~sbx.egress.proxy.relay`: raw tunnels — the first-bytes judgement, then the relay
-  (``splice(2)`` on Linux: the tunnel's bytes never enter Python);
+  (asyncio protocols; a ``splice(2)`` relay, measured and left off by default);
 - :mod:`~sbx.egress.proxy.intercept`: TLS termination of intercepted tunnels;
 - :mod:`~sbx.egress.proxy.exchange`: one HTTP request — policy, Host checks, forwarding;
 - :mod:`~sbx.egress.proxy.credentials`: injection, sentinels, the OAuth header swap, masking;

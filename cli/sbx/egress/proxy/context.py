@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sbx.egress.proxy.streams import Stream
 from sbx.egress.proxyconfig import Limits, ProxyConfig
 from sbx.kits.compose import Network, Phase
 
@@ -22,7 +23,7 @@ class ConnState:
     aborted when the connection ends, or when the phase it was opened in closes)."""
 
     phase: Phase
-    streams: list[Any] = field(default_factory=list)  # sbx.egress.proxy.streams.Stream
+    streams: list[Stream] = field(default_factory=list)
 
 
 @dataclass

@@ -4,11 +4,15 @@ host, and must not hide it), meanwhile the server's bytes flow (server-first pro
 the bytes are relayed both ways until both sides are done, either fails, or nothing moved for
 ``idle_timeout``.
 
-The relay on Linux is ``splice(2)`` through a pipe per direction, driven by the event loop:
-once judged, the tunnel's bytes never enter Python (no copy into user space, no ``bytes``
-object per chunk), which is what lets a tunnel run near the speed of a direct connection on a
-small machine (``bench/proxy.py``). Elsewhere, or when the upstream is TLS (an ``https://``
-upstream proxy), asyncio protocols or a copy loop relay them.
+Two relays. The default hands both transports to asyncio protocols: each chunk the kernel
+hands over (up to 256 KiB) is written straight to the other socket. The other splices
+socket → pipe → socket (``splice(2)``, Linux), so the bytes never enter Python: it halves the
+proxy's own CPU per byte, but measured end to end (``bench/proxy.py``, which runs both) the
+*receiver* then pays more than the proxy saved — the spliced segments carry the sender's
+pages, cold and in the sender's fragments, where a copy hands over fresh, coalesced ones
+(curl ~1.6 s/GiB instead of ~1.0 s/GiB on loopback; over a NIC the fragments would be
+MTU-sized). So splicing is off unless asked for (``use_splice``, ``SPLICE_BY_DEFAULT``). A
+tunnel inside TLS to an ``https://`` upstream proxy is copied chunk by chunk.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from sbx.egress.proxy.streams import READ_SIZE, WRITE_HIGH_WATER, Stream, TcpStr
 from sbx.reasons import EgressCode
 
 SPLICE_PIPE: Final = 1024 * 1024  # pipe capacity asked for, per direction (Linux's default max)
+SPLICE_BY_DEFAULT = False  # measured: see the module's docstring and bench/README.md
 _F_SETPIPE_SZ: Final = 1031
 _F_GETPIPE_SZ: Final = 1032
 _ALERTS: Final[dict[str, int]] = {EgressCode.SNI_MISMATCH: clienthello.ALERT_UNRECOGNIZED_NAME,
@@ -98,14 +103,15 @@ def judge_first(data: bytes, host: str, port: int) -> bool:
 
 
 class Tunnel:
-    """Runs raw tunnels. ``use_splice`` (default: where the OS has it) picks the zero-copy
-    relay; the portable one does the same with asyncio protocols."""
+    """Runs raw tunnels. ``use_splice`` (default :data:`SPLICE_BY_DEFAULT`) picks the spliced
+    relay where the OS has it; the default relay uses asyncio protocols."""
 
     def __init__(self, ctx: ProxyContext, refuser: Refuser, *,
                  use_splice: bool | None = None) -> None:
         self.ctx = ctx
         self.refuser = refuser
-        self.use_splice = splice_available() if use_splice is None else use_splice
+        wanted = SPLICE_BY_DEFAULT if use_splice is None else use_splice
+        self.use_splice = wanted and splice_available()
 
     async def run(self, client: TcpStream, upstream: Stream, host: str, port: int,
                   initial: bytes) -> None:
@@ -173,7 +179,7 @@ class Tunnel:
                 return
 
     async def _splice(self, client: TcpStream, upstream: TcpStream, initial: bytes) -> None:
-        """The zero-copy relay: what asyncio already holds is written first (the judged first
+        """The spliced relay: what asyncio already holds is written first (the judged first
         bytes, anything read past them), both transports are flushed and stop reading, then
         each direction is spliced socket → pipe → socket on duplicates of the sockets (the
         transports keep theirs, closed by the caller as always)."""
@@ -214,7 +220,7 @@ class Tunnel:
                 sock.close()
 
     async def _relay(self, client: TcpStream, upstream: TcpStream, initial: bytes) -> None:
-        """The portable relay: the transports are handed to :class:`_Relay` protocols, so
+        """The default relay: the transports are handed to :class:`_Relay` protocols, so
         each chunk the kernel hands over is written straight to the other socket (no stream
         buffer, no task switch)."""
         loop = asyncio.get_running_loop()
@@ -428,4 +434,4 @@ class _Relay(asyncio.Protocol):
             self.done.set_result(None)
 
 
-__all__ = ["SPLICE_PIPE", "Tunnel", "judge_first", "splice_available"]
+__all__ = ["SPLICE_BY_DEFAULT", "SPLICE_PIPE", "Tunnel", "judge_first", "splice_available"]

@@ -35,7 +35,8 @@ class EgressProxy:
     :func:`~sbx.egress.proxy.process.main` from the secret store); a configured credential
     without a value refuses its requests. ``client_token``: the run's proxy token every
     request must carry (None: no credentials asked, for loopback-only use). ``use_splice``:
-    the raw-tunnel relay (None: zero-copy where the OS has it)."""
+    relay raw tunnels with ``splice(2)`` (None: :data:`~sbx.egress.proxy.relay.SPLICE_BY_DEFAULT`,
+    off; see :mod:`sbx.egress.proxy.relay` for why)."""
 
     def __init__(self, config: ProxyConfig, *, server_context: Callable[[str], ssl.SSLContext],
                  secrets: Mapping[str, str], stderr: Callable[[str], None] | None = None,
