@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sbx.domain.credentials.secrets import SecretStore
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, Limits, ProxyConfig
+from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig, ProxyLimits
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from support.origin import Internet, LoopbackListener, ProxyProcess, UpstreamProxy
 
@@ -77,7 +77,7 @@ CREDENTIALS = (
 
 
 def start(directory: Path, net: Network, *, internet: Internet | None, phase: str = "runtime",
-          credentials: Sequence[CredentialSpec] = CREDENTIALS, limits: Limits | None = None,
+          credentials: Sequence[CredentialSpec] = CREDENTIALS, limits: ProxyLimits | None = None,
           secrets: dict[str, str] | None = None, upstream_url: str | None = None,
           ) -> ProxyProcess:
     home = directory / "state"
@@ -92,7 +92,7 @@ def start(directory: Path, net: Network, *, internet: Internet | None, phase: st
         credentials=tuple(credentials),
         upstream_proxy=upstream_url or (internet.upstream.url if internet else None),
         upstream_ca_file=internet.pki.ca_file if internet else None,
-        explain_command=EXPLAIN, phase_file=directory / "phase", limits=limits or Limits())
+        explain_command=EXPLAIN, phase_file=directory / "phase", limits=limits or ProxyLimits())
     return ProxyProcess(config, directory / "proxy.json")
 
 

@@ -758,7 +758,8 @@ class ProxyProcess:
     are kept for inspection. :meth:`client` sends the token's Proxy-Authorization."""
 
     def __init__(self, config: Any, config_path: Path, *, ready_timeout: float = 20.0,
-                 client_token: str | None = None) -> None:
+                 client_token: str | None = None,
+                 python_args: Sequence[str] = ("-m", "sbx.domain.egress.proxy")) -> None:
         import os
         import select
         import subprocess
@@ -771,7 +772,7 @@ class ProxyProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SBX_")}
         self.client_token = client_token
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sbx.domain.egress.proxy", str(config_path), config.run_id],
+            [sys.executable, *python_args, str(config_path), config.run_id],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"{client_token or ''}\n".encode("ascii"))

@@ -20,7 +20,6 @@ from sbx.domain.egress.policy import decide
 from sbx.domain.egress.proxy import (
     EgressProxy,
     Masker,
-    Refusal,
     blocked_address,
     explain_line,
     injected_value,
@@ -31,12 +30,18 @@ from sbx.domain.egress.proxy import (
     refusal_for,
     refusal_response,
 )
+from sbx.domain.egress.proxy import (
+    EgressRefusal as Refusal,
+)
+from sbx.domain.egress.proxy import connection as connection_module
+from sbx.domain.egress.proxy import dialing as dialing_module
+from sbx.domain.egress.proxy import exchange as exchange_module
 from sbx.domain.egress.proxyconfig import (
     CredentialSpec,
     Inject,
-    Limits,
     ProxyConfig,
     ProxyConfigError,
+    ProxyLimits,
     sentinel_for,
 )
 from sbx.domain.kits.compose import Credential, Network, NetworkPhase, Rule
@@ -78,7 +83,7 @@ def test_config_round_trip(tmp_path: Path) -> None:
         tmp_path, phase="install", listen_host="172.18.0.1", listen_port=3128,
         upstream_proxy="http://user:p%40ss@proxy.corp:8080", upstream_ca_file=tmp_path / "ca.pem",
         phase_file=tmp_path / "phase",
-        limits=Limits(max_head_bytes=1000, idle_timeout=2.5),
+        limits=ProxyLimits(max_head_bytes=1000, idle_timeout=2.5),
         credentials=(
             CredentialSpec("github", "runtime", (Inject("api.github.com"),),
                            sentinel=sentinel_for("github"), env="GH_TOKEN", kit="./gh", index=4),
@@ -325,9 +330,9 @@ async def _talk(proxy: EgressProxy, payload: bytes, *, read_timeout: float = 5.0
 
 
 def run_proxy(tmp_path: Path, scenario: Callable[[EgressProxy], Awaitable[None]], *,
-              network: Network | None = NETWORK, limits: Limits | None = None,
+              network: Network | None = NETWORK, limits: ProxyLimits | None = None,
               resolver: Any = None, errors: list[str] | None = None) -> None:
-    cfg = config(tmp_path, network=network, limits=limits or Limits())
+    cfg = config(tmp_path, network=network, limits=limits or ProxyLimits())
 
     async def main() -> None:
         proxy = EgressProxy(cfg, server_context=_no_certificates, secrets={},
@@ -348,7 +353,7 @@ def _status(raw: bytes) -> int:
 
 
 def test_bounds_on_request_heads(tmp_path: Path) -> None:
-    limits = Limits(max_head_bytes=4096, max_target_bytes=512, max_headers=10)
+    limits = ProxyLimits(max_head_bytes=4096, max_target_bytes=512, max_headers=10)
 
     async def scenario(proxy: EgressProxy) -> None:
         big = b"GET http://github.com/ HTTP/1.1\r\nHost: github.com\r\nX: " + b"a" * 5000
@@ -386,7 +391,7 @@ def test_head_timeout_closes_silent_clients(tmp_path: Path) -> None:
         assert raw == b""
         assert loop.time() - started < 3
 
-    run_proxy(tmp_path, scenario, limits=Limits(head_timeout=0.3))
+    run_proxy(tmp_path, scenario, limits=ProxyLimits(head_timeout=0.3))
 
 
 def test_connection_limit(tmp_path: Path) -> None:
@@ -400,7 +405,7 @@ def test_connection_limit(tmp_path: Path) -> None:
         finally:
             writer.close()
 
-    run_proxy(tmp_path, scenario, limits=Limits(max_connections=1))
+    run_proxy(tmp_path, scenario, limits=ProxyLimits(max_connections=1))
 
 
 def test_no_network_policy_denies_everything(tmp_path: Path) -> None:
@@ -453,9 +458,9 @@ def test_dns_answers_are_checked_before_connecting(tmp_path: Path,
         raw = await _talk(proxy, b"CONNECT slow.test:80 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _status(raw) == 502
 
-    monkeypatch.setattr(proxy_module.asyncio, "open_connection", fake_open)
+    monkeypatch.setattr(dialing_module.asyncio, "open_connection", fake_open)
     run_proxy(tmp_path, scenario, network=everything, resolver=resolver,
-              limits=Limits(connect_timeout=0.5))
+              limits=ProxyLimits(connect_timeout=0.5))
     assert dialed == [("10.9.8.7", 80)]
     assert asked == ["rebind.test", "metadata.test", "corp.test", "corp.test", "broken.test",
                      "slow.test"]
@@ -465,7 +470,7 @@ def test_internal_errors_fail_closed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def explode(*_: Any) -> Any:
         raise RuntimeError("policy bug")
 
-    monkeypatch.setattr(proxy_module, "classify", explode)
+    monkeypatch.setattr(connection_module, "classify", explode)
     errors: list[str] = []
 
     async def scenario(proxy: EgressProxy) -> None:
@@ -561,7 +566,7 @@ def test_internal_errors_inside_interception_answer_502_over_tls(
     def explode(*_: Any) -> Any:
         raise RuntimeError("decision bug")
 
-    monkeypatch.setattr(proxy_module, "decide", explode)
+    monkeypatch.setattr(exchange_module, "decide", explode)
     errors: list[str] = []
 
     async def main() -> None:

@@ -29,6 +29,7 @@ from sbx.domain.credentials.secrets import (
     run_command,
 )
 from sbx.domain.egress import proxy as proxy_module
+from sbx.domain.egress.proxy import process as process_module
 from sbx.seams import audit, keyrings
 from sbx.usecases import secretops
 
@@ -226,10 +227,10 @@ def test_the_proxy_takes_provided_secrets_from_its_owner_pipe(
     try:
         token = "a" * 64
         os.write(write, f"{token}|{encode_provided({'github': TOKEN})}\n".encode())
-        owned = proxy_module._owner_token(loaded_config, read)
+        owned = process_module._owner_token(loaded_config, read)
         assert owned == (token, {"github": TOKEN})
         os.write(write, f"{token}|garbage!\n".encode())
-        assert proxy_module._owner_token(loaded_config, read) == 2
+        assert process_module._owner_token(loaded_config, read) == 2
     finally:
         os.close(read)
         os.close(write)

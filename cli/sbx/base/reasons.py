@@ -93,6 +93,54 @@ class Reason(enum.StrEnum):
         return REGISTRY[self].exit_status
 
 
+@enum.unique
+class EgressCode(enum.StrEnum):
+    """The egress proxy's own detail codes: the ``code`` of a refusal's audit record, its
+    ``X-Sbx-Rule`` (with ``-`` for ``_``) and its body, under one of the :class:`Reason` codes
+    in ``X-Sbx-Reason`` (``egress_denied``, ``proxy_failed``...). The policy's own codes come
+    from ``sbx.domain.egress.policy.Decision.code``. Never rename a value: audit readers match
+    them."""
+
+    # refused by the proxy (under egress_denied)
+    DESTINATION_BLOCKED = "destination_blocked"
+    SNI_MISMATCH = "sni_mismatch"
+    SNI_HIDDEN = "sni_hidden"
+    BAD_CLIENT_HELLO = "bad_client_hello"
+    HOST_MISMATCH = "host_mismatch"
+    NOT_TLS = "not_tls"
+    NOT_HTTP = "not_http"
+    CREDENTIAL_NEEDS_TLS = "credential_needs_tls"
+    METHOD_OVERRIDE = "method_override"
+    # a credential sbx did not issue (under credential_not_issued)
+    FOREIGN_CREDENTIAL = "foreign_credential"
+    # an answer the proxy cannot mask (under response_unmaskable)
+    ENCODED_RESPONSE = "encoded_response"
+    # clients that are not the run's sandbox (under proxy_client_refused)
+    PROXY_AUTH_MISSING = "proxy_auth_missing"
+    PROXY_AUTH_INVALID = "proxy_auth_invalid"
+    PEER_NOT_SANDBOX = "peer_not_sandbox"
+    # not carried (under proxy_failed)
+    BAD_REQUEST = "bad_request"
+    NOT_A_PROXY_REQUEST = "not_a_proxy_request"
+    TARGET_TOO_LONG = "target_too_long"
+    HEAD_TOO_LARGE = "head_too_large"
+    AMBIGUOUS_FRAMING = "ambiguous_framing"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    CERTIFICATE_FAILED = "certificate_failed"
+    DNS_FAILED = "dns_failed"
+    CONNECT_FAILED = "connect_failed"
+    ORIGIN_UNTRUSTED = "origin_untrusted"
+    ORIGIN_TLS_FAILED = "origin_tls_failed"
+    UPSTREAM_FAILED = "upstream_failed"
+    UPSTREAM_PROXY_UNREACHABLE = "upstream_proxy_unreachable"
+    UPSTREAM_PROXY_FAILED = "upstream_proxy_failed"
+    UPSTREAM_PROXY_REFUSED = "upstream_proxy_refused"
+    TOKEN_REQUEST_UNREADABLE = "token_request_unreadable"  # noqa: S105 - a code, not a secret
+    TOKEN_REQUEST_TOO_LARGE = "token_request_too_large"  # noqa: S105 - a code, not a secret
+    TOKEN_STORE_FAILED = "token_store_failed"  # noqa: S105 - a code, not a secret
+    TOKEN_STORE_LOCKED = "token_store_locked"  # noqa: S105 - a code, not a secret
+
+
 _R = Reason
 _E = ExitStatus
 
@@ -401,4 +449,4 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
 }
 
 
-__all__ = ["REGISTRY", "ExitStatus", "Reason", "ReasonInfo"]
+__all__ = ["REGISTRY", "EgressCode", "ExitStatus", "Reason", "ReasonInfo"]

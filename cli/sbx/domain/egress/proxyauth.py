@@ -33,11 +33,13 @@ import secrets
 from collections.abc import Sequence
 from typing import Final
 
+from sbx.base.reasons import EgressCode
+
 USERNAME: Final = "sbx"
 TOKEN_BYTES: Final = 32
-MISSING: Final = "proxy_auth_missing"
-INVALID: Final = "proxy_auth_invalid"
-PEER: Final = "peer_not_sandbox"
+MISSING: Final = EgressCode.PROXY_AUTH_MISSING
+INVALID: Final = EgressCode.PROXY_AUTH_INVALID
+PEER: Final = EgressCode.PEER_NOT_SANDBOX
 _TOKEN: Final = re.compile(r"[0-9a-f]{32,128}")
 
 

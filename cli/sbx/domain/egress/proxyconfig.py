@@ -51,7 +51,7 @@ def sentinel_for(service: str) -> str:
 
 
 @dataclass(frozen=True)
-class Limits:
+class ProxyLimits:
     """Bounds on everything a client controls (sizes in bytes, times in seconds)."""
 
     max_head_bytes: int = 64 * 1024  # request line + headers of one request (and of responses)
@@ -344,7 +344,7 @@ class ProxyConfig:
     upstream_ca_file: Path | None = None  # extra CAs trusted for origins and that proxy
     explain_command: str = "sbx explain"  # refusal bodies append "METHOD URL" to this
     phase_file: Path | None = None  # the proxy writes its current phase here (an acknowledgement)
-    limits: Limits = field(default_factory=Limits)
+    limits: ProxyLimits = field(default_factory=ProxyLimits)
     # Clients must come from inside this network (CIDR), never from listen_host itself: the
     # run's internal network, where only the sandbox lives (None: any client, loopback only).
     peer_network: str | None = None
@@ -419,7 +419,7 @@ class ProxyConfig:
         if not isinstance(credentials, list):
             raise ProxyConfigError("credentials must be a list")
         limits_raw = _map(data.get("limits", {}), "limits")
-        _keys(limits_raw, {f.name for f in fields(Limits)}, "limits")
+        _keys(limits_raw, {f.name for f in fields(ProxyLimits)}, "limits")
         upstream_ca = _opt_str(data, "upstream_ca_file")
         phase_file = _opt_str(data, "phase_file")
         return cls(
@@ -436,7 +436,7 @@ class ProxyConfig:
             upstream_ca_file=None if upstream_ca is None else Path(upstream_ca),
             explain_command=_str(data, "explain_command", "sbx explain"),
             phase_file=None if phase_file is None else Path(phase_file),
-            limits=Limits(**dict(limits_raw)),
+            limits=ProxyLimits(**dict(limits_raw)),
             peer_network=_opt_str(data, "peer_network"),
         )
 
@@ -535,7 +535,7 @@ __all__ = [
     "CredentialSpec",
     "Inject",
     "OAuthSpec",
-    "Limits",
+    "ProxyLimits",
     "ProxyConfig",
     "ProxyConfigError",
     "credentials_from",

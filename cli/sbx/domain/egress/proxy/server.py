@@ -1,0 +1,142 @@
+"""One run's egress proxy: the listening socket, the phase (install → runtime, once) and the
+collaborators each connection goes through, built once and sharing one
+:class:`~sbx.domain.egress.proxy.context.ProxyContext`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import sys
+from collections.abc import Callable, Mapping
+
+from sbx.domain.egress.proxy.connection import ClientHandler
+from sbx.domain.egress.proxy.context import ProxyContext
+from sbx.domain.egress.proxy.credentials import ProxyCredentials
+from sbx.domain.egress.proxy.dialing import Dialer, Resolver
+from sbx.domain.egress.proxy.exchange import Forwarder
+from sbx.domain.egress.proxy.intercept import Interceptor
+from sbx.domain.egress.proxy.refusals import Refuser
+from sbx.domain.egress.proxy.relay import Tunnel
+from sbx.domain.egress.proxy.streams import READ_SIZE
+from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
+from sbx.domain.kits.compose import Network, Phase
+
+
+def write_stderr(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"sbx-proxy: {message}\n")
+        sys.stderr.flush()
+
+
+class EgressProxy:
+    """One run's egress proxy. ``secrets`` maps service → value (read by
+    :func:`~sbx.domain.egress.proxy.process.main` from the secret store); a configured credential
+    without a value refuses its requests. ``client_token``: the run's proxy token every
+    request must carry (None: no credentials asked, for loopback-only use). ``use_splice``:
+    relay raw tunnels with ``splice(2)`` (None:
+    :data:`~sbx.domain.egress.proxy.relay.SPLICE_BY_DEFAULT`,
+    off; see :mod:`sbx.domain.egress.proxy.relay` for why)."""
+
+    def __init__(self, config: ProxyConfig, *, server_context: Callable[[str], ssl.SSLContext],
+                 secrets: Mapping[str, str], stderr: Callable[[str], None] | None = None,
+                 resolver: Resolver | None = None, client_token: str | None = None,
+                 use_splice: bool | None = None) -> None:
+        self.config = config
+        report = stderr or write_stderr
+        self.ctx = ctx = ProxyContext(config, config.phase, report)
+        self.credentials = ProxyCredentials(ctx, secrets)
+        ctx.stderr = self.credentials.redactor(report)  # real OAuth tokens never reach stderr
+        self.credentials.load_oauth()
+        refuser = Refuser(ctx)
+        dialer = Dialer(ctx, resolver=resolver)
+        forwarder = Forwarder(ctx, self.credentials, dialer)
+        self.handler = ClientHandler(
+            ctx, client_token=client_token, credentials=self.credentials, dialer=dialer,
+            forwarder=forwarder, tunnel=Tunnel(ctx, refuser, use_splice=use_splice),
+            interceptor=Interceptor(ctx, server_context=server_context, forwarder=forwarder,
+                                    refuser=refuser),
+            refuser=refuser)
+        self._server: asyncio.Server | None = None
+        self._stopping = asyncio.Event()
+        self.port = 0
+
+    @property
+    def phase(self) -> Phase:
+        return self.ctx.phase
+
+    @property
+    def limits(self) -> ProxyLimits:
+        return self.ctx.limits
+
+    @property
+    def network(self) -> Network | None:
+        return self.ctx.network
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(
+            self.handler.on_client, self.config.listen_host, self.config.listen_port,
+            limit=READ_SIZE, backlog=256, reuse_address=True)
+        sockets = self._server.sockets
+        self.port = int(sockets[0].getsockname()[1]) if sockets else 0
+        self._write_phase_file()
+        return self.port
+
+    def switch_to_runtime(self) -> None:
+        """install → runtime, irreversibly: install rules and credentials stop applying, and
+        every connection opened during install is closed."""
+        if self.ctx.phase == "runtime":
+            return
+        self.ctx.phase = "runtime"
+        for task, conn in list(self.ctx.conns.items()):
+            if conn.phase == "install":
+                for stream in conn.streams:
+                    stream.abort()
+                task.cancel()
+        self._write_phase_file()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def replace_secrets(self, secrets: Mapping[str, str]) -> None:
+        """Use these values from now on (SIGHUP re-reads the store: a rotated or removed secret
+        takes effect on the next request, without restarting the sandbox)."""
+        self.credentials.secrets = dict(secrets)
+
+    async def serve(self, ready: Callable[[int], None] | None = None) -> None:
+        """Listen until :meth:`stop` (or SIGTERM/SIGINT when run by ``main``)."""
+        port = await self.start()
+        if ready is not None:
+            ready(port)
+        await self._stopping.wait()
+        await self.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self.ctx.conns)
+        for task, conn in list(self.ctx.conns.items()):
+            for stream in conn.streams:
+                stream.abort()
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.limits.shutdown_timeout)
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with asyncio.timeout(self.limits.shutdown_timeout):
+                    await self._server.wait_closed()
+
+    def _write_phase_file(self) -> None:
+        path = self.config.phase_file
+        if path is None:
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            tmp.write_text(f"{self.ctx.phase}\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as error:
+            self.ctx.stderr(f"cannot write the phase file {path}: {error.strerror}")
+
+
+__all__ = ["EgressProxy", "write_stderr"]
