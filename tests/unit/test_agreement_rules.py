@@ -64,7 +64,7 @@ def test_run_explain_and_doctor_refuse_an_engine_alike(name: str, tmp_path: Path
     info, reason = ENGINES[name]
     h = Harness(tmp_path)
     h.engine.engine_info = info
-    h.engine.probe_output = V1_OK
+    h.engine.stdout = V1_OK
     kit = _kit(tmp_path)
     with pytest.raises(SbxError) as rule:
         check_engine(info)

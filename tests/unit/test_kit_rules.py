@@ -218,7 +218,7 @@ def test_the_validation_cache_key_hashes_every_rule_source_that_exists() -> None
     # would then survive an edit of that module): every listed source is read, none skipped.
     from importlib import resources
 
-    import sbx.domain.kits.descriptor as descriptor
+    from sbx.domain.kits import descriptor
 
     package = resources.files("sbx.domain.kits")
     listed = set(descriptor._RULE_MODULES)

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
+from tests.support.fakeengine import FakeEngine
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -28,7 +29,6 @@ from sbx.domain.kits.lock import (
 )
 from sbx.domain.kits.surface import Surface, Widening
 from sbx.seams import audit
-from sbx.seams.driver import ImageInfo
 from sbx.usecases.context import AppContext
 from sbx.usecases.pull import PullResult
 from sbx.views import kit as kit_view
@@ -165,20 +165,6 @@ def test_gate_widening_accepted_by_flag_or_terminal() -> None:
 # --- sbx pull's gate with a fake registry and a fake engine --------------------------------
 
 
-class FakeEngine:
-    def __init__(self) -> None:
-        self.pulled: list[str] = []
-        self.tagged: list[tuple[str, str]] = []
-
-    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
-        self.pulled.append(ref)
-        on_line("Pull complete")
-        return ImageInfo("sha256:" + "9" * 64, (), "", "", None, None, (), {})
-
-    def tag_image(self, image: str, ref: str) -> None:
-        self.tagged.append((image, ref))
-
-
 @contextmanager
 def no_progress(_title: str) -> Iterator[Callable[[str], None]]:
     yield lambda _line: None
@@ -206,7 +192,7 @@ def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, desc
     engine = FakeEngine()
     renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
     ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state")}, cwd=tmp_path,
-                     renderer=renderer, driver_factory=lambda _env: cast("Any", engine))
+                     renderer=renderer, driver_factory=lambda _env: engine)
     result = pull_module.pull(ctx, [REF], progress=no_progress, on_notice=lambda _t: None,
                               **{"accept": False, "confirm": None, **kwargs})
     return engine, result
@@ -216,7 +202,7 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     state = tmp_path / "state"
     engine, _ = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"), accept=True)
-    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D1}"]
+    assert engine.called("pull_image") == [(f"127.0.0.1:5000/kits/a@{D1}",)]
     asked: list[tuple[str, list[str], bool]] = []
 
     def decline(reference: str, widenings: Sequence[Widening], first: bool) -> bool:
@@ -235,7 +221,7 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
     engine, result = pull_with(tmp_path, monkeypatch, D2,
                                published("a.example.com", "b.example.com"),
                                confirm=lambda _r, _w, _f: True)
-    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]
+    assert engine.called("pull_image") == [(f"127.0.0.1:5000/kits/a@{D2}",)]
     assert result.items[0].gate is not None
     assert result.items[0].gate.decision is LockDecision.ACCEPTED
     kinds = [(e["event_type"], e["details"].get("via")) for e in audit.read_events(state)]
