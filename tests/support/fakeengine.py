@@ -97,6 +97,9 @@ class FakeEngine:
         self.users: dict[str, list[str]] = {}  # object_users(): id → container ids
         self.sticky: set[str] = set()  # ids a removal "removes" that stay listed afterwards
         self.specs: dict[str, ContainerSpec] = {}  # container id → what it was created from
+        # (kind, id) of every object created through this fake, in order: kind is container,
+        # network, volume or image (committed, built or derived: its tag).
+        self.created: list[tuple[str, str]] = []
         # What a container does once started: its output (stdout) and exit status.
         self.stdout = b""
         self.exit_status: int | None = 0  # wait(); None: it did not finish in time
@@ -250,6 +253,7 @@ class FakeEngine:
         on_line(f"Successfully tagged {tag}")
         image = image_info("sha256:" + self._new_id("build"), tags=(tag,), labels=labels)
         self.images[tag] = self.images[image.id] = image
+        self.created.append(("image", tag))
         return image
 
     def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
@@ -259,6 +263,7 @@ class FakeEngine:
         derived = replace(image, id="sha256:" + fake_id("derive", image.id, tar, tag),
                           tags=(tag,), labels={**image.labels, **image_labels})
         self.images[tag] = self.images[derived.id] = derived
+        self.created.append(("image", tag))
         return derived
 
     def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
@@ -267,6 +272,7 @@ class FakeEngine:
         image = replace(like, id="sha256:" + self._new_id("commit"), tags=(tag,),
                         labels=dict(labels))
         self.images[tag] = self.images[image.id] = image
+        self.created.append(("image", tag))
         return image
 
     def tag_image(self, image: str, ref: str) -> None:
@@ -317,6 +323,7 @@ class FakeEngine:
         self.specs[ident] = spec
         self.containers.append({"Id": ident, "State": "created", "Image": spec.image,
                                 "Labels": dict(spec.labels)})
+        self.created.append(("container", ident))
         return ident
 
     def start(self, container_id: str) -> None:
@@ -418,6 +425,7 @@ class FakeEngine:
         self._call("create_network", name, bridge, internal)
         ident = self._new_id("network")
         self.networks.append({"Id": ident, "Name": name, "Labels": dict(labels)})
+        self.created.append(("network", ident))
         return ident
 
     def network_gateway(self, network_id: str) -> str:
@@ -431,6 +439,7 @@ class FakeEngine:
     def create_volume(self, name: str, labels: Mapping[str, str]) -> str:
         self._call("create_volume", name)
         self.volumes.append({"Name": name, "Labels": dict(labels)})
+        self.created.append(("volume", name))
         return name
 
     def remove_volume(self, name: str) -> bool:
