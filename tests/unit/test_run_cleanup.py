@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,10 +249,11 @@ def failing(step: Step, reference: Run,
 
 
 @pytest.fixture
-def reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit: Path) -> Iterator[Run]:
-    """The same run without a failure: what a failure at each step is compared with."""
+def reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit: Path) -> Run:
+    """The same run without a failure: what a failure at each step is compared with. Its
+    patches are undone at once, before the test patches the same names for its own run."""
     with monkeypatch.context() as patched:
-        yield sbx_run(tmp_path / "reference", patched, kit)
+        return sbx_run(tmp_path / "reference", patched, kit)
 
 
 # What a later object uses, so it must go first: the sandbox's port forwarder forwards to its
