@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.support import statehome
 
 SBX = shutil.which("sbx", path=str(Path(sys.executable).parent)) or "sbx"

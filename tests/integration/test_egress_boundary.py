@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from sbx.domain.credentials.secrets import SecretStore
-from support.origin import Internet
+from tests.support.kits import api_key_credential, capabilities, network_policy, rule
+from tests.support.origin import Internet
 
 from .conftest import TESTER_UID, owned, user_owned
 
@@ -38,38 +39,13 @@ BOOKWORM = "sbx-base/bookworm:1"
 SBX = str(Path(sys.executable).parent / "sbx")
 SECRET = "ghp-boundary-secret-value-stays-on-the-host"  # noqa: S105 - a test value
 PROXY_URL = re.compile(r"^http://sbx:(?P<token>[0-9a-f]{64})@(?P<host>[0-9.]+):(?P<port>\d+)$")
-POLICY = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      runtime:
-        allow:
-          - github.com
-          - example.org
-          - hosts: [api.github.com]
-            methods: [GET, POST]
-            paths: [/v1/**]
-        deny:
-          - hosts: [api.github.com]
-            methods: [ANY]
-            paths: [/v1/admin/**]
-  - type: com.docker.sandbox/credential@1
-    config:
-      service: github
-      phase: runtime
-      apiKey:
-        name: GH_TOKEN
-        proxyManaged: true
-        inject:
-          - {domain: api.github.com, header: Authorization, format: "Bearer %s"}
-"""
-OPEN_POLICY = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      runtime:
-        allow: ["*"]
-"""
+POLICY = capabilities(
+    network_policy(version=2, runtime=[
+        "github.com", "example.org",
+        rule(["api.github.com"], methods=["GET", "POST"], paths=["/v1/**"]),
+    ], deny=[rule(["api.github.com"], methods=["ANY"], paths=["/v1/admin/**"])]),
+    api_key_credential("github", "GH_TOKEN", "api.github.com"))
+OPEN_POLICY = capabilities(network_policy(version=2, runtime=["*"]))
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import pytest
 from sbx.domain.credentials.oauth import OAuthStore, Tokens
 from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from support.agent_api import OAuthServer, TokenState
-from support.origin import Internet, ProxyProcess
+from tests.support.agent_api import OAuthServer, TokenState
+from tests.support.origin import Internet, ProxyProcess
 
 SERVICE = "anthropic"
 TOKEN_HOST = "console.anthropic.com"  # noqa: S105 - a host name

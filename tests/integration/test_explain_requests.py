@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import run_cli
-from tests.unit.test_explain import CASES, expected_decision, write_kits
 
 from sbx.domain.credentials.secrets import SecretStore
+from tests.conftest import run_cli
+from tests.unit.test_explain import CASES, expected_decision, write_kits
 
 from .conftest import BUSYBOX
 

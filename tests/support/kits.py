@@ -1,9 +1,10 @@
 """Kit descriptors for tests: the fragments egress and run tests kept writing by hand.
 
-Each capability builder returns one YAML list entry (indented for a top-level
-``capabilities:`` list); :func:`capabilities` joins them and :func:`write_kit` writes a kit
-directory. Configs are written as JSON flow mappings, which YAML reads as they are, so a test
-states the values it cares about as Python data.
+Each capability builder returns one YAML list entry (``- type: ...``); :func:`capabilities`
+joins entries (these, or hand-written ones at any indentation) into a top-level
+``capabilities:`` list, and :func:`write_kit` writes a kit directory. Configs are written as
+JSON flow mappings, which YAML reads as they are, so a test states the values it cares about
+as Python data.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ def capability(type_: str, config: Mapping[str, Any] | None = None, *,
     """One ``capabilities`` entry: ``type_`` is ``name@version`` (under :data:`NS`) or a full
     type."""
     full = type_ if "/" in type_ else NS + type_
-    lines = [f"  - type: {full}"]
+    lines = [f"- type: {full}"]
     if optional:
-        lines.append("    optional: true")
+        lines.append("  optional: true")
     if config is not None:
-        lines.append(f"    config: {json.dumps(config)}")
+        lines.append(f"  config: {json.dumps(config)}")
     return "\n".join(lines) + "\n"
 
 
 def capabilities(*entries: str) -> str:
-    """A ``capabilities:`` list of the given entries."""
-    return "capabilities:\n" + "".join(entries)
+    """A ``capabilities:`` list of the YAML items ``entries`` (each ``- type: ...``)."""
+    return "capabilities:\n" + "".join(
+        textwrap.indent(textwrap.dedent(e).strip("\n"), "  ") + "\n" for e in entries)
 
 
 def network_policy(*, runtime: Sequence[Any] | None = None,
@@ -63,13 +65,14 @@ def rule(hosts: Sequence[str], *, methods: Sequence[str] | None = None,
     return found
 
 
-def api_key_credential(service: str, name: str, domain: str, *, phase: str = "runtime",
+def api_key_credential(service: str, name: str, domain: str, *,
+                       phase: str | Sequence[str] = "runtime",
                        header: str = "Authorization", value_format: str = "Bearer %s",
                        optional: bool = False) -> str:
     """``credential@1`` with a proxy-managed API key: the sandbox sees a sentinel in ``name``
     and the proxy puts the real value into ``header`` for ``domain``."""
     return capability("credential@1", {
-        "service": service, "phase": phase,
+        "service": service, "phase": phase if isinstance(phase, str) else list(phase),
         "apiKey": {"name": name, "proxyManaged": True,
                    "inject": [{"domain": domain, "header": header, "format": value_format}]},
     }, optional=optional)

@@ -18,6 +18,7 @@ from sbx.seams.driver import EngineInfo
 from sbx.usecases.doctor import DoctorRequest, HostFacts, Status, check_platform, diagnose
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan
 from sbx.usecases.run import RunRequest, prepare
+from tests.support.kits import write_kit
 
 from .test_doctor import V1_OK
 from .test_gc import Harness
@@ -36,12 +37,7 @@ def _no_progress(_title: str) -> Iterator[Callable[[str], None]]:
 
 
 def _kit(root: Path) -> Path:
-    kit = root / "kit"
-    kit.mkdir()
-    (kit / "kit.yaml").write_text('# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\n'
-                                  "kind: workload\n", encoding="utf-8")
-    (kit / "kit.dockerfile").write_text("FROM sbx-test/busybox:1\n", encoding="utf-8")
-    return kit
+    return write_kit(root, "kit", recipe="FROM sbx-test/busybox:1\n")
 
 
 def test_the_host_rule_is_doctors() -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.fakeengine import FakeEngine
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -35,6 +34,7 @@ from sbx.domain.sandbox.assemble import (
     with_parents,
 )
 from sbx.seams.driver import ImageInfo
+from tests.support.fakeengine import FakeEngine
 
 # -- ENV / PATH / LABEL -------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.fakeengine import FakeEngine
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import EngineUnavailable, SbxError
@@ -64,6 +63,7 @@ from sbx.usecases.gc import (
     judge_shared,
 )
 from sbx.views import gc as gc_view
+from tests.support.fakeengine import FakeEngine
 
 NOW = 1_900_000_000.0
 

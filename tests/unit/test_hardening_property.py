@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.support.fakeengine import FakeEngine, image_info, tar_of
 
 from sbx.base import labels
 from sbx.base.render import Renderer
@@ -25,6 +24,8 @@ from sbx.domain.sandbox.hardening import hardening_violations
 from sbx.seams.driver import create_kwargs
 from sbx.usecases.context import AppContext
 from sbx.usecases.run import RunRequest, prepare
+from tests.support.fakeengine import FakeEngine, image_info, tar_of
+from tests.support.kits import write_kit
 
 PASSWD = b"root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n"
 
@@ -47,11 +48,7 @@ def _no_progress(_title: str) -> Iterator[Callable[[str], None]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
-    kit = root / "kit"
-    kit.mkdir()
-    (kit / "kit.yaml").write_text('# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\n'
-                                  "kind: workload\n", encoding="utf-8")
-    (kit / "kit.dockerfile").write_text("FROM base:1\n", encoding="utf-8")
+    kit = write_kit(root, "kit", recipe="FROM base:1\n")
     dirs = {"kit": kit, "root": root}
     for name in ("ws", "m0", "m1", "m2"):
         (root / name).mkdir()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.fakeengine import FakeEngine
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -32,6 +31,7 @@ from sbx.seams import audit
 from sbx.usecases.context import AppContext
 from sbx.usecases.pull import PullResult
 from sbx.views import kit as kit_view
+from tests.support.fakeengine import FakeEngine
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

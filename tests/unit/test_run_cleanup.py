@@ -29,9 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import CliResult, run_cli
-from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of
-from tests.support.kits import capabilities, network_policy, port, volume, write_kit
 
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import ExitStatus, Reason
@@ -39,6 +36,9 @@ from sbx.seams import driver as driver_module
 from sbx.seams import firewall, ports
 from sbx.seams.ports import PublishedPort
 from sbx.usecases import run as run_module
+from tests.conftest import CliResult, run_cli
+from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of
+from tests.support.kits import capabilities, network_policy, port, volume, write_kit
 
 PASSWD = b"root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n"
 IMAGE_ID = "sha256:" + "ab" * 32
