@@ -48,6 +48,13 @@ POLICY = capabilities(
 OPEN_POLICY = capabilities(network_policy(version=2, runtime=["*"]))
 
 
+
+def _bridge(rule: str) -> str:
+    """The interface an iptables rule matches (``-i NAME``)."""
+    found = re.search(r"-i (\S+)", rule)
+    assert found is not None, rule
+    return found[1]
+
 @pytest.fixture
 def env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
     config = internet.sbx_config(tmp_path / "config.toml")
@@ -218,7 +225,7 @@ for i in $(seq 1 900); do [ -e "$SBX_WORKSPACE/done" ] && break; sleep 0.1; done
     # the firewall: the run's bridge only, accept only the proxy's address and port
     accept = [r for r in rules if "ACCEPT" in r and "--dport" in r]
     assert accept and all(f"-d {gateway}/32" in r and f"--dport {port}" in r for r in accept)
-    bridges = {re.search(r"-i (\S+)", r)[1] for r in rules}  # type: ignore[index]
+    bridges = {_bridge(r) for r in rules}
     assert len(bridges) == 1 and len(rules) == 3, rules
     assert rules.index(accept[0]) < next(i for i, r in enumerate(rules) if r.endswith("DROP"))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -15,7 +16,15 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.requirements import check_engine, check_host
 from sbx.seams.driver import EngineInfo
-from sbx.usecases.doctor import DoctorRequest, HostFacts, Status, check_platform, diagnose
+from sbx.usecases.context import AppContext
+from sbx.usecases.doctor import (
+    DoctorRequest,
+    DoctorState,
+    HostFacts,
+    Status,
+    check_platform,
+    diagnose,
+)
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan
 from sbx.usecases.run import RunRequest, prepare
 from tests.support.kits import write_kit
@@ -49,10 +58,10 @@ def test_the_host_rule_is_doctors() -> None:
     check_host("posix")
 
 
-def _state(host: HostFacts) -> object:
-    from sbx.usecases.doctor import DoctorState
-
-    return DoctorState(ctx=None, host=host, request=DoctorRequest())  # type: ignore[arg-type]
+def _state(host: HostFacts) -> DoctorState:
+    # The platform check reads only the host facts: no context is built for it, so this
+    # passes None where an AppContext goes, on purpose.
+    return DoctorState(ctx=cast("AppContext", None), host=host, request=DoctorRequest())
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))

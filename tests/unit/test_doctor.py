@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -632,12 +633,10 @@ def test_proxy_that_does_not_start_fails_with_its_stderr(h: Harness) -> None:
 
 
 def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sbx.domain.egress.plan
-
     def denied(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", "/venv/bin/python3")
 
-    monkeypatch.setattr(sbx.domain.egress.plan.subprocess, "Popen", denied)
+    monkeypatch.setattr(subprocess, "Popen", denied)  # as sbx.domain.egress.plan calls it
     egress = replace(probes(), start_proxy=doctor_core.EgressProbes().start_proxy)
     check = by_id(report(h, egress=egress))["egress-proxy"]
     assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)

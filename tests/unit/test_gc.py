@@ -847,7 +847,7 @@ def _fake_iptables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, listing: 
         f"case \"$*\" in *' -S '*) cat {tmp_path / 'listing.txt'} ;; esac\n", encoding="utf-8")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setattr(fw.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     return log
 
 
@@ -875,7 +875,7 @@ def test_iptables_failures_are_told_apart(tmp_path: Path, monkeypatch: pytest.Mo
                                                encoding="utf-8")
     with pytest.raises(FirewallError, match="lock held"):
         fw.list_sbx_rules()
-    monkeypatch.setattr(fw.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(FirewallUnavailable, match="not running as root"):
         fw.list_sbx_rules()
     monkeypatch.setattr(fw, "iptables_binary", lambda: None)
@@ -894,7 +894,7 @@ def test_bridge_exists_looks_at_the_host() -> None:
 
 def _rule_case(run: str) -> tuple[dict[str, RunDir], dict[str, int | None]]:
     past, future = int(NOW) - 601, int(NOW) + 3600
-    return {
+    cases: dict[str, tuple[dict[str, RunDir], dict[str, int | None]]] = {
         "unknown": ({}, {}),
         "live": ({RID: _run(RID, 1, deadline=future)}, {}),
         "live_past_deadline": ({RID: _run(RID, 1, deadline=past)}, {}),
@@ -904,7 +904,8 @@ def _rule_case(run: str) -> tuple[dict[str, RunDir], dict[str, int | None]]:
         "objects_future": ({}, {RID: future}),
         "objects_no_deadline": ({}, {RID: None}),
         "other_run_dir": ({"f" * 32: _run("f" * 32, 2)}, {"e" * 32: past}),
-    }[run]
+    }
+    return cases[run]
 
 
 @pytest.mark.parametrize(("run", "bridge_up", "remove", "why"), [
