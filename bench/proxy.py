@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "cli"))
 
 from sbx.domain.egress.proxyconfig import ProxyConfig  # noqa: E402
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule  # noqa: E402
-from support.origin import Origin, ProxyProcess, TestPKI  # noqa: E402
+from tests.support.origin import Origin, ProxyProcess, TestPKI  # noqa: E402
 
 CURL_TIMEOUT = 300
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +39,11 @@ class CliResult:
     stdout: str
     stderr: str
 
-    def envelope(self) -> dict[str, object]:
+    def envelope(self) -> dict[str, Any]:
+        """The last JSON envelope on stdout (its values are JSON: Any)."""
         lines = [line for line in self.stdout.splitlines() if line.startswith("{")]
         assert lines, f"no JSON envelope on stdout: {self.stdout!r} / {self.stderr!r}"
-        loaded: dict[str, object] = json.loads(lines[-1])
+        loaded: dict[str, Any] = json.loads(lines[-1])
         return loaded
 
 
@@ -50,10 +52,14 @@ class _Stream(io.StringIO):
 
     def __init__(self) -> None:
         super().__init__()
-        self.buffer = io.BytesIO()
+        self._bytes = io.BytesIO()
+
+    @property
+    def buffer(self) -> io.BytesIO:
+        return self._bytes
 
     def text(self) -> str:
-        return self.getvalue() + self.buffer.getvalue().decode("utf-8", "replace")
+        return self.getvalue() + self._bytes.getvalue().decode("utf-8", "replace")
 
 
 def run_cli(args: list[str], *, env: Mapping[str, str] | None = None,
@@ -65,5 +71,5 @@ def run_cli(args: list[str], *, env: Mapping[str, str] | None = None,
 
 
 @pytest.fixture
-def sbx_cli() -> Iterator[object]:
+def sbx_cli() -> Iterator[Callable[..., CliResult]]:
     yield run_cli

@@ -14,9 +14,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
 from tests.support import statehome
 
 SBX = shutil.which("sbx", path=str(Path(sys.executable).parent)) or "sbx"
@@ -36,7 +38,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _sbx(args: list[str | bytes], env: dict[str, str],
+def _sbx(args: Sequence[str | bytes], env: dict[str, str],
          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SBX, *args], env=env, capture_output=True, text=True,
                           errors="backslashreplace", timeout=HANG_S, cwd=cwd,

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import run_cli
-from tests.unit.test_explain import write_kits
 
 from sbx.seams import audit
+from tests.conftest import run_cli
+from tests.unit.test_explain import write_kits
 
 SECRET = "ghp_explain-test-secret-value-000"  # noqa: S105 - a test value
 

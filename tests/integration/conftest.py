@@ -4,7 +4,6 @@ a missing engine is a failure, never a skip."""
 from __future__ import annotations
 
 import os
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +13,8 @@ from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
 from sbx.seams.driver import DockerDriver, OwnedObject
-from support.origin import Internet
+from tests.support.kits import write_kit
+from tests.support.origin import Internet
 
 BUSYBOX = "sbx-test/busybox:1"
 
@@ -71,13 +71,7 @@ def state_home(tmp_path: Path, engine: DockerDriver) -> Iterator[Path]:
 
 
 def make_kit(root: Path, name: str, dockerfile: str, descriptor_extra: str = "") -> Path:
-    kit = root / name
-    kit.mkdir(parents=True)
-    (kit / f"{name}.yaml").write_text(
-        "# syntax=docker/sandbox-kit:3\nschemaVersion: \"3\"\nkind: workload\n"
-        + textwrap.dedent(descriptor_extra), encoding="utf-8")
-    (kit / f"{name}.dockerfile").write_text(textwrap.dedent(dockerfile), encoding="utf-8")
-    return kit
+    return write_kit(root, name, descriptor_extra, recipe=dockerfile)
 
 
 @pytest.fixture

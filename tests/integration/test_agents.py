@@ -35,9 +35,9 @@ from ruamel.yaml import YAML
 from sbx.domain.credentials.secrets import SecretStore
 from sbx.seams.driver import DockerDriver
 from sbx.seams.registry import DESCRIPTOR_ANNOTATION, get_manifest, parse_reference
-from support.agent_api import AnthropicAPI, GeminiAPI, NpmRegistry, OpenAIAPI, Script, StandIn
-from support.origin import Internet, Seen
-from support.sbxproc import run_sbx
+from tests.support.agent_api import AnthropicAPI, GeminiAPI, NpmRegistry, OpenAIAPI, Script, StandIn
+from tests.support.origin import Internet, Seen
+from tests.support.sbxproc import run_sbx
 
 from .conftest import owned
 from .registry import Registry, start_registry

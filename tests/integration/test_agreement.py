@@ -30,47 +30,33 @@ from sbx.base import labels
 from sbx.base.paths import home_hash
 from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.credentials.secrets import SecretStore
-from support.sbxproc import Finished, run_sbx
+from tests.support import kits
+from tests.support.kits import (
+    api_key_credential,
+    capabilities,
+    capability,
+    network_policy,
+    port,
+    volume,
+)
+from tests.support.sbxproc import Finished, run_sbx
 
 from .conftest import BUSYBOX
 
 pytestmark = pytest.mark.docker
 
 OK_RECIPE = f'FROM {BUSYBOX}\nUSER agent\nCMD ["true"]\n'
-NETWORK = """
-  - type: com.docker.sandbox/network-policy@1
-    config: {runtime: {allow: [api.example.com]}}
-"""
-CREDENTIAL = """
-  - type: com.docker.sandbox/credential@1
-    {optional}config:
-      service: examplesvc
-      phase: runtime
-      apiKey:
-        name: EXAMPLE_TOKEN
-        proxyManaged: true
-        inject: [{{domain: api.example.com, header: Authorization, format: "Bearer %s"}}]
-"""
+NETWORK = network_policy(runtime=["api.example.com"])
+
+
+def credential(*, optional: bool) -> str:
+    return api_key_credential("examplesvc", "EXAMPLE_TOKEN", "api.example.com",
+                              optional=optional)
 
 
 def write_kit(root: Path, name: str, descriptor: str, recipe: str | None = OK_RECIPE, *,
               kind: str = "workload", files: dict[str, str] | None = None) -> Path:
-    kit = root / name
-    kit.mkdir(parents=True)
-    (kit / f"{name}.yaml").write_text(
-        f'# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkind: {kind}\n'
-        + textwrap.dedent(descriptor), encoding="utf-8")
-    if recipe is not None:
-        (kit / f"{name}.dockerfile").write_text(recipe, encoding="utf-8")
-    for relative, text in (files or {}).items():
-        (kit / relative).write_text(text, encoding="utf-8")
-    return kit
-
-
-def capabilities(*entries: str) -> str:
-    """A ``capabilities:`` list of the YAML items ``entries`` (each ``- type: ...``)."""
-    return "capabilities:\n" + "".join(
-        textwrap.indent(textwrap.dedent(e).strip("\n"), "  ") + "\n" for e in entries)
+    return kits.write_kit(root, name, descriptor, recipe, kind=kind, files=files)
 
 
 @dataclass(frozen=True)
@@ -103,13 +89,11 @@ CASES: tuple[Case, ...] = (
         args:
           flavour: {default: a, pattern: '^[a-c]$'}
         """, after=lambda _r, _k: ["--arg", "flavour=b"]),
-    Case("ok-network-bound-credential", None, capabilities(NETWORK, CREDENTIAL.format(
-        optional="")), secret=True),
-    Case("ok-optional-unbound-credential", None, capabilities(NETWORK, CREDENTIAL.format(
-        optional="optional: true\n    "))),
+    Case("ok-network-bound-credential", None,
+         capabilities(NETWORK, credential(optional=False)), secret=True),
+    Case("ok-optional-unbound-credential", None, capabilities(NETWORK, credential(optional=True))),
     Case("ok-optional-udp-port", None, capabilities(
-        "- type: com.docker.sandbox/port@1\n  optional: true\n"
-        "  config: {container: 5353, transport: udp}")),
+        capability("port@1", {"container": 5353, "transport": "udp"}, optional=True))),
     Case("ok-privileged-with-consent", None, capabilities(
         "- type: com.docker.sandbox/privileged@1"),
         after=lambda _r, _k: ["--allow-privileged"]),
@@ -169,21 +153,18 @@ CASES: tuple[Case, ...] = (
     Case("resources-gpu", Reason.UNSUPPORTED_CAPABILITY, capabilities(
         "- type: com.docker.sandbox/resources@1\n  config: {gpu: all}")),
     Case("udp-port-required", Reason.UNSUPPORTED_CAPABILITY, capabilities(
-        "- type: com.docker.sandbox/port@1\n  config: {container: 5353, transport: udp}")),
+        port(5353, transport="udp"))),
     Case("tmpfs-volume-over-memory", Reason.UNSUPPORTED_CAPABILITY, capabilities(
-        "- type: com.docker.sandbox/volume@1\n  config: {path: /data, tmpfs: true, size: 8g}")),
+        volume("/data", tmpfs=True, size="8g"))),
     Case("privileged-without-consent", Reason.CONSENT_REQUIRED, capabilities(
         "- type: com.docker.sandbox/privileged@1")),
     Case("agent-context-file-missing", Reason.INVALID_KIT, capabilities(
         "- type: com.docker.sandbox/agent-context@1\n  config: {contentFile: ./missing.md}")),
     # -- credentials (stage 2)
     Case("required-credential-unbound", Reason.CREDENTIAL_UNBOUND, capabilities(
-        NETWORK, CREDENTIAL.format(optional=""))),
+        NETWORK, credential(optional=False))),
     Case("oauth-passthrough", Reason.UNSUPPORTED_CAPABILITY, capabilities(
-        """
-        - type: com.docker.sandbox/network-policy@1
-          config: {runtime: {allow: [api.anthropic.com, console.anthropic.com]}}
-        """, """
+        network_policy(runtime=["api.anthropic.com", "console.anthropic.com"]), """
         - type: com.docker.sandbox/credential@1
           config:
             service: anthropic

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import statehome
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
 from sbx.domain.kits.markers import INDEX_END, INDEX_START
 from sbx.seams.driver import DockerDriver
+from tests.support import statehome
 
 from .conftest import BUSYBOX, owned
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sbx.seams.driver import DockerDriver
-from support.sbxproc import SBX, run_sbx
+from tests.support.sbxproc import SBX, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, make_kit, owned, reachable_by_others, user_owned
 

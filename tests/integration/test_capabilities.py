@@ -484,7 +484,7 @@ def test_volume_is_fresh_writable_by_the_sandbox_user_and_removed_after_the_run(
     assert not thread.is_alive()
     result = outcome["result"]
     assert result.exit_code == 0, result.stdout + result.stderr
-    values = _values(result.envelope()["data"]["stdout"])  # type: ignore[index]
+    values = _values(result.envelope()["data"]["stdout"])
     assert seen, "no volume labelled with this state home existed during the run"
     assert values["fs"] not in ("", "tmpfs", "overlay")
     assert values["stat"] == "700 1000:1000"

@@ -59,7 +59,7 @@ def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, st
         encoding="utf-8")
     envelope = sbx_cli(["doctor", "--json"], env=env).envelope()
     assert envelope["exit_code"] == 0
-    checks = {c["id"]: c for c in envelope["data"]["checks"]}  # type: ignore[index]
+    checks = {c["id"]: c for c in envelope["data"]["checks"]}
     limits = checks["limits"]
     assert limits["status"] == "ok", limits
     readings = {r["name"]: r for r in limits["data"]["limits"]}
@@ -96,7 +96,7 @@ def test_gc_check_counts_what_a_crash_left(engine: DockerDriver, env: dict[str, 
     create_container(engine, labelled(state_home, deadline="1"))
     try:
         envelope = sbx_cli(["doctor", "--json"], env=env).envelope()
-        gc = next(c for c in envelope["data"]["checks"]  # type: ignore[index]
+        gc = next(c for c in envelope["data"]["checks"]
                   if c["id"] == "gc")
         assert gc["status"] == "warn" and gc["detail"] == "stale: 1 container"
         assert "sbx gc" in gc["fix"] and envelope["exit_code"] == 0

@@ -12,25 +12,16 @@ from typing import Any
 import pytest
 
 from sbx.domain.credentials.secrets import SecretStore
+from tests.support.kits import api_key_credential, capabilities, network_policy
 
 from .conftest import BUSYBOX
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
-CREDENTIAL_KIT = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@1
-    config: {runtime: {allow: [api.example.com]}}
-  - type: com.docker.sandbox/credential@1
-    config:
-      service: examplesvc
-      phase: runtime
-      apiKey:
-        name: EXAMPLE_TOKEN
-        proxyManaged: true
-        inject: [{domain: api.example.com, header: Authorization, format: "Bearer %s"}]
-"""
+CREDENTIAL_KIT = capabilities(
+    network_policy(runtime=["api.example.com"]),
+    api_key_credential("examplesvc", "EXAMPLE_TOKEN", "api.example.com"))
 
 
 def _checks(result: Any) -> dict[str, dict[str, Any]]:

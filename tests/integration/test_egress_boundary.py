@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from sbx.domain.credentials.secrets import SecretStore
-from support.origin import Internet
+from tests.support.kits import api_key_credential, capabilities, network_policy, rule
+from tests.support.origin import Internet
 
 from .conftest import TESTER_UID, owned, user_owned
 
@@ -38,39 +39,21 @@ BOOKWORM = "sbx-base/bookworm:1"
 SBX = str(Path(sys.executable).parent / "sbx")
 SECRET = "ghp-boundary-secret-value-stays-on-the-host"  # noqa: S105 - a test value
 PROXY_URL = re.compile(r"^http://sbx:(?P<token>[0-9a-f]{64})@(?P<host>[0-9.]+):(?P<port>\d+)$")
-POLICY = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      runtime:
-        allow:
-          - github.com
-          - example.org
-          - hosts: [api.github.com]
-            methods: [GET, POST]
-            paths: [/v1/**]
-        deny:
-          - hosts: [api.github.com]
-            methods: [ANY]
-            paths: [/v1/admin/**]
-  - type: com.docker.sandbox/credential@1
-    config:
-      service: github
-      phase: runtime
-      apiKey:
-        name: GH_TOKEN
-        proxyManaged: true
-        inject:
-          - {domain: api.github.com, header: Authorization, format: "Bearer %s"}
-"""
-OPEN_POLICY = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      runtime:
-        allow: ["*"]
-"""
+POLICY = capabilities(
+    network_policy(version=2, runtime=[
+        "github.com", "example.org",
+        rule(["api.github.com"], methods=["GET", "POST"], paths=["/v1/**"]),
+    ], deny=[rule(["api.github.com"], methods=["ANY"], paths=["/v1/admin/**"])]),
+    api_key_credential("github", "GH_TOKEN", "api.github.com"))
+OPEN_POLICY = capabilities(network_policy(version=2, runtime=["*"]))
 
+
+
+def _bridge(rule: str) -> str:
+    """The interface an iptables rule matches (``-i NAME``)."""
+    found = re.search(r"-i (\S+)", rule)
+    assert found is not None, rule
+    return found[1]
 
 @pytest.fixture
 def env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
@@ -242,7 +225,7 @@ for i in $(seq 1 900); do [ -e "$SBX_WORKSPACE/done" ] && break; sleep 0.1; done
     # the firewall: the run's bridge only, accept only the proxy's address and port
     accept = [r for r in rules if "ACCEPT" in r and "--dport" in r]
     assert accept and all(f"-d {gateway}/32" in r and f"--dport {port}" in r for r in accept)
-    bridges = {re.search(r"-i (\S+)", r)[1] for r in rules}  # type: ignore[index]
+    bridges = {_bridge(r) for r in rules}
     assert len(bridges) == 1 and len(rules) == 3, rules
     assert rules.index(accept[0]) < next(i for i, r in enumerate(rules) if r.endswith("DROP"))
 

@@ -30,7 +30,7 @@ import pytest
 from sbx.domain.credentials.secrets import SecretStore
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from support.origin import Internet, ProxyProcess, Response, basic_proxy_auth
+from tests.support.origin import Internet, ProxyProcess, Response, basic_proxy_auth
 
 SECRET = "ghp_Boundary-Secret-0123456789abcdefXYZ"  # noqa: S105 - a test value
 SENTINEL = "sbx-proxy-managed-github"

@@ -15,6 +15,7 @@ import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -22,8 +23,8 @@ import pytest
 from sbx.domain.credentials.oauth import OAuthStore, Tokens
 from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from support.agent_api import OAuthServer, TokenState
-from support.origin import Internet, ProxyProcess
+from tests.support.agent_api import OAuthServer, TokenState
+from tests.support.origin import Internet, ProxyProcess
 
 SERVICE = "anthropic"
 TOKEN_HOST = "console.anthropic.com"  # noqa: S105 - a host name
@@ -73,13 +74,15 @@ def _store(proxy: ProxyProcess) -> OAuthStore:
     return OAuthStore(Path(proxy.config.state_home))
 
 
-def _token_request(proxy: ProxyProcess, form: dict[str, str], *, as_json: bool = False) -> dict:
+def _token_request(proxy: ProxyProcess, form: dict[str, str], *,
+                   as_json: bool = False) -> dict[str, Any]:
     body = json.dumps(form).encode() if as_json else urlencode(form).encode()
     kind = "application/json" if as_json else "application/x-www-form-urlencoded"
     [response] = proxy.client().https(TOKEN_HOST, [("POST", TOKEN_PATH)], body=body,
                                       headers=[("Content-Type", kind)])
     assert response.status == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 def _no_secret_in_logs(proxy: ProxyProcess, values: list[str]) -> None:

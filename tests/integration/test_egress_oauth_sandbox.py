@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from sbx.domain.credentials.oauth import OAuthStore, Tokens
-from support.agent_api import AnthropicAPI, OAuthServer, TokenState
-from support.origin import Internet
+from tests.support.agent_api import AnthropicAPI, OAuthServer, TokenState
+from tests.support.origin import Internet
 
 pytestmark = pytest.mark.docker
 

@@ -21,7 +21,7 @@ import pytest
 from sbx.domain.credentials.secrets import SecretStore
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig, ProxyLimits
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from support.origin import Internet, LoopbackListener, ProxyProcess, UpstreamProxy
+from tests.support.origin import Internet, LoopbackListener, ProxyProcess, UpstreamProxy
 
 # Test values stored in the per-test secret store (never a real credential).
 SECRET = "ghp_Real-Secret-Value-0123456789abcdef"  # noqa: S105

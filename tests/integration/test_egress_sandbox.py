@@ -18,44 +18,27 @@ from typing import Any
 
 import pytest
 
-from support.origin import Internet
+from tests.support.kits import api_key_credential, capabilities, network_policy, rule
+from tests.support.origin import Internet
 
 pytestmark = pytest.mark.docker
 
 BOOKWORM = "sbx-base/bookworm:1"
 SECRET = "ghp-real-secret-value-must-stay-on-the-host"  # noqa: S105 - a test value
 SENTINEL = "sbx-proxy-managed-github"
-GH_POLICY = """
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      install:
-        allow: [example.org]
-      runtime:
-        allow:
-          - github.com
-          - hosts: [api.github.com]
-            methods: [GET, HEAD, POST, PATCH, PUT, DELETE]
-        deny:
-          - hosts: [api.github.com]
-            methods: [DELETE]
-            paths: [/repos/**]
-  - type: com.docker.sandbox/credential@1
-    config:
-      service: github
-      phase: runtime
-      apiKey:
-        name: GH_TOKEN
-        proxyManaged: true
-        inject:
-          - {domain: api.github.com, header: Authorization, format: "Bearer %s"}
+GH_POLICY = capabilities(
+    network_policy(version=2, install=["example.org"], runtime=[
+        "github.com",
+        rule(["api.github.com"], methods=["GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"]),
+    ], deny=[rule(["api.github.com"], methods=["DELETE"], paths=["/repos/**"])]),
+    api_key_credential("github", "GH_TOKEN", "api.github.com"), """
   - type: com.docker.sandbox/lifecycle@1
     config:
       install:
         - command: >-
             curl -sS -m 10 -o /dev/null -w '%{http_code}' http://example.org/install
             > /var/tmp/install-egress || echo failed > /var/tmp/install-egress
-"""
+""")
 
 
 @pytest.fixture

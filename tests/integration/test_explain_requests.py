@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import run_cli
-from tests.unit.test_explain import CASES, expected_decision, write_kits
 
 from sbx.domain.credentials.secrets import SecretStore
+from tests.conftest import run_cli
+from tests.unit.test_explain import CASES, expected_decision, write_kits
 
 from .conftest import BUSYBOX
 
@@ -103,7 +103,7 @@ def test_explain_command_carries_args_and_consent(tmp_path: Path, env: dict[str,
         """)
     result = run_cli(["explain", "--json", "withargs", "--arg", "flavour=b",
                       "--allow-privileged"], env=env, cwd=kit.parent)
-    command = result.envelope()["data"]["explain"]  # type: ignore[index]
+    command = result.envelope()["data"]["explain"]
     assert command == f"sbx explain {kit} --arg flavour=b --allow-privileged"
     # Run from anywhere, it reproduces the same plan.
     again = run_cli([*command.split()[1:], "--json"], env=env, cwd=tmp_path)

@@ -164,7 +164,7 @@ def test_sigkilled_run_still_running_goes_once_its_owner_is_gone_past_the_grace(
         sigkill(process)
         # Inside the grace the orphan is kept: its run is younger than the grace...
         early = sbx_cli(["gc", "--grace", "600", "--json"], env=env).envelope()
-        kept = {item["id"]: item["why"] for item in early["data"]["kept"]}  # type: ignore[index]
+        kept = {item["id"]: item["why"] for item in early["data"]["kept"]}
         assert kept.get(sandbox.id) == "inside_deadline"
         assert sandbox_in_state(engine, state_home, "running") is not None
         # ...and past it, the still-running container of a dead owner (its owner lock is
@@ -172,7 +172,7 @@ def test_sigkilled_run_still_running_goes_once_its_owner_is_gone_past_the_grace(
         assert time.time() < int(sandbox.labels[label_keys.DEADLINE])
         result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
         removed = {item["id"]: item["why"]
-                   for item in result.envelope()["data"]["removed"]}  # type: ignore[index]
+                   for item in result.envelope()["data"]["removed"]}
         assert removed.get(sandbox.id) == "owner_gone"
         assert sbx_cli(["gc", "--grace", "0"], env=env).stdout == ""  # nothing left to say
         assert owned(engine, state_home) == []
@@ -222,7 +222,7 @@ def test_another_homes_containers_are_never_touched(
     try:
         result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
         assert result.exit_code == 0
-        removed = [item["id"] for item in result.envelope()["data"]["removed"]]  # type: ignore[index]
+        removed = [item["id"] for item in result.envelope()["data"]["removed"]]
         assert removed == [ours]
         assert [o.id for o in owned(engine, other)] == [theirs]
         # The other home's own gc removes it (it "ran": it has a runs/ directory).
@@ -377,7 +377,7 @@ def test_concurrent_gc_backs_off_without_acting(engine: DockerDriver, env: dict[
             quiet = sbx_cli(["gc", "--grace", "0"], env=env)
             assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", "")
             envelope = sbx_cli(["gc", "--grace", "0", "--json"], env=env).envelope()
-            assert envelope["data"]["outcome"] == "locked"  # type: ignore[index]
+            assert envelope["data"]["outcome"] == "locked"
             verbose = sbx_cli(["-v", "gc", "--grace", "0"], env=env)
             assert verbose.exit_code == 0 and "another sbx gc holds" in verbose.stderr
             assert [o.id for o in owned(engine, state_home)] == [stale]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliResult
+
 from .conftest import user_owned
 
 pytestmark = pytest.mark.docker
@@ -46,17 +48,17 @@ else
 fi
 """
 
-Runner = Callable[..., object]
+Runner = Callable[..., CliResult]
 
 
 @pytest.fixture
 def run_in(tmp_path: Path, state_home: Path, busybox_kit: Path, sbx_cli: Runner,
-           ) -> Callable[..., object]:
+           ) -> Runner:
     config = tmp_path / "config.toml"
     config.write_text(CONFIG, encoding="utf-8")
     env = {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(config)}
 
-    def run(script: str, *extra: str, kit: Path | None = None) -> object:
+    def run(script: str, *extra: str, kit: Path | None = None) -> CliResult:
         args = ["run", str(kit or busybox_kit), *extra, "--", "sh", "-c", script]
         return sbx_cli(args, env=env)
 

@@ -18,7 +18,7 @@ import pytest
 from sbx.base.paths import home_hash
 from sbx.domain.sandbox.imagecache import use_tag
 from sbx.seams.driver import DockerDriver
-from support.sbxproc import run_sbx
+from tests.support.sbxproc import run_sbx
 
 from .conftest import BUSYBOX
 

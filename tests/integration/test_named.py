@@ -24,8 +24,9 @@ from sbx.base import labels
 from sbx.base.paths import home_hash
 from sbx.domain.credentials.secrets import SecretStore
 from sbx.seams.driver import DockerDriver
-from support.origin import Internet
-from support.sbxproc import SBX, Finished, run_sbx
+from tests.support.kits import api_key_credential, capabilities, network_policy, rule
+from tests.support.origin import Internet
+from tests.support.sbxproc import SBX, Finished, run_sbx
 
 from .conftest import BUSYBOX, make_kit, owned, user_owned
 
@@ -33,24 +34,9 @@ pytestmark = pytest.mark.docker
 
 WAIT_S = 60.0
 SECRET = "ghp_named_sandbox_real_token_" + "x" * 12
-EGRESS_KIT = """
-    capabilities:
-      - type: com.docker.sandbox/network-policy@2
-        config:
-          runtime:
-            allow:
-              - hosts: [api.github.com]
-                methods: [GET]
-      - type: com.docker.sandbox/credential@1
-        config:
-          service: github
-          phase: runtime
-          apiKey:
-            name: GH_TOKEN
-            proxyManaged: true
-            inject:
-              - {domain: api.github.com, header: Authorization, format: "token %s"}
-    """
+EGRESS_KIT = capabilities(
+    network_policy(version=2, runtime=[rule(["api.github.com"], methods=["GET"])]),
+    api_key_credential("github", "GH_TOKEN", "api.github.com", value_format="token %s"))
 
 
 @pytest.fixture

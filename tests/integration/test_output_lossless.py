@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from sbx.seams.driver import DockerDriver
-from support.sbxproc import SBX, Finished, read_some, run_digested, run_sbx
+from tests.support.sbxproc import SBX, Finished, read_some, run_digested, run_sbx
 
 from .conftest import make_kit, owned, user_owned
 

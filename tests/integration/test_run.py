@@ -44,15 +44,15 @@ def test_image_cmd_runs_without_args_and_build_is_cached(kit_factory: Callable[.
                       'USER agent\nCMD ["echo", "from-cmd"]\n')
     first = sbx_cli(["run", "--json", str(kit)], env=env).envelope()
     second = sbx_cli(["run", "--json", str(kit)], env=env).envelope()
-    assert first["data"]["stdout"] == "from-cmd\n"  # type: ignore[index]
-    assert first["data"]["image_built"] is True  # type: ignore[index]
-    assert second["data"]["image_built"] is False  # type: ignore[index]
-    assert first["data"]["image"] == second["data"]["image"]  # type: ignore[index]
+    assert first["data"]["stdout"] == "from-cmd\n"
+    assert first["data"]["image_built"] is True
+    assert second["data"]["image_built"] is False
+    assert first["data"]["image"] == second["data"]["image"]
     # A change to anything in the kit directory rebuilds.
     (kit / "extra.txt").write_text("changed", encoding="utf-8")
     third = sbx_cli(["run", "--json", str(kit)], env=env).envelope()
-    assert third["data"]["image_built"] is True  # type: ignore[index]
-    assert third["data"]["image"] != first["data"]["image"]  # type: ignore[index]
+    assert third["data"]["image_built"] is True
+    assert third["data"]["image"] != first["data"]["image"]
 
 
 def test_json_envelope_records_skipped_optional_capability(kit_factory: Callable[..., Path],
@@ -65,7 +65,7 @@ def test_json_envelope_records_skipped_optional_capability(kit_factory: Callable
         """)
     envelope = sbx_cli(["run", "--json", str(kit), "--", "true"], env=env).envelope()
     assert envelope["status"] == "ok" and envelope["exit_code"] == 0
-    skipped = envelope["data"]["selection"]["skipped"]  # type: ignore[index]
+    skipped = envelope["data"]["selection"]["skipped"]
     assert [s["type"] for s in skipped] == ["com.example/not-a-real-thing@1"]
     audit = (Path(env["SBX_HOME"]) / "audit.jsonl").read_text(encoding="utf-8")
     assert "capability_skipped" in audit and "not-a-real-thing" in audit
@@ -194,8 +194,8 @@ def test_failing_build_is_reported(kit_factory: Callable[..., Path], sbx_cli: An
     assert "lines of the build output:" in result.stderr
     assert "  | step-output-marker" in result.stderr
     envelope = sbx_cli(["run", "--json", str(kit)], env=env).envelope()
-    assert "step-output-marker" in envelope["data"]["log_tail"]  # type: ignore[index]
-    assert len(envelope["data"]["log_tail"]) <= 20  # type: ignore[index]
+    assert "step-output-marker" in envelope["data"]["log_tail"]
+    assert len(envelope["data"]["log_tail"]) <= 20
 
 
 def test_missing_command_exits_127_like_a_shell(busybox_kit: Path, sbx_cli: Any,
@@ -234,7 +234,7 @@ def test_engine_error_mid_run_still_removes_the_container(
     console = io.StringIO()
     renderer = Renderer(console, console, as_json=True, env=env)
     ctx = AppContext(env=env, cwd=tmp_path, renderer=renderer,
-                     driver_factory=lambda _env: failing)  # type: ignore[arg-type,return-value]
+                     driver_factory=lambda _env: failing)
     with pytest.raises(SbxError) as raised:
         run(ctx, RunRequest(workload=str(busybox_kit), command=("sleep", "30")),
             on_output=lambda _s, _c: None, progress=_no_progress)

@@ -24,7 +24,7 @@ import pytest
 from sbx.base import labels
 from sbx.base.paths import home_hash
 from sbx.seams.driver import DockerDriver
-from support.sbxproc import Finished, run_sbx
+from tests.support.sbxproc import Finished, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, reachable_by_others
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from support.origin import Origin, Reply, Seen
+from tests.support.origin import Origin, Reply, Seen
 
 SSE = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
 JSON = [("Content-Type", "application/json")]

@@ -17,7 +17,7 @@ from keyring.errors import PasswordDeleteError
 
 
 class FileKeyring(KeyringBackend):
-    priority = 1  # type: ignore[assignment]  # keyring declares it as a classproperty
+    priority = 1  # keyring declares it as a classproperty; a plain value reads the same
 
     @property
     def path(self) -> Path:

@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -195,7 +195,7 @@ class _Server:
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -384,11 +384,11 @@ class Origin:
             handler = self.routes.get(host)
         reply = handler(seen) if handler is not None else None
         if reply is not None:
-            head = f"HTTP/1.1 {reply.status} Test\r\n" + "".join(
+            reply_head = f"HTTP/1.1 {reply.status} Test\r\n" + "".join(
                 f"{name}: {value}\r\n" for name, value in reply.headers)
-            head += f"Content-Length: {len(reply.body)}\r\n\r\n"
-            stream.sendall(head.encode("latin-1") + (b"" if seen.method == "HEAD"
-                                                     else reply.body))
+            reply_head += f"Content-Length: {len(reply.body)}\r\n\r\n"
+            stream.sendall(reply_head.encode("latin-1") + (b"" if seen.method == "HEAD"
+                                                           else reply.body))
             return True
         path = seen.path
         if "://" in path:  # absolute-form (through a proxy that forwarded it as is)

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 }
 
 
-def _capability(data: dict[str, Any], type_: str) -> list[dict[str, Any]]:
+def _capability(data: Mapping[str, Any], type_: str) -> list[dict[str, Any]]:
     return [c["config"] for c in data["capabilities"] if c.get("type") == type_]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -15,9 +16,18 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.requirements import check_engine, check_host
 from sbx.seams.driver import EngineInfo
-from sbx.usecases.doctor import DoctorRequest, HostFacts, Status, check_platform, diagnose
+from sbx.usecases.context import AppContext
+from sbx.usecases.doctor import (
+    DoctorRequest,
+    DoctorState,
+    HostFacts,
+    Status,
+    check_platform,
+    diagnose,
+)
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan
 from sbx.usecases.run import RunRequest, prepare
+from tests.support.kits import write_kit
 
 from .test_doctor import V1_OK
 from .test_gc import Harness
@@ -36,12 +46,7 @@ def _no_progress(_title: str) -> Iterator[Callable[[str], None]]:
 
 
 def _kit(root: Path) -> Path:
-    kit = root / "kit"
-    kit.mkdir()
-    (kit / "kit.yaml").write_text('# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\n'
-                                  "kind: workload\n", encoding="utf-8")
-    (kit / "kit.dockerfile").write_text("FROM sbx-test/busybox:1\n", encoding="utf-8")
-    return kit
+    return write_kit(root, "kit", recipe="FROM sbx-test/busybox:1\n")
 
 
 def test_the_host_rule_is_doctors() -> None:
@@ -53,10 +58,10 @@ def test_the_host_rule_is_doctors() -> None:
     check_host("posix")
 
 
-def _state(host: HostFacts) -> object:
-    from sbx.usecases.doctor import DoctorState
-
-    return DoctorState(ctx=None, host=host, request=DoctorRequest())  # type: ignore[arg-type]
+def _state(host: HostFacts) -> DoctorState:
+    # The platform check reads only the host facts: no context is built for it, so this
+    # passes None where an AppContext goes, on purpose.
+    return DoctorState(ctx=cast("AppContext", None), host=host, request=DoctorRequest())
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
@@ -64,7 +69,7 @@ def test_run_explain_and_doctor_refuse_an_engine_alike(name: str, tmp_path: Path
     info, reason = ENGINES[name]
     h = Harness(tmp_path)
     h.engine.engine_info = info
-    h.engine.probe_output = V1_OK
+    h.engine.stdout = V1_OK
     kit = _kit(tmp_path)
     with pytest.raises(SbxError) as rule:
         check_engine(info)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,7 @@ from sbx.domain.sandbox.assemble import (
     with_parents,
 )
 from sbx.seams.driver import ImageInfo
+from tests.support.fakeengine import FakeEngine
 
 # -- ENV / PATH / LABEL -------------------------------------------------------------------------
 
@@ -232,41 +233,22 @@ class _Workload:
     tag: str
 
 
-@dataclass
-class FakeDriver:
-    """Serves image filesystems from memory; records builds and exports (and their closing)."""
-
-    files: dict[str, bytes]
-    images: dict[str, ImageInfo] = field(default_factory=dict)
-    builds: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    exports: list[str] = field(default_factory=list)
-    open_exports: int = 0
-
-    def image(self, ref: str) -> ImageInfo | None:
-        return self.images.get(ref)
-
-    def export_image(self, image_id: str,
-                     labels: Mapping[str, str]) -> Generator[bytes, None, None]:
-        assert labels == {"role": "helper"}
-        self.exports.append(image_id)
-        self.open_exports += 1
-        try:
-            data = self.files[image_id]
-            for start in range(0, len(data), 700):  # odd chunk sizes exercise the reader
-                yield data[start:start + 700]
-        finally:
-            self.open_exports -= 1
-
-    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
-              on_line: Callable[[str], None]) -> ImageInfo:
+def builds(driver: FakeEngine) -> list[tuple[str, str, dict[str, str]]]:
+    """(tag, recipe, labels) of each build, the recipe read from the build context."""
+    found = []
+    for tag, labels, context_tar, dockerfile_name, _args in driver.called("build"):
         with tarfile.open(fileobj=io.BytesIO(context_tar)) as archive:
-            member = archive.extractfile(dockerfile)
+            member = archive.extractfile(dockerfile_name)
             assert member is not None
-            recipe = member.read().decode()
-        self.builds.append((tag, recipe, dict(labels)))
-        built = _image(f"sha256:built{len(self.builds)}", labels=labels)
-        self.images[tag] = built
-        return built
+            found.append((tag, member.read().decode(), labels))
+    return found
+
+
+def exports(driver: FakeEngine) -> list[str]:
+    """The image ids exported, each with the helper labels."""
+    calls = driver.called("export_image")
+    assert all(labels == {"role": "helper"} for _, labels in calls)
+    return [image_id for image_id, _ in calls]
 
 
 @contextmanager
@@ -274,21 +256,22 @@ def _progress(title: str) -> Iterator[Callable[[str], None]]:
     yield lambda _line: None
 
 
-def _setup(**mixin_tars: bytes) -> tuple[FakeDriver, _Workload, list[tuple[str, ImageInfo]]]:
+def _setup(**mixin_tars: bytes) -> tuple[FakeEngine, _Workload, list[tuple[str, ImageInfo]]]:
     workload = _image("sha256:wl", env=("PATH=/bin", "HOME=/home/agent"), user="agent",
                       cmd=("sh",))
     mixins = [(name, _image(f"sha256:{name}", env=(f"PATH=/opt/{name}/bin", f"WHO={name}"),
                             labels={f"org.{name}": "1", "dev.sbx.kit": name}))
               for name in mixin_tars]
-    driver = FakeDriver(files={"sha256:wl": BUSYBOX_LIKE,
+    driver = FakeEngine()
+    driver.filesystems.update({"sha256:wl": BUSYBOX_LIKE,
                                **{f"sha256:{n}": t for n, t in mixin_tars.items()}})
     driver.images.update({"sha256:wl": workload, **{i.id: i for _, i in mixins}})
     return driver, _Workload(workload, "sbx-kit/wl:1"), mixins
 
 
-def _assemble(driver: FakeDriver, workload: _Workload,
+def _assemble(driver: FakeEngine, workload: _Workload,
               mixins: Sequence[tuple[str, ImageInfo | None]], tmp_path: Path) -> AssembledImage:
-    return assemble(driver, workload, mixins, _progress,  # type: ignore[arg-type]
+    return assemble(driver, workload, mixins, _progress,
                     workload_ref="wl", cache_dir=tmp_path / "files",
                     helper_labels={"role": "helper"})
 
@@ -298,7 +281,7 @@ def test_without_content_mixins_the_workload_runs_unchanged(tmp_path: Path) -> N
     for mixins in ([], [("decl-only", None)]):
         result = _assemble(driver, workload, mixins, tmp_path)
         assert result == AssembledImage(workload.image, "sbx-kit/wl:1", built=False)
-    assert driver.builds == [] and driver.exports == []
+    assert builds(driver) == [] and exports(driver) == []
 
 
 def test_assembly_builds_once_then_reuses_the_tag(tmp_path: Path) -> None:
@@ -309,7 +292,7 @@ def test_assembly_builds_once_then_reuses_the_tag(tmp_path: Path) -> None:
     with_decl: list[tuple[str, ImageInfo | None]] = [mixins[0], ("decl", None), *mixins[1:]]
     first = _assemble(driver, workload, with_decl, tmp_path)
     assert first.built is True
-    [(tag, recipe, labels)] = driver.builds
+    [(tag, recipe, labels)] = builds(driver)
     assert first.tag == tag and tag.startswith("sbx-assembled/")
     # The empty mixin copies nothing but still contributes its ENV; the workload's USER/CMD stay
     # because the recipe never sets them.
@@ -320,24 +303,24 @@ def test_assembly_builds_once_then_reuses_the_tag(tmp_path: Path) -> None:
     assert labels["org.a"] == labels["org.b"] == "1" and "dev.sbx.kit" not in labels
     assert labels["dev.sbx.assembly"] in tag
     assert driver.open_exports == 0
-    exports = len(driver.exports)
+    exported = len(exports(driver))
 
     again = _assemble(driver, workload, with_decl, tmp_path)
     assert again == AssembledImage(first.image, tag, built=False)
-    assert len(driver.builds) == 1 and len(driver.exports) == exports
+    assert len(builds(driver)) == 1 and len(exports(driver)) == exported
 
 
 def test_mixin_file_indexes_are_cached_per_image(tmp_path: Path) -> None:
     driver, workload, mixins = _setup(a=_tar(("usr/local/bin/a", "file", b"A")))
     _assemble(driver, workload, list(mixins), tmp_path)
-    assert driver.exports.count("sha256:a") == 1
+    assert exports(driver).count("sha256:a") == 1
     assert (tmp_path / "files" / "sha256-a.json").is_file()
     # A different workload: a new assembly, but the mixin's index comes from the cache.
     other = _image("sha256:wl2", env=("PATH=/bin",))
     driver.images[other.id] = other
-    driver.files[other.id] = BUSYBOX_LIKE
+    driver.filesystems[other.id] = BUSYBOX_LIKE
     _assemble(driver, _Workload(other, "sbx-kit/wl2:1"), list(mixins), tmp_path)
-    assert driver.exports.count("sha256:a") == 1 and len(driver.builds) == 2
+    assert exports(driver).count("sha256:a") == 1 and len(builds(driver)) == 2
 
 
 def test_collisions_are_refused_before_anything_is_built(tmp_path: Path) -> None:
@@ -353,7 +336,7 @@ def test_collisions_are_refused_before_anything_is_built(tmp_path: Path) -> None
         "  /etc/passwd: wl and b (different content)",
         "  /usr/local/bin/x: a and b (different content)",
     ]
-    assert driver.builds == [] and driver.open_exports == 0
+    assert builds(driver) == [] and driver.open_exports == 0
 
 
 def test_workload_hard_link_is_resolved_by_a_second_pass(tmp_path: Path) -> None:
@@ -361,7 +344,7 @@ def test_workload_hard_link_is_resolved_by_a_second_pass(tmp_path: Path) -> None
     # there is no collision, different bytes are.
     same = _setup(m=_tar(("bin/ash", "file", b"BB")))
     assert _assemble(same[0], same[1], list(same[2]), tmp_path).built is True
-    assert same[0].exports.count("sha256:wl") == 2
+    assert exports(same[0]).count("sha256:wl") == 2
     other = _setup(m=_tar(("bin/ash", "file", b"XX")))
     with pytest.raises(SbxError, match="/bin/ash"):
         _assemble(other[0], other[1], list(other[2]), tmp_path / "other")
@@ -372,7 +355,7 @@ def test_a_vanished_image_is_never_left_for_the_builder_to_pull(tmp_path: Path) 
     del driver.images["sha256:a"]  # inspected by the caller, gone before the build
     with pytest.raises(SbxError) as raised:
         _assemble(driver, workload, list(mixins), tmp_path)
-    assert raised.value.reason is Reason.IMAGE_MISSING and driver.builds == []
+    assert raised.value.reason is Reason.IMAGE_MISSING and builds(driver) == []
 
 
 @pytest.mark.parametrize("env", [("BAD=line\nbreak",), ("BAD KEY=1",), ("$X=1",)])
@@ -381,7 +364,7 @@ def test_mixin_env_that_cannot_be_written_is_refused(tmp_path: Path,
     driver, workload, _ = _setup()
     mixin = _image("sha256:m", env=env)
     driver.images[mixin.id] = mixin
-    driver.files[mixin.id] = _tar(("opt/m", "file", b"M"))
+    driver.filesystems[mixin.id] = _tar(("opt/m", "file", b"M"))
     with pytest.raises(SbxError) as raised:
         _assemble(driver, workload, [("m", mixin)], tmp_path)
-    assert raised.value.reason is Reason.INVALID_KIT and driver.builds == []
+    assert raised.value.reason is Reason.INVALID_KIT and builds(driver) == []

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import run_cli
 
 from sbx.base import paths
 from sbx.base.config import load_config
@@ -42,6 +41,7 @@ from sbx.domain.kits.surface import Surface
 from sbx.seams import audit, state
 from sbx.usecases import gc as gc_core
 from sbx.usecases.explain import explain_run
+from tests.conftest import run_cli
 
 FUZZ = settings(max_examples=80, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -128,7 +129,7 @@ def fake_egress(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def h(tmp_path: Path) -> Harness:
     harness = Harness(tmp_path)
-    harness.engine.probe_output = V2_OK
+    harness.engine.stdout = V2_OK
     return harness
 
 
@@ -175,9 +176,9 @@ def test_golden_all_good(h: Harness) -> None:
 
 def test_golden_root_invalid_config_engine_down(h: Harness) -> None:
     h.config.write_text("[sandbox]\npids = 0\nmemmory_bytes = 5\n", encoding="utf-8")
-    h.engine.info_error = EngineUnavailable(
+    h.engine.fail("info", EngineUnavailable(
         "cannot reach the Docker engine: connection refused",
-        hint="Start the engine and check that `docker version` answers.")
+        hint="Start the engine and check that `docker version` answers."))
     rep = report(h, host=ROOT)
     assert rep.exit_status == 1
     assert_golden("problems", human(h, rep))
@@ -191,7 +192,7 @@ def test_golden_limits_unenforced_and_stale_objects(h: Harness,
                         probes(tcp=(PROC_TCP, PROC_TCP6), iptables=None))
     h.engine.engine_info = EngineInfo("24.0.99", "1.43", "linux", "2", "systemd", True,
                                       ("name=rootless",))
-    h.engine.probe_output = b"cgroup=2\nmemory=max\nswap=max\npids=max\ncpu=max 100000\n"
+    h.engine.stdout = b"cgroup=2\nmemory=max\nswap=max\npids=max\ncpu=max 100000\n"
     (h.state / "runs").mkdir(parents=True)
     h.engine.containers = [container("exited", home=h.home, run=run_id()),
                            container("running", home=h.home, run=run_id(), deadline="?")]
@@ -204,7 +205,7 @@ def test_golden_limits_unenforced_and_stale_objects(h: Harness,
 
 def test_golden_hung_engine(h: Harness) -> None:
     release = threading.Event()
-    h.engine.block = lambda: release.wait(30)
+    h.engine.on_call("info", lambda: release.wait(30))
     try:
         started = time.monotonic()
         rep = report(h, request=DoctorRequest(check_timeout_s=0.3, probe_timeout_s=0.3))
@@ -222,7 +223,7 @@ def test_golden_hung_engine(h: Harness) -> None:
 
 
 def test_json_contract(h: Harness) -> None:
-    h.engine.info_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    h.engine.fail("info", EngineUnavailable("cannot reach the Docker engine: gone"))
     out = io.StringIO()
     renderer = Renderer(out, io.StringIO(), as_json=True, env={})
     doctor_view.doctor_report(renderer, report(h, host=ROOT))
@@ -298,7 +299,7 @@ def test_config_failure_names_file_key_and_line(h: Harness) -> None:
 
 def test_config_from_file_is_counted(h: Harness) -> None:
     h.config.write_text("[sandbox]\npids = 64\n", encoding="utf-8")
-    h.engine.probe_output = V2_OK.replace(b"pids=128", b"pids=64")
+    h.engine.stdout = V2_OK.replace(b"pids=128", b"pids=64")
     rep = report(h)
     assert by_id(rep)["config"].detail == f"{h.config} is valid (1 setting from the file)"
     assert by_id(rep)["limits"].status is Status.OK
@@ -312,7 +313,7 @@ def test_engine_on_windows_containers_fails(h: Harness) -> None:
 
 def test_rootless_on_cgroup_v1_fails_the_engine_check_as_run_refuses(h: Harness) -> None:
     h.engine.engine_info = EngineInfo("20.10", "1.41", "linux", "1", "cgroupfs", True, ())
-    h.engine.probe_output = V1_OK
+    h.engine.stdout = V1_OK
     rep = report(h)
     assert by_id(rep)["engine"].status is Status.FAIL
     assert by_id(rep)["engine"].reason is Reason.RESOURCE_LIMITS_UNENFORCED
@@ -327,7 +328,7 @@ def test_probe_is_hardened_labelled_and_always_removed(h: Harness) -> None:
     assert spec.user == "1000:1000" and spec.memory_bytes == 4 * GiB and spec.pids_limit == 128
     assert spec.labels["dev.sbx.role"] == "helper" and spec.labels["dev.sbx.home"] == h.home
     assert spec.entrypoint[:2] == ("/bin/sh", "-c")
-    created = list(h.engine.created)
+    created = list(h.engine.specs)
     assert [args[0] for args in h.engine.called("remove_container")] == created
     assert list((h.state / "runs").iterdir()) == []
 
@@ -335,11 +336,11 @@ def test_probe_is_hardened_labelled_and_always_removed(h: Harness) -> None:
 @pytest.mark.parametrize("failure", ["start", "timeout"])
 def test_probe_is_removed_when_it_fails(h: Harness, failure: str) -> None:
     if failure == "start":
-        h.engine.start_errors["*"] = SbxError(Reason.START_FAILED, "no /bin/sh")
+        h.engine.fail("start", SbxError(Reason.START_FAILED, "no /bin/sh"))
     else:
-        h.engine.wait_result = None
+        h.engine.exit_status = None
     rep = report(h)
-    created = list(h.engine.created)
+    created = list(h.engine.specs)
     assert created and [a[0] for a in h.engine.called("remove_container")] == created
     assert list((h.state / "runs").iterdir()) == []
     check = by_id(rep)["limits"]
@@ -351,18 +352,18 @@ def test_probe_is_removed_when_it_fails(h: Harness, failure: str) -> None:
 
 
 def test_probe_falls_back_to_the_next_image(h: Harness) -> None:
-    h.engine.images = [("big/image:1", 900_000_000), ("tiny/noshell:1", 10),
-                       ("sbx-test/busybox:1", 2_000_000)]
-    h.engine.start_errors["sha256:" + "a" * 64] = SbxError(Reason.START_FAILED, "no /bin/sh")
+    h.engine.add_image("big/image:1", size=900_000_000)
+    h.engine.add_image("tiny/noshell:1", size=10)
+    h.engine.fail("start", SbxError(Reason.START_FAILED, "no /bin/sh"))
     rep = report(h)
-    # every image has the same fake id, so all three fail: three attempts, then a warning
+    # every image fails to start: three attempts, then a warning
     assert [a[0] for a in h.engine.called("image")] == [
         "sbx-test/busybox:1", "tiny/noshell:1", "big/image:1"]
     assert by_id(rep)["limits"].status is Status.WARN
 
 
 def test_no_local_image_warns(h: Harness) -> None:
-    h.engine.images = []
+    h.engine.images.clear()
     check = by_id(report(h))["limits"]
     assert (check.status, check.reason) == (Status.WARN, Reason.IMAGE_MISSING)
     assert "never pulls" in (check.fix or "")
@@ -392,7 +393,7 @@ def test_gc_check_counts_stale_objects(h: Harness) -> None:
 
 def test_gc_check_reports_a_failed_listing(h: Harness) -> None:
     (h.state / "runs").mkdir(parents=True)
-    h.engine.list_error = SbxError(Reason.CLEANUP_FAILED, "listing sbx objects: 500")
+    h.engine.fail("list_labelled", SbxError(Reason.CLEANUP_FAILED, "listing sbx objects: 500"))
     check = by_id(report(h))["gc"]
     assert check.status is Status.WARN and "listing sbx objects: 500" in check.detail
 
@@ -438,7 +439,7 @@ def test_cli_exit_status_and_dispatch(h: Harness, monkeypatch: pytest.MonkeyPatc
     ok = sbx_cli(["doctor"], env=env)
     assert ok.exit_code == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines()[-1].startswith("doctor: ")
-    h.engine.info_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    h.engine.fail("info", EngineUnavailable("cannot reach the Docker engine: gone"))
     failed = sbx_cli(["doctor", "--json"], env=env)
     assert failed.exit_code == 1 and failed.envelope()["exit_code"] == 1
 
@@ -632,12 +633,10 @@ def test_proxy_that_does_not_start_fails_with_its_stderr(h: Harness) -> None:
 
 
 def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sbx.domain.egress.plan
-
     def denied(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", "/venv/bin/python3")
 
-    monkeypatch.setattr(sbx.domain.egress.plan.subprocess, "Popen", denied)
+    monkeypatch.setattr(subprocess, "Popen", denied)  # as sbx.domain.egress.plan calls it
     egress = replace(probes(), start_proxy=doctor_core.EgressProbes().start_proxy)
     check = by_id(report(h, egress=egress))["egress-proxy"]
     assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
@@ -665,7 +664,7 @@ def test_proxy_that_will_not_stop_fails_and_its_run_dir_stays_for_gc(h: Harness)
 
 
 def test_egress_checks_run_without_the_engine(h: Harness) -> None:
-    h.engine.info_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    h.engine.fail("info", EngineUnavailable("cannot reach the Docker engine: gone"))
     rep = egress_report(h, ROOT)
     assert rep["engine"].status is Status.FAIL
     assert all(rep[i].status is Status.OK

@@ -154,7 +154,7 @@ def test_the_spliced_relay_moves_the_bytes_and_the_portable_one_does_not(
         moved.append(done)
         return done
 
-    monkeypatch.setattr(relay.os, "splice", counting)
+    monkeypatch.setattr(os, "splice", counting)  # the os module relay calls
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         data = await reader.readexactly(5)

@@ -12,6 +12,7 @@ from sbx.domain.egress.policy import decide
 from sbx.domain.kits.kitset import effective_composition
 from sbx.domain.sandbox.capabilities import SUPPORTED
 from sbx.usecases import explain as core
+from tests.support.kits import api_key_credential, capabilities, network_policy, rule
 
 WORKLOAD = """\
 schemaVersion: "3"
@@ -41,29 +42,13 @@ displayName: GH
 description: explain test mixin
 kind: mixin
 provides: ["gh@2.0.0"]
-capabilities:
-  - type: com.docker.sandbox/network-policy@2
-    config:
-      runtime:
-        allow:
-          - github.com
-          - hosts: [api.github.com]
-            methods: [GET, HEAD, POST, PATCH, PUT, DELETE]
-        deny:
-          - hosts: [api.github.com]
-            methods: [DELETE]
-            paths: [/repos/**]
-  - type: com.docker.sandbox/credential@1
-    optional: true
-    config:
-      service: github
-      phase: [runtime]
-      apiKey:
-        name: GH_TOKEN
-        proxyManaged: true
-        inject:
-          - {domain: api.github.com, header: Authorization, format: "Bearer %s"}
-"""
+""" + capabilities(
+    network_policy(version=2, runtime=[
+        "github.com",
+        rule(["api.github.com"], methods=["GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"]),
+    ], deny=[rule(["api.github.com"], methods=["DELETE"], paths=["/repos/**"])]),
+    api_key_credential("github", "GH_TOKEN", "api.github.com", phase=["runtime"],
+                       optional=True))
 
 LOCKDOWN = """\
 schemaVersion: "3"

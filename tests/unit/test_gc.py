@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from sbx.domain.sandbox.imagecache import (
 )
 from sbx.seams import audit
 from sbx.seams import firewall as fw
-from sbx.seams.driver import CachedImage, EngineInfo, ImageInfo, RawListing
+from sbx.seams.driver import CachedImage, ImageInfo
 from sbx.seams.firewall import (
     FirewallError,
     FirewallUnavailable,
@@ -63,6 +63,7 @@ from sbx.usecases.gc import (
     judge_shared,
 )
 from sbx.views import gc as gc_view
+from tests.support.fakeengine import FakeEngine
 
 NOW = 1_900_000_000.0
 
@@ -73,146 +74,6 @@ def hex64() -> str:
 
 def run_id() -> str:
     return uuid.uuid4().hex
-
-
-class FakeEngine:
-    """A scriptable stand-in for :class:`sbx.seams.driver.DockerDriver`."""
-
-    def __init__(self) -> None:
-        self.containers: list[Any] = []
-        self.networks: list[Any] = []
-        self.volumes: list[Any] = []
-        self.run_images: list[Any] = []  # images labelled for a home (list_labelled_images)
-        self.image_list_error: SbxError | None = None
-        self.users: dict[str, list[str]] = {}
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        self.list_error: SbxError | None = None
-        self.remove_errors: dict[str, SbxError] = {}
-        self.sticky: set[str] = set()  # "removed" but still present afterwards
-        # doctor
-        self.engine_info = EngineInfo("20.10.99", "1.41", "linux", "2", "systemd", False, ())
-        self.info_error: SbxError | None = None
-        self.images: list[tuple[str, int]] = [("sbx-test/busybox:1", 2_000_000)]
-        self.probe_output = b""
-        self.start_errors: dict[str, SbxError] = {}
-        self.wait_result: int | None = 0
-        self.block: Callable[[], None] | None = None
-        self.created: dict[str, Any] = {}
-        self.cached: list[CachedImage] = []  # images found by tag (the image cache pass)
-        self.untag_refused: set[str] = set()  # tags the engine keeps (an image in use)
-
-    def _log(self, name: str, *args: Any) -> None:
-        self.calls.append((name, args))
-
-    def called(self, name: str) -> list[tuple[Any, ...]]:
-        return [args for call, args in self.calls if call == name]
-
-    # -- gc ------------------------------------------------------------------------------
-
-    def list_labelled(self, labels: Mapping[str, str]) -> RawListing:
-        self._log("list_labelled", dict(labels))
-        if self.list_error is not None:
-            raise self.list_error
-        return RawListing(tuple(self.containers), tuple(self.networks), tuple(self.volumes))
-
-    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]:
-        self._log("list_labelled_images", dict(labels))
-        if self.image_list_error is not None:
-            raise self.image_list_error
-        return tuple(self.run_images)
-
-    def object_users(self, kind: str, ident: str) -> list[str]:
-        self._log("object_users", kind, ident)
-        return list(self.users.get(ident, []))
-
-    def _remove(self, kind: str, ident: str) -> bool:
-        self._log(f"remove_{kind}", ident)
-        if ident in self.remove_errors:
-            raise self.remove_errors[ident]
-        if ident in self.sticky:
-            return True
-        pool = {"container": self.containers, "network": self.networks,
-                "volume": self.volumes, "image": self.run_images}[kind]
-        key = "Name" if kind == "volume" else "Id"
-        pool[:] = [e for e in pool if not (isinstance(e, dict) and e.get(key) == ident)]
-        return True
-
-    def remove_image(self, ref: str) -> bool:
-        return self._remove("image", ref)
-
-    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
-        self._log("cached_images", tuple(repositories))
-        return list(self.cached)
-
-    def untag_image(self, ref: str) -> bool:
-        self._log("untag_image", ref)
-        if ref in self.untag_refused:
-            return False
-        self.cached = [dataclasses.replace(image, tags=tuple(t for t in image.tags if t != ref))
-                       for image in self.cached]
-        self.cached = [image for image in self.cached if image.tags]
-        return True
-
-    def remove_container(self, container_id: str) -> bool:
-        return self._remove("container", container_id)
-
-    def remove_network(self, network_id: str) -> bool:
-        return self._remove("network", network_id)
-
-    def remove_volume(self, name: str) -> bool:
-        return self._remove("volume", name)
-
-    def present(self, kind: str, idents: Sequence[str]) -> set[str]:
-        self._log("present", kind, tuple(idents))
-        pool = {"container": self.containers, "network": self.networks,
-                "volume": self.volumes}[kind]
-        key = "Name" if kind == "volume" else "Id"
-        return {e[key] for e in pool if isinstance(e, dict)} & set(idents)
-
-    # -- doctor --------------------------------------------------------------------------
-
-    def info(self) -> EngineInfo:
-        self._log("info")
-        if self.block is not None:
-            self.block()
-        if self.info_error is not None:
-            raise self.info_error
-        return self.engine_info
-
-    def local_images(self) -> list[tuple[str, int]]:
-        self._log("local_images")
-        return list(self.images)
-
-    def image(self, ref: str) -> ImageInfo | None:
-        self._log("image", ref)
-        if ref not in [r for r, _ in self.images]:
-            return None
-        return ImageInfo("sha256:" + "a" * 64, (ref,), "", "", None, None, (), {})
-
-    def create(self, spec: Any) -> str:
-        ident = hex64()
-        self._log("create", spec)
-        self.created[ident] = spec
-        return ident
-
-    def start(self, container_id: str) -> None:
-        self._log("start", container_id)
-        image = self.created[container_id].image
-        if image in self.start_errors:
-            raise self.start_errors[image]
-        if self.start_errors.get("*"):
-            raise self.start_errors["*"]
-
-    def wait(self, container_id: str, timeout_s: float) -> int | None:
-        self._log("wait", container_id, timeout_s)
-        return self.wait_result
-
-    def output(self, container_id: str) -> Iterator[tuple[str, bytes]]:
-        self._log("output", container_id)
-        yield "stdout", self.probe_output
-
-    def kill(self, container_id: str) -> None:
-        self._log("kill", container_id)
 
 
 class FakeFirewall:
@@ -304,6 +165,8 @@ class Harness:
         self.config = tmp_path / "xdg-config" / "sbx" / "config.toml"
         self.config.parent.mkdir(parents=True)
         self.engine = FakeEngine()
+        # the image doctor's limits probe starts (a small one it knows)
+        self.engine.add_image("sbx-test/busybox:1", size=2_000_000)
         self.env = {"SBX_HOME": str(self.state), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
                     "HOME": str(tmp_path), "NO_COLOR": "1"}
         self.out = io.StringIO()
@@ -456,7 +319,7 @@ def test_unreadable_record_waits_for_the_floor_even_with_grace_zero() -> None:
 
 
 def test_a_home_that_never_ran_is_skipped_without_the_engine(h: Harness) -> None:
-    h.engine.list_error = EngineUnavailable("must not be called")
+    h.engine.fail("list_labelled", EngineUnavailable("must not be called"))
     result = h.collect()
     assert result.outcome == "skipped" and result.exit_status == 0
     assert h.engine.calls == []
@@ -549,7 +412,7 @@ def test_a_live_run_is_never_touched(h: Harness) -> None:
 def test_listing_failure_deletes_nothing_and_is_audited(h: Harness, error: SbxError) -> None:
     ran(h)
     old = h.run_dir(pid=4_000_002, age_s=86_400)
-    h.engine.list_error = error
+    h.engine.fail("list_labelled", error)
     result = h.collect(grace=0)
     assert result.exit_status == 126
     kind = "docker_unreachable" if error.reason is Reason.DOCKER_UNREACHABLE else "list_failed"
@@ -631,7 +494,8 @@ def test_a_failed_removal_is_reported_audited_and_keeps_the_run_dir(h: Harness) 
     sticky = container("dead", home=h.home, run=run_id())
     ok = container("exited", home=h.home, run=run_id())
     h.engine.containers = [bad, sticky, ok]
-    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.engine.fail("remove_container",
+                  SbxError(Reason.CLEANUP_FAILED, "engine said no"), key=bad["Id"])
     h.engine.sticky.add(sticky["Id"])
     result = h.collect(grace=0)
     assert result.exit_status == 126
@@ -787,7 +651,8 @@ def test_one_line_per_failure_and_per_unreadable_deadline(h: Harness) -> None:
     bad = container("exited", home=h.home, run=run_id())
     odd = container("running", home=h.home, run=run_id(), deadline="soon")
     h.engine.containers = [bad, odd]
-    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.engine.fail("remove_container",
+                  SbxError(Reason.CLEANUP_FAILED, "engine said no"), key=bad["Id"])
     gc_view.gc_result(h.ctx().renderer, h.collect(grace=0))
     assert h.out.getvalue() == ""
     assert h.err.getvalue().splitlines() == [
@@ -811,7 +676,8 @@ def test_json_envelope(h: Harness) -> None:
     ran(h)
     bad = container("exited", home=h.home, run=run_id())
     h.engine.containers = [bad]
-    h.engine.remove_errors[bad["Id"]] = SbxError(Reason.CLEANUP_FAILED, "engine said no")
+    h.engine.fail("remove_container",
+                  SbxError(Reason.CLEANUP_FAILED, "engine said no"), key=bad["Id"])
     gc_view.gc_result(h.ctx(as_json=True).renderer, h.collect(grace=0))
     envelope = json.loads(h.out.getvalue())
     assert envelope["command"] == "gc" and envelope["status"] == "failed"
@@ -845,7 +711,8 @@ def test_cli_exit_statuses(h: Harness, fake_cli: Callable[..., Any]) -> None:
     h.engine.containers = [container("exited", home=h.home, run=run_id())]
     done = fake_cli(["gc", "--grace", "0"])
     assert (done.exit_code, done.stdout, done.stderr) == (0, "", "")
-    h.engine.list_error = EngineUnavailable("cannot reach the Docker engine: gone")
+    h.engine.fail("list_labelled",
+                  EngineUnavailable("cannot reach the Docker engine: gone"))
     failed = fake_cli(["gc"])
     assert failed.exit_code == 126
     assert failed.stderr.strip().endswith("(docker_unreachable)")
@@ -980,7 +847,7 @@ def _fake_iptables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, listing: 
         f"case \"$*\" in *' -S '*) cat {tmp_path / 'listing.txt'} ;; esac\n", encoding="utf-8")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setattr(fw.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     return log
 
 
@@ -1008,7 +875,7 @@ def test_iptables_failures_are_told_apart(tmp_path: Path, monkeypatch: pytest.Mo
                                                encoding="utf-8")
     with pytest.raises(FirewallError, match="lock held"):
         fw.list_sbx_rules()
-    monkeypatch.setattr(fw.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(FirewallUnavailable, match="not running as root"):
         fw.list_sbx_rules()
     monkeypatch.setattr(fw, "iptables_binary", lambda: None)
@@ -1027,7 +894,7 @@ def test_bridge_exists_looks_at_the_host() -> None:
 
 def _rule_case(run: str) -> tuple[dict[str, RunDir], dict[str, int | None]]:
     past, future = int(NOW) - 601, int(NOW) + 3600
-    return {
+    cases: dict[str, tuple[dict[str, RunDir], dict[str, int | None]]] = {
         "unknown": ({}, {}),
         "live": ({RID: _run(RID, 1, deadline=future)}, {}),
         "live_past_deadline": ({RID: _run(RID, 1, deadline=past)}, {}),
@@ -1037,7 +904,8 @@ def _rule_case(run: str) -> tuple[dict[str, RunDir], dict[str, int | None]]:
         "objects_future": ({}, {RID: future}),
         "objects_no_deadline": ({}, {RID: None}),
         "other_run_dir": ({"f" * 32: _run("f" * 32, 2)}, {"e" * 32: past}),
-    }[run]
+    }
+    return cases[run]
 
 
 @pytest.mark.parametrize(("run", "bridge_up", "remove", "why"), [
@@ -1100,13 +968,13 @@ def test_a_killed_runs_image_goes_after_its_container(h: Harness) -> None:
     box = container("running", home=h.home, run=rid, deadline=str(int(NOW) - 5))
     img = image(home=h.home, run=rid, deadline=str(int(NOW) - 5))
     h.engine.containers = [box]
-    h.engine.run_images = [img]
+    h.engine.labelled_images = [img]
     h.engine.users = {img["Id"]: [box["Id"]]}  # its container, removed in the same pass
     result = h.collect(grace=0)
     assert not result.failed
     assert [(i.kind, i.why) for i in result.removed] == [
         ("container", "deadline_passed"), ("image", "deadline_passed"), ("run_dir", "finished")]
-    assert h.engine.run_images == [] and h.engine.called("remove_image") == [(img["Id"],)]
+    assert h.engine.labelled_images == [] and h.engine.called("remove_image") == [(img["Id"],)]
     # scoped by this home's labels; confirmed with one more listing
     assert h.engine.called("list_labelled_images") == [
         ({label_keys.MANAGED: "true", label_keys.HOME: h.home},)] * 2
@@ -1124,7 +992,7 @@ def test_images_kept_live_used_foreign_and_their_run_dirs_stay(h: Harness) -> No
     retagged = image(home=h.home, run=dead_run, deadline=str(int(NOW) - 5),
                      tags=[f"sbx-run/{dead_run}:1", "someone/kept:latest"])
     used = image(home=h.home, run=used_run, deadline=str(int(NOW) - 5))
-    h.engine.run_images = [live, retagged, used]
+    h.engine.labelled_images = [live, retagged, used]
     h.engine.users = {used["Id"]: ["f" * 64]}  # another container, not removed in this pass
     result = h.collect(grace=0)
     assert not result.failed and not any(i.kind == "image" for i in result.removed)
@@ -1150,7 +1018,7 @@ def test_one_unparsable_image_deletes_nothing(h: Harness,
     old = h.run_dir(pid=4_000_203, age_s=86_400)
     good = container("exited", home=h.home, run=run_id())
     h.engine.containers = [good]
-    h.engine.run_images = [mangle(image(home=h.home, run=run_id(), deadline="1"))]
+    h.engine.labelled_images = [mangle(image(home=h.home, run=run_id(), deadline="1"))]
     h.firewall.rules = [rule(old.name)]
     result = h.collect(grace=0)
     assert [f.kind for f in result.failed] == ["list_invalid"] and result.removed == []
@@ -1162,7 +1030,8 @@ def test_one_unparsable_image_deletes_nothing(h: Harness,
 def test_a_failing_image_listing_deletes_nothing(h: Harness) -> None:
     ran(h)
     h.engine.containers = [container("exited", home=h.home, run=run_id())]
-    h.engine.image_list_error = SbxError(Reason.CLEANUP_FAILED, "listing sbx images: 500")
+    h.engine.fail("list_labelled_images",
+                  SbxError(Reason.CLEANUP_FAILED, "listing sbx images: 500"))
     result = h.collect(grace=0)
     assert [f.kind for f in result.failed] == ["list_failed"] and result.exit_status == 126
     assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
@@ -1173,7 +1042,7 @@ def test_an_image_still_present_after_removal_is_a_failure(h: Harness) -> None:
     rid = run_id()
     path = h.run_dir(rid, pid=4_000_204)
     img = image(home=h.home, run=rid, deadline="1")
-    h.engine.run_images = [img]
+    h.engine.labelled_images = [img]
     h.engine.sticky.add(img["Id"])
     result = h.collect(grace=0)
     assert [f.kind for f in result.failed] == ["image_remove_failed"]
@@ -1296,13 +1165,13 @@ def test_dry_run_and_json_include_images_and_rules(h: Harness) -> None:
     rid = run_id()
     path = h.run_dir(rid, pid=4_000_211)
     img = image(home=h.home, run=rid, deadline="1")
-    h.engine.run_images = [img]
+    h.engine.labelled_images = [img]
     h.firewall.rules = [rule(rid)]
     result = h.collect(dry_run=True, grace=0)
     assert [(i.kind, i.why) for i in result.removed] == [
         ("image", "deadline_passed"), ("firewall_rule", "deadline_passed"),
         ("run_dir", "finished")]
-    assert h.firewall.removed() == [] and h.engine.run_images == [img] and path.exists()
+    assert h.firewall.removed() == [] and h.engine.labelled_images == [img] and path.exists()
     gc_view.gc_result(h.ctx().renderer, result)
     lines = h.out.getvalue().splitlines()
     assert lines[0].startswith(f"would remove image {img['Id'][7:19]} (run {rid[:12]})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,41 +21,23 @@ from hypothesis import strategies as st
 from sbx.base import labels
 from sbx.base.render import Renderer
 from sbx.domain.sandbox.hardening import hardening_violations
-from sbx.seams.driver import EngineInfo, ImageInfo, create_kwargs
+from sbx.seams.driver import create_kwargs
 from sbx.usecases.context import AppContext
 from sbx.usecases.run import RunRequest, prepare
+from tests.support.fakeengine import FakeEngine, image_info, tar_of
+from tests.support.kits import write_kit
 
 PASSWD = b"root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n"
 
 
-class FakeEngine:
-    """Serves one built image whose USER/WORKDIR/CMD vary per example."""
-
-    def __init__(self, user: str, workdir: str, cmd: tuple[str, ...] | None) -> None:
-        self.user, self.workdir, self.cmd = user, workdir, cmd
-
-    def info(self) -> EngineInfo:
-        return EngineInfo("20.10", "1.41", "linux", "1", "cgroupfs", False, ())
-
-    def tag_image(self, image: str, ref: str) -> None:
-        """The run marks the cached images it uses (sbx.domain.sandbox.imagecache): nothing to
-        keep."""
-
-    def image(self, ref: str) -> ImageInfo | None:
-        return ImageInfo(id="sha256:" + "ab" * 32, tags=(ref,), user=self.user,
-                         workdir=self.workdir, entrypoint=None, cmd=self.cmd, env=(),
-                         labels={})
-
-    def build(self, *_args: Any, **_kwargs: Any) -> ImageInfo:  # pragma: no cover - cached
-        raise AssertionError("image() always answers, so nothing is built")
-
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        return PASSWD if path == "/etc/passwd" else b"root:x:0:\nagent:x:1000:\n"
-
-    def image_path_modes(self, image_id: str, paths: Any,
-                         labels: Mapping[str, str]) -> dict[str, int | None]:
-        return {path: 0o1777 if path == "/tmp" else None for path in paths}
+def engine_serving(user: str, workdir: str, cmd: tuple[str, ...]) -> FakeEngine:
+    """An engine whose every image has this USER/WORKDIR/CMD, so nothing is ever built."""
+    engine = FakeEngine()
+    image_id = "sha256:" + "ab" * 32
+    engine.fallback_image = image_info(image_id, user=user, workdir=workdir, cmd=cmd)
+    engine.filesystems[image_id] = tar_of({"etc/passwd": PASSWD,
+                                           "etc/group": b"root:x:0:\nagent:x:1000:\n"})
+    return engine
 
 
 @contextmanager
@@ -66,11 +48,7 @@ def _no_progress(_title: str) -> Iterator[Callable[[str], None]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
-    kit = root / "kit"
-    kit.mkdir()
-    (kit / "kit.yaml").write_text('# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\n'
-                                  "kind: workload\n", encoding="utf-8")
-    (kit / "kit.dockerfile").write_text("FROM base:1\n", encoding="utf-8")
+    kit = write_kit(root, "kit", recipe="FROM base:1\n")
     dirs = {"kit": kit, "root": root}
     for name in ("ws", "m0", "m1", "m2"):
         (root / name).mkdir()
@@ -119,10 +97,10 @@ def test_every_run_path_is_hardened_identically(
     env = {"SBX_CONFIG": str(config), "SBX_HOME": str(tmp_path / "state"),
            "HOME": str(world["root"] / "home")}
     console = io.StringIO()
+    engine = engine_serving(image_user, workdir, ("true",))
     renderer = Renderer(console, console, as_json=True, env=env)
     ctx = AppContext(env=env, cwd=world["root"], renderer=renderer,
-                     driver_factory=lambda _e: FakeEngine(image_user, workdir,  # type: ignore
-                                                          ("true",)))
+                     driver_factory=lambda _e: engine)
     request = RunRequest(
         workload=str(world["kit"]),
         workspace=str(world["ws"]) if use_workspace else None,
@@ -133,6 +111,7 @@ def test_every_run_path_is_hardened_identically(
     )
     plan = prepare(ctx, request, "run0", _no_progress)
     plan.host_mounts.close()  # the plan is never executed here
+    assert "build" not in engine.names()
     spec = plan.spec
     limits_memory = values["memory_bytes"]
 

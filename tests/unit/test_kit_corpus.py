@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from sbx.base.errors import KitError
 from sbx.base.reasons import Reason
@@ -56,12 +57,12 @@ def _lines_of(document: Any, parts: list[str | int]) -> set[int]:
     node, lines = document, {1}
     for part in parts:
         try:
-            if isinstance(node, dict) and part in node:
+            if isinstance(node, CommentedMap) and part in node:
                 key_line, _ = node.lc.key(part)
                 value_line, _ = node.lc.value(part)
                 lines = {key_line + 1, value_line + 1}
                 node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
                 item_line, _ = node.lc.item(part)
                 lines = {item_line + 1}
                 node = node[part]

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -32,10 +32,10 @@ from sbx.domain.kits.lock import (
 )
 from sbx.domain.kits.surface import Surface, Widening
 from sbx.seams import audit
-from sbx.seams.driver import ImageInfo
 from sbx.usecases.context import AppContext
 from sbx.usecases.pull import PullResult
 from sbx.views import kit as kit_view
+from tests.support.fakeengine import FakeEngine
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -169,26 +169,6 @@ def test_gate_widening_accepted_by_flag_or_terminal() -> None:
 # --- sbx pull's gate with a fake registry and a fake engine --------------------------------
 
 
-class FakeEngine:
-    def __init__(self, present: Sequence[str] = ()) -> None:
-        self.pulled: list[str] = []
-        self.tagged: list[tuple[str, str]] = []
-        self.present = set(present)
-
-    def image(self, ref: str) -> ImageInfo | None:
-        if ref not in self.present:
-            return None
-        return ImageInfo("sha256:" + "8" * 64, (), "", "", None, None, (), {})
-
-    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
-        self.pulled.append(ref)
-        on_line("Pull complete")
-        return ImageInfo("sha256:" + "9" * 64, (), "", "", None, None, (), {})
-
-    def tag_image(self, image: str, ref: str) -> None:
-        self.tagged.append((image, ref))
-
-
 @contextmanager
 def no_progress(_title: str) -> Iterator[Callable[[str], None]]:
     yield lambda _line: None
@@ -213,10 +193,12 @@ def pull_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digest: str, desc
                                     {registry.DESCRIPTOR_ANNOTATION: descriptor})
 
     monkeypatch.setattr(pull_module, "fetch_kit_manifest", fetch)
-    engine = FakeEngine(present)
+    engine = FakeEngine()
+    for ref in present:
+        engine.add_image(ref, image_id="sha256:" + "8" * 64)
     renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
     ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state")}, cwd=tmp_path,
-                     renderer=renderer, driver_factory=lambda _env: cast("Any", engine))
+                     renderer=renderer, driver_factory=lambda _env: engine)
     result = pull_module.pull(ctx, [REF], progress=no_progress, on_notice=lambda _t: None,
                               **{"accept": False, "confirm": None, **kwargs})
     return engine, result
@@ -226,7 +208,7 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     state = tmp_path / "state"
     engine, _ = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"), accept=True)
-    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D1}"]
+    assert engine.called("pull_image") == [(f"127.0.0.1:5000/kits/a@{D1}",)]
     asked: list[tuple[str, list[str], bool]] = []
 
     def decline(reference: str, widenings: Sequence[Widening], first: bool) -> bool:
@@ -245,7 +227,7 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
     engine, result = pull_with(tmp_path, monkeypatch, D2,
                                published("a.example.com", "b.example.com"),
                                confirm=lambda _r, _w, _f: True)
-    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]
+    assert engine.called("pull_image") == [(f"127.0.0.1:5000/kits/a@{D2}",)]
     assert result.items[0].gate is not None
     assert result.items[0].gate.decision is LockDecision.ACCEPTED
     kinds = [(e["event_type"], e["details"].get("via")) for e in audit.read_events(state)]
@@ -280,13 +262,13 @@ def test_pull_of_an_image_already_held_by_digest_fetches_nothing(
     pinned = f"127.0.0.1:5000/kits/a@{D1}"
     engine, result = pull_with(tmp_path, monkeypatch, D1, published("a.example.com"),
                                present=[pinned], accept=True)
-    assert engine.pulled == []  # the engine holds repo@digest: that manifest's image
+    assert engine.called("pull_image") == []  # the engine holds repo@digest: that image
     assert result.items[0].image_id == "sha256:" + "8" * 64
-    assert engine.tagged == [("sha256:" + "8" * 64, REF)]
+    assert engine.called("tag_image") == [("sha256:" + "8" * 64, REF)]
     assert read_lock(lock_path(tmp_path / "state")).kits[0].digest == D1
     engine, _ = pull_with(tmp_path, monkeypatch, D2, published("a.example.com"),
                           present=[pinned], accept=True)
-    assert engine.pulled == [f"127.0.0.1:5000/kits/a@{D2}"]  # another digest is fetched
+    assert engine.called("pull_image") == [(f"127.0.0.1:5000/kits/a@{D2}",)]  # another digest
 
 
 @pytest.mark.parametrize(("written", "says"), [
@@ -300,7 +282,7 @@ def test_a_path_is_refused_as_a_path_before_any_registry_call(
     renderer = Renderer(io.StringIO(), io.StringIO(), as_json=False, env={})
     ctx = AppContext(env={"SBX_HOME": str(tmp_path / "state"), "HOME": str(tmp_path)},
                      cwd=tmp_path, renderer=renderer,
-                     driver_factory=lambda _env: cast("Any", FakeEngine()))
+                     driver_factory=lambda _env: FakeEngine())
     with pytest.raises(SbxError) as caught:
         pull_module.pull(ctx, [written], accept=True, confirm=None, progress=no_progress,
                          on_notice=lambda _t: None)
@@ -324,7 +306,7 @@ def test_published_verdict_is_reused_for_the_same_text_and_rules(
     first = parse_published(text, "ref", state)
     assert [p.name for p in verdicts(state)] == [f"{published_cache_key(text)}.json"]
     calls: list[str] = []
-    real = lock_module.parse_descriptor_text
+    from sbx.domain.kits.descriptor import parse_descriptor_text as real
 
     def counting(text: str, file: str, **kwargs: Any) -> Any:
         calls.append(file)

@@ -67,7 +67,7 @@ def test_the_mode_prefers_oauth_when_tokens_are_stored(secret: bool, tokens: boo
     plan = _plan(_composition(api_key=True), secret=secret, tokens=tokens)
     assert plan.bound == ("anthropic",) and plan.modes == {"anthropic": mode}
     [credential] = plan.credentials
-    spec = CredentialSpec.from_credential(credential, mode=mode)  # type: ignore[arg-type]
+    spec = CredentialSpec.from_credential(credential, mode=mode)
     env = credential_env([spec])
     assert env["SBX_CRED_ANTHROPIC_MODE"] == mode
     # in OAuth mode the API key's variable is not set: the agent would prefer it

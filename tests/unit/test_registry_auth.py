@@ -202,7 +202,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         auth = self.headers.get("Authorization")
         Handler.seen.append((self.path, auth))
-        port = self.server.server_address[1]
+        address = self.server.server_address
+        assert isinstance(address, tuple)  # a TCP server's (host, port)
+        port = address[1]
         if self.path.startswith("/token"):
             if self.expected_basic is not None and auth != self.expected_basic:
                 self._send(401, b"{}", {})

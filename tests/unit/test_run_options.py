@@ -7,7 +7,6 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +25,7 @@ from sbx.domain.sandbox.identity import (
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.mountpoints import directory_tar, prepare_mountpoints, wanted_modes
 from sbx.seams.driver import ImageInfo
+from tests.support.fakeengine import FakeEngine
 
 IMAGE_USER = SandboxUser(1000, 1000, "image USER agent")
 
@@ -211,28 +211,10 @@ def test_wanted_modes(observed: dict[str, int | None], expected: dict[str, int])
     assert wanted_modes(observed, home="/home/sbx") == expected
 
 
-class ModesEngine:
-    def __init__(self, modes: dict[str, int | None]) -> None:
-        self.modes = modes
-        self.probes: list[list[str]] = []
-        self.derived: list[tuple[str, bytes]] = []
-        self.images: dict[str, ImageInfo] = {}
-
-    def image_path_modes(self, _image_id: str, paths: list[str],
-                         _labels: Any) -> dict[str, int | None]:
-        self.probes.append(list(paths))
-        return {path: self.modes.get(path) for path in paths}
-
-    def image(self, ref: str) -> ImageInfo | None:
-        return self.images.get(ref)
-
-    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, **_labels: Any) -> ImageInfo:
-        self.derived.append((tag, tar))
-        derived = ImageInfo(id="sha256:" + "d" * 64, tags=(tag,), user=image.user,
-                            workdir=image.workdir, entrypoint=image.entrypoint, cmd=image.cmd,
-                            env=image.env, labels=image.labels)
-        self.images[tag] = derived
-        return derived
+def modes_engine(modes: dict[str, int | None]) -> FakeEngine:
+    engine = FakeEngine()
+    engine.path_modes = modes
+    return engine
 
 
 BASE = ImageInfo(id="sha256:" + "b" * 64, tags=("k:1",), user="agent", workdir="/w",
@@ -240,15 +222,16 @@ BASE = ImageInfo(id="sha256:" + "b" * 64, tags=("k:1",), user="agent", workdir="
 
 
 def test_a_wrong_tmp_is_fixed_once_and_the_probe_is_cached(tmp_path: Path) -> None:
-    engine = ModesEngine({"/tmp": 0o755})
-    first = prepare_mountpoints(engine, BASE, home="/home/sbx",  # type: ignore[arg-type]
+    engine = modes_engine({"/tmp": 0o755})
+    first = prepare_mountpoints(engine, BASE, home="/home/sbx",
                                 cache_dir=tmp_path, helper_labels={})
-    second = prepare_mountpoints(engine, BASE, home="/home/sbx",  # type: ignore[arg-type]
+    second = prepare_mountpoints(engine, BASE, home="/home/sbx",
                                  cache_dir=tmp_path, helper_labels={})
     assert first.id == second.id != BASE.id
-    assert engine.probes == [["/tmp", "/home/sbx"]]  # cached by image id afterwards
-    assert len(engine.derived) == 1  # the derived image is reused by tag
-    with tarfile.open(fileobj=io.BytesIO(engine.derived[0][1])) as archive:
+    assert [list(args[1]) for args in engine.called("image_path_modes")] == [
+        ["/tmp", "/home/sbx"]]  # cached by image id afterwards
+    assert len(engine.called("derive_image")) == 1  # the derived image is reused by tag
+    with tarfile.open(fileobj=io.BytesIO(engine.called("derive_image")[0][1])) as archive:
         [member] = archive.getmembers()
     assert (member.name, member.isdir(), member.mode) == ("tmp", True, 0o1777)
     assert json.loads((tmp_path / f"{BASE.id.replace(':', '-')}.json").read_text()) == {
@@ -256,10 +239,10 @@ def test_a_wrong_tmp_is_fixed_once_and_the_probe_is_cached(tmp_path: Path) -> No
 
 
 def test_a_fine_image_is_used_as_it_is(tmp_path: Path) -> None:
-    engine = ModesEngine({"/tmp": 0o1777})
-    assert prepare_mountpoints(engine, BASE, home="/home/sbx",  # type: ignore[arg-type]
+    engine = modes_engine({"/tmp": 0o1777})
+    assert prepare_mountpoints(engine, BASE, home="/home/sbx",
                                cache_dir=tmp_path, helper_labels={}) is BASE
-    assert engine.derived == []
+    assert engine.called("derive_image") == []
 
 
 def test_directory_tar_is_sorted_and_holds_only_directories() -> None:

@@ -1,0 +1,489 @@
+"""One in-memory engine for unit tests: implements :class:`sbx.seams.driver.Driver`.
+
+Unit tests of pure decisions (gc, doctor, run preparation and cleanup, image assembly, pull)
+use this fake instead of the Docker engine. It keeps:
+
+- **state**: containers, networks and volumes as the engine lists them (JSON objects, so
+  ``sbx gc``'s strict parsing sees what it would see), images by reference and id, image
+  filesystems as tars, and what each created container was created from;
+- **a call log**: every driver call, in order, as ``(method, key arguments)``
+  (:attr:`FakeEngine.calls`, :meth:`FakeEngine.called`, :meth:`FakeEngine.names`);
+- **failures**: :meth:`FakeEngine.fail` makes a named method raise a given error, on every
+  call, on its Nth call only, or only for one key argument (an object id, a reference).
+
+The fake is typed against the Protocol (``_DRIVER`` below), so mypy reports any drift between
+the two. It never filters listings by label: a test puts in exactly what the engine would list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import socket
+import struct
+import tarfile
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.containerspec import ContainerSpec
+from sbx.seams.driver import CachedImage, Driver, EngineInfo, ImageInfo, OwnedObject, RawListing
+from sbx.seams.session.stream import AttachedStream
+
+Call = tuple[str, tuple[Any, ...]]
+
+DEFAULT_INFO = EngineInfo("20.10.99", "1.41", "linux", "2", "systemd", False, ())
+DEFAULT_GATEWAY = "172.30.0.1"
+DEFAULT_CONTAINER_IP = "172.30.0.2"
+
+
+@dataclass
+class _Failure:
+    error: SbxError
+    nth: int | None  # 1-based count of the method's calls; None: every call
+    key: object | None  # only calls whose first argument equals this; None: any
+
+
+def image_info(image_id: str, *, tags: Sequence[str] = (), user: str = "", workdir: str = "",
+               entrypoint: Sequence[str] | None = None, cmd: Sequence[str] | None = None,
+               env: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> ImageInfo:
+    """An :class:`ImageInfo` with the fields a test does not care about left empty."""
+    return ImageInfo(id=image_id, tags=tuple(tags), user=user, workdir=workdir,
+                     entrypoint=tuple(entrypoint) if entrypoint is not None else None,
+                     cmd=tuple(cmd) if cmd is not None else None, env=tuple(env),
+                     labels=dict(labels or {}))
+
+
+def fake_id(*parts: object) -> str:
+    """A stable 64-hex id derived from ``parts`` (distinct inputs, distinct ids)."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def tar_of(files: Mapping[str, bytes]) -> bytes:
+    """An image filesystem as a tar: path (relative or absolute) → content."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path, content in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+class FakeEngine:
+    """An engine held in memory; see the module docstring."""
+
+    def __init__(self, *, info: EngineInfo = DEFAULT_INFO) -> None:
+        self.calls: list[Call] = []
+        self.engine_info = info
+        # What the engine lists (raw JSON objects, as sbx.seams.driver.RawListing holds them).
+        self.containers: list[Any] = []
+        self.networks: list[Any] = []
+        self.volumes: list[Any] = []
+        self.labelled_images: list[Any] = []  # what list_labelled_images answers
+        # Images by reference (tag) and by id, what image() answers.
+        self.images: dict[str, ImageInfo] = {}
+        # When set, image() answers every unknown reference with this (tags set to the ref):
+        # for runs whose kit image tags are computed by sbx.
+        self.fallback_image: ImageInfo | None = None
+        self.sizes: dict[str, int] = {}  # local_images(): reference → bytes
+        self.filesystems: dict[str, bytes] = {}  # image id → its filesystem as a tar
+        self.path_modes: dict[str, int | None] = {"/tmp": 0o1777}  # image_path_modes()
+        self.cached: list[CachedImage] = []  # cached_images()
+        self.untag_refused: set[str] = set()  # tags untag_image() keeps (an image in use)
+        self.users: dict[str, list[str]] = {}  # object_users(): id → container ids
+        self.sticky: set[str] = set()  # ids a removal "removes" that stay listed afterwards
+        self.specs: dict[str, ContainerSpec] = {}  # container id → what it was created from
+        # (kind, id) of every object created through this fake, in order: kind is container,
+        # network, volume or image (committed, built or derived: its tag).
+        self.created: list[tuple[str, str]] = []
+        # What a container does once started: its output (stdout) and exit status.
+        self.stdout = b""
+        self.exit_status: int | None = 0  # wait(); None: it did not finish in time
+        self.exec_status = 0  # exec_stream()'s status
+        self.gateway = DEFAULT_GATEWAY
+        self.container_address: str | None = DEFAULT_CONTAINER_IP
+        self.open_exports = 0  # export_image() generators not yet closed
+        self._failures: dict[str, list[_Failure]] = {}
+        self._hooks: dict[str, Callable[[], object]] = {}
+        self._counts: dict[str, int] = {}
+        self._serial = itertools.count(1)
+        self._peers: list[socket.socket] = []
+
+    # -- what tests configure and read -----------------------------------------------------
+
+    def fail(self, method: str, error: SbxError, *, nth: int | None = None,
+             key: object | None = None) -> None:
+        """Make ``method`` raise ``error``: on every call, only on its ``nth`` call (from 1),
+        and/or only when its first argument is ``key``. The call is logged before it fails."""
+        if not hasattr(self, method):
+            raise AttributeError(f"FakeEngine has no method {method!r}")
+        self._failures.setdefault(method, []).append(_Failure(error, nth, key))
+
+    def on_call(self, method: str, hook: Callable[[], object]) -> None:
+        """Run ``hook`` at each call of ``method`` (after logging it), e.g. to block."""
+        self._hooks[method] = hook
+
+    def called(self, name: str) -> list[tuple[Any, ...]]:
+        """The arguments of each call of ``name``, in order."""
+        return [args for call, args in self.calls if call == name]
+
+    def names(self) -> list[str]:
+        """The methods called, in order."""
+        return [name for name, _ in self.calls]
+
+    def add_image(self, ref: str, *, image_id: str | None = None, size: int = 0,
+                  filesystem: bytes | None = None, **fields: Any) -> ImageInfo:
+        """A local image under ``ref`` (and its id); ``fields`` as for :func:`image_info`."""
+        image = image_info(image_id or "sha256:" + fake_id("image", ref), tags=(ref,),
+                           **fields)
+        self.images[ref] = image
+        self.images.setdefault(image.id, image)
+        self.sizes[ref] = size
+        if filesystem is not None:
+            self.filesystems[image.id] = filesystem
+        return image
+
+    def close(self) -> None:
+        """Close the engine ends of attach streams (tests that run sessions call this)."""
+        for peer in self._peers:
+            peer.close()
+        self._peers.clear()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _call(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+        count = self._counts[name] = self._counts.get(name, 0) + 1
+        hook = self._hooks.get(name)
+        if hook is not None:
+            hook()
+        for failure in self._failures.get(name, ()):
+            if failure.nth is not None and failure.nth != count:
+                continue
+            if failure.key is not None and (not args or args[0] != failure.key):
+                continue
+            raise failure.error
+
+    def _new_id(self, kind: str) -> str:
+        return fake_id(kind, next(self._serial))
+
+    def _remove(self, pool: list[Any], key: str, ident: str) -> bool:
+        if ident in self.sticky:
+            return True
+        pool[:] = [e for e in pool if not (isinstance(e, dict) and e.get(key) == ident)]
+        return True  # as the engine driver: True also when it was gone already
+
+    def _container(self, container_id: str) -> dict[str, Any] | None:
+        for entry in self.containers:
+            if isinstance(entry, dict) and entry.get("Id") == container_id:
+                return entry
+        return None
+
+    def _set_state(self, container_id: str, state: str) -> None:
+        entry = self._container(container_id)
+        if entry is not None:
+            entry["State"] = state
+
+    def _filesystem(self, image_id: str) -> bytes:
+        data = self.filesystems.get(image_id)
+        if data is None:
+            raise SbxError(Reason.IMAGE_MISSING, f"image {image_id} has no filesystem here")
+        return data
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        self._call("info")
+        return self.engine_info
+
+    def image(self, ref: str) -> ImageInfo | None:
+        self._call("image", ref)
+        found = self.images.get(ref)
+        if found is None and self.fallback_image is not None:
+            return replace(self.fallback_image, tags=(ref,))
+        return found
+
+    def local_images(self) -> list[tuple[str, int]]:
+        self._call("local_images")
+        return [(ref, size) for ref, size in self.sizes.items() if ref in self.images]
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        self._call("read_image_file", image_id, path, dict(labels))
+        data = self.filesystems.get(image_id)
+        if data is None:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            try:
+                member = archive.extractfile(path.lstrip("/"))
+            except KeyError:
+                return None
+            return member.read() if member is not None else None
+
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        self._call("image_path_modes", image_id, tuple(paths), dict(labels))
+        return {path: self.path_modes.get(path) for path in paths}
+
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]:
+        self._call("export_image", image_id, dict(labels))
+        data = self._filesystem(image_id)
+        return self._chunks(data)
+
+    def _chunks(self, data: bytes) -> Generator[bytes, None, None]:
+        self.open_exports += 1
+        try:
+            for start in range(0, len(data), 700):  # odd chunk sizes exercise the readers
+                yield data[start:start + 700]
+        finally:
+            self.open_exports -= 1
+
+    # -- images ----------------------------------------------------------------------------
+
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo:
+        self._call("build", tag, dict(labels), context_tar, dockerfile,
+                   dict(build_args or {}))
+        on_line(f"Successfully tagged {tag}")
+        image = image_info("sha256:" + self._new_id("build"), tags=(tag,), labels=labels)
+        self.images[tag] = self.images[image.id] = image
+        self.created.append(("image", tag))
+        return image
+
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo:
+        self._call("derive_image", image.id, tar, tag, dict(image_labels))
+        derived = replace(image, id="sha256:" + fake_id("derive", image.id, tar, tag),
+                          tags=(tag,), labels={**image.labels, **image_labels})
+        self.images[tag] = self.images[derived.id] = derived
+        self.created.append(("image", tag))
+        return derived
+
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo:
+        self._call("commit", container_id, tag, dict(labels))
+        image = replace(like, id="sha256:" + self._new_id("commit"), tags=(tag,),
+                        labels=dict(labels))
+        self.images[tag] = self.images[image.id] = image
+        self.created.append(("image", tag))
+        return image
+
+    def tag_image(self, image: str, ref: str) -> None:
+        self._call("tag_image", image, ref)
+        found = self.images.get(image)
+        if found is not None:
+            self.images[ref] = found
+
+    def untag_image(self, ref: str) -> bool:
+        self._call("untag_image", ref)
+        if ref in self.untag_refused:
+            return False
+        self.cached = [replace(image, tags=tuple(t for t in image.tags if t != ref))
+                       for image in self.cached]
+        self.cached = [image for image in self.cached if image.tags]
+        return True
+
+    def remove_image(self, ref: str) -> bool:
+        self._call("remove_image", ref)
+        if ref in self.sticky:
+            return True
+        image = self.images.pop(ref, None)
+        if image is not None:
+            for other in [r for r, i in self.images.items() if i.id == image.id]:
+                del self.images[other]
+        return self._remove(self.labelled_images, "Id", ref)
+
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
+        self._call("pull_image", ref)
+        on_line("Pull complete")
+        image = image_info("sha256:" + fake_id("pull", ref))
+        self.images[ref] = self.images[image.id] = image
+        return image
+
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None:
+        self._call("push_image", ref)
+        on_line("Pushed")
+
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+        self._call("cached_images", tuple(repositories))
+        return list(self.cached)
+
+    # -- containers ------------------------------------------------------------------------
+
+    def create(self, spec: ContainerSpec) -> str:
+        self._call("create", spec)
+        ident = self._new_id("container")
+        self.specs[ident] = spec
+        self.containers.append({"Id": ident, "State": "created", "Image": spec.image,
+                                "Labels": dict(spec.labels)})
+        self.created.append(("container", ident))
+        return ident
+
+    def start(self, container_id: str) -> None:
+        self._call("start", container_id)
+        self._set_state(container_id, "running")
+
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream:
+        """A socket whose other end sends :attr:`stdout` (framed unless the container has a
+        TTY) and then closes, as a workload that wrote that and exited."""
+        self._call("attach", container_id, stdin)
+        ours, theirs = socket.socketpair()
+        spec = self.specs.get(container_id)
+        data = self.stdout
+        if data and not (spec is not None and spec.tty):
+            data = struct.pack(">BxxxL", 1, len(data)) + data
+        theirs.sendall(data)
+        theirs.shutdown(socket.SHUT_WR)
+        self._peers.append(theirs)
+        return AttachedStream(ours)
+
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]:
+        self._call("output", container_id)
+        return iter([("stdout", self.stdout)])
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        self._call("wait", container_id, timeout_s)
+        if self.exit_status is not None:
+            self._set_state(container_id, "exited")
+        return self.exit_status
+
+    def kill(self, container_id: str) -> None:
+        self._call("kill", container_id)
+        self._set_state(container_id, "exited")
+
+    def stop(self, container_id: str, timeout_s: int) -> None:
+        self._call("stop", container_id, timeout_s)
+        self._set_state(container_id, "exited")
+
+    def remove_container(self, container_id: str) -> bool:
+        self._call("remove_container", container_id)
+        return self._remove(self.containers, "Id", container_id)
+
+    def container_state(self, container_id: str) -> str | None:
+        self._call("container_state", container_id)
+        entry = self._container(container_id)
+        return str(entry.get("State")) if entry is not None else None
+
+    def container_finished_at(self, container_id: str) -> float | None:
+        self._call("container_finished_at", container_id)
+        return None
+
+    def container_ip(self, container_id: str, network: str) -> str | None:
+        self._call("container_ip", container_id, network)
+        return self.container_address
+
+    def container_pid(self, container_id: str) -> int | None:
+        self._call("container_pid", container_id)
+        return None
+
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
+        self._call("resize", container_id, rows, columns)
+
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None:
+        self._call("put_archive", container_id, path, tar)
+
+    def path_exists(self, container_id: str, path: str) -> bool:
+        self._call("path_exists", container_id, path)
+        return False
+
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]:
+        self._call("exec_stream", container_id, tuple(argv), user)
+        status = self.exec_status
+        return iter(()), lambda: status
+
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]:
+        self._call("exec_attach", container_id, tuple(argv), user)
+        ours, theirs = socket.socketpair()
+        theirs.shutdown(socket.SHUT_WR)
+        self._peers.append(theirs)
+        return AttachedStream(ours), self._new_id("exec")
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        self._call("exec_exit_code", exec_id)
+        return self.exec_status
+
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None:
+        self._call("exec_resize", exec_id, rows, columns)
+
+    # -- networks and volumes --------------------------------------------------------------
+
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str:
+        self._call("create_network", name, bridge, internal)
+        ident = self._new_id("network")
+        self.networks.append({"Id": ident, "Name": name, "Labels": dict(labels)})
+        self.created.append(("network", ident))
+        return ident
+
+    def network_gateway(self, network_id: str) -> str:
+        self._call("network_gateway", network_id)
+        return self.gateway
+
+    def remove_network(self, network_id: str) -> bool:
+        self._call("remove_network", network_id)
+        return self._remove(self.networks, "Id", network_id)
+
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str:
+        self._call("create_volume", name)
+        self.volumes.append({"Name": name, "Labels": dict(labels)})
+        self.created.append(("volume", name))
+        return name
+
+    def remove_volume(self, name: str) -> bool:
+        self._call("remove_volume", name)
+        return self._remove(self.volumes, "Name", name)
+
+    # -- gc and doctor ---------------------------------------------------------------------
+
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing:
+        self._call("list_labelled", dict(labels))
+        return RawListing(tuple(self.containers), tuple(self.networks), tuple(self.volumes))
+
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]:
+        self._call("list_labelled_images", dict(labels))
+        return tuple(self.labelled_images)
+
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
+        self._call("list_owned", dict(labels))
+        wanted = dict(labels).items()
+        owned: list[OwnedObject] = []
+        for kind, pool in (("container", self.containers), ("network", self.networks),
+                           ("volume", self.volumes)):
+            for entry in pool:
+                entry_labels = entry.get("Labels") or {} if isinstance(entry, dict) else {}
+                if wanted <= entry_labels.items():
+                    ident = str(entry.get("Id") or entry.get("Name"))
+                    owned.append(OwnedObject(kind, ident, str(entry.get("Name", ident)),
+                                             entry_labels, str(entry.get("State", ""))))
+        return owned
+
+    def object_users(self, kind: str, ident: str) -> list[str]:
+        self._call("object_users", kind, ident)
+        return list(self.users.get(ident, []))
+
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]:
+        self._call("present", kind, tuple(idents))
+        pool = {"container": self.containers, "network": self.networks,
+                "volume": self.volumes}[kind]
+        key = "Name" if kind == "volume" else "Id"
+        return {e[key] for e in pool if isinstance(e, dict)} & set(idents)
+
+
+# The fake must stay a Driver: mypy checks this assignment against the Protocol.
+_DRIVER: type[Driver] = FakeEngine
+
+__all__ = ["DEFAULT_CONTAINER_IP", "DEFAULT_GATEWAY", "DEFAULT_INFO", "Call", "FakeEngine",
+           "fake_id", "image_info", "tar_of"]
