@@ -9,9 +9,9 @@ envelope, that
 
 (a) the run ends with the failing step's reason code (never a crash, exit 70);
 (b) everything created before the failing step is removed;
-(c) in reverse order where it matters: nothing is removed while something created after it
-    still uses it (the strict reverse of creation does not hold today; an xfail test below
-    pins the difference);
+(c) in dependency order: nothing is removed while something created after it still uses it
+    (the order :func:`sbx.usecases.run._cleanup` documents; it is not the strict mirror of
+    creation: the firewall rules, made before the container, go last on purpose);
 (d) nothing after the failing step was attempted.
 
 The engine and the host seams share one call log (``engine.calls``), so (c) and (d) read the
@@ -404,10 +404,6 @@ def test_host_seams_failing_with_their_own_errors_still_clean_up(
     check_cleanup(run, position(run.engine.calls, step))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 13 finding: BridgeGuard.install and PortForwarder.start raise CalledProcessError / "
-    "OSError, which sbx.usecases.run does not turn into a reason code: the run crashes (exit 70) "
-    "after cleaning up"))
 @pytest.mark.parametrize(("step", "error"), HOST_FAILURES, ids=[s.id for s, _ in HOST_FAILURES])
 def test_host_seams_failing_with_their_own_errors_end_with_a_reason(
         step: Step, error: BaseException, reference: Run, tmp_path: Path,
@@ -415,16 +411,3 @@ def test_host_seams_failing_with_their_own_errors_end_with_a_reason(
     run = sbx_run(tmp_path / "failing", monkeypatch, kit, failing(step, reference, error))
     assert run.result.exit_code != ExitStatus.INTERNAL, run.result.stderr
     assert run.envelope["reason"] == step.reason.value
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 13 finding: the cleanup is in dependency order (checked above), not strictly the "
-    "reverse of creation: the proxy stops before the container goes, volumes go before the "
-    "network, and the guard's rules go last"))
-def test_the_cleanup_is_the_exact_reverse_of_creation(reference: Run) -> None:
-    # the create step's container is made and removed inside the step: not part of this
-    objects = [(kind, ident) for kind, ident, _ in created_objects(reference)]
-    step_container = next(o for o in objects if o[0] == "container")
-    objects.remove(step_container)
-    removals = sorted(objects, key=lambda o: removal_index(reference, *o))
-    assert [kind for kind, _ in removals] == [kind for kind, _ in reversed(objects)]

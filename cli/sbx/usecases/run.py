@@ -910,7 +910,14 @@ def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id:
     from sbx.seams.ports import PortForwarder
 
     created.forwarder = PortForwarder(address)
-    for published in created.forwarder.start(plan.capabilities.ports):
+    try:
+        published_ports = created.forwarder.start(plan.capabilities.ports)
+    except OSError as error:
+        raise SbxError(Reason.START_FAILED,
+                       f"could not publish the sandbox's ports on 127.0.0.1: {error}",
+                       hint="Free a loopback port (or close what holds them), then run "
+                            "again.") from error
+    for published in published_ports:
         on_notice(f"port {published.key} is published on "
                   f"{published.host}:{published.host_port}")
 
@@ -963,6 +970,8 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
+    import subprocess  # what the firewall seam raises (imported only by networked runs)
+
     from sbx.seams.firewall import BridgeGuard
 
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
@@ -977,7 +986,14 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
     created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
         (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)
-    gap = created.guard.install()
+    try:
+        gap = created.guard.install()
+    except (subprocess.SubprocessError, OSError) as error:
+        # Fail closed: a bridge whose rules are half there must not get a sandbox.
+        raise SbxError(Reason.CREATE_FAILED,
+                       f"could not install the firewall rules of bridge {plan.bridge}: {error}",
+                       hint="Check that iptables works on this host (`iptables -S INPUT`), "
+                            "then run again.") from error
     if gap:
         on_warning(gap)
     return boundary
@@ -1092,8 +1108,14 @@ def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile
 
 def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
              run_dir: Path) -> list[str]:
-    """Remove what this run created, container first (it holds the image and volumes); of a
-    named sandbox that started, only this process's own handles (the rest is the sandbox's)."""
+    """Remove what this run created; of a named sandbox that started, only this process's own
+    handles (the rest is the sandbox's).
+
+    The order is by dependency, not the mirror of creation: the port forwarder and the proxy
+    stop first (nothing may leave or enter while the rest goes), then the container (it holds
+    the image, the volumes and the network), the image, the volumes, the network; the bridge's
+    firewall rules go last, so they outlive every object they protect
+    (tests/unit/test_run_cleanup.py checks this order on a failure at every step)."""
     if created.stream is not None:
         created.stream.close()
     if created.forwarder is not None:
