@@ -32,10 +32,13 @@ import shutil
 import socket
 import struct
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
 
 COMMENT_PREFIX: Final = "sbx-run-"
 IPTABLES_TIMEOUT_S: Final = 10
@@ -81,7 +84,12 @@ class BridgeGuard:
         return "\n".join(lines) + "\n"
 
     def install(self) -> str | None:
-        """Install the rules; returns a warning when they cannot be installed."""
+        """Install the rules; returns a warning when sbx cannot manage the firewall at all
+        (no iptables, not root), raises ``create_failed`` when iptables refuses them."""
+        with _refusals_as_reasons(self.bridge):
+            return self._install()
+
+    def _install(self) -> str | None:
         iptables = iptables_binary()
         if iptables is None or os.geteuid() != 0:
             why = "iptables is missing" if iptables is None else "sbx is not running as root"
@@ -109,6 +117,10 @@ class BridgeGuard:
     def ensure(self) -> str | None:
         """For a named sandbox's later start: install the rules unless every one is there
         already (they outlive a stop, not a host reboot)."""
+        with _refusals_as_reasons(self.bridge):
+            return self._ensure()
+
+    def _ensure(self) -> str | None:
         iptables = iptables_binary()
         if iptables is not None and os.geteuid() == 0:
             present = []
@@ -122,7 +134,7 @@ class BridgeGuard:
                 return None
             self.installed = [r for r, there in zip(self.rules(), present, strict=True) if there]
             self.remove()
-        return self.install()
+        return self._install()
 
     def remove(self) -> list[str]:
         iptables = iptables_binary()
@@ -134,6 +146,19 @@ class BridgeGuard:
             except subprocess.CalledProcessError as error:
                 errors.append(f"iptables -D INPUT {' '.join(rule)}: {error}")
         return errors
+
+
+@contextlib.contextmanager
+def _refusals_as_reasons(bridge: str) -> Iterator[None]:
+    """iptables refusing, hanging or missing half-way is the host's state, not a bug: a reason
+    (fail closed: the caller must not start a sandbox behind rules that are not all there)."""
+    try:
+        yield
+    except (subprocess.SubprocessError, OSError) as error:
+        raise SbxError(Reason.CREATE_FAILED,
+                       f"could not install the firewall rules of bridge {bridge}: {error}",
+                       hint="Check that iptables works on this host (`iptables -S INPUT`), "
+                            "then run again.") from error
 
 
 def _iptables(argv: list[str]) -> None:

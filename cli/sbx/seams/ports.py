@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+
 BUFFER: Final = 64 * 1024
 ACCEPT_POLL_S: Final = 0.2
 CONNECT_TIMEOUT_S: Final = 5.0
@@ -48,13 +51,23 @@ class PortForwarder:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, ports: Sequence[int]) -> list[PublishedPort]:
+        """Listen on 127.0.0.1 for each port; ``start_failed`` when the host cannot."""
+        try:
+            return self._start(ports)
+        except OSError as error:
+            raise SbxError(Reason.START_FAILED,
+                           f"could not publish the sandbox's ports on 127.0.0.1: {error}",
+                           hint="Free a loopback port (or close what holds them), then run "
+                                "again.") from error
+
+    def _start(self, ports: Sequence[int]) -> list[PublishedPort]:
         for port in ports:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._listeners.append(listener)  # before bind: stop() closes it if bind fails
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(("127.0.0.1", 0))
             listener.listen(64)
             listener.settimeout(ACCEPT_POLL_S)
-            self._listeners.append(listener)
             host_port = int(listener.getsockname()[1])
             self.published.append(PublishedPort(port, "tcp", "127.0.0.1", host_port))
             thread = threading.Thread(target=self._accept, args=(listener, port),

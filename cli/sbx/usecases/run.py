@@ -910,14 +910,7 @@ def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id:
     from sbx.seams.ports import PortForwarder
 
     created.forwarder = PortForwarder(address)
-    try:
-        published_ports = created.forwarder.start(plan.capabilities.ports)
-    except OSError as error:
-        raise SbxError(Reason.START_FAILED,
-                       f"could not publish the sandbox's ports on 127.0.0.1: {error}",
-                       hint="Free a loopback port (or close what holds them), then run "
-                            "again.") from error
-    for published in published_ports:
+    for published in created.forwarder.start(plan.capabilities.ports):  # or start_failed
         on_notice(f"port {published.key} is published on "
                   f"{published.host}:{published.host_port}")
 
@@ -970,8 +963,6 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
-    import subprocess  # what the firewall seam raises (imported only by networked runs)
-
     from sbx.seams.firewall import BridgeGuard
 
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
@@ -986,14 +977,7 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
     created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
         (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)
-    try:
-        gap = created.guard.install()
-    except (subprocess.SubprocessError, OSError) as error:
-        # Fail closed: a bridge whose rules are half there must not get a sandbox.
-        raise SbxError(Reason.CREATE_FAILED,
-                       f"could not install the firewall rules of bridge {plan.bridge}: {error}",
-                       hint="Check that iptables works on this host (`iptables -S INPUT`), "
-                            "then run again.") from error
+    gap = created.guard.install()  # create_failed when iptables refuses (fail closed)
     if gap:
         on_warning(gap)
     return boundary
