@@ -41,6 +41,7 @@ class Launch:
     stdout_bytes: IO[bytes] | None
     stderr_bytes: IO[bytes] | None
     streams: HostStreams
+    argv: tuple[str, ...] = ()  # the words before `--`, global options first
 
     def renderer(self) -> Any:
         from sbx.render import Renderer
@@ -55,7 +56,8 @@ class Launch:
         renderer.verbose = verbose
         return AppContext(env=self.env, cwd=self.cwd, renderer=renderer,
                           as_json=self.as_json, verbose=verbose, traceback=traceback,
-                          passthrough=self.passthrough, streams=self.streams)
+                          passthrough=self.passthrough, streams=self.streams,
+                          argv=self.argv)
 
 
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | None]:
@@ -87,11 +89,13 @@ def hoist_global_options(args: Sequence[str]) -> list[str]:
 def _command_name(args: Sequence[str]) -> str:
     """The command an envelope names: ``run``, or ``config show`` for a group's command (the
     name its success envelope carries). Global options are flags, so the first words are it."""
-    from sbx.app import GROUPS
-
     words = [a for a in args if not a.startswith("-")][:2]
     if not words:
         return "sbx"
+    if words[0] == "run":  # no group: known without importing the CLI (the cached run path)
+        return "run"
+    from sbx.app import GROUPS
+
     return " ".join(words) if words[0] in GROUPS and len(words) == 2 else words[0]
 
 
@@ -134,6 +138,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
         stdout=out, stderr=err,
         stdout_bytes=getattr(out, "buffer", None), stderr_bytes=getattr(err, "buffer", None),
         streams=host_streams(stdin if stdin is not None else sys.stdin, out),
+        argv=tuple(head),
     )
     try:
         status = _dispatch(launch, head, environment)
@@ -151,32 +156,51 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
     return status
 
 
-def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
-    import typer
+def _invoke(launch: Launch, head: list[str]) -> Any:
+    """A run whose plan is cached runs without the CLI parser (sbx.core.plancache); every
+    other command line goes through typer."""
+    if head and head[0] == "run":
+        from sbx.commands.run_cached import run_from_cache
 
+        status = run_from_cache(launch)
+        if status is not None:
+            return status
     from sbx.app import app
 
+    return app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
+
+
+def _typer_outcome(launch: Launch, error: Exception, command: str) -> int | None:
+    """typer's own exits, aborts and usage errors (None for anything else). typer is looked up,
+    not imported: a run from the plan cache never loads it, and then nothing here is typer's."""
+    typer = sys.modules.get("typer")
+    if typer is None:
+        return None
+    if isinstance(error, typer.Exit):
+        return int(error.exit_code or 0)
+    if isinstance(error, typer.Abort):
+        return _interrupted(launch, command)
+    if isinstance(error, typer.TyperException):
+        # typer's public base of its (vendored) click usage errors: no private module needed.
+        if launch.as_json:
+            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, error.format_message()),
+                                    command)
+        else:
+            launch.renderer().usage_error(error)
+        return int(ExitStatus.USAGE)
+    return None
+
+
+def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
     wants_traceback = "--traceback" in head or environment.get("SBX_TRACEBACK") == "1"
     command = _command_name(head)
     try:
-        result = app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
+        result = _invoke(launch, head)
     except SbxError as error:
         if error.reason is Reason.OUTPUT_CLOSED:
             return int(error.exit_status)  # quiet: nobody is reading any more
         launch.renderer().error(error, command)
         return int(error.exit_status)
-    except typer.Exit as done:
-        return int(done.exit_code or 0)
-    except typer.Abort:
-        return _interrupted(launch, command)
-    except typer.TyperException as usage:
-        # typer's public base of its (vendored) click usage errors: no private module needed.
-        if launch.as_json:
-            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message()),
-                                    command)
-        else:
-            launch.renderer().usage_error(usage)
-        return int(ExitStatus.USAGE)
     except KeyboardInterrupt:
         return _interrupted(launch, command)
     except BrokenPipeError:
@@ -194,7 +218,10 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
             return _crash(launch, environment, head)
         launch.renderer().error(translated, command)
         return int(translated.exit_status)
-    except Exception:
+    except Exception as error:
+        outcome = _typer_outcome(launch, error, command)
+        if outcome is not None:
+            return outcome
         if wants_traceback:
             raise
         return _crash(launch, environment, head)

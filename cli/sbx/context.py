@@ -24,9 +24,9 @@ NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_termi
 
 
 def _docker_driver(env: Mapping[str, str]) -> Driver:
-    from sbx.driver import DockerDriver
+    from sbx.driver import engine_driver
 
-    return DockerDriver(env)
+    return engine_driver(env)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class AppContext:
     driver_factory: Callable[[Mapping[str, str]], Driver] = field(default=_docker_driver)
     passthrough: tuple[str, ...] | None = None  # the ARGS after `--`
     streams: HostStreams = NO_STREAMS  # sbx's own stdin/stdout, for interactive runs
+    argv: tuple[str, ...] | None = None  # the words before `--`: the plan cache's key
 
     @cached_property
     def driver(self) -> Driver:

@@ -12,12 +12,14 @@ explicitly on every path).
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import logging
 import socket
 import struct
 import tarfile
+import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -971,6 +973,331 @@ class DockerDriver:
         return image
 
 
+DEFAULT_SOCKET: Final = "/var/run/docker.sock"
+_HEADER_LIMIT: Final = 64 * 1024  # an upgrade response's status line and headers
+
+
+def engine_driver(env: Mapping[str, str]) -> DockerDriver:
+    """The driver for ``env``'s engine: :class:`SocketDriver` when the engine listens on a
+    local unix socket (the default, or ``DOCKER_HOST=unix://...``), else the SDK's."""
+    host = env.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+    if host.startswith("unix://") and len(host) > len("unix://"):
+        return SocketDriver(env, host[len("unix://"):])
+    return DockerDriver(env)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class SocketDriver(DockerDriver):
+    """:class:`DockerDriver` with the calls of a run's hot path made straight on the engine's
+    unix socket (``http.client``), so that a run from the plan cache never imports the SDK
+    (requests, urllib3, charset detection: the largest import of a run).
+
+    Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
+    :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
+    :meth:`remove_container`, :meth:`container_pid`; everything else is the SDK's (imported on
+    first use, as before). Paths carry no API version: the engine then speaks its own, which
+    is the version the SDK negotiates with it too. The create body is the SDK's
+    (``create_container_config`` + ``create_host_config``), built here from the same
+    :func:`create_kwargs` (a unit test holds the two equal).
+    """
+
+    def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
+        super().__init__(env)
+        self._socket_path = socket_path
+        self._reached = False
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, action: str, reason: Reason,
+              params: Mapping[str, Any] | None = None, body: Any = None,
+              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, http.client.HTTPResponse]:
+        """(status, body, response) of one request; a transport failure is an
+        :class:`EngineUnavailable` (a read timeout propagates as :class:`TimeoutError`)."""
+        target = path + ("?" + urllib.parse.urlencode(params) if params else "")
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Host": "docker", "User-Agent": "sbx"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        connection = _UnixConnection(self._socket_path, timeout)
+        try:
+            connection.request(method, target, body=payload, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        except TimeoutError:
+            connection.close()
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise self._unreachable(action, exc) from exc
+        connection.close()
+        self._reached = True
+        return response.status, data, response
+
+    def _unreachable(self, action: str, exc: BaseException) -> EngineUnavailable:
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+        if not self._reached:
+            return EngineUnavailable(f"cannot reach the Docker engine: {_short(detail)}",
+                                     hint=_situation_hint(self._env, detail))
+        return EngineUnavailable(f"{action}: lost the Docker engine: {_short(detail)}",
+                                 hint=_situation_hint(self._env, detail))
+
+    def _json(self, method: str, path: str, *, action: str, reason: Reason,
+              params: Mapping[str, Any] | None = None, body: Any = None,
+              ok: tuple[int, ...] = (200, 201, 204),
+              timeout: float | None = API_TIMEOUT_S) -> tuple[int, Any]:
+        """(status, decoded JSON or None); statuses outside ``ok`` are the engine's refusal."""
+        status, data, _response = self._call(method, path, action=action, reason=reason,
+                                             params=params, body=body, timeout=timeout)
+        decoded: Any = None
+        if data:
+            try:
+                decoded = json.loads(data)
+            except ValueError:
+                decoded = None
+        if status not in ok:
+            raise _refusal(action, reason, status, decoded, data)
+        return status, decoded
+
+    # -- the hot path ----------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        action = "reading engine info"
+        _status, data, response = self._call("GET", "/info", action=action,
+                                             reason=Reason.DOCKER_UNREACHABLE)
+        try:
+            info = json.loads(data)
+        except ValueError as exc:
+            raise EngineUnavailable(f"{action}: the engine answered no JSON") from exc
+        if _status != 200 or not isinstance(info, dict):
+            raise _refusal(action, Reason.DOCKER_UNREACHABLE, _status, info, data)
+        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
+        return EngineInfo(
+            version=str(info.get("ServerVersion", "")),
+            api_version=str(response.getheader("Api-Version") or ""),
+            os=str(info.get("OSType", "")),
+            cgroup_version=str(info.get("CgroupVersion", "")),
+            cgroup_driver=str(info.get("CgroupDriver", "")),
+            rootless=any("rootless" in s for s in security),
+            security_options=security,
+        )
+
+    def image(self, ref: str) -> ImageInfo | None:
+        status, attrs = self._json(
+            "GET", f"/images/{urllib.parse.quote(ref, safe='/:@')}/json",
+            action=f"inspecting image {ref}", reason=Reason.IMAGE_MISSING,
+            ok=(200, 400, 404))
+        if status != 200 or not isinstance(attrs, dict):
+            return None  # absent, or a malformed reference: not present for a run
+        return _image_info(attrs)
+
+    def tag_image(self, image: str, ref: str) -> None:
+        repository, tag = _split_tag(ref)
+        params = {"repo": repository, **({"tag": tag} if tag else {}), "force": 1}
+        self._json("POST", f"/images/{urllib.parse.quote(image, safe=':')}/tag",
+                   action=f"tagging {image[:19]} as {ref}", reason=Reason.IMAGE_MISSING,
+                   params=params)
+
+    def create(self, spec: ContainerSpec) -> str:
+        params = {"name": spec.name} if spec.name else None
+        _status, created = self._json("POST", "/containers/create",
+                                      action="creating the sandbox container",
+                                      reason=Reason.CREATE_FAILED, params=params,
+                                      body=create_body(spec))
+        if not isinstance(created, dict) or not created.get("Id"):
+            raise SbxError(Reason.CREATE_FAILED,
+                           "creating the sandbox container: the engine answered no id")
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        self._json("POST", f"/containers/{container_id}/start",
+                   action="starting the sandbox container", reason=Reason.START_FAILED,
+                   ok=(204, 304))
+
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream:
+        """As :meth:`DockerDriver.attach`: the upgraded connection, before the start, so it
+        carries every byte; read up to the end of the headers and not one byte further."""
+        from sbx.session.stream import AttachedStream
+
+        action = "attaching to the sandbox"
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
+                                  "stdin": 1 if stdin else 0}
+        if detach_keys:
+            params["detachKeys"] = detach_keys
+        request = (f"POST /containers/{container_id}/attach?{urllib.parse.urlencode(params)} "
+                   "HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\nConnection: Upgrade\r\n"
+                   "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n").encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(API_TIMEOUT_S)
+            try:
+                sock.connect(self._socket_path)
+                sock.sendall(request)
+                head = _read_head(sock)
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
+            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = status_line.split(" ", 2)
+            status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            if status not in (101, 200):
+                body = sock.recv(65536)
+                raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body), body)
+        except BaseException:
+            sock.close()
+            raise
+        return AttachedStream(sock)
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        try:
+            _status, result = self._json(
+                "POST", f"/containers/{container_id}/wait", action="waiting for the sandbox",
+                reason=Reason.START_FAILED, timeout=max(timeout_s, 0.001))
+        except TimeoutError:
+            return None
+        return int((result or {}).get("StatusCode", -1)) if isinstance(result, dict) else -1
+
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
+        self._json("POST", f"/containers/{container_id}/resize",
+                   action="resizing the sandbox terminal", reason=Reason.START_FAILED,
+                   params={"h": rows, "w": columns}, ok=(200, 204, 404, 409, 500))
+
+    def kill(self, container_id: str) -> None:
+        self._json("POST", f"/containers/{container_id}/kill", action="stopping the sandbox",
+                   reason=Reason.CLEANUP_FAILED, ok=(204, 404, 409))
+
+    def remove_container(self, container_id: str) -> bool:
+        action = "removing the sandbox"
+        status, data, _response = self._call(
+            "DELETE", f"/containers/{container_id}", action=action,
+            reason=Reason.CLEANUP_FAILED, params={"force": 1, "v": 1})
+        if status in (204, 404):
+            return True
+        decoded = _maybe_json(data)
+        if status == 409 and "already in progress" in _message(decoded, data):
+            return True
+        raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
+
+    def container_pid(self, container_id: str) -> int | None:
+        _status, attrs = self._json("GET", f"/containers/{container_id}/json",
+                                    action="inspecting the sandbox", reason=Reason.START_FAILED)
+        state = (attrs or {}).get("State") if isinstance(attrs, dict) else None
+        pid = int((state or {}).get("Pid") or 0)
+        return pid or None
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    """The status line and headers of an HTTP response, consumed exactly (the bytes after
+    them belong to the upgraded stream)."""
+    while True:
+        peeked = sock.recv(_HEADER_LIMIT, socket.MSG_PEEK)
+        if not peeked:
+            raise ValueError("the engine closed the connection")
+        end = peeked.find(b"\r\n\r\n")
+        if end >= 0:
+            return _recv_exactly(sock, end + 4)
+        if len(peeked) >= _HEADER_LIMIT:
+            raise ValueError("the engine's response headers are too long")
+        # Not all there yet: wait for more than is already buffered.
+        import select
+
+        select.select([sock], [], [], API_TIMEOUT_S)
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes:
+    chunks = []
+    while count:
+        chunk = sock.recv(count)
+        if not chunk:
+            raise ValueError("the engine closed the connection")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _maybe_json(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None
+
+
+def _message(decoded: Any, data: bytes) -> str:
+    if isinstance(decoded, dict) and decoded.get("message"):
+        return str(decoded["message"])
+    return data.decode("utf-8", "replace").strip()
+
+
+def _refusal(action: str, reason: Reason, status: int, decoded: Any, data: bytes) -> SbxError:
+    """The engine's refusal, worded as the SDK's APIError reads (status, class, message)."""
+    message = _message(decoded, data)
+    kind = "Client" if 400 <= status < 500 else "Server"
+    text = _short(f"{status} {kind} Error: {http.client.responses.get(status, '')} "
+                  f"({message!r})")
+    if status == 404 and "no such image" in message.lower():
+        return SbxError(Reason.IMAGE_MISSING, f"{action}: image not found: {text}",
+                        hint="Build or `sbx pull` it first; sbx never pulls at run time.")
+    return SbxError(reason, f"{action}: the engine answered {text}")
+
+
+def create_body(spec: ContainerSpec) -> dict[str, Any]:
+    """The body of ``POST /containers/create`` for ``spec``: what the SDK's
+    ``create_container_config(host_config=create_host_config(...))`` makes of
+    :func:`create_kwargs`, with its top-level nulls dropped (as its ``_post_json`` does)."""
+    kwargs = create_kwargs(spec)
+    options = kwargs["host_config"]
+    host: dict[str, Any] = {
+        "Memory": options["mem_limit"], "MemorySwap": options["memswap_limit"],
+        "ReadonlyRootfs": options["read_only"], "NetworkMode": options["network_mode"] or "default",
+    }
+    if options["privileged"]:
+        host["Privileged"] = True
+    if options["cap_drop"]:
+        host["CapDrop"] = list(options["cap_drop"])
+    host["SecurityOpt"] = list(options["security_opt"])
+    log = options["log_config"]
+    host["LogConfig"] = {"Type": log["type"], "Config": dict(log["config"])}
+    if options["tmpfs"]:
+        host["Tmpfs"] = dict(options["tmpfs"])
+    if options["pids_limit"]:
+        host["PidsLimit"] = options["pids_limit"]
+    host["Init"] = options["init"]
+    if options["nano_cpus"]:
+        host["NanoCpus"] = options["nano_cpus"]
+    host["Mounts"] = list(options["mounts"])
+    stdin_open = bool(kwargs["stdin_open"])
+    healthcheck = kwargs["healthcheck"]
+    body: dict[str, Any] = {
+        "User": kwargs["user"], "Tty": kwargs["tty"], "OpenStdin": stdin_open,
+        # The SDK ties StdinOnce to stdin_open; DockerDriver.create then sets the spec's.
+        "StdinOnce": bool(kwargs["stdin_once"]) if stdin_open else False,
+        "AttachStdin": stdin_open, "AttachStdout": True, "AttachStderr": True,
+        "Env": [f"{key}={value}" for key, value in kwargs["environment"].items()],
+        "Cmd": kwargs["command"], "Image": kwargs["image"],
+        "NetworkDisabled": kwargs["network_disabled"], "Entrypoint": kwargs["entrypoint"],
+        "WorkingDir": kwargs["working_dir"], "HostConfig": host, "Labels": kwargs["labels"],
+        "Healthcheck": None if healthcheck is None else {
+            "Test": healthcheck["test"], "Interval": healthcheck["interval"],
+            "Timeout": healthcheck["timeout"], "Retries": healthcheck["retries"],
+            "StartPeriod": healthcheck["start_period"]},
+    }
+    return {key: value for key, value in body.items() if value is not None}
+
+
 def _unix_mode(go_mode: int) -> int | None:
     """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
     not a directory."""
@@ -1153,7 +1480,7 @@ def _is_read_timeout(exc: BaseException) -> bool:
     return False
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: object) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -1175,5 +1502,5 @@ def _timestamp(raw: object) -> float | None:
 
 
 __all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
-           "OwnedObject", "RawListing", "create_kwargs", "docker_auth_config",
-           "docker_credential_store"]
+           "OwnedObject", "RawListing", "SocketDriver", "create_body", "create_kwargs",
+           "docker_auth_config", "docker_credential_store", "engine_driver"]

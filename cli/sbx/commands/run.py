@@ -70,11 +70,11 @@ def run(
 
     Arguments after `--` replace the image's CMD.
     """
+    from sbx.commands.run_cached import finish
     from sbx.core.durations import parse_duration
     from sbx.core.run import RunRequest
     from sbx.core.run import run as run_core
     from sbx.core.runargs import check_workspace_word
-    from sbx.render import Envelope
 
     app = ctx.obj
     check_workspace_word(workload, workspace, app.cwd, app.passthrough)
@@ -104,13 +104,7 @@ def run(
     result = run_core(app, request, on_output=renderer.workload_output,
                       progress=renderer.progress, on_warning=renderer.warn,
                       on_notice=renderer.note)
-    if as_json:
-        renderer.envelope(Envelope(
-            command="run", status="ok" if result.exit_code == 0 else "workload_exit",
-            exit_code=result.exit_code, data=result.as_dict()))
-    for problem in result.cleanup_errors:
-        renderer.note(f"cleanup: {problem}")
-    return result.exit_code
+    return finish(renderer, result, as_json=as_json)
 
 
 __all__ = ["run"]

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sbx.errors import SbxError
-from sbx.kits.local import looks_like_path
 from sbx.reasons import Reason
 
 
@@ -22,9 +21,11 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
     """Refuse a WORKSPACE that is no directory and reads as a command, hinting
     ``sbx run WORKLOAD -- WORD``. Paths (``./x``, ``/x``, ``a/b``) are left to the mount
     checks, which name the rule."""
-    if workspace is None or looks_like_path(workspace) or os.sep in workspace:
+    if workspace is None or os.sep in workspace or os.path.isdir(cwd / workspace):
         return
-    if os.path.isdir(cwd / workspace):
+    from sbx.kits.local import looks_like_path  # only for a word that is no directory
+
+    if looks_like_path(workspace):
         return
     suggested = shlex.join(["sbx", "run", workload, "--", workspace, *(command or ())])
     raise SbxError(
