@@ -283,37 +283,47 @@ def remember(ctx: AppContext, request: RunRequest, plan: RunPlan, recipe: Recipe
     cacheable). Best effort: a cache that cannot be written only costs time."""
     if ctx.argv is None or not enabled(ctx.env):
         return
+    if not cacheable or plan.kit_set is None:
+        forget(ctx.env, ctx.cwd, ctx.argv, ctx.passthrough, ctx.streams)
+        return
+    store(state_home=ctx.state_home, env=ctx.env, cwd=ctx.cwd, argv=ctx.argv,
+          passthrough=ctx.passthrough, streams=ctx.streams, request=request, recipe=recipe,
+          kit_dirs=[kit.local.directory for kit in plan.kit_set.kits], verbose=ctx.verbose,
+          traceback=ctx.traceback)
+
+
+def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence[str],
+          passthrough: Sequence[str] | None, streams: HostStreams, request: RunRequest,
+          recipe: Recipe, kit_dirs: Sequence[Path], verbose: int = 0,
+          traceback: bool = False) -> bool:
+    """Write the entry for this request; False when it could not be (or a kit directory is
+    too large to be worth hashing)."""
     try:
-        key = request_key(ctx.env, ctx.cwd, ctx.argv, ctx.passthrough, ctx.streams)
-        directory = cache_dir(ctx.state_home)
-        target = directory / f"{key}.json"
-        if not cacheable:
-            with contextlib.suppress(FileNotFoundError):
-                target.unlink()
-            return
-        assert plan.kit_set is not None  # noqa: S101 - a full plan
+        key = request_key(env, cwd, argv, passthrough, streams)
         kits = []
-        for kit in plan.kit_set.kits:
-            tree = tree_digest(kit.local.directory)
+        for directory in kit_dirs:
+            tree = tree_digest(directory)
             if tree is None:
-                return
-            kits.append([str(kit.local.directory), tree])
+                return False
+            kits.append([str(directory), tree])
         entry = {
             "format": FORMAT, "key": key,
-            "deps": {"config": _config_dependency(ctx.env), "kits": kits},
+            "deps": {"config": _config_dependency(env), "kits": kits},
             "request": _request_json(request),
-            "verbose": ctx.verbose, "traceback": ctx.traceback,
+            "verbose": verbose, "traceback": traceback,
             "recipe": recipe.to_json(),
         }
+        directory = cache_dir(state_home)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = directory / f".{key}.{os.getpid()}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(entry, handle)
-        os.replace(temporary, target)
+        os.replace(temporary, directory / f"{key}.json")
         _evict(directory)
     except (OSError, ValueError, TypeError, SbxError):
-        return
+        return False
+    return True
 
 
 def _evict(directory: Path) -> None:
@@ -436,4 +446,4 @@ def _str_map(value: object) -> dict[str, str]:
 
 
 __all__ = ["FORMAT", "SWITCH_ENV", "Hit", "PlanFacts", "Recipe", "cacheable", "code_fingerprint",
-           "file_digest", "forget", "lookup", "remember", "request_key", "tree_digest"]
+           "file_digest", "forget", "lookup", "remember", "request_key", "store", "tree_digest"]
