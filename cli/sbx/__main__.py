@@ -9,14 +9,11 @@
 from __future__ import annotations
 
 import os
-import platform
 import re
 import signal
 import sys
-import traceback as traceback_module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -253,6 +250,10 @@ def _interrupted(launch: Launch, command: str) -> int:
 
 def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | None:
     """A paste-ready Markdown report with versions and the traceback; None if unwritable."""
+    import platform
+    import traceback as traceback_module
+    from datetime import UTC, datetime
+
     from sbx import paths
 
     try:

@@ -12,13 +12,10 @@ explicitly on every path).
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
-import logging
 import socket
 import struct
-import tarfile
 import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,8 +34,6 @@ if TYPE_CHECKING:
 
     from sbx.hardening import ContainerSpec
     from sbx.session.stream import AttachedStream
-
-_LOGGER = logging.getLogger(__name__)
 
 # Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
 # wait for a workload uses its own deadline.
@@ -332,6 +327,8 @@ class DockerDriver:
             except docker.errors.NotFound:
                 return None
             data = b"".join(chunks)
+        import tarfile
+
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             for member in archive.getmembers():
                 if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
@@ -986,20 +983,64 @@ def engine_driver(env: Mapping[str, str]) -> DockerDriver:
     return DockerDriver(env)
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+
+def _exchange(path: str, request: bytes, timeout: float | None) -> _Response:
+    """One HTTP/1.1 exchange on a fresh connection to the unix socket ``path``, closed by the
+    engine after the response (``Connection: close``). Raises OSError (TimeoutError for a
+    read timeout) and ValueError (an answer that is not HTTP)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    return _parse_response(b"".join(chunks))
+
+
+def _parse_response(raw: bytes) -> _Response:
+    head, separator, body = raw.partition(b"\r\n\r\n")
+    if not separator:
+        raise ValueError("the engine's answer ended before its headers did")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _unchunk(body)
+    elif "content-length" in headers and headers["content-length"].isdigit():
+        body = body[:int(headers["content-length"])]
+    return _Response(int(parts[1]), headers, body)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out: list[bytes] = []
+    position = 0
+    while True:
+        end = data.find(b"\r\n", position)
+        if end < 0:
+            raise ValueError("a chunk without its size line")
+        size = int(data[position:end].split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return b"".join(out)
+        start = end + 2
+        if start + size > len(data):
+            raise ValueError("a chunk cut short")
+        out.append(data[start:start + size])
+        position = start + size + 2
 
 
 class SocketDriver(DockerDriver):
@@ -1025,28 +1066,23 @@ class SocketDriver(DockerDriver):
 
     def _call(self, method: str, path: str, *, action: str, reason: Reason,
               params: Mapping[str, Any] | None = None, body: Any = None,
-              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, http.client.HTTPResponse]:
+              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, _Response]:
         """(status, body, response) of one request; a transport failure is an
         :class:`EngineUnavailable` (a read timeout propagates as :class:`TimeoutError`)."""
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-        payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Host": "docker", "User-Agent": "sbx"}
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        connection = _UnixConnection(self._socket_path, timeout)
+        payload = json.dumps(body).encode() if body is not None else b""
+        request = (f"{method} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
+                   "Connection: close\r\n"
+                   + ("Content-Type: application/json\r\n" if body is not None else "")
+                   + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
         try:
-            connection.request(method, target, body=payload, headers=headers)
-            response = connection.getresponse()
-            data = response.read()
+            response = _exchange(self._socket_path, request, timeout)
         except TimeoutError:
-            connection.close()
             raise
-        except (OSError, http.client.HTTPException) as exc:
-            connection.close()
+        except (OSError, ValueError) as exc:
             raise self._unreachable(action, exc) from exc
-        connection.close()
         self._reached = True
-        return response.status, data, response
+        return response.status, response.body, response
 
     def _unreachable(self, action: str, exc: BaseException) -> EngineUnavailable:
         detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
@@ -1088,7 +1124,7 @@ class SocketDriver(DockerDriver):
         security = tuple(str(s) for s in info.get("SecurityOptions") or ())
         return EngineInfo(
             version=str(info.get("ServerVersion", "")),
-            api_version=str(response.getheader("Api-Version") or ""),
+            api_version=str(response.headers.get("api-version") or ""),
             os=str(info.get("OSType", "")),
             cgroup_version=str(info.get("CgroupVersion", "")),
             cgroup_driver=str(info.get("CgroupDriver", "")),
@@ -1246,8 +1282,7 @@ def _refusal(action: str, reason: Reason, status: int, decoded: Any, data: bytes
     """The engine's refusal, worded as the SDK's APIError reads (status, class, message)."""
     message = _message(decoded, data)
     kind = "Client" if 400 <= status < 500 else "Server"
-    text = _short(f"{status} {kind} Error: {http.client.responses.get(status, '')} "
-                  f"({message!r})")
+    text = _short(f"{status} {kind} Error: ({message!r})")
     if status == 404 and "no such image" in message.lower():
         return SbxError(Reason.IMAGE_MISSING, f"{action}: image not found: {text}",
                         hint="Build or `sbx pull` it first; sbx never pulls at run time.")

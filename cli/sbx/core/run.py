@@ -22,7 +22,6 @@ import shutil
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,7 +263,7 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
     named sandbox)."""
-    run_id = uuid.uuid4().hex
+    run_id = new_run_id()
     try:
         plan = prepare(ctx, request, run_id, progress)
     except SbxError as error:
@@ -282,7 +281,7 @@ def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_outpu
                on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
     """A one-shot run from a cached plan (sbx.core.plancache); when the engine no longer has
     its image, or the workspace changed owner, the full plan is made instead."""
-    run_id = uuid.uuid4().hex
+    run_id = new_run_id()
     try:
         plan = prepare_cached(ctx, request, run_id, recipe)
         if plan is None:
@@ -294,6 +293,11 @@ def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_outpu
     for warning in plan.warnings:
         on_warning(warning)
     return _execute(ctx, plan, request, on_output, on_warning, on_notice)
+
+
+def new_run_id() -> str:
+    """32 random hex digits (as ``uuid.uuid4().hex`` has, without importing uuid)."""
+    return os.urandom(16).hex()
 
 
 # -- preparation: every check, nothing created ---------------------------------------------
