@@ -10,6 +10,8 @@ Part 1 runs one trivial workload (``true`` in a busybox image) four ways, interl
                   (what a user pays from the second run on)
     sbx_run_full  the same with ``SBX_PLAN_CACHE=0``: the full plan every time (what the first
                   run of a new kit set pays once its image is built)
+    sbx_warm      the cached run inside this (warm) process: what a resident helper would pay
+                  at best (no interpreter start, no imports), without its IPC
     docker_cli    ``docker run --rm`` of the same image tag with the same hardening flags
     docker_sdk    the same container through the docker SDK, in this process, on a warm client
 
@@ -321,6 +323,28 @@ class SdkRunner:
         self.client.close()
 
 
+class WarmRunner:
+    """``sbx run`` through :func:`sbx.__main__.cli` in this process, already imported: the
+    ceiling of what a resident helper (a daemon that runs requests for a thin client) buys."""
+
+    def __init__(self, setup: Setup) -> None:
+        import io
+
+        from sbx.__main__ import cli
+
+        self.cli = cli
+        self.setup = setup
+        self.io = io
+
+    def __call__(self) -> None:
+        out = self.io.TextIOWrapper(self.io.BytesIO(), encoding="utf-8")
+        with open(os.devnull, encoding="utf-8") as stdin:
+            status = self.cli(["run", str(self.setup.kit), "--", *WORKLOAD], env=self.setup.env,
+                              cwd=self.setup.home, stdout=out, stderr=out, stdin=stdin)
+        if status != 0:
+            raise BenchError(f"in-process `sbx run` exited {status}")
+
+
 # -- leftovers -----------------------------------------------------------------------------
 
 
@@ -384,23 +408,27 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
         raise BenchError("the warm-up left no plan cache entry: `sbx run` would not be timed "
                          "on its cached path")
     sdk = SdkRunner(setup.env, spec)
+    warm = WarmRunner(setup)
     try:
         sdk()
+        warm()  # imports everything once and writes the in-process request's own plan
         series = [
             Series("sbx_run", "sbx run <kit> -- true (cached)", []),
             Series("sbx_run_full", "sbx run, SBX_PLAN_CACHE=0 (full)", []),
+            Series("sbx_warm", "sbx run, warm process (helper)", []),
             Series("docker_cli", "docker run --rm (CLI)", []),
             Series("docker_sdk", "docker SDK in-process", []),
         ]
         interleave([
             (series[0], timed_ok(sbx_argv, setup.env, "`sbx run`")),
             (series[1], timed_ok(sbx_argv, full_env, "`sbx run` (full plan)")),
-            (series[2], timed_ok(docker_argv, setup.env, "`docker run`")),
-            (series[3], sdk),
+            (series[2], warm),
+            (series[3], timed_ok(docker_argv, setup.env, "`docker run`")),
+            (series[4], sdk),
         ], runs, "sbx run vs docker run")
     finally:
         sdk.close()
-    sbx_s, full_s, cli_s, sdk_s = series
+    sbx_s, full_s, warm_s, cli_s, sdk_s = series
     ratio = sbx_s.median_ms / cli_s.median_ms
     full_ratio = full_s.median_ms / cli_s.median_ms
     return {
@@ -414,6 +442,8 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
         "ratio_sbx_to_docker_sdk": round(sbx_s.median_ms / sdk_s.median_ms, 3),
         "sbx_minus_docker_cli_ms": round(sbx_s.median_ms - cli_s.median_ms, 2),
         "full_minus_cached_ms": round(full_s.median_ms - sbx_s.median_ms, 2),
+        "cached_minus_warm_ms": round(sbx_s.median_ms - warm_s.median_ms, 2),
+        "ratio_warm_to_docker_cli": round(warm_s.median_ms / cli_s.median_ms, 3),
         "docker_cli_minus_sdk_ms": round(cli_s.median_ms - sdk_s.median_ms, 2),
         "target_ratio": RATIO_TARGET,
         "meets_target": ratio <= RATIO_TARGET,
@@ -433,7 +463,7 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
         "sbx_help": ("sbx --help", [setup.sbx, "--help"]),
         "import_sbx_app": ("python -c 'import sbx.app'", [setup.python, "-c", "import sbx.app"]),
         "import_run_path": ("python -c 'import <run path>'", [setup.python, "-c", RUN_IMPORTS]),
-        "import_cached_run_path": ("python -c 'import <cached run path>'",
+        "import_cached_run_path": ("python -c 'import <cached path>'",
                                    [setup.python, "-c", CACHED_RUN_IMPORTS]),
     }
     for label, argv in commands.values():
@@ -480,6 +510,8 @@ def render_table(result: Mapping[str, Any]) -> str:
         f"  sbx (full plan) / docker run median: {run['ratio_full_to_docker_cli']:.2f}x "
         f"(target <= {run['full_target_ratio']}x: {_verdict(run['full_meets_target'])}); "
         f"the plan cache saves {run['full_minus_cached_ms']:+.1f} ms",
+        f"  a resident helper could save at most {run['cached_minus_warm_ms']:+.1f} ms "
+        f"(warm process / docker run: {run['ratio_warm_to_docker_cli']:.2f}x)",
         f"  docker CLI process vs in-process SDK: {run['docker_cli_minus_sdk_ms']:+.1f} ms; "
         f"sbx / SDK median: {run['ratio_sbx_to_docker_sdk']:.2f}x",
         "",

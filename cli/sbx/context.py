@@ -24,9 +24,9 @@ NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_termi
 
 
 def _docker_driver(env: Mapping[str, str]) -> Driver:
-    from sbx.driver import engine_driver
+    from sbx.driver import DockerDriver
 
-    return engine_driver(env)
+    return DockerDriver(env)
 
 
 @dataclass(frozen=True)

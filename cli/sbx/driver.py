@@ -203,6 +203,8 @@ class DockerDriver:
     def __init__(self, env: Mapping[str, str]) -> None:
         self._env = env
         self._client_obj: docker.DockerClient | None = None
+        # The run's hot-path calls go straight to a local engine's socket (EngineSocket).
+        self._socket = engine_socket(env)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -252,6 +254,8 @@ class DockerDriver:
     # -- queries -----------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
+        if self._socket is not None:
+            return self._socket.info()
         with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
             info: dict[str, Any] = self._client.info()
         security = tuple(str(s) for s in info.get("SecurityOptions") or ())
@@ -266,6 +270,8 @@ class DockerDriver:
         )
 
     def image(self, ref: str) -> ImageInfo | None:
+        if self._socket is not None:
+            return self._socket.image(ref)
         import docker
 
         with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
@@ -390,6 +396,8 @@ class DockerDriver:
     # -- containers --------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> str:
+        if self._socket is not None:
+            return self._socket.create(spec)
         kwargs = create_kwargs(spec)
         name = kwargs.pop("name", None)
         stdin_once = kwargs.pop("stdin_once", True)
@@ -486,6 +494,9 @@ class DockerDriver:
                     raise
 
     def start(self, container_id: str) -> None:
+        if self._socket is not None:
+            self._socket.start(container_id)
+            return
         with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
             self._api.start(container_id)
 
@@ -542,6 +553,8 @@ class DockerDriver:
         missed at either end (unlike a followed log). Without a TTY the bytes are framed
         (:mod:`sbx.session.frames`); with one they are the terminal's raw stream.
         """
+        if self._socket is not None:
+            return self._socket.attach(container_id, stdin=stdin, detach_keys=detach_keys)
         from sbx.session.stream import AttachedStream
 
         params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
@@ -560,6 +573,9 @@ class DockerDriver:
 
     def resize(self, container_id: str, *, rows: int, columns: int) -> None:
         """Set the sandbox terminal's size (a TTY session); a finished container is ignored."""
+        if self._socket is not None:
+            self._socket.resize(container_id, rows=rows, columns=columns)
+            return
         import docker
 
         with self._engine_errors("resizing the sandbox terminal", Reason.START_FAILED):
@@ -572,6 +588,8 @@ class DockerDriver:
 
     def wait(self, container_id: str, timeout_s: float) -> int | None:
         """The exit status, or None when the container still runs after ``timeout_s``."""
+        if self._socket is not None:
+            return self._socket.wait(container_id, timeout_s)
         import requests
 
         with self._engine_errors("waiting for the sandbox", Reason.START_FAILED):
@@ -585,6 +603,9 @@ class DockerDriver:
         return int(result.get("StatusCode", -1))
 
     def kill(self, container_id: str) -> None:
+        if self._socket is not None:
+            self._socket.kill(container_id)
+            return
         import docker
 
         with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
@@ -597,6 +618,8 @@ class DockerDriver:
 
     def remove_container(self, container_id: str) -> bool:
         """Force-remove; True when it is gone (including when it was already gone)."""
+        if self._socket is not None:
+            return self._socket.remove_container(container_id)
         import docker
 
         with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
@@ -729,6 +752,8 @@ class DockerDriver:
 
     def container_pid(self, container_id: str) -> int | None:
         """The host pid of the container's first process; None once it is not running."""
+        if self._socket is not None:
+            return self._socket.container_pid(container_id)
         with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
             attrs = self._api.inspect_container(container_id)
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
@@ -936,6 +961,9 @@ class DockerDriver:
 
     def tag_image(self, image: str, ref: str) -> None:
         """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
+        if self._socket is not None:
+            self._socket.tag_image(image, ref)
+            return
         repository, tag = _split_tag(ref)
         with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
             self._api.tag(image, repository, tag=tag, force=True)
@@ -971,16 +999,19 @@ class DockerDriver:
 
 
 DEFAULT_SOCKET: Final = "/var/run/docker.sock"
+SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": every engine call through the SDK
 _HEADER_LIMIT: Final = 64 * 1024  # an upgrade response's status line and headers
 
 
-def engine_driver(env: Mapping[str, str]) -> DockerDriver:
-    """The driver for ``env``'s engine: :class:`SocketDriver` when the engine listens on a
-    local unix socket (the default, or ``DOCKER_HOST=unix://...``), else the SDK's."""
+def engine_socket(env: Mapping[str, str]) -> EngineSocket | None:
+    """The socket transport for ``env``'s engine when it listens on a local unix socket (the
+    default, or ``DOCKER_HOST=unix://...``); None for anything else (tcp, ssh: the SDK's)."""
+    if env.get(SOCKET_SWITCH_ENV) == "0":
+        return None
     host = env.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
     if host.startswith("unix://") and len(host) > len("unix://"):
-        return SocketDriver(env, host[len("unix://"):])
-    return DockerDriver(env)
+        return EngineSocket(env, host[len("unix://"):])
+    return None
 
 
 @dataclass(frozen=True)
@@ -1043,22 +1074,23 @@ def _unchunk(data: bytes) -> bytes:
         position = start + size + 2
 
 
-class SocketDriver(DockerDriver):
-    """:class:`DockerDriver` with the calls of a run's hot path made straight on the engine's
-    unix socket (``http.client``), so that a run from the plan cache never imports the SDK
-    (requests, urllib3, charset detection: the largest import of a run).
+class EngineSocket:
+    """The calls of a run's hot path, made straight on the engine's unix socket with a small
+    HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
+    urllib3, charset detection: the largest import of a run). :class:`DockerDriver` hands them
+    here when the engine is local; everything else stays the SDK's (imported on first use).
 
-    Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
-    :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
-    :meth:`remove_container`, :meth:`container_pid`; everything else is the SDK's (imported on
-    first use, as before). Paths carry no API version: the engine then speaks its own, which
-    is the version the SDK negotiates with it too. The create body is the SDK's
-    (``create_container_config`` + ``create_host_config``), built here from the same
-    :func:`create_kwargs` (a unit test holds the two equal).
+    Its calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`, :meth:`attach`,
+    :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`, :meth:`remove_container`,
+    :meth:`container_pid`, with :class:`DockerDriver`'s signatures and errors. Paths carry no
+    API version: the engine then speaks its own, which is the version the SDK negotiates with it
+    too. The create body is the SDK's (``create_container_config`` + ``create_host_config``),
+    built here from the same :func:`create_kwargs` (a unit test holds the two equal).
+    ``SBX_ENGINE_SOCKET=0`` sends every call through the SDK instead.
     """
 
     def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
-        super().__init__(env)
+        self._env = env
         self._socket_path = socket_path
         self._reached = False
 
@@ -1166,7 +1198,7 @@ class SocketDriver(DockerDriver):
 
     def attach(self, container_id: str, *, stdin: bool,
                detach_keys: str | None = None) -> AttachedStream:
-        """As :meth:`DockerDriver.attach`: the upgraded connection, before the start, so it
+        """As the SDK's attach: the upgraded connection, before the start, so it
         carries every byte; read up to the end of the headers and not one byte further."""
         from sbx.session.stream import AttachedStream
 
@@ -1537,5 +1569,5 @@ def _timestamp(raw: object) -> float | None:
 
 
 __all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
-           "OwnedObject", "RawListing", "SocketDriver", "create_body", "create_kwargs",
-           "docker_auth_config", "docker_credential_store", "engine_driver"]
+           "EngineSocket", "OwnedObject", "RawListing", "create_body", "create_kwargs",
+           "docker_auth_config", "docker_credential_store", "engine_socket"]

@@ -18,7 +18,7 @@ import pytest
 
 from sbx import labels
 from sbx.core import run as run_module
-from sbx.driver import DockerDriver, SocketDriver
+from sbx.driver import DockerDriver
 
 from .conftest import BUSYBOX, user_owned
 
@@ -50,7 +50,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
     """Which planner each run used, and the engine's inspect of every sandbox it started."""
     seen: dict[str, list[Any]] = {"full": [], "cached": [], "inspect": []}
     prepare, prepare_cached = run_module.prepare, run_module.prepare_cached
-    start = SocketDriver.start
+    start = DockerDriver.start
 
     def full(*args: Any, **kwargs: Any) -> Any:
         seen["full"].append(1)
@@ -61,7 +61,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
         seen["cached"].append(plan is not None)
         return plan
 
-    def started(self: SocketDriver, container_id: str) -> None:
+    def started(self: DockerDriver, container_id: str) -> None:
         start(self, container_id)
         done = subprocess.run(["docker", "inspect", container_id], capture_output=True,
                               text=True, check=True, timeout=60)
@@ -69,7 +69,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
 
     monkeypatch.setattr(run_module, "prepare", full)
     monkeypatch.setattr(run_module, "prepare_cached", cached)
-    monkeypatch.setattr(SocketDriver, "start", started)
+    monkeypatch.setattr(DockerDriver, "start", started)
     yield seen
 
 
@@ -101,19 +101,23 @@ def test_second_run_uses_the_cache_and_creates_the_same_sandbox(
             "cat in.txt; echo $GREETING; id -u; echo out > out.txt"]
     first = sbx_cli(argv, env={**env, "GREETING": "hello"})
     second = sbx_cli(argv, env={**env, "GREETING": "hello"})
-    assert first.exit_code == 0 and second.exit_code == 0, (first, second)
-    assert observed["full"] == [1] and observed["cached"] == [True]
-    assert first.stdout == second.stdout == "from the host\nhello\n1000\n"
+    # The same request through the docker SDK alone (another environment: a full plan).
+    third = sbx_cli(argv, env={**env, "GREETING": "hello", "SBX_ENGINE_SOCKET": "0"})
+    assert first.exit_code == second.exit_code == third.exit_code == 0, (first, second, third)
+    assert observed["full"] == [1, 1] and observed["cached"] == [True]
+    assert first.stdout == second.stdout == third.stdout == "from the host\nhello\n1000\n"
     assert (workspace / "out.txt").read_text(encoding="utf-8") == "out\n"
     # The per-run parts are this run's own; everything else is the same.
     runs = [i["Config"]["Labels"][labels.RUN] for i in observed["inspect"]]
-    assert runs[0] != runs[1]
-    full, cached = (_shape(i, run) for i, run in zip(observed["inspect"], runs, strict=True))
-    differing = {f"{part}.{name}": (full[part][name], cached[part].get(name))
-                 for part in ("host", "config", "labels", "health") for name in full[part]
-                 if full[part][name] != cached[part].get(name)}
-    assert differing == {}
-    assert full == cached
+    assert len(set(runs)) == 3
+    full, cached, sdk = (_shape(i, run) for i, run in zip(observed["inspect"], runs,
+                                                            strict=True))
+    for other in (cached, sdk):
+        differing = {f"{part}.{name}": (full[part][name], other[part].get(name))
+                     for part in ("host", "config", "labels", "health") for name in full[part]
+                     if full[part][name] != other[part].get(name)}
+        assert differing == {}
+        assert full == other
 
 
 def test_the_json_envelope_is_the_same_from_the_cache(kit: Path, sbx_cli: Any,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sbx.driver import DockerDriver, SocketDriver, create_body, create_kwargs, engine_driver
+from sbx.driver import EngineSocket, create_body, create_kwargs, engine_socket
 from sbx.hardening import BindMount, ContainerSpec, Limits, build_spec, deadline_check
 
 LIMITS = Limits(memory_bytes=1 << 30, pids=64, cpu_millis=500, tmp_bytes=1 << 26,
@@ -71,21 +71,22 @@ def test_create_body_with_a_deadline_healthcheck() -> None:
     assert create_body(spec) == _sdk_body(spec)
 
 
-@pytest.mark.parametrize(("host", "kind"), [
-    (None, SocketDriver), ("unix:///run/user/1000/docker.sock", SocketDriver),
-    ("tcp://127.0.0.1:2375", DockerDriver), ("ssh://me@host", DockerDriver),
-    ("unix://", DockerDriver),
+@pytest.mark.parametrize(("env", "socket"), [
+    ({}, "/var/run/docker.sock"),
+    ({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}, "/run/user/1000/docker.sock"),
+    ({"DOCKER_HOST": "tcp://127.0.0.1:2375"}, None), ({"DOCKER_HOST": "ssh://me@host"}, None),
+    ({"DOCKER_HOST": "unix://"}, None), ({"SBX_ENGINE_SOCKET": "0"}, None),
 ])
-def test_transport_follows_docker_host(host: str | None, kind: type) -> None:
-    env = {} if host is None else {"DOCKER_HOST": host}
-    assert type(engine_driver(env)) is kind
+def test_transport_follows_docker_host(env: dict[str, str], socket: str | None) -> None:
+    chosen = engine_socket(env)
+    assert (chosen._socket_path if chosen is not None else None) == socket
 
 
 def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:
     from sbx.errors import EngineUnavailable
     from sbx.reasons import Reason
 
-    driver = SocketDriver({}, str(tmp_path / "missing.sock"))
+    driver = EngineSocket({}, str(tmp_path / "missing.sock"))
     with pytest.raises(EngineUnavailable) as raised:
         driver.info()
     assert raised.value.reason is Reason.DOCKER_UNREACHABLE
