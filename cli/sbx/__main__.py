@@ -156,7 +156,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 def _invoke(launch: Launch, head: list[str]) -> Any:
     """A run whose plan is cached runs without the CLI parser (sbx.core.plancache); every
     other command line goes through typer."""
-    if head and head[0] == "run":
+    if next((word for word in head if not word.startswith("-")), None) == "run":
         from sbx.commands.run_cached import run_from_cache
 
         status = run_from_cache(launch)

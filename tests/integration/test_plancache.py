@@ -226,3 +226,20 @@ def test_a_cached_run_in_a_fresh_process_imports_no_planner(kit: Path, env: dict
                                 "sbx.kits.descriptor", "sbx.config", "sbx.app"))
     assert forbidden == []
     assert "sbx.core.plancache" in cached["modules"]
+
+
+def test_a_kit_named_by_a_bare_word_and_global_flags_after_run_use_the_cache(
+        kit: Path, sbx_cli: Any, env: dict[str, str],
+        observed: dict[str, list[Any]]) -> None:
+    """`sbx run cachekit` from the kit's parent directory (the word loads the directory it
+    names) and `sbx run -v ...` (a global flag after the subcommand) are cached too."""
+    argv = ["run", "-v", kit.name, "--", "true"]
+    assert sbx_cli(argv, env=env, cwd=kit.parent).exit_code == 0
+    assert sbx_cli(argv, env=env, cwd=kit.parent).exit_code == 0
+    assert observed["full"] == [1] and observed["cached"] == [True]
+    # The directory gone: a miss, and the word is then a registry reference the lock lacks.
+    moved = kit.parent / "elsewhere"
+    kit.rename(moved)
+    refused = sbx_cli(argv, env=env, cwd=kit.parent)
+    assert refused.exit_code != 0
+    assert observed["full"] == [1, 1] and observed["cached"] == [True]

@@ -15,8 +15,10 @@ what planning decided — a :class:`Recipe` — and the next identical request r
 2. the content everything was derived from, stored in the entry and recomputed: the config
    file's bytes (or its absence), and every file of every kit directory (names, modes, bytes).
 
-Kits are cached only when every kit was named by a path (a name could resolve elsewhere later)
-and was read from a directory. The image is run by its id, which the cached path asks the
+Kits are cached only when every kit was read from a directory (none came from a registry
+through the kit lock). A word on the command line loads the directory it names whenever that
+exists (sbx.core.kitset), so an unchanged digest of that directory means the same resolution;
+a directory that is gone is a miss. The image is run by its id, which the cached path asks the
 engine for every time. What must be checked on every run is not cached: see
 :func:`sbx.core.run.prepare_cached`.
 
@@ -264,17 +266,11 @@ def cache_dir(state_home: Path) -> Path:
 
 def cacheable(planned: WorkloadPlan, plan: RunPlan, kit_set: KitSet) -> bool:
     """Plans that need nothing but a container: everything else takes the full path."""
-    request = planned.loaded.request
-    named_by_path = all(_path_word(word) for word in (request.workload, *request.kits))
-    return (named_by_path and plan.name is None and plan.egress is None
+    return (plan.name is None and plan.egress is None
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
             and not planned.composition.credentials and not planned.capabilities.ports
             and not planned.capabilities.volumes
             and all(k.local.image is None for k in kit_set.kits))
-
-
-def _path_word(word: str) -> bool:
-    return word in (".", "..", "~") or word.startswith(("./", "../", "/", "~/"))
 
 
 def remember(ctx: AppContext, request: RunRequest, plan: RunPlan, recipe: Recipe, *,
