@@ -186,6 +186,9 @@ def _corrupt_variants() -> list[Any]:
         set_in(["request", "surprise"], True), set_in(["deps", "kits"], [["/nonexistent"]]),
         set_in(["deps", "config"], None), set_in(["verbose"], True),
         set_in(["recipe", "facts", "kits"], [1]), lambda data: [data],
+        set_in(["recipe", "limits", "surprise"], 1), drop(["recipe", "limits", "pids"]),
+        set_in(["recipe", "timeout_s"], -1), set_in(["recipe", "timeout_s"], "60"),
+        set_in(["recipe", "detach_keys"], "ctrl-"),
     ]
 
 
@@ -249,3 +252,13 @@ FORBIDDEN_ROOTS = frozenset({"jsonschema", "ruamel", "yaml", "docker", "requests
                              "tomlkit", "rich"})
 FORBIDDEN_MODULES = frozenset({"sbx.kits.compose", "sbx.kits.resolve", "sbx.kits.rules",
                                "sbx.config", "sbx.app"})
+
+
+def test_a_nan_timeout_is_a_miss(setup: dict[str, Any]) -> None:
+    assert _store(setup)
+    path = _entry(setup)
+    path.write_text(path.read_text(encoding="utf-8").replace('"timeout_s": 3600.0',
+                                                             '"timeout_s": NaN'),
+                    encoding="utf-8")
+    assert "NaN" in path.read_text(encoding="utf-8")
+    assert _lookup(setup) is None

@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -129,7 +130,7 @@ class Recipe:
             owner=(None if data["owner"] is None
                    else (_int(data["owner"][0]), _int(data["owner"][1]),
                          _int(data["owner"][2]))),
-            timeout_s=float(data["timeout_s"]),
+            timeout_s=_number(data["timeout_s"]),
             limits={_str(k): _int(v) for k, v in dict(data["limits"]).items()},
             workspace_target=_str(data["workspace_target"]),
             command=_opt_strs(data["command"]), entrypoint=_opt_strs(data["entrypoint"]),
@@ -148,6 +149,15 @@ class Recipe:
                 privileged=_bool(facts["privileged"])))
         if len(recipe.tmpfs) != len(data["tmpfs"]):
             raise ValueError("tmpfs")
+        from sbx.hardening import Limits
+
+        if set(recipe.limits) != {f.name for f in dataclasses.fields(Limits)}:
+            raise ValueError("limits")
+        if not math.isfinite(recipe.timeout_s) or recipe.timeout_s <= 0:
+            raise ValueError("timeout_s")
+        from sbx.session.escape import parse_detach_keys
+
+        parse_detach_keys(recipe.detach_keys)  # ValueError when it does not parse
         return recipe
 
 
@@ -380,12 +390,10 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
     if set(data) != known:
         raise ValueError("request fields")
     timeout = data["timeout_s"]
-    if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool)):
-        raise TypeError("timeout_s")
     return RunRequest(
         workload=_str(data["workload"]), workspace=_opt_str(data["workspace"]),
         access=_opt_str(data["access"]), mounts=tuple(_strs(data["mounts"])),
-        timeout_s=None if timeout is None else float(timeout),
+        timeout_s=None if timeout is None else _number(timeout),
         command=_opt_strs(data["command"]), capture_output=_bool(data["capture_output"]),
         kits=tuple(_strs(data["kits"])), args=tuple(_strs(data["args"])),
         allow_privileged=_bool(data["allow_privileged"]),
@@ -409,6 +417,12 @@ def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError("expected an integer")
     return value
+
+
+def _number(value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError("expected a number")
+    return float(value)
 
 
 def _bool(value: object) -> bool:
