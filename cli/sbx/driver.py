@@ -323,6 +323,8 @@ class DockerDriver:
     def read_image_file(self, image_id: str, path: str,
                         labels: Mapping[str, str]) -> bytes | None:
         """Read one file out of an image without starting anything (create, copy, remove)."""
+        if self._socket is not None:
+            return self._socket.read_image_file(image_id, path, labels)
         import docker
 
         action = f"reading {path} from image {image_id[:19]}"
@@ -347,6 +349,8 @@ class DockerDriver:
         """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
         image; None for a path that is absent or not a directory. Nothing is started: one
         container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
+        if self._socket is not None:
+            return self._socket.image_path_modes(image_id, paths, labels)
         import base64
 
         action = f"inspecting paths in image {image_id[:19]}"
@@ -1259,6 +1263,68 @@ class EngineSocket:
         if status == 409 and "already in progress" in _message(decoded, data):
             return True
         raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
+
+    # -- probes: a container of an image, never started (a new image's users and mount points)
+
+    @contextmanager
+    def _probe(self, image_id: str, labels: Mapping[str, str], action: str) -> Iterator[str]:
+        """As the SDK path's probe: created with interrupts held back, always removed."""
+        cid: str | None = None
+        try:
+            with deferred_interrupts():
+                _status, created = self._json(
+                    "POST", "/containers/create", action=action, reason=Reason.CREATE_FAILED,
+                    body={"Image": image_id, "Cmd": ["/nonexistent-sbx-probe"],
+                          "Labels": dict(labels), "NetworkDisabled": True, "Tty": False,
+                          "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
+                          "AttachStdout": True, "AttachStderr": True})
+                if not isinstance(created, dict) or not created.get("Id"):
+                    raise SbxError(Reason.CREATE_FAILED, f"{action}: the engine answered no id")
+                cid = str(created["Id"])
+            yield cid
+        finally:
+            if cid is not None:
+                with deferred_interrupts():
+                    self.remove_container(cid)
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        action = f"reading {path} from image {image_id[:19]}"
+        with self._probe(image_id, labels, action) as cid:
+            status, data, _response = self._call(
+                "GET", f"/containers/{cid}/archive", action=action,
+                reason=Reason.CREATE_FAILED, params={"path": path})
+        if status == 404:
+            return None
+        if status != 200:
+            raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data), data)
+        import tarfile
+
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                    extracted = archive.extractfile(member)
+                    return extracted.read() if extracted else None
+        return None
+
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        import base64
+
+        action = f"inspecting paths in image {image_id[:19]}"
+        modes: dict[str, int | None] = {}
+        with self._probe(image_id, labels, action) as cid:
+            for path in paths:
+                status, _data, response = self._call(
+                    "HEAD", f"/containers/{cid}/archive", action=action,
+                    reason=Reason.CREATE_FAILED, params={"path": path})
+                header = response.headers.get("x-docker-container-path-stat")
+                if status != 200 or not header:
+                    modes[path] = None
+                    continue
+                stat = json.loads(base64.b64decode(header))
+                modes[path] = _unix_mode(int(stat.get("mode", 0)))
+        return modes
 
     def container_pid(self, container_id: str) -> int | None:
         _status, attrs = self._json("GET", f"/containers/{container_id}/json",
