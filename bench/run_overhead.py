@@ -4,11 +4,16 @@ Usage::
 
     .venv/bin/python bench/run_overhead.py [--runs N] [--startup-runs M] [--json] [--keep-image]
 
-Part 1 runs one trivial workload (``true`` in a busybox image) three ways, interleaved N times:
+Part 1 runs one trivial workload (``true`` in a busybox image) four ways, interleaved N times:
 
-    sbx_run      ``sbx run <kit> -- true`` as a subprocess (what a user pays)
-    docker_cli   ``docker run --rm`` of the same image tag with the same hardening flags
-    docker_sdk   the same container through the docker SDK, in this process, on a warm client
+    sbx_run       ``sbx run <kit> -- true`` as a subprocess, its plan cached by the warm-up
+                  (what a user pays from the second run on)
+    sbx_run_full  the same with ``SBX_PLAN_CACHE=0``: the full plan every time (what the first
+                  run of a new kit set pays once its image is built)
+    sbx_warm      the cached run inside this (warm) process: what a resident helper would pay
+                  at best (no interpreter start, no imports), without its IPC
+    docker_cli    ``docker run --rm`` of the same image tag with the same hardening flags
+    docker_sdk    the same container through the docker SDK, in this process, on a warm client
 
 The docker flags are derived from the ContainerSpec that sbx's own ``build_spec`` produces under
 the same (temporary, default) config, so both sides run the identical container shape.
@@ -52,11 +57,18 @@ WORKLOAD: Final = ("true",)
 # jsonschema, kits with ruamel.yaml), the docker SDK, and typer's pydantic-based value adapters
 # (loaded while parsing a command's parameters; guarded because the module is typer-internal).
 RUN_IMPORTS: Final = (
-    "import sbx.app, sbx.base.render, sbx.usecases.run, docker\n"
+    "import sbx.app, sbx.base.render, sbx.usecases.run, sbx.usecases.pipeline, sbx.base.config\n"
+    "import docker\n"
     "try:\n    import typer._adapters\nexcept ImportError:\n    pass\n"
 )
+# What a run from the plan cache imports (sbx.usecases.plancache): no typer, config, kits or SDK.
+CACHED_RUN_IMPORTS: Final = (
+    "import sbx.__main__, sbx.commands.run_cached, sbx.usecases.plancache, sbx.usecases.run, "
+    "sbx.base.render, sbx.seams.driver, sbx.domain.sandbox.requirements"
+)
 
-RATIO_TARGET: Final = 1.3  # sbx run median <= 1.3x docker run median
+RATIO_TARGET: Final = 1.3  # sbx run (cached plan) median <= 1.3x docker run median
+FULL_RATIO_TARGET: Final = 2.0  # a first run (full plan, image built) <= 2x docker run
 HELP_TARGET_MS: Final = 150.0  # sbx --help median
 MAX_RUNS: Final = 100  # hard bound on iterations, whatever the flags say
 CALL_TIMEOUT_S: Final = 120  # any single subprocess or engine call
@@ -195,6 +207,9 @@ def make_setup(root: Path) -> Setup:
     env["SBX_HOME"] = str(home)
     env["SBX_CONFIG"] = os.devnull  # an empty config file: all defaults
     env.pop("SBX_TRACEBACK", None)
+    # As installed, sbx's modules are byte-compiled: a shell that forbids writing bytecode
+    # would make every timed process compile its sources again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return Setup(python=python, sbx=sbx, docker=docker, env=env, home=home, kit=kit,
                  token=uuid.uuid4().hex)
 
@@ -268,7 +283,8 @@ def docker_run_argv(docker: str, spec: Any) -> list[str]:
 
 
 class SdkRunner:
-    """create + start + wait + logs + remove on one warm SDK client (no process start)."""
+    """create + attach + start + read to EOF + wait + remove on one warm SDK client (no
+    process start)."""
 
     def __init__(self, env: Mapping[str, str], spec: Any) -> None:
         import docker
@@ -279,15 +295,26 @@ class SdkRunner:
                                                    timeout=CALL_TIMEOUT_S)
         self.api = self.client.api
         self.kwargs = create_kwargs(spec)
+        # sbx's driver consumes these itself (name, StdinOnce, the client's proxies); the
+        # SDK's create_container does not take them.
+        for key in ("name", "stdin_once", "use_config_proxy"):
+            self.kwargs.pop(key, None)
         self.host_config = self.api.create_host_config(**self.kwargs.pop("host_config"))
 
     def __call__(self) -> None:
         created = self.api.create_container(host_config=self.host_config, **self.kwargs)
         container_id = created["Id"]
         try:
+            # Attached before the start and read to its end, as sbx and `docker run` do (the
+            # sandbox's log driver is "none": there is no engine log to read afterwards).
+            stream = self.api.attach_socket(container_id, params={
+                "stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
             self.api.start(container_id)
+            sock = getattr(stream, "_sock", stream)
+            while sock.recv(65536):
+                pass
+            stream.close()
             status = self.api.wait(container_id, timeout=CALL_TIMEOUT_S)["StatusCode"]
-            self.api.logs(container_id, stdout=True, stderr=True)
         finally:
             self.api.remove_container(container_id, force=True, v=True)
         if status != 0:
@@ -295,6 +322,28 @@ class SdkRunner:
 
     def close(self) -> None:
         self.client.close()
+
+
+class WarmRunner:
+    """``sbx run`` through :func:`sbx.__main__.cli` in this process, already imported: the
+    ceiling of what a resident helper (a daemon that runs requests for a thin client) buys."""
+
+    def __init__(self, setup: Setup) -> None:
+        import io
+
+        from sbx.__main__ import cli
+
+        self.cli = cli
+        self.setup = setup
+        self.io = io
+
+    def __call__(self) -> None:
+        out = self.io.TextIOWrapper(self.io.BytesIO(), encoding="utf-8")
+        with open(os.devnull, encoding="utf-8") as stdin:
+            status = self.cli(["run", str(self.setup.kit), "--", *WORKLOAD], env=self.setup.env,
+                              cwd=self.setup.home, stdout=out, stderr=out, stdin=stdin)
+        if status != 0:
+            raise BenchError(f"in-process `sbx run` exited {status}")
 
 
 # -- leftovers -----------------------------------------------------------------------------
@@ -352,36 +401,61 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
     must_succeed([setup.sbx, "run", str(setup.kit), "--", *WORKLOAD], setup.env,
                  "check `sbx run`")
     must_succeed(docker_argv, setup.env, "check `docker run`")
+    sbx_argv = [setup.sbx, "run", str(setup.kit), "--", *WORKLOAD]
+    full_env = {**setup.env, "SBX_PLAN_CACHE": "0"}
+    must_succeed(sbx_argv, full_env, "check `sbx run` without the plan cache")
+    cached = plan_cache_entries(setup)
+    if not cached:
+        raise BenchError("the warm-up left no plan cache entry: `sbx run` would not be timed "
+                         "on its cached path")
     sdk = SdkRunner(setup.env, spec)
+    warm = WarmRunner(setup)
     try:
         sdk()
+        warm()  # imports everything once and writes the in-process request's own plan
         series = [
-            Series("sbx_run", "sbx run <kit> -- true", []),
+            Series("sbx_run", "sbx run <kit> -- true (cached)", []),
+            Series("sbx_run_full", "sbx run, SBX_PLAN_CACHE=0 (full)", []),
+            Series("sbx_warm", "sbx run, warm process (helper)", []),
             Series("docker_cli", "docker run --rm (CLI)", []),
             Series("docker_sdk", "docker SDK in-process", []),
         ]
         interleave([
-            (series[0], timed_ok([setup.sbx, "run", str(setup.kit), "--", *WORKLOAD],
-                                 setup.env, "`sbx run`")),
-            (series[1], timed_ok(docker_argv, setup.env, "`docker run`")),
-            (series[2], sdk),
+            (series[0], timed_ok(sbx_argv, setup.env, "`sbx run`")),
+            (series[1], timed_ok(sbx_argv, full_env, "`sbx run` (full plan)")),
+            (series[2], warm),
+            (series[3], timed_ok(docker_argv, setup.env, "`docker run`")),
+            (series[4], sdk),
         ], runs, "sbx run vs docker run")
     finally:
         sdk.close()
-    sbx_s, cli_s, sdk_s = series
+    sbx_s, full_s, warm_s, cli_s, sdk_s = series
     ratio = sbx_s.median_ms / cli_s.median_ms
+    full_ratio = full_s.median_ms / cli_s.median_ms
     return {
         "image": image,
         "image_built_by_warmup": bool(data.get("image_built")),
         "docker_argv": docker_argv,
+        "plan_cache_entries": cached,
         "variants": {s.name: s.as_dict() for s in series},
         "ratio_sbx_to_docker_cli": round(ratio, 3),
+        "ratio_full_to_docker_cli": round(full_ratio, 3),
         "ratio_sbx_to_docker_sdk": round(sbx_s.median_ms / sdk_s.median_ms, 3),
         "sbx_minus_docker_cli_ms": round(sbx_s.median_ms - cli_s.median_ms, 2),
+        "full_minus_cached_ms": round(full_s.median_ms - sbx_s.median_ms, 2),
+        "cached_minus_warm_ms": round(sbx_s.median_ms - warm_s.median_ms, 2),
+        "ratio_warm_to_docker_cli": round(warm_s.median_ms / cli_s.median_ms, 3),
         "docker_cli_minus_sdk_ms": round(cli_s.median_ms - sdk_s.median_ms, 2),
         "target_ratio": RATIO_TARGET,
         "meets_target": ratio <= RATIO_TARGET,
+        "full_target_ratio": FULL_RATIO_TARGET,
+        "full_meets_target": full_ratio <= FULL_RATIO_TARGET,
     }
+
+
+def plan_cache_entries(setup: Setup) -> int:
+    directory = setup.home / "cache" / "plans"
+    return len(list(directory.glob("*.json"))) if directory.is_dir() else 0
 
 
 def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
@@ -390,6 +464,8 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
         "sbx_help": ("sbx --help", [setup.sbx, "--help"]),
         "import_sbx_app": ("python -c 'import sbx.app'", [setup.python, "-c", "import sbx.app"]),
         "import_run_path": ("python -c 'import <run path>'", [setup.python, "-c", RUN_IMPORTS]),
+        "import_cached_run_path": ("python -c 'import <cached path>'",
+                                   [setup.python, "-c", CACHED_RUN_IMPORTS]),
     }
     for label, argv in commands.values():
         must_succeed(argv, setup.env, f"`{label.strip()}`")  # warm the page cache
@@ -429,9 +505,14 @@ def render_table(result: Mapping[str, Any]) -> str:
         f"1. sbx run vs docker run (N={result['runs']}, interleaved)",
         header,
         *(_row(v) for v in run["variants"].values()),
-        f"  sbx / docker run median: {run['ratio_sbx_to_docker_cli']:.2f}x "
+        f"  sbx (cached plan) / docker run median: {run['ratio_sbx_to_docker_cli']:.2f}x "
         f"(target <= {run['target_ratio']}x: {_verdict(run['meets_target'])}); "
         f"sbx adds {run['sbx_minus_docker_cli_ms']:+.1f} ms",
+        f"  sbx (full plan) / docker run median: {run['ratio_full_to_docker_cli']:.2f}x "
+        f"(target <= {run['full_target_ratio']}x: {_verdict(run['full_meets_target'])}); "
+        f"the plan cache saves {run['full_minus_cached_ms']:+.1f} ms",
+        f"  a resident helper could save at most {run['cached_minus_warm_ms']:+.1f} ms "
+        f"(warm process / docker run: {run['ratio_warm_to_docker_cli']:.2f}x)",
         f"  docker CLI process vs in-process SDK: {run['docker_cli_minus_sdk_ms']:+.1f} ms; "
         f"sbx / SDK median: {run['ratio_sbx_to_docker_sdk']:.2f}x",
         "",

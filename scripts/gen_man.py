@@ -68,6 +68,10 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("NO_COLOR", "When present (with any value), output is not coloured."),
     ("SBX_TRACEBACK", "When 1, an unexpected error is re-raised with its traceback instead of "
                       "writing a crash report, like `--traceback`."),
+    ("SBX_PLAN_CACHE", "When 0, `sbx run` neither reads nor writes its plan cache (the state "
+                       "home's cache/plans): every run decodes, validates and plans in full."),
+    ("SBX_ENGINE_SOCKET", "When 0, every engine call goes through the docker SDK (by default a "
+                          "local engine's socket serves a run's own calls directly)."),
 )
 
 SANDBOX_ENVIRONMENT: tuple[tuple[str, str], ...] = (

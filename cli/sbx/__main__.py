@@ -9,14 +9,11 @@
 from __future__ import annotations
 
 import os
-import platform
 import re
 import signal
 import sys
-import traceback as traceback_module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +38,7 @@ class Launch:
     stdout_bytes: IO[bytes] | None
     stderr_bytes: IO[bytes] | None
     streams: HostStreams
+    argv: tuple[str, ...] = ()  # the words before `--`, global options first
 
     def renderer(self) -> Any:
         from sbx.base.render import Renderer
@@ -55,7 +53,8 @@ class Launch:
         renderer.verbose = verbose
         return AppContext(env=self.env, cwd=self.cwd, renderer=renderer,
                           as_json=self.as_json, verbose=verbose, traceback=traceback,
-                          passthrough=self.passthrough, streams=self.streams)
+                          passthrough=self.passthrough, streams=self.streams,
+                          argv=self.argv)
 
 
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | None]:
@@ -87,11 +86,13 @@ def hoist_global_options(args: Sequence[str]) -> list[str]:
 def _command_name(args: Sequence[str]) -> str:
     """The command an envelope names: ``run``, or ``config show`` for a group's command (the
     name its success envelope carries). Global options are flags, so the first words are it."""
-    from sbx.app import GROUPS
-
     words = [a for a in args if not a.startswith("-")][:2]
     if not words:
         return "sbx"
+    if words[0] == "run":  # no group: known without importing the CLI (the cached run path)
+        return "run"
+    from sbx.app import GROUPS
+
     return " ".join(words) if words[0] in GROUPS and len(words) == 2 else words[0]
 
 
@@ -134,6 +135,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
         stdout=out, stderr=err,
         stdout_bytes=getattr(out, "buffer", None), stderr_bytes=getattr(err, "buffer", None),
         streams=host_streams(stdin if stdin is not None else sys.stdin, out),
+        argv=tuple(head),
     )
     try:
         status = _dispatch(launch, head, environment)
@@ -151,6 +153,43 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
     return status
 
 
+def _invoke(launch: Launch, head: list[str]) -> Any:
+    """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache); every
+    other command line goes through typer."""
+    if next((word for word in head if not word.startswith("-")), None) == "run":
+        from sbx.commands.run_cached import run_from_cache
+
+        status = run_from_cache(launch)
+        if status is not None:
+            return status
+    from sbx.app import app
+
+    return app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
+
+
+def _typer_outcome(launch: Launch, error: Exception, command: str,
+                   head: Sequence[str]) -> int | None:
+    """typer's own exits, aborts and usage errors (None for anything else). typer is looked up,
+    not imported: a run from the plan cache never loads it, and then nothing here is typer's."""
+    typer = sys.modules.get("typer")
+    if typer is None:
+        return None
+    if isinstance(error, typer.Exit):
+        return int(error.exit_code or 0)
+    if isinstance(error, typer.Abort):
+        return _interrupted(launch, command)
+    if isinstance(error, typer.TyperException):
+        # typer's public base of its (vendored) click usage errors: no private module needed.
+        hint = _usage_hint(head, error)
+        if launch.as_json:
+            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, error.format_message(),
+                                             hint=hint), command)
+        else:
+            launch.renderer().usage_error(error, hint=hint)
+        return int(ExitStatus.USAGE)
+    return None
+
+
 def _usage_hint(head: Sequence[str], usage: Exception) -> str | None:
     """A fix for the usage errors people coming from `docker run IMAGE CMD` make."""
     from sbx.domain.sandbox.runargs import command_hint
@@ -160,32 +199,15 @@ def _usage_hint(head: Sequence[str], usage: Exception) -> str | None:
 
 
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
-    import typer
-
-    from sbx.app import app
-
     wants_traceback = "--traceback" in head or environment.get("SBX_TRACEBACK") == "1"
     command = _command_name(head)
     try:
-        result = app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
+        result = _invoke(launch, head)
     except SbxError as error:
         if error.reason is Reason.OUTPUT_CLOSED:
             return int(error.exit_status)  # quiet: nobody is reading any more
         launch.renderer().error(error, command)
         return int(error.exit_status)
-    except typer.Exit as done:
-        return int(done.exit_code or 0)
-    except typer.Abort:
-        return _interrupted(launch, command)
-    except typer.TyperException as usage:
-        # typer's public base of its (vendored) click usage errors: no private module needed.
-        hint = _usage_hint(head, usage)
-        if launch.as_json:
-            launch.renderer().error(SbxError(Reason.INVALID_ARGUMENT, usage.format_message(),
-                                             hint=hint), command)
-        else:
-            launch.renderer().usage_error(usage, hint=hint)
-        return int(ExitStatus.USAGE)
     except KeyboardInterrupt:
         return _interrupted(launch, command)
     except BrokenPipeError:
@@ -203,7 +225,10 @@ def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -
             return _crash(launch, environment, head)
         launch.renderer().error(translated, command)
         return int(translated.exit_status)
-    except Exception:
+    except Exception as error:
+        outcome = _typer_outcome(launch, error, command, head)
+        if outcome is not None:
+            return outcome
         if wants_traceback:
             raise
         return _crash(launch, environment, head)
@@ -236,6 +261,10 @@ def _interrupted(launch: Launch, command: str) -> int:
 
 def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | None:
     """A paste-ready Markdown report with versions and the traceback; None if unwritable."""
+    import platform
+    import traceback as traceback_module
+    from datetime import UTC, datetime
+
     from sbx.base import paths
 
     try:

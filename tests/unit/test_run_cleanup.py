@@ -32,10 +32,10 @@ import pytest
 
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import ExitStatus, Reason
+from sbx.domain.egress import plan as egress_plan
 from sbx.seams import driver as driver_module
 from sbx.seams import firewall, ports
 from sbx.seams.ports import PublishedPort
-from sbx.usecases import run as run_module
 from tests.conftest import CliResult, run_cli
 from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of
 from tests.support.kits import capabilities, network_policy, port, volume, write_kit
@@ -116,7 +116,7 @@ def install_host(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> Host:
             host.record("forwarder.stop", self.target_ip)
 
     monkeypatch.setattr(driver_module, "DockerDriver", lambda _env: engine)
-    monkeypatch.setattr(run_module, "start_proxy", start_proxy)
+    monkeypatch.setattr(egress_plan, "start_proxy", start_proxy)  # run imports it per call
     monkeypatch.setattr(firewall, "BridgeGuard", FakeGuard)
     monkeypatch.setattr(firewall, "bridge_network", lambda _bridge: BRIDGE_NETWORK)
     monkeypatch.setattr(ports, "PortForwarder", FakeForwarder)

@@ -71,7 +71,7 @@ def run(
 
     Arguments after `--` replace the image's CMD.
     """
-    from sbx.base.render import Envelope
+    from sbx.commands.run_cached import finish
     from sbx.domain.sandbox.durations import parse_duration
     from sbx.domain.sandbox.runargs import check_workspace_word
     from sbx.usecases.run import RunRequest
@@ -105,13 +105,7 @@ def run(
     result = run_core(app, request, on_output=renderer.workload_output,
                       progress=renderer.progress, on_warning=renderer.warn,
                       on_notice=renderer.note)
-    if as_json:
-        renderer.envelope(Envelope(
-            command="run", status="ok" if result.exit_code == 0 else "workload_exit",
-            exit_code=result.exit_code, data=result.as_dict()))
-    for problem in result.cleanup_errors:
-        renderer.note(f"cleanup: {problem}")
-    return result.exit_code
+    return finish(renderer, result, as_json=as_json)
 
 
 __all__ = ["run"]

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import socket
 import struct
-import tarfile
+import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
 
     from sbx.seams.containerspec import ContainerSpec
     from sbx.seams.session.stream import AttachedStream
-
-_LOGGER = logging.getLogger(__name__)
 
 # Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
 # wait for a workload uses its own deadline.
@@ -206,6 +203,8 @@ class DockerDriver:
     def __init__(self, env: Mapping[str, str]) -> None:
         self._env = env
         self._client_obj: docker.DockerClient | None = None
+        # The run's hot-path calls go straight to a local engine's socket (EngineSocket).
+        self._socket = engine_socket(env)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -255,6 +254,8 @@ class DockerDriver:
     # -- queries -----------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
+        if self._socket is not None:
+            return self._socket.info()
         with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
             info: dict[str, Any] = self._client.info()
         security = tuple(str(s) for s in info.get("SecurityOptions") or ())
@@ -269,6 +270,8 @@ class DockerDriver:
         )
 
     def image(self, ref: str) -> ImageInfo | None:
+        if self._socket is not None:
+            return self._socket.image(ref)
         import docker
 
         with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
@@ -320,6 +323,8 @@ class DockerDriver:
     def read_image_file(self, image_id: str, path: str,
                         labels: Mapping[str, str]) -> bytes | None:
         """Read one file out of an image without starting anything (create, copy, remove)."""
+        if self._socket is not None:
+            return self._socket.read_image_file(image_id, path, labels)
         import docker
 
         action = f"reading {path} from image {image_id[:19]}"
@@ -330,6 +335,8 @@ class DockerDriver:
             except docker.errors.NotFound:
                 return None
             data = b"".join(chunks)
+        import tarfile
+
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             for member in archive.getmembers():
                 if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
@@ -342,6 +349,8 @@ class DockerDriver:
         """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
         image; None for a path that is absent or not a directory. Nothing is started: one
         container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
+        if self._socket is not None:
+            return self._socket.image_path_modes(image_id, paths, labels)
         import base64
 
         action = f"inspecting paths in image {image_id[:19]}"
@@ -391,6 +400,8 @@ class DockerDriver:
     # -- containers --------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> str:
+        if self._socket is not None:
+            return self._socket.create(spec)
         kwargs = create_kwargs(spec)
         name = kwargs.pop("name", None)
         stdin_once = kwargs.pop("stdin_once", True)
@@ -487,6 +498,9 @@ class DockerDriver:
                     raise
 
     def start(self, container_id: str) -> None:
+        if self._socket is not None:
+            self._socket.start(container_id)
+            return
         with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
             self._api.start(container_id)
 
@@ -543,6 +557,8 @@ class DockerDriver:
         missed at either end (unlike a followed log). Without a TTY the bytes are framed
         (:mod:`sbx.seams.session.frames`); with one they are the terminal's raw stream.
         """
+        if self._socket is not None:
+            return self._socket.attach(container_id, stdin=stdin, detach_keys=detach_keys)
         from sbx.seams.session.stream import AttachedStream
 
         params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
@@ -561,6 +577,9 @@ class DockerDriver:
 
     def resize(self, container_id: str, *, rows: int, columns: int) -> None:
         """Set the sandbox terminal's size (a TTY session); a finished container is ignored."""
+        if self._socket is not None:
+            self._socket.resize(container_id, rows=rows, columns=columns)
+            return
         import docker
 
         with self._engine_errors("resizing the sandbox terminal", Reason.START_FAILED):
@@ -573,6 +592,8 @@ class DockerDriver:
 
     def wait(self, container_id: str, timeout_s: float) -> int | None:
         """The exit status, or None when the container still runs after ``timeout_s``."""
+        if self._socket is not None:
+            return self._socket.wait(container_id, timeout_s)
         import requests
 
         with self._engine_errors("waiting for the sandbox", Reason.START_FAILED):
@@ -586,6 +607,9 @@ class DockerDriver:
         return int(result.get("StatusCode", -1))
 
     def kill(self, container_id: str) -> None:
+        if self._socket is not None:
+            self._socket.kill(container_id)
+            return
         import docker
 
         with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
@@ -598,6 +622,8 @@ class DockerDriver:
 
     def remove_container(self, container_id: str) -> bool:
         """Force-remove; True when it is gone (including when it was already gone)."""
+        if self._socket is not None:
+            return self._socket.remove_container(container_id)
         import docker
 
         with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
@@ -730,6 +756,8 @@ class DockerDriver:
 
     def container_pid(self, container_id: str) -> int | None:
         """The host pid of the container's first process; None once it is not running."""
+        if self._socket is not None:
+            return self._socket.container_pid(container_id)
         with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
             attrs = self._api.inspect_container(container_id)
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
@@ -937,6 +965,9 @@ class DockerDriver:
 
     def tag_image(self, image: str, ref: str) -> None:
         """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
+        if self._socket is not None:
+            self._socket.tag_image(image, ref)
+            return
         repository, tag = _split_tag(ref)
         with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
             self._api.tag(image, repository, tag=tag, force=True)
@@ -969,6 +1000,435 @@ class DockerDriver:
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
         return image
+
+
+DEFAULT_SOCKET: Final = "/var/run/docker.sock"
+SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": every engine call through the SDK
+_HEADER_LIMIT: Final = 64 * 1024  # an upgrade response's status line and headers
+
+
+def engine_socket(env: Mapping[str, str]) -> EngineSocket | None:
+    """The socket transport for ``env``'s engine when it listens on a local unix socket (the
+    default, or ``DOCKER_HOST=unix://...``); None for anything else (tcp, ssh: the SDK's)."""
+    if env.get(SOCKET_SWITCH_ENV) == "0":
+        return None
+    host = env.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+    if host.startswith("unix://") and len(host) > len("unix://"):
+        return EngineSocket(env, host[len("unix://"):])
+    return None
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+def _exchange(path: str, request: bytes, timeout: float | None) -> _Response:
+    """One HTTP/1.1 exchange on a fresh connection to the unix socket ``path``, closed by the
+    engine after the response (``Connection: close``). Raises OSError (TimeoutError for a
+    read timeout) and ValueError (an answer that is not HTTP)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    return _parse_response(b"".join(chunks))
+
+
+def _parse_response(raw: bytes) -> _Response:
+    head, separator, body = raw.partition(b"\r\n\r\n")
+    if not separator:
+        raise ValueError("the engine's answer ended before its headers did")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _unchunk(body)
+    elif "content-length" in headers and headers["content-length"].isdigit():
+        body = body[:int(headers["content-length"])]
+    return _Response(int(parts[1]), headers, body)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out: list[bytes] = []
+    position = 0
+    while True:
+        end = data.find(b"\r\n", position)
+        if end < 0:
+            raise ValueError("a chunk without its size line")
+        size = int(data[position:end].split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return b"".join(out)
+        start = end + 2
+        if start + size > len(data):
+            raise ValueError("a chunk cut short")
+        out.append(data[start:start + size])
+        position = start + size + 2
+
+
+class EngineSocket:
+    """The calls of a run's hot path, made straight on the engine's unix socket with a small
+    HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
+    urllib3, charset detection: the largest import of a run). :class:`DockerDriver` hands them
+    here when the engine is local; everything else stays the SDK's (imported on first use).
+
+    Its calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`, :meth:`attach`,
+    :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`, :meth:`remove_container`,
+    :meth:`container_pid`, with :class:`DockerDriver`'s signatures and errors. Paths carry no
+    API version: the engine then speaks its own, which is the version the SDK negotiates with it
+    too. The create body is the SDK's (``create_container_config`` + ``create_host_config``),
+    built here from the same :func:`create_kwargs` (a unit test holds the two equal).
+    ``SBX_ENGINE_SOCKET=0`` sends every call through the SDK instead.
+    """
+
+    def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
+        self._env = env
+        self._socket_path = socket_path
+        self._reached = False
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, action: str, reason: Reason,
+              params: Mapping[str, Any] | None = None, body: Any = None,
+              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, _Response]:
+        """(status, body, response) of one request; a transport failure is an
+        :class:`EngineUnavailable` (a read timeout propagates as :class:`TimeoutError`)."""
+        target = path + ("?" + urllib.parse.urlencode(params) if params else "")
+        payload = json.dumps(body).encode() if body is not None else b""
+        request = (f"{method} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
+                   "Connection: close\r\n"
+                   + ("Content-Type: application/json\r\n" if body is not None else "")
+                   + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+        try:
+            response = _exchange(self._socket_path, request, timeout)
+        except TimeoutError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise self._unreachable(action, exc) from exc
+        self._reached = True
+        return response.status, response.body, response
+
+    def _unreachable(self, action: str, exc: BaseException) -> EngineUnavailable:
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+        if not self._reached:
+            return EngineUnavailable(f"cannot reach the Docker engine: {_short(detail)}",
+                                     hint=_situation_hint(self._env, detail))
+        return EngineUnavailable(f"{action}: lost the Docker engine: {_short(detail)}",
+                                 hint=_situation_hint(self._env, detail))
+
+    def _json(self, method: str, path: str, *, action: str, reason: Reason,
+              params: Mapping[str, Any] | None = None, body: Any = None,
+              ok: tuple[int, ...] = (200, 201, 204),
+              timeout: float | None = API_TIMEOUT_S) -> tuple[int, Any]:
+        """(status, decoded JSON or None); statuses outside ``ok`` are the engine's refusal."""
+        status, data, _response = self._call(method, path, action=action, reason=reason,
+                                             params=params, body=body, timeout=timeout)
+        decoded: Any = None
+        if data:
+            try:
+                decoded = json.loads(data)
+            except ValueError:
+                decoded = None
+        if status not in ok:
+            raise _refusal(action, reason, status, decoded, data)
+        return status, decoded
+
+    # -- the hot path ----------------------------------------------------------------------------
+
+    def info(self) -> EngineInfo:
+        action = "reading engine info"
+        _status, data, response = self._call("GET", "/info", action=action,
+                                             reason=Reason.DOCKER_UNREACHABLE)
+        try:
+            info = json.loads(data)
+        except ValueError as exc:
+            raise EngineUnavailable(f"{action}: the engine answered no JSON") from exc
+        if _status != 200 or not isinstance(info, dict):
+            raise _refusal(action, Reason.DOCKER_UNREACHABLE, _status, info, data)
+        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
+        return EngineInfo(
+            version=str(info.get("ServerVersion", "")),
+            api_version=str(response.headers.get("api-version") or ""),
+            os=str(info.get("OSType", "")),
+            cgroup_version=str(info.get("CgroupVersion", "")),
+            cgroup_driver=str(info.get("CgroupDriver", "")),
+            rootless=any("rootless" in s for s in security),
+            security_options=security,
+        )
+
+    def image(self, ref: str) -> ImageInfo | None:
+        status, attrs = self._json(
+            "GET", f"/images/{urllib.parse.quote(ref, safe='/:@')}/json",
+            action=f"inspecting image {ref}", reason=Reason.IMAGE_MISSING,
+            ok=(200, 400, 404))
+        if status != 200 or not isinstance(attrs, dict):
+            return None  # absent, or a malformed reference: not present for a run
+        return _image_info(attrs)
+
+    def tag_image(self, image: str, ref: str) -> None:
+        repository, tag = _split_tag(ref)
+        params = {"repo": repository, **({"tag": tag} if tag else {}), "force": 1}
+        self._json("POST", f"/images/{urllib.parse.quote(image, safe=':')}/tag",
+                   action=f"tagging {image[:19]} as {ref}", reason=Reason.IMAGE_MISSING,
+                   params=params)
+
+    def create(self, spec: ContainerSpec) -> str:
+        params = {"name": spec.name} if spec.name else None
+        _status, created = self._json("POST", "/containers/create",
+                                      action="creating the sandbox container",
+                                      reason=Reason.CREATE_FAILED, params=params,
+                                      body=create_body(spec))
+        if not isinstance(created, dict) or not created.get("Id"):
+            raise SbxError(Reason.CREATE_FAILED,
+                           "creating the sandbox container: the engine answered no id")
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        self._json("POST", f"/containers/{container_id}/start",
+                   action="starting the sandbox container", reason=Reason.START_FAILED,
+                   ok=(204, 304))
+
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream:
+        """As the SDK's attach: the upgraded connection, before the start, so it
+        carries every byte; read up to the end of the headers and not one byte further."""
+        from sbx.seams.session.stream import AttachedStream
+
+        action = "attaching to the sandbox"
+        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
+                                  "stdin": 1 if stdin else 0}
+        if detach_keys:
+            params["detachKeys"] = detach_keys
+        request = (f"POST /containers/{container_id}/attach?{urllib.parse.urlencode(params)} "
+                   "HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\nConnection: Upgrade\r\n"
+                   "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n").encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(API_TIMEOUT_S)
+            try:
+                sock.connect(self._socket_path)
+                sock.sendall(request)
+                head = _read_head(sock)
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
+            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = status_line.split(" ", 2)
+            status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            if status not in (101, 200):
+                body = sock.recv(65536)
+                raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body), body)
+        except BaseException:
+            sock.close()
+            raise
+        return AttachedStream(sock)
+
+    def wait(self, container_id: str, timeout_s: float) -> int | None:
+        try:
+            _status, result = self._json(
+                "POST", f"/containers/{container_id}/wait", action="waiting for the sandbox",
+                reason=Reason.START_FAILED, timeout=max(timeout_s, 0.001))
+        except TimeoutError:
+            return None
+        return int((result or {}).get("StatusCode", -1)) if isinstance(result, dict) else -1
+
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
+        self._json("POST", f"/containers/{container_id}/resize",
+                   action="resizing the sandbox terminal", reason=Reason.START_FAILED,
+                   params={"h": rows, "w": columns}, ok=(200, 204, 404, 409, 500))
+
+    def kill(self, container_id: str) -> None:
+        self._json("POST", f"/containers/{container_id}/kill", action="stopping the sandbox",
+                   reason=Reason.CLEANUP_FAILED, ok=(204, 404, 409))
+
+    def remove_container(self, container_id: str) -> bool:
+        action = "removing the sandbox"
+        status, data, _response = self._call(
+            "DELETE", f"/containers/{container_id}", action=action,
+            reason=Reason.CLEANUP_FAILED, params={"force": 1, "v": 1})
+        if status in (204, 404):
+            return True
+        decoded = _maybe_json(data)
+        if status == 409 and "already in progress" in _message(decoded, data):
+            return True
+        raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
+
+    # -- probes: a container of an image, never started (a new image's users and mount points)
+
+    @contextmanager
+    def _probe(self, image_id: str, labels: Mapping[str, str], action: str) -> Iterator[str]:
+        """As the SDK path's probe: created with interrupts held back, always removed."""
+        cid: str | None = None
+        try:
+            with deferred_interrupts():
+                _status, created = self._json(
+                    "POST", "/containers/create", action=action, reason=Reason.CREATE_FAILED,
+                    body={"Image": image_id, "Cmd": ["/nonexistent-sbx-probe"],
+                          "Labels": dict(labels), "NetworkDisabled": True, "Tty": False,
+                          "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
+                          "AttachStdout": True, "AttachStderr": True})
+                if not isinstance(created, dict) or not created.get("Id"):
+                    raise SbxError(Reason.CREATE_FAILED, f"{action}: the engine answered no id")
+                cid = str(created["Id"])
+            yield cid
+        finally:
+            if cid is not None:
+                with deferred_interrupts():
+                    self.remove_container(cid)
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        action = f"reading {path} from image {image_id[:19]}"
+        with self._probe(image_id, labels, action) as cid:
+            status, data, _response = self._call(
+                "GET", f"/containers/{cid}/archive", action=action,
+                reason=Reason.CREATE_FAILED, params={"path": path})
+        if status == 404:
+            return None
+        if status != 200:
+            raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data), data)
+        import tarfile
+
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                    extracted = archive.extractfile(member)
+                    return extracted.read() if extracted else None
+        return None
+
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        import base64
+
+        action = f"inspecting paths in image {image_id[:19]}"
+        modes: dict[str, int | None] = {}
+        with self._probe(image_id, labels, action) as cid:
+            for path in paths:
+                status, _data, response = self._call(
+                    "HEAD", f"/containers/{cid}/archive", action=action,
+                    reason=Reason.CREATE_FAILED, params={"path": path})
+                header = response.headers.get("x-docker-container-path-stat")
+                if status != 200 or not header:
+                    modes[path] = None
+                    continue
+                stat = json.loads(base64.b64decode(header))
+                modes[path] = _unix_mode(int(stat.get("mode", 0)))
+        return modes
+
+    def container_pid(self, container_id: str) -> int | None:
+        _status, attrs = self._json("GET", f"/containers/{container_id}/json",
+                                    action="inspecting the sandbox", reason=Reason.START_FAILED)
+        state = (attrs or {}).get("State") if isinstance(attrs, dict) else None
+        pid = int((state or {}).get("Pid") or 0)
+        return pid or None
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    """The status line and headers of an HTTP response, consumed exactly (the bytes after
+    them belong to the upgraded stream)."""
+    while True:
+        peeked = sock.recv(_HEADER_LIMIT, socket.MSG_PEEK)
+        if not peeked:
+            raise ValueError("the engine closed the connection")
+        end = peeked.find(b"\r\n\r\n")
+        if end >= 0:
+            return _recv_exactly(sock, end + 4)
+        if len(peeked) >= _HEADER_LIMIT:
+            raise ValueError("the engine's response headers are too long")
+        # Not all there yet: wait for more than is already buffered.
+        import select
+
+        select.select([sock], [], [], API_TIMEOUT_S)
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes:
+    chunks = []
+    while count:
+        chunk = sock.recv(count)
+        if not chunk:
+            raise ValueError("the engine closed the connection")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _maybe_json(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None
+
+
+def _message(decoded: Any, data: bytes) -> str:
+    if isinstance(decoded, dict) and decoded.get("message"):
+        return str(decoded["message"])
+    return data.decode("utf-8", "replace").strip()
+
+
+def _refusal(action: str, reason: Reason, status: int, decoded: Any, data: bytes) -> SbxError:
+    """The engine's refusal, worded as the SDK's APIError reads (status, class, message)."""
+    message = _message(decoded, data)
+    kind = "Client" if 400 <= status < 500 else "Server"
+    text = _short(f"{status} {kind} Error: ({message!r})")
+    if status == 404 and "no such image" in message.lower():
+        return SbxError(Reason.IMAGE_MISSING, f"{action}: image not found: {text}",
+                        hint="Build or `sbx pull` it first; sbx never pulls at run time.")
+    return SbxError(reason, f"{action}: the engine answered {text}")
+
+
+def create_body(spec: ContainerSpec) -> dict[str, Any]:
+    """The body of ``POST /containers/create`` for ``spec``: what the SDK's
+    ``create_container_config(host_config=create_host_config(...))`` makes of
+    :func:`create_kwargs`, with its top-level nulls dropped (as its ``_post_json`` does)."""
+    kwargs = create_kwargs(spec)
+    options = kwargs["host_config"]
+    host: dict[str, Any] = {
+        "Memory": options["mem_limit"], "MemorySwap": options["memswap_limit"],
+        "ReadonlyRootfs": options["read_only"], "NetworkMode": options["network_mode"] or "default",
+    }
+    if options["privileged"]:
+        host["Privileged"] = True
+    if options["cap_drop"]:
+        host["CapDrop"] = list(options["cap_drop"])
+    host["SecurityOpt"] = list(options["security_opt"])
+    log = options["log_config"]
+    host["LogConfig"] = {"Type": log["type"], "Config": dict(log["config"])}
+    if options["tmpfs"]:
+        host["Tmpfs"] = dict(options["tmpfs"])
+    if options["pids_limit"]:
+        host["PidsLimit"] = options["pids_limit"]
+    host["Init"] = options["init"]
+    if options["nano_cpus"]:
+        host["NanoCpus"] = options["nano_cpus"]
+    host["Mounts"] = list(options["mounts"])
+    stdin_open = bool(kwargs["stdin_open"])
+    healthcheck = kwargs["healthcheck"]
+    body: dict[str, Any] = {
+        "User": kwargs["user"], "Tty": kwargs["tty"], "OpenStdin": stdin_open,
+        # The SDK ties StdinOnce to stdin_open; DockerDriver.create then sets the spec's.
+        "StdinOnce": bool(kwargs["stdin_once"]) if stdin_open else False,
+        "AttachStdin": stdin_open, "AttachStdout": True, "AttachStderr": True,
+        "Env": [f"{key}={value}" for key, value in kwargs["environment"].items()],
+        "Cmd": kwargs["command"], "Image": kwargs["image"],
+        "NetworkDisabled": kwargs["network_disabled"], "Entrypoint": kwargs["entrypoint"],
+        "WorkingDir": kwargs["working_dir"], "HostConfig": host, "Labels": kwargs["labels"],
+        "Healthcheck": None if healthcheck is None else {
+            "Test": healthcheck["test"], "Interval": healthcheck["interval"],
+            "Timeout": healthcheck["timeout"], "Retries": healthcheck["retries"],
+            "StartPeriod": healthcheck["start_period"]},
+    }
+    return {key: value for key, value in body.items() if value is not None}
 
 
 def _unix_mode(go_mode: int) -> int | None:
@@ -1153,7 +1613,7 @@ def _is_read_timeout(exc: BaseException) -> bool:
     return False
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: object) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -1175,5 +1635,5 @@ def _timestamp(raw: object) -> float | None:
 
 
 __all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
-           "OwnedObject", "RawListing", "create_kwargs", "docker_auth_config",
-           "docker_credential_store"]
+           "EngineSocket", "OwnedObject", "RawListing", "create_body", "create_kwargs",
+           "docker_auth_config", "docker_credential_store", "engine_socket"]

@@ -40,6 +40,7 @@ class AppContext:
     driver_factory: Callable[[Mapping[str, str]], Driver] = field(default=_docker_driver)
     passthrough: tuple[str, ...] | None = None  # the ARGS after `--`
     streams: HostStreams = NO_STREAMS  # sbx's own stdin/stdout, for interactive runs
+    argv: tuple[str, ...] | None = None  # the words before `--`: the plan cache's key
 
     @cached_property
     def driver(self) -> Driver:

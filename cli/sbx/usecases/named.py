@@ -121,7 +121,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
     sandbox's (a failure before this point removed everything, like a one-shot run)."""
     assert plan.name is not None  # noqa: S101 - only named plans get here
     store = SandboxStore(ctx.state_home)
-    kit_set = plan.kit_set
+    kit_set, _config, _composition, capabilities = plan.full()
     record = SandboxRecord(
         name=plan.name, run_id=plan.run_id, created=time.time(),
         workload=kit_set.workload.reference, kits=[k.reference for k in kit_set.mixins],
@@ -132,7 +132,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                            "read_only": p.read_only} for p in plan.host_mounts.pins],
                  "staging": ids.get("staging", []),
                  "home_bounded": any(v.size is not None and v.path == plan.home
-                                     for v in plan.capabilities.volumes),
+                                     for v in capabilities.volumes),
                  "options": creation_options(request)},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),

@@ -22,31 +22,15 @@ import shutil
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base import labels as label_keys
-from sbx.base.config import Config
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.egress.plan import (
-    CA_BUNDLE,
-    CA_FILE,
-    SYSTEM_BUNDLES,
-    EgressPlan,
-    ProxyProcess,
-    credential_env,
-    proxy_env,
-    start_proxy,
-    trust_bundle,
-)
-from sbx.domain.kits.compose import Composition
-from sbx.domain.kits.kitset import KitSet
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
 from sbx.domain.sandbox.envflags import parse_env
 from sbx.domain.sandbox.hardening import (
     TMP_TARGET,
@@ -61,16 +45,6 @@ from sbx.domain.sandbox.hardening import (
 from sbx.domain.sandbox.identity import FALLBACK_HOME, WorkspaceOwner, choose_user, home_path
 from sbx.domain.sandbox.imagecache import record_use
 from sbx.domain.sandbox.images import SandboxUser, resolve_user
-from sbx.domain.sandbox.lifecycle import (
-    CREATE_STEP_CAP_DROP,
-    KEEPALIVE,
-    STARTUP_SCRIPT,
-    CreateStep,
-    KitFile,
-    parse_accounts,
-    run_create_step,
-)
-from sbx.domain.sandbox.mountedfiles import with_mounted_files
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
 from sbx.domain.sandbox.mounts import (
     SOCKET,
@@ -101,15 +75,24 @@ from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd
 from sbx.seams.session.terminal import raw_mode, terminal_environment, window_size
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
-from sbx.usecases import pipeline
 from sbx.usecases.context import AppContext
-from sbx.usecases.pipeline import WorkloadPlan, WorkloadRequest
+from sbx.usecases.plancache import PlanFacts, Recipe
 
 if TYPE_CHECKING:
+    # Only a full plan needs these (decoding, validation, composition): a run from a cached
+    # plan (sbx.usecases.plancache) never imports them, so they are imported where they are used.
+    from sbx.base.config import Config
+    from sbx.domain.egress.plan import EgressPlan, ProxyProcess
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.kitset import KitSet
+    from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
+    from sbx.domain.sandbox.hardening import Limits
+    from sbx.domain.sandbox.lifecycle import KitFile
     from sbx.seams.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.seams.session.stream import AttachedStream
     from sbx.usecases.keeper import KeptProxy
+    from sbx.usecases.pipeline import WorkloadPlan, WorkloadRequest
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
@@ -148,10 +131,12 @@ class RunPlan:
     """Everything decided before the engine is asked to create anything."""
 
     run_id: str
-    kit_set: KitSet
-    config: Config
-    composition: Composition
-    capabilities: CapabilityPlan
+    # The decoded kits, config and composition: None on a plan from the plan cache, which
+    # only ever holds plans that need none of them to run (sbx.usecases.plancache.cacheable).
+    kit_set: KitSet | None
+    config: Config | None
+    composition: Composition | None
+    capabilities: CapabilityPlan | None
     image: ImageInfo  # the assembled image
     image_tag: str
     image_built: bool
@@ -177,10 +162,22 @@ class RunPlan:
     host_config_before: Mapping[str, tuple[int, int, int]] | None = None
     name: str | None = None  # a named sandbox: kept after the session (sbx.usecases.named)
     explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
+    # What the run reports about the kits (workload, references, selection, limits): read from
+    # here, so a plan from the cache reports the same as the full plan it was made from.
+    facts: PlanFacts = field(default_factory=PlanFacts)
 
     @property
     def references(self) -> list[str]:
-        return [k.reference for k in self.kit_set.kits]
+        return list(self.facts.kits)
+
+    def full(self) -> tuple[KitSet, Config, Composition, CapabilityPlan]:
+        """The decoded parts, which only a full plan has (named sandboxes, egress, create
+        steps and volumes never come from the cache)."""
+        if (self.kit_set is None or self.config is None or self.composition is None
+                or self.capabilities is None):
+            raise SbxError(Reason.CREATE_FAILED,
+                           "internal: a cached plan reached a step that needs the full plan")
+        return self.kit_set, self.config, self.composition, self.capabilities
 
 
 @dataclass
@@ -206,7 +203,7 @@ class RunResult:
             "run_id": self.run_id,
             "exit_code": self.exit_code,
             "duration_s": round(self.duration_s, 3),
-            "workload": plan.kit_set.workload.reference,
+            "workload": plan.facts.workload,
             "kits": plan.references,
             "image": plan.image_tag,
             "image_built": plan.image_built,
@@ -217,10 +214,8 @@ class RunResult:
             "selection": _selection(plan),
             # Bound credentials and the half each is bound in ("apikey" | "oauth"); no value.
             "credentials": dict(plan.egress.modes) if plan.egress is not None else {},
-            "limits": {"memory_bytes": plan.capabilities.limits.memory_bytes,
-                       "cpu_millis": plan.capabilities.limits.cpu_millis,
-                       "pids": plan.capabilities.limits.pids},
-            "privileged": plan.capabilities.privileged,
+            "limits": dict(plan.facts.limits),
+            "privileged": plan.facts.privileged,
             "warnings": list(plan.warnings),
             "ports": self.ports,
             "home": plan.home,
@@ -238,8 +233,8 @@ class RunResult:
 def _selection(plan: RunPlan) -> dict[str, list[dict[str, Any]]]:
     """Selection records; a capability selected by type but then not satisfiable (an optional
     resources@1 over its bound, an optional udp port) counts as skipped only."""
-    return pipeline.selection(plan.kit_set, (
-        *plan.capabilities.skipped, *(plan.egress.skipped if plan.egress else ())))
+    return {key: [dict(record) for record in records]
+            for key, records in plan.facts.selection.items()}
 
 
 OutputSink = Callable[[str, bytes | memoryview], None]
@@ -268,7 +263,7 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
     named sandbox)."""
-    run_id = uuid.uuid4().hex
+    run_id = new_run_id()
     try:
         plan = prepare(ctx, request, run_id, progress)
     except SbxError as error:
@@ -280,11 +275,157 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     return _execute(ctx, plan, request, on_output, on_warning, on_notice)
 
 
+def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_output: OutputSink,
+               progress: ProgressFactory,
+               on_warning: Callable[[str], None] = lambda _text: None,
+               on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+    """A one-shot run from a cached plan (sbx.usecases.plancache); when the engine no longer has
+    its image, or the workspace changed owner, the full plan is made instead."""
+    run_id = new_run_id()
+    try:
+        plan = prepare_cached(ctx, request, run_id, recipe)
+        if plan is None:
+            plan = prepare(ctx, request, run_id, progress)
+    except SbxError as error:
+        _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
+               {"reason": error.reason.value, "workload": request.workload})
+        raise
+    for warning in plan.warnings:
+        on_warning(warning)
+    return _execute(ctx, plan, request, on_output, on_warning, on_notice)
+
+
+def new_run_id() -> str:
+    """32 random hex digits (as ``uuid.uuid4().hex`` has, without importing uuid)."""
+    return os.urandom(16).hex()
+
+
 # -- preparation: every check, nothing created ---------------------------------------------
+
+
+def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
+                   recipe: Recipe) -> RunPlan | None:
+    """The plan of a cached recipe, with every check that depends on this moment made again.
+
+    Made again, each run: the host platform; the engine's requirements (it may have been
+    switched, e.g. to a rootless one); the image, by id, still present (and marked for gc);
+    the workspace and every ``--mount`` through the mount policy, opened and scanned for
+    sockets, with the git pins of a writable workspace; the workspace's owner (the user was
+    chosen with it: a change means a full plan); ``-e``/``--env-file`` and the terminal
+    variables; the session mode; the run's id, labels and deadline; the hardening check of
+    the final spec. Not made again, because the key covers every input they read: the
+    config's decoding and validation, the kits' decoding, validation, resolution and
+    composition, the capability plan, the image build, the user from the image.
+    None when the full plan must be made instead.
+    """
+    from sbx.domain.sandbox.requirements import check_engine, check_host
+
+    check_host()
+    access = _access(request)
+    session_mode = decide_mode(interactive=request.interactive, tty=request.tty,
+                               capture=request.capture_output, host=request.host)
+    policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
+                                  extra_blocked=recipe.blocked,
+                                  allowed_roots=recipe.allowed_roots)
+    workspace_host = _workspace_source(ctx, policy, request, access)
+    mount_requests = [parse_mount_flag(text) for text in request.mounts]
+    timeout_s = recipe.timeout_s
+    deadline = math.ceil(time.time() + timeout_s)
+    labels = label_keys.object_labels(
+        home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=list(recipe.facts.kits),
+        role=label_keys.ROLE_HELPER)
+    driver = ctx.driver
+    check_engine(driver.info())
+    images = []
+    for image_id in dict.fromkeys(recipe.images_used):
+        found = driver.image(image_id)
+        if found is None or found.id != image_id:
+            return None  # gone (gc, docker rmi): the full plan builds it again
+        images.append(found)
+    record_use(driver, ctx.home_hash, [i for i in images if not _marked(i, ctx.home_hash)])
+    workspace_target = recipe.workspace_target
+    checked = [check_mount(policy, mount, reserved_targets={workspace_target})
+               for mount in mount_requests]
+    _refuse_duplicate_targets(checked)
+    host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
+                                    trust=request.trust_workspace)
+    try:
+        plan = _plan_from_recipe(ctx, request, run_id, recipe, access=access,
+                                 session_mode=session_mode, labels=labels, deadline=deadline,
+                                 host_mounts=host_mounts)
+    except BaseException:
+        host_mounts.close()
+        raise
+    if plan is None:
+        host_mounts.close()
+    return plan
+
+
+def _owner_key(owner: WorkspaceOwner | None) -> tuple[int, int, int] | None:
+    return (owner.uid, owner.gid, owner.mode) if owner is not None else None
+
+
+def _marked(image: ImageInfo, home_hash: str) -> bool:
+    from sbx.domain.sandbox.imagecache import use_tag
+
+    return use_tag(home_hash, image.id) in image.tags
+
+
+def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe: Recipe, *,
+                      access: str, session_mode: SessionMode, labels: Mapping[str, str],
+                      deadline: int, host_mounts: HostMounts) -> RunPlan | None:
+    """:func:`_plan` for a cached recipe: the same spec, from the same values."""
+    from sbx.domain.sandbox.hardening import Limits
+
+    workspace = host_mounts.workspace
+    owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
+    if _owner_key(owner) != recipe.owner:
+        return None  # the user was chosen with another owner or mode: plan it again
+    workspace_host = workspace.path if workspace is not None else None
+    workspace_target = recipe.workspace_target
+    extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
+                   for pin in host_mounts.pins if pin.source is not workspace]
+    user = SandboxUser(recipe.uid, recipe.gid, recipe.user_source)
+    limits = Limits(**recipe.limits)
+    user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
+                         credential_names=set())
+    session_env = terminal_environment(ctx.env) if session_mode.tty else {}
+    spec = build_spec(
+        image=recipe.image.id, uid=user.uid, gid=user.gid, limits=limits,
+        workspace_target=workspace_target,
+        workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
+                        if workspace_host else None),
+        extra_binds=extra_binds, command=recipe.command, entrypoint=recipe.entrypoint,
+        env={**recipe.exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
+        home=recipe.home, labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
+                                         uid=user.uid, gid=user.gid)
+                     for path, (size, mode) in recipe.tmpfs.items()},
+        privileged=recipe.privileged, network_mode="none", tty=session_mode.tty,
+        stdin_open=session_mode.stdin, stdin_once=True, engine_log=False, home_volume=None,
+        name=None)
+    violations = hardening_violations(spec, limits,
+                                      privileged_consented=request.allow_privileged)
+    if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
+        raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
+                       + "; ".join(violations))
+    before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
+    return RunPlan(run_id=run_id, kit_set=None, config=None, composition=None,
+                   capabilities=None, image=recipe.image, image_tag=recipe.image_tag,
+                   image_built=False, user=user, spec=spec, timeout_s=recipe.timeout_s,
+                   deadline=deadline, workspace_target=workspace_target,
+                   workspace_host=workspace_host, access=access, labels=labels,
+                   container_env={}, run_image_tag=None,
+                   warnings=(*recipe.user_warnings, *host_mounts.notes, *recipe.notes),
+                   mode=session_mode, home=recipe.home, detach_keys=recipe.detach_keys,
+                   host_mounts=host_mounts, host_config_before=before,
+                   explain_command=recipe.explain_command, facts=recipe.facts)
 
 
 def workload_request(request: RunRequest) -> WorkloadRequest:
     """The part of a run request that explain and doctor share (sbx.usecases.pipeline)."""
+    from sbx.usecases.pipeline import WorkloadRequest
+
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
                            timeout_s=request.timeout_s, detach_keys=request.detach_keys)
@@ -292,6 +433,8 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
 def prepare(ctx: AppContext, request: RunRequest, run_id: str,
             progress: ProgressFactory) -> RunPlan:
+    from sbx.usecases import pipeline
+
     # Config and kits (no engine): the pipeline's first stage, as for explain and doctor.
     loaded = pipeline.load(ctx, workload_request(request))
     config = loaded.config
@@ -367,10 +510,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         taken=[workspace_target, TMP_TARGET, *(b.target for b in extra_binds),
                *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
     if named is not None:
-        # HOME persists across stop/start: a volume of its own, sized where sbx can bound it.
-        capabilities = dataclasses.replace(capabilities, volumes=(
-            *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
-                                               if staging_available() else None)))
+        capabilities = _with_home_volume(capabilities, home)
     egress = planned.egress
     if egress is not None and "oauth" in egress.modes.values():
         from sbx.domain.sandbox.credfiles import credential_files
@@ -381,7 +521,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                 composition, egress.modes, ctx.state_home, home=home))))
     # Kit files on mounts made at start (/tmp, HOME, tmpfs volumes, a private workspace)
     # would be hidden by those mounts: they are copied in by a startup step instead.
-    capabilities = with_mounted_files(capabilities, [
+    capabilities = _with_mounted_files(capabilities, [
         TMP_TARGET, home, *capabilities.tmpfs,
         *((workspace_target,) if workspace_host is None else ())])
     command, entrypoint = _command(request, image, capabilities, kit_set)
@@ -438,7 +578,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                        + "; ".join(violations))
     warnings = (*user_warnings, *host_mounts.notes, *capabilities.notes)
     before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
-    return RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
+    plan = RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
                    capabilities=capabilities, image=image, image_tag=planned.image_tag,
                    image_built=planned.image_built, user=user, spec=spec,
                    timeout_s=timeout_s, deadline=deadline, workspace_target=workspace_target,
@@ -448,7 +588,77 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
                    detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
                    host_config_before=before, name=named,
-                   explain_command=pipeline.explain_command(planned.loaded))
+                   explain_command=_explain_command(planned),
+                   facts=_facts(kit_set, capabilities, egress))
+    _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
+              limits=limits, command=command, entrypoint=entrypoint, capabilities=capabilities)
+    return plan
+
+
+def _with_home_volume(capabilities: CapabilityPlan, home: str) -> CapabilityPlan:
+    """A named sandbox's HOME persists across stop/start: a volume of its own, sized where
+    sbx can bound it."""
+    from sbx.domain.sandbox.capabilities import NamedVolume
+
+    return dataclasses.replace(capabilities, volumes=(
+        *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
+                                           if staging_available() else None)))
+
+
+def _with_mounted_files(capabilities: CapabilityPlan, targets: Sequence[str]) -> CapabilityPlan:
+    from sbx.domain.sandbox.mountedfiles import with_mounted_files
+
+    return with_mounted_files(capabilities, list(targets))
+
+
+def _explain_command(planned: WorkloadPlan) -> str:
+    from sbx.usecases import pipeline
+
+    return pipeline.explain_command(planned.loaded)
+
+
+def _facts(kit_set: KitSet, capabilities: CapabilityPlan, egress: EgressPlan | None,
+           ) -> PlanFacts:
+    from sbx.usecases import pipeline
+
+    limits = capabilities.limits
+    return PlanFacts(
+        workload=kit_set.workload.reference, kits=tuple(k.reference for k in kit_set.kits),
+        selection=pipeline.selection(kit_set, (*capabilities.skipped,
+                                               *(egress.skipped if egress else ()))),
+        limits={"memory_bytes": limits.memory_bytes, "cpu_millis": limits.cpu_millis,
+                "pids": limits.pids},
+        privileged=capabilities.privileged)
+
+
+def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan: RunPlan, *,
+              user_warnings: Sequence[str], owner: WorkspaceOwner | None, limits: Limits,
+              command: tuple[str, ...] | None, entrypoint: tuple[str, ...] | None,
+              capabilities: CapabilityPlan) -> None:
+    """Offer the plan to the plan cache (which keeps only plans it can run again)."""
+    if ctx.argv is None:  # not from the command line: nothing to key it by
+        return
+    from sbx.usecases import plancache
+
+    config = planned.config
+    kit_set = planned.kit_set
+    user = plan.user
+    image = plan.image
+    recipe = plancache.Recipe(
+        image=image, image_tag=planned.image_tag,
+        images_used=tuple(i.id for i in (*planned.images_used, image)),
+        uid=user.uid, gid=user.gid, user_source=user.source,
+        user_warnings=tuple(user_warnings),
+        owner=_owner_key(owner),
+        timeout_s=plan.timeout_s, limits=dataclasses.asdict(limits),
+        workspace_target=plan.workspace_target, command=command, entrypoint=entrypoint,
+        exports=dict(planned.exports), home=plan.home, tmpfs=dict(capabilities.tmpfs),
+        privileged=capabilities.privileged, detach_keys=plan.detach_keys,
+        explain_command=plan.explain_command, notes=tuple(capabilities.notes),
+        blocked=tuple(config.mounts.blocked.value),
+        allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts)
+    plancache.remember(ctx, request, plan, recipe,
+                       cacheable=plancache.cacheable(planned, plan, kit_set))
 
 
 NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
@@ -478,6 +688,8 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
                        hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
     argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
     if capabilities.lifecycle.startup:
+        from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
+
         return argv, ("/bin/sh", STARTUP_SCRIPT)
     return argv[1:], argv[:1]
 
@@ -690,7 +902,7 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: _C
 def _audit_started(ctx: AppContext, plan: RunPlan) -> None:
     skipped = _selection(plan)["skipped"]
     _audit(ctx, audit.SANDBOX_STARTED, plan.run_id, "info", {
-        "workload": plan.kit_set.workload.reference, "kits": plan.references,
+        "workload": plan.facts.workload, "kits": plan.references,
         "image": plan.image_tag, "user": plan.spec.user,
         "workspace_access": plan.access, "privileged": plan.spec.privileged,
         "skipped": skipped, "session": plan.mode.as_dict(),
@@ -841,7 +1053,8 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cr
     back (sbx.seams.signals), so the cleanup always knows everything there is to remove.
     """
     raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
-    for name, volume in zip(plan.volume_names, plan.capabilities.volumes, strict=True):
+    volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
+    for name, volume in zip(plan.volume_names, volumes, strict=True):
         # a file system of exactly that size (sbx.domain.sandbox.sources)
         if volume.size is not None:
             staging = _staging(ctx, plan, created)
@@ -902,7 +1115,7 @@ def _resizer(driver: Driver, container_id: str, terminal_fd: int | None) -> Call
 
 def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id: str,
                  on_notice: Callable[[str], None]) -> None:
-    if not plan.capabilities.ports or plan.network is None:
+    if plan.capabilities is None or not plan.capabilities.ports or plan.network is None:
         return
     address = driver.container_ip(container_id, plan.network)
     if address is None:  # the workload already finished
@@ -990,18 +1203,20 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     Only the sandbox may use it: the proxy URL carries a fresh per-run token (handed to the
     proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
     from inside the run's network (issue #10, item 4)."""
+    from sbx.domain.egress.plan import credential_env, proxy_env, start_proxy
     from sbx.domain.egress.proxyauth import new_token
     from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
 
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
+    _kits, plan_config, composition, _capabilities = plan.full()
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
-                  for c in plan.composition.credentials if c.service in plan.egress.bound)
-    network_settings = plan.config.network
+                  for c in composition.credentials if c.service in plan.egress.bound)
+    network_settings = plan_config.network
     ca_file = network_settings.upstream_ca_file.value
     config = ProxyConfig(
         run_id=plan.run_id, state_home=ctx.state_home,
-        audit_log=ctx.state_home / "audit.jsonl", network=plan.composition.network,
+        audit_log=ctx.state_home / "audit.jsonl", network=composition.network,
         phase=plan.egress.initial_phase,  # type: ignore[arg-type]
         credentials=specs, listen_host=gateway, listen_port=0,
         upstream_proxy=network_settings.upstream_proxy.value,
@@ -1043,13 +1258,22 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
                  boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
                  created_sized: Mapping[str, str]) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
+    from sbx.domain.sandbox.lifecycle import (
+        CREATE_STEP_CAP_DROP,
+        KEEPALIVE,
+        CreateStep,
+        parse_accounts,
+        run_create_step,
+    )
+
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
+    capabilities = plan.full()[3]
     passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
-    volumes = _volume_binds(plan.volume_names, plan.capabilities.volumes, created_sized)
+    volumes = _volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(
-        image=plan.image.id, limits=plan.capabilities.limits, workdir=plan.workspace_target,
+        image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
         labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
-    lifecycle = plan.capabilities.lifecycle
+    lifecycle = capabilities.lifecycle
     if plan.egress is not None and plan.network is not None:
         # Install hooks reach exactly the install phase's hosts, through the same proxy.
         spec = dataclasses.replace(spec, network_mode=plan.network)
@@ -1067,13 +1291,15 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
-    run_create_step(step, lifecycle, [(v.path, v.mode) for v in plan.capabilities.volumes])
+    run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
 
 
 def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
     """sbx's CA, a bundle of the image's CAs plus sbx's, and that bundle in the image's own
     system location, so clients that ignore SSL_CERT_FILE trust intercepted TLS too."""
     from sbx.domain.egress.ca import CertificateAuthority
+    from sbx.domain.egress.plan import CA_BUNDLE, CA_FILE, SYSTEM_BUNDLES, trust_bundle
+    from sbx.domain.sandbox.lifecycle import KitFile
 
     ca_pem = CertificateAuthority.load_or_create(ctx.state_home).certificate_pem()
     system_path, system = next(
@@ -1163,7 +1389,7 @@ def _release_owner(run_id: str) -> None:
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
     path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
-        run_id=plan.run_id, deadline=plan.deadline, workload=plan.kit_set.workload.reference,
+        run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload,
         kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
         volumes=plan.volume_names, name=plan.name), owner_lock=True)
     if lock_fd is not None:

@@ -15,14 +15,16 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.local import RECIPE_NAME, LocalKit, build_context, content_hash
 from sbx.seams.driver import Driver, ImageInfo
 from sbx.seams.locks import name_lock
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.local import LocalKit
 
 TAG_PREFIX: Final = "sbx-kit"
 KIT_LABEL: Final = f"{label_keys.PREFIX}.kit"
@@ -123,6 +125,8 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
                        "have content",
                        hint=f"Add {kit.stem}.dockerfile beside {kit.descriptor_file.name}.")
     args = dict(build_args or {})
+    from sbx.domain.kits.local import content_hash  # kits are decoded only where images are built
+
     digest = content_hash(kit)
     if args:  # build-phase arg values are part of what the image is
         digest = hashlib.sha256(
@@ -155,6 +159,8 @@ def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
             details={"missing": missing},
         )
     with progress(f"building {kit.reference}") as on_line:
+        from sbx.domain.kits.local import RECIPE_NAME, build_context
+
         image = driver.build(build_context(kit), RECIPE_NAME, tag,
                              {KIT_LABEL: kit.stem, HASH_LABEL: digest,
                               label_keys.VERSION: _version()}, on_line, args)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -42,6 +41,8 @@ def wanted_modes(observed: Mapping[str, int | None], *, home: str) -> dict[str, 
 
 
 def directory_tar(modes: Mapping[str, int]) -> bytes:
+    import tarfile  # only when an image's mount points need fixing, not on every run
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path, mode in sorted(modes.items()):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.local import looks_like_path
 
 
 def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
@@ -22,9 +21,11 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
     """Refuse a WORKSPACE that is no directory and reads as a command, hinting
     ``sbx run WORKLOAD -- WORD``. Paths (``./x``, ``/x``, ``a/b``) are left to the mount
     checks, which name the rule."""
-    if workspace is None or looks_like_path(workspace) or os.sep in workspace:
+    if workspace is None or os.sep in workspace or os.path.isdir(cwd / workspace):
         return
-    if os.path.isdir(cwd / workspace):
+    from sbx.domain.kits.local import looks_like_path  # only for a word that is no directory
+
+    if looks_like_path(workspace):
         return
     suggested = shlex.join(["sbx", "run", workload, "--", workspace, *(command or ())])
     raise SbxError(
@@ -57,6 +58,8 @@ def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> 
         return None
     at = words[-1]
     word = argv[at]
+    from sbx.domain.kits.local import looks_like_path
+
     if looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
         return None
     suggested = shlex.join(["sbx", *argv[:at], "--", *argv[at:]])

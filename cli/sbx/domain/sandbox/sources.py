@@ -25,22 +25,22 @@ read-write workspace) could swap a checked directory for a symbolic link to ``~/
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
 import posixpath
 import stat
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_file_type
+
+if TYPE_CHECKING:
+    import ctypes
 
 STAGING_ROOT: Final = Path("/run/sbx")
 NAMED_PREFIX: Final = "named-"  # a named sandbox's staging directory: named-<name>
@@ -222,7 +222,18 @@ def _is_socket(entry: os.DirEntry[str]) -> bool:
 
 
 def _libc() -> ctypes.CDLL:
+    # ctypes (and the subprocess calls below) only when something is staged: a run without
+    # host mounts does not pay for importing them.
+    import ctypes
+    import ctypes.util
+
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def staging_available() -> bool:
@@ -267,7 +278,7 @@ class Staging:
         libc = _libc()
         proc_path = f"/proc/self/fd/{source.fd}".encode()
         if libc.mount(proc_path, str(point).encode(), None, _MS_BIND, None) != 0:
-            code = ctypes.get_errno()
+            code = _errno()
             raise MountBlocked(
                 f"staging {source.path} for the sandbox failed ({os.strerror(code)}) "
                 f"(rule {SOURCE_UNREADABLE})", rule=SOURCE_UNREADABLE, path=source.path,
@@ -281,6 +292,8 @@ class Staging:
         """A fresh file system of ``size`` bytes (ext4 in a sparse file ``image``, loop-mounted
         ``nosuid,nodev`` on a new staging point, its root owned by ``uid:gid``): a volume whose
         size the kernel enforces. The loop device goes with the unmount (autoclear)."""
+        import subprocess
+
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
@@ -311,6 +324,8 @@ class Staging:
     def remount_filesystem(self, image: Path) -> str:
         """A file system made by :meth:`stage_filesystem` before (a named sandbox's volume),
         mounted again on the next point."""
+        import subprocess
+
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
@@ -351,7 +366,7 @@ def release_points(points: Sequence[Path]) -> list[str]:
     problems: list[str] = []
     for point in reversed(points):
         if libc.umount2(str(point).encode(), _MNT_DETACH) != 0:
-            code = ctypes.get_errno()
+            code = _errno()
             if code not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (any more)
                 problems.append(f"could not unmount staging point {point}: "
                                 f"{os.strerror(code)}")

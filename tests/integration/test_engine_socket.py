@@ -1,0 +1,63 @@
+"""The socket transport against dockerd: each of its calls answers as the SDK's does."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sbx.base import labels
+from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
+from sbx.base.reasons import Reason
+from sbx.seams.driver import DockerDriver
+
+from .conftest import BUSYBOX
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def drivers(engine: DockerDriver) -> tuple[DockerDriver, DockerDriver]:
+    socket = DockerDriver(dict(os.environ))
+    sdk = DockerDriver({**os.environ, "SBX_ENGINE_SOCKET": "0"})
+    assert socket._socket is not None and sdk._socket is None
+    return socket, sdk
+
+
+def test_queries_answer_as_the_sdk(drivers: tuple[DockerDriver, DockerDriver]) -> None:
+    socket, sdk = drivers
+    assert socket.info() == sdk.info()
+    assert socket.image(BUSYBOX) == sdk.image(BUSYBOX)
+    assert socket.image(f"sbx-test/absent-{uuid.uuid4().hex}:1") is None
+    assert socket.image("NOT A VALID REFERENCE") is None
+
+
+def test_probes_read_what_the_sdk_reads(drivers: tuple[DockerDriver, DockerDriver],
+                                        state_home: Path) -> None:
+    socket, sdk = drivers
+    image = sdk.image(BUSYBOX)
+    assert image is not None
+    probe_labels = labels.object_labels(home_hash=home_hash(state_home), run_id=uuid.uuid4().hex,
+                                        deadline=2_000_000_000, kits=[],
+                                        role=labels.ROLE_HELPER)
+    passwd = socket.read_image_file(image.id, "/etc/passwd", probe_labels)
+    assert passwd is not None and b"agent" in passwd
+    assert passwd == sdk.read_image_file(image.id, "/etc/passwd", probe_labels)
+    assert socket.read_image_file(image.id, "/nonexistent", probe_labels) is None
+    paths = ["/tmp", "/etc", "/nonexistent", "/etc/passwd"]
+    assert socket.image_path_modes(image.id, paths, probe_labels) == \
+        sdk.image_path_modes(image.id, paths, probe_labels)
+
+
+def test_refusals_carry_the_same_reasons(drivers: tuple[DockerDriver, DockerDriver]) -> None:
+    socket, _sdk = drivers
+    missing = uuid.uuid4().hex
+    assert socket.remove_container(missing) is True  # gone already: fine
+    socket.kill(missing)  # gone already: nothing to kill
+    with pytest.raises(SbxError) as raised:
+        socket.start(missing)
+    assert raised.value.reason is Reason.START_FAILED
+    assert "404" in raised.value.message

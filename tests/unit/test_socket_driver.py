@@ -1,0 +1,99 @@
+"""The socket transport's create body is the SDK's, for every shape a sandbox spec takes;
+its transport choice follows DOCKER_HOST (the engine tests drive both against dockerd)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from sbx.domain.sandbox.hardening import (
+    BindMount,
+    ContainerSpec,
+    Limits,
+    build_spec,
+    deadline_check,
+)
+from sbx.seams.driver import EngineSocket, create_body, create_kwargs, engine_socket
+
+LIMITS = Limits(memory_bytes=1 << 30, pids=64, cpu_millis=500, tmp_bytes=1 << 26,
+                workspace_bytes=1 << 27, home_bytes=1 << 26)
+
+
+def _spec(**changes: Any) -> ContainerSpec:
+    values: dict[str, Any] = {
+        "image": "sha256:" + "b" * 64, "uid": 1000, "gid": 1000, "limits": LIMITS,
+        "workspace_target": "/workspace", "workspace_bind": None, "extra_binds": (),
+        "command": ("echo", "hi"), "entrypoint": None, "env": {"A": "1", "EMPTY": ""},
+        "home": "/home/sbx", "labels": {"dev.sbx.managed": "true"}, "extra_tmpfs": {},
+        "privileged": False, "network_mode": "none", "tty": False, "stdin_open": False,
+        "stdin_once": True, "engine_log": False, "home_volume": None, "name": None,
+    }
+    values.update(changes)
+    return build_spec(**values)
+
+
+def _sdk_body(spec: ContainerSpec) -> dict[str, Any]:
+    """What DockerDriver.create sends: the SDK's config, top-level nulls dropped."""
+    from docker.api.client import APIClient
+
+    api = APIClient(base_url="unix:///nonexistent.sock", version="1.41")
+    kwargs = create_kwargs(spec)
+    kwargs.pop("name", None)
+    stdin_once = kwargs.pop("stdin_once", True)
+    kwargs.pop("use_config_proxy", None)
+    host_config = api.create_host_config(**kwargs.pop("host_config"))
+    config = api.create_container_config(host_config=host_config, **kwargs)
+    if kwargs.get("stdin_open"):
+        config["StdinOnce"] = stdin_once
+    return {key: value for key, value in config.items() if value is not None}
+
+
+SPECS = {
+    "plain": _spec(),
+    "stdin": _spec(stdin_open=True),
+    "named keeps stdin": _spec(stdin_open=True, stdin_once=False, name="sbx-n-1",
+                               engine_log=True),
+    "tty": _spec(tty=True, stdin_open=True),
+    "entrypoint": _spec(entrypoint=("/bin/sh", "/.sbx/startup"), command=None),
+    "workspace and binds": _spec(workspace_bind=BindMount("/src", "/workspace", True),
+                                 extra_binds=(BindMount("/a", "/b", False),
+                                              BindMount("vol", "/v", False, volume=True))),
+    "tmpfs": _spec(extra_tmpfs={"/cache": "rw,size=1024,mode=700"}),
+    "privileged": _spec(privileged=True),
+    "network": _spec(network_mode="sbx-net"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_create_body_is_what_the_sdk_sends(name: str) -> None:
+    spec = SPECS[name]
+    assert create_body(spec) == _sdk_body(spec)
+
+
+def test_create_body_with_a_deadline_healthcheck() -> None:
+    spec = dataclasses.replace(_spec(), healthcheck=deadline_check(2_000_000_000, 60.0))
+    assert create_body(spec) == _sdk_body(spec)
+
+
+@pytest.mark.parametrize(("env", "socket"), [
+    ({}, "/var/run/docker.sock"),
+    ({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}, "/run/user/1000/docker.sock"),
+    ({"DOCKER_HOST": "tcp://127.0.0.1:2375"}, None), ({"DOCKER_HOST": "ssh://me@host"}, None),
+    ({"DOCKER_HOST": "unix://"}, None), ({"SBX_ENGINE_SOCKET": "0"}, None),
+])
+def test_transport_follows_docker_host(env: dict[str, str], socket: str | None) -> None:
+    chosen = engine_socket(env)
+    assert (chosen._socket_path if chosen is not None else None) == socket
+
+
+def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:
+    from sbx.base.errors import EngineUnavailable
+    from sbx.base.reasons import Reason
+
+    driver = EngineSocket({}, str(tmp_path / "missing.sock"))
+    with pytest.raises(EngineUnavailable) as raised:
+        driver.info()
+    assert raised.value.reason is Reason.DOCKER_UNREACHABLE
+    assert "cannot reach the Docker engine" in raised.value.message
