@@ -71,7 +71,13 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("SBX_PLAN_CACHE", "When 0, `sbx run` neither reads nor writes its plan cache (the state "
                        "home's cache/plans): every run decodes, validates and plans in full."),
     ("SBX_ENGINE_SOCKET", "When 0, every engine call goes through the docker SDK (by default a "
-                          "local engine's socket serves a run's own calls directly)."),
+                          "local engine's socket serves a run's own calls and a pull's "
+                          "directly)."),
+    ("SBX_FAST_PULL", "When 0, `sbx pull` is always read by the full command-line parser (by "
+                      "default a pull with only its plain flags is read without it)."),
+    ("SBX_REGISTRY_HTTP", "When `requests`, every registry request goes through requests (by "
+                          "default a manifest or token GET without a proxy or .netrc uses "
+                          "sbx's small HTTP client)."),
 )
 
 SANDBOX_ENVIRONMENT: tuple[tuple[str, str], ...] = (

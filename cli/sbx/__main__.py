@@ -89,8 +89,8 @@ def _command_name(args: Sequence[str]) -> str:
     words = [a for a in args if not a.startswith("-")][:2]
     if not words:
         return "sbx"
-    if words[0] == "run":  # no group: known without importing the CLI (the cached run path)
-        return "run"
+    if words[0] in ("run", "pull"):  # no group: known without importing the CLI (the paths
+        return words[0]              # that skip typer: a cached run, a pull read by hand)
     from sbx.app import GROUPS
 
     return " ".join(words) if words[0] in GROUPS and len(words) == 2 else words[0]
@@ -154,12 +154,20 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 
 
 def _invoke(launch: Launch, head: list[str]) -> Any:
-    """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache); every
-    other command line goes through typer."""
-    if next((word for word in head if not word.startswith("-")), None) == "run":
+    """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache), and so
+    does a pull with plain flags (sbx.commands.pull_fast); every other command line goes
+    through typer."""
+    verb = next((word for word in head if not word.startswith("-")), None)
+    if verb == "run":
         from sbx.commands.run_cached import run_from_cache
 
         status = run_from_cache(launch)
+        if status is not None:
+            return status
+    elif verb == "pull":
+        from sbx.commands.pull_fast import pull_by_hand
+
+        status = pull_by_hand(launch)
         if status is not None:
             return status
     from sbx.app import app

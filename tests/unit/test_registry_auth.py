@@ -18,6 +18,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.seams.registry import fetch_token, get_manifest, parse_challenge, parse_reference
 from sbx.seams.registry_auth import Credentials, config_path, resolve
+from sbx.seams.registry_http import SWITCH_ENV
 
 HOST = "registry.example.test:5000"
 SECRET = "s3cret-Value-42"  # noqa: S105 (a test value)
@@ -187,6 +188,7 @@ class Handler(BaseHTTPRequestHandler):
     expected_basic: ClassVar[str | None] = None  # None: the token service is anonymous
     scheme: ClassVar[str] = "bearer"
     seen: ClassVar[list[tuple[str, str | None]]] = []
+    agents: ClassVar[list[str]] = []
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -202,6 +204,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         auth = self.headers.get("Authorization")
         Handler.seen.append((self.path, auth))
+        Handler.agents.append(self.headers.get("User-Agent", ""))
         address = self.server.server_address
         assert isinstance(address, tuple)  # a TCP server's (host, port)
         port = address[1]
@@ -225,7 +228,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    Handler.seen = []
+    Handler.seen, Handler.agents = [], []
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -238,15 +241,24 @@ def server() -> Iterator[str]:
         thread.join(timeout=5)
 
 
+@pytest.fixture(params=["small", "requests"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The environment that picks the registry client: sbx's small one (it needs a HOME to
+    rule out a .netrc) or requests."""
+    home = {"HOME": str(tmp_path / "home")}
+    return home if request.param == "small" else {**home, SWITCH_ENV: "requests"}
+
+
 def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def test_bearer_flow_with_credentials(server: str, tmp_path: Path,
+def test_bearer_flow_with_credentials(server: str, client: dict[str, str], tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "bearer")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", SECRET))
-    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
+    env = {**write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}}),
+           **client}
     manifest = get_manifest(parse_reference(f"{server}/kits/x:1"), env=env)
     assert manifest.body == MANIFEST
     paths = [p.split("?")[0] for p, _ in Handler.seen]
@@ -257,19 +269,24 @@ def test_bearer_flow_with_credentials(server: str, tmp_path: Path,
     assert Handler.seen[2][1] == "Bearer " + TOKEN
 
 
-def test_bearer_flow_anonymous(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bearer_flow_anonymous(server: str, client: dict[str, str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "bearer")
     monkeypatch.setattr(Handler, "expected_basic", None)
-    manifest = get_manifest(parse_reference(f"{server}/kits/x:1"), env={})
+    manifest = get_manifest(parse_reference(f"{server}/kits/x:1"), env=client)
     assert manifest.body == MANIFEST
     assert Handler.seen[1][1] is None
+    small = SWITCH_ENV not in client  # the client asked is the one that spoke
+    assert {a.startswith("python-requests") for a in Handler.agents} == {not small}
 
 
 def test_bearer_wrong_password_is_refused_without_leaking(
-        server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: str, client: dict[str, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "bearer")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", "right"))
-    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
+    env = {**write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}}),
+           **client}
     with pytest.raises(SbxError) as caught:
         get_manifest(parse_reference(f"{server}/kits/x:1"), env=env)
     assert "token service" in caught.value.message and server in caught.value.message
@@ -277,20 +294,22 @@ def test_bearer_wrong_password_is_refused_without_leaking(
     assert len(Handler.seen) == 2  # one try, no loop
 
 
-def test_basic_challenge(server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_basic_challenge(server: str, client: dict[str, str], tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "basic")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", SECRET))
-    env = write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}})
+    env = {**write_config(tmp_path, {"auths": {server: {"auth": login("alice", SECRET)}}}),
+           **client}
     assert get_manifest(parse_reference(f"{server}/kits/x:1"), env=env).body == MANIFEST
     assert [a for _, a in Handler.seen] == [None, basic("alice", SECRET)]
 
 
 def test_basic_challenge_without_credentials_is_refused(
-        server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: str, client: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Handler, "scheme", "basic")
     monkeypatch.setattr(Handler, "expected_basic", basic("alice", SECRET))
     with pytest.raises(SbxError, match="HTTP 401"):
-        get_manifest(parse_reference(f"{server}/kits/x:1"), env={})
+        get_manifest(parse_reference(f"{server}/kits/x:1"), env=client)
     assert len(Handler.seen) == 1
 
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
 import typer
-
-from sbx.views import kit as kit_view
 
 
 def pull(
@@ -32,16 +29,9 @@ def pull(
     --accept, else the pull is refused (permission_widened) and nothing changes; narrowing
     applies silently. Layers are pulled by digest, then the lock is written atomically.
     """
-    from sbx.usecases.pull import pull as pull_core
+    from sbx.commands.pull_fast import run_pull
 
-    app = ctx.obj
-    renderer = app.renderer
-    confirm = (functools.partial(kit_view.confirm_widenings, renderer) if renderer.interactive()
-               else None)
-    result = pull_core(app, references, accept=accept, confirm=confirm,
-                       progress=renderer.progress, on_notice=renderer.note)
-    kit_view.pull_result(renderer, result)
-    return 0
+    return run_pull(ctx.obj, references, accept=accept)
 
 
 __all__ = ["pull"]

@@ -992,6 +992,8 @@ class DockerDriver:
 
     def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
         """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
+        if self._socket is not None:
+            return self._socket.pull_image(ref, on_line, self._auth_config(ref))
         with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
             for chunk in self._api.pull(ref, stream=True, decode=True,
                                         auth_config=self._auth_config(ref)):
@@ -1086,11 +1088,13 @@ class EngineSocket:
 
     Its calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`, :meth:`attach`,
     :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`, :meth:`remove_container`,
-    :meth:`container_pid`, with :class:`DockerDriver`'s signatures and errors. Paths carry no
-    API version: the engine then speaks its own, which is the version the SDK negotiates with it
-    too. The create body is the SDK's (``create_container_config`` + ``create_host_config``),
-    built here from the same :func:`create_kwargs` (a unit test holds the two equal).
-    ``SBX_ENGINE_SOCKET=0`` sends every call through the SDK instead.
+    :meth:`container_pid`, :meth:`pull_image`, with :class:`DockerDriver`'s signatures and
+    errors. Paths carry no API version: the engine then speaks its own, which is the version
+    the SDK negotiates with it too. The create body is the SDK's (``create_container_config``
+    + ``create_host_config``), built here from the same :func:`create_kwargs` (a unit test
+    holds the two equal). A pull's progress stream is read as it comes (the SDK's
+    ``pull(stream=True, decode=True)``). ``SBX_ENGINE_SOCKET=0`` sends every call through the
+    SDK instead.
     """
 
     def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
@@ -1333,6 +1337,118 @@ class EngineSocket:
         pid = int((state or {}).get("Pid") or 0)
         return pid or None
 
+    # -- a pull ----------------------------------------------------------------------------------
+
+    def pull_image(self, ref: str, on_line: Callable[[str], None],
+                   auth_config: Mapping[str, str] | None = None) -> ImageInfo:
+        """As the SDK's ``pull(ref, stream=True, decode=True, auth_config=...)``: ``POST
+        /images/create?fromImage=REPO&tag=TAG`` (a digest is the tag, as the SDK splits it),
+        the credentials in ``X-Registry-Auth``, then the engine's JSON progress objects read
+        as they come; an ``error`` among them is the pull's failure."""
+        action = f"pulling {ref}"
+        params = {"tag": "latest", "fromImage": ref}  # docker.utils.parse_repository_tag:
+        if "@" in ref:
+            params["fromImage"], params["tag"] = ref.rsplit("@", 1)
+        elif ":" in ref and "/" not in ref.rsplit(":", 1)[1]:
+            params["fromImage"], params["tag"] = ref.rsplit(":", 1)
+        auth = ""
+        if auth_config is not None:
+            import base64
+
+            auth = ("X-Registry-Auth: " + base64.urlsafe_b64encode(
+                json.dumps(dict(auth_config)).encode()).decode("ascii") + "\r\n")
+        request = (f"POST /images/create?{urllib.parse.urlencode(params)} HTTP/1.1\r\n"
+                   "Host: docker\r\nUser-Agent: sbx\r\nConnection: close\r\n" + auth
+                   + "Content-Length: 0\r\n\r\n").encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                sock.settimeout(API_TIMEOUT_S)
+                sock.connect(self._socket_path)
+                sock.sendall(request)
+                head = _read_head(sock)
+                sock.settimeout(None)  # the SDK's pull waits as long as the engine works
+                status, headers = _parse_head(head)
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
+            self._reached = True
+            chunks = _body_chunks(sock, chunked=headers.get("transfer-encoding", "").lower()
+                                  == "chunked")
+            if status != 200:
+                try:
+                    data = b"".join(chunks)
+                except (OSError, ValueError) as exc:
+                    raise self._unreachable(action, exc) from exc
+                raise _refusal(action, Reason.REGISTRY_UNREACHABLE, status, _maybe_json(data),
+                               data)
+            pending = b""
+            try:
+                for chunk in chunks:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        _progress_line(action, line, on_line)
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
+            _progress_line(action, pending, on_line)
+        finally:
+            sock.close()
+        image = self.image(ref)
+        if image is None:
+            raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
+        return image
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    """(status, lower-case headers) of a response's head."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
+def _body_chunks(sock: socket.socket, *, chunked: bool) -> Iterator[bytes]:
+    """A response body as it arrives: de-chunked, or everything up to the engine's close."""
+    if not chunked:
+        while data := sock.recv(65536):
+            yield data
+        return
+    buffer = b""
+    while True:
+        while b"\r\n" not in buffer:
+            more = sock.recv(65536)
+            if not more:
+                raise ValueError("the stream ended inside a chunk's size line")
+            buffer += more
+        size_line, _, buffer = buffer.partition(b"\r\n")
+        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return
+        while len(buffer) < size + 2:
+            more = sock.recv(65536)
+            if not more:
+                raise ValueError("a chunk cut short")
+            buffer += more
+        yield buffer[:size]
+        buffer = buffer[size + 2:]
+
+
+def _progress_line(action: str, line: bytes, on_line: Callable[[str], None]) -> None:
+    """One of the engine's JSON progress objects (one a line) through :func:`_registry_chunk`."""
+    if not line.strip():
+        return
+    try:
+        decoded = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"the engine's progress is not JSON: {line[:80]!r}") from exc
+    if isinstance(decoded, dict):
+        _registry_chunk(action, decoded, on_line)
+
 
 def _read_head(sock: socket.socket) -> bytes:
     """The status line and headers of an HTTP response, consumed exactly (the bytes after
@@ -1376,12 +1492,18 @@ def _message(decoded: Any, data: bytes) -> str:
     return data.decode("utf-8", "replace").strip()
 
 
+# The SDK's ImageNotFound fragments (docker.errors._image_not_found_explanation_fragments).
+_IMAGE_NOT_FOUND: Final = ("no such image", "not found: does not exist or no pull access",
+                           "repository does not exist",
+                           "was found but does not match the specified platform")
+
+
 def _refusal(action: str, reason: Reason, status: int, decoded: Any, data: bytes) -> SbxError:
     """The engine's refusal, worded as the SDK's APIError reads (status, class, message)."""
     message = _message(decoded, data)
     kind = "Client" if 400 <= status < 500 else "Server"
     text = _short(f"{status} {kind} Error: ({message!r})")
-    if status == 404 and "no such image" in message.lower():
+    if status == 404 and any(f in message.lower() for f in _IMAGE_NOT_FOUND):
         return SbxError(Reason.IMAGE_MISSING, f"{action}: image not found: {text}",
                         hint="Build or `sbx pull` it first; sbx never pulls at run time.")
     return SbxError(reason, f"{action}: the engine answered {text}")

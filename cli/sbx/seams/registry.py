@@ -22,15 +22,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import registry_http
 from sbx.seams.registry_auth import Credentials, resolve
-
-if TYPE_CHECKING:
-    import requests
+from sbx.seams.registry_http import Answer, TransportError
 
 DESCRIPTOR_ANNOTATION: Final = "vnd.docker.sandbox.kit.descriptor"
 SCHEMA_VERSION_ANNOTATION: Final = "vnd.docker.sandbox.kit.schema-version"
@@ -189,26 +188,45 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 def _request(ref: Reference, method: str, url: str, env: Mapping[str, str] | None,
-             **kwargs: Any) -> requests.Response:
+             **kwargs: Any) -> Answer:
     """One request; on a 401 answer the challenge with the user's credentials (resolved only
     now) and retry exactly once. Transport failures become ``registry_unreachable``."""
-    import requests
-
     headers: dict[str, str] = dict(kwargs.pop("headers", {}))
     try:
-        response = requests.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+        response = _send(method, url, env, headers=headers, **kwargs)
         if response.status_code != 401:
             return response
         credentials = resolve(ref.host, env) if env is not None else None
-        authorization = _authorization(ref, response.headers.get("WWW-Authenticate", ""),
-                                       credentials)
+        authorization = _authorization(ref, response.header("WWW-Authenticate"), credentials,
+                                       env)
         if authorization is None:
             return response
         # requests drops the Authorization header on a redirect to another host.
-        return requests.request(method, url, headers={**headers, "Authorization": authorization},
-                                timeout=TIMEOUT_S, **kwargs)
+        return _send(method, url, env, headers={**headers, "Authorization": authorization},
+                     **kwargs)
+    except TransportError as exc:
+        raise _unreachable(ref, exc.name) from None
+
+
+def _send(method: str, url: str, env: Mapping[str, str] | None, *, headers: Mapping[str, str],
+          params: Mapping[str, str] | None = None, data: Any = None,
+          allow_redirects: bool = True) -> Answer:
+    """One exchange: a bodiless GET through the small client (:mod:`sbx.seams.registry_http`)
+    when it gives what requests would, else through requests."""
+    if method == "GET" and data is None and env is not None and registry_http.usable(env):
+        answer = registry_http.get(url, headers, timeout=TIMEOUT_S, env=env, params=params)
+        if answer is not None:
+            return answer
+    import requests
+
+    try:
+        response = requests.request(method, url, headers=dict(headers), params=params,
+                                    data=data, timeout=TIMEOUT_S,
+                                    allow_redirects=allow_redirects)
     except requests.RequestException as exc:
-        raise _unreachable(ref, type(exc).__name__) from None
+        raise TransportError(type(exc).__name__) from None
+    return Answer(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                  response.content)
 
 
 def _basic(credentials: Credentials) -> str:
@@ -216,8 +234,8 @@ def _basic(credentials: Credentials) -> str:
     return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
-def _authorization(ref: Reference, challenge: str,
-                   credentials: Credentials | None) -> str | None:
+def _authorization(ref: Reference, challenge: str, credentials: Credentials | None,
+                   env: Mapping[str, str] | None = None) -> str | None:
     scheme, params = parse_challenge(challenge)
     if scheme == "basic":
         if credentials is None or credentials.identity_token:
@@ -225,16 +243,14 @@ def _authorization(ref: Reference, challenge: str,
         return _basic(credentials)
     if scheme != "bearer" or not params.get("realm"):
         return None
-    token = fetch_token(ref, params, credentials)
+    token = fetch_token(ref, params, credentials, env=env)
     return f"Bearer {token}"
 
 
-def fetch_token(ref: Reference, params: Mapping[str, str],
-                credentials: Credentials | None) -> str:
+def fetch_token(ref: Reference, params: Mapping[str, str], credentials: Credentials | None,
+                *, env: Mapping[str, str] | None = None) -> str:
     """A bearer token from the challenge's realm (the only URL credentials go to); https
     unless the realm is on loopback."""
-    import requests
-
     realm = params["realm"]
     parts = urlsplit(realm)
     if parts.scheme not in ("https", "http") or not parts.hostname or (
@@ -256,11 +272,10 @@ def fetch_token(ref: Reference, params: Mapping[str, str],
     elif credentials is not None:
         headers["Authorization"] = _basic(credentials)
     try:
-        response = requests.request(method, realm, params=query if data is None else None,
-                                    data=data, headers=headers, timeout=TIMEOUT_S,
-                                    allow_redirects=False)
-    except requests.RequestException as exc:
-        raise _unreachable(ref, f"token service: {type(exc).__name__}") from None
+        response = _send(method, realm, env, params=query if data is None else None,
+                         data=data, headers=headers, allow_redirects=False)
+    except TransportError as exc:
+        raise _unreachable(ref, f"token service: {exc.name}") from None
     if response.status_code != 200:
         raise SbxError(Reason.REGISTRY_UNREACHABLE,
                        f"the token service of registry {ref.host} refused "
@@ -268,7 +283,7 @@ def fetch_token(ref: Reference, params: Mapping[str, str],
                        f"(HTTP {response.status_code})",
                        hint="Check `docker login` for that registry, then retry.")
     try:
-        answer = response.json()
+        answer = json.loads(response.content)
         token = answer.get("token") or answer.get("access_token")
     except (ValueError, AttributeError):
         token = None
@@ -296,7 +311,7 @@ def get_manifest(ref: Reference, target: str | None = None, *,
     if len(body) > MAX_MANIFEST_BYTES:
         raise SbxError(Reason.INVALID_KIT, f"the manifest of {ref.name} is too large")
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+    media_type = response.header("Content-Type").split(";")[0].strip()
     if not media_type:
         try:
             media_type = str(json.loads(body).get("mediaType", ""))

@@ -62,7 +62,7 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
     path = config_path(env)
     # Checked here: given a missing file, the SDK would fall back to the process's own
     # DOCKER_CONFIG and home, which are not the injected environment's.
-    if path is None or not path.is_file():
+    if path is None or not path.is_file() or _names_nothing_for(host, path):
         return None
     from sbx.seams.driver import docker_auth_config, docker_credential_store
 
@@ -86,6 +86,36 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
                      hint=f"Run `docker-credential-{helper} list` to check it, or docker "
                           "login again.") from None
     return _credentials(found)
+
+
+_HUB_NAMES: Final = frozenset({"docker.io", "index.docker.io"})
+
+
+def _names_nothing_for(host: str, path: Path) -> bool:
+    """True when the config surely holds nothing for ``host``, so the SDK (and with it
+    requests) need not be imported to say so: no ``credsStore``, no ``credHelpers``, and no
+    ``auths`` key naming ``host`` as the SDK matches them (``resolve_index_name``: scheme and
+    path stripped, ``index.docker.io`` = ``docker.io``). Anything else — an unreadable file, a
+    helper — is the SDK's to read."""
+    import json
+
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict) or data.get("credsStore") or data.get("credHelpers"):
+        return False
+    # Without an `auths` section the SDK reads the whole file as one (the old format).
+    auths = data.get("auths") or data
+    if not isinstance(auths, dict):
+        return False
+    wanted = _index_name(host)
+    return all(isinstance(key, str) and _index_name(key) != wanted for key in auths)
+
+
+def _index_name(name: str) -> str:
+    hostname = name.replace("http://", "").replace("https://", "").split("/", 1)[0]
+    return "docker.io" if hostname in _HUB_NAMES else hostname
 
 
 def _credentials(found: Mapping[str, Any] | None) -> Credentials | None:
