@@ -446,3 +446,20 @@ def test_a_kit_absent_from_the_lock_widens_by_its_whole_surface() -> None:
 
 def test_widening_is_a_value() -> None:
     assert Widening("ports", "1/tcp") == Widening("ports", "1/tcp")
+
+
+def test_surface_keeps_composes_vocabulary_without_importing_it() -> None:
+    """The surface spells PHASES and METHOD_ANY itself, so that the lock and the gate (a pull,
+    a run of a locked kit) do not import the composer; they must stay compose's."""
+    import subprocess
+    import sys
+
+    from sbx.domain.kits import compose, surface
+
+    assert surface.PHASES == compose.PHASES
+    assert surface.METHOD_ANY == compose.METHOD_ANY
+    probe = ("import sys, sbx.domain.kits.lock, sbx.usecases.pull; "
+             "print('sbx.domain.kits.compose' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False"

@@ -20,12 +20,11 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from sbx.domain.kits.compose import (
+from sbx.domain.kits.types import (
     ACP,
     AGENT_CONTEXT,
-    AGENT_INTERACTIVE_SESSIONS,
     AGENT_SESSIONS,
     AGENT_SKILL,
     AGENT_SKILLS,
@@ -33,10 +32,6 @@ from sbx.domain.kits.compose import (
     HOST_MOUNT,
     LIFECYCLE,
     LONG_RUNNING,
-    METHOD_ANY,
-    NETWORK_POLICY_V1,
-    NETWORK_POLICY_V2,
-    PHASES,
     PORT,
     PRIVILEGED,
     RESOURCES,
@@ -44,9 +39,18 @@ from sbx.domain.kits.compose import (
     SSH_AGENT,
     USB_DEVICE,
     VOLUME,
-    Composition,
-    clean_path,
 )
+from sbx.domain.kits.types import INTERACTIVE_SESSIONS as AGENT_INTERACTIVE_SESSIONS
+from sbx.domain.kits.types import NETWORK_V1 as NETWORK_POLICY_V1
+from sbx.domain.kits.types import NETWORK_V2 as NETWORK_POLICY_V2
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.compose import Composition
+
+# compose's (a unit test holds them equal), here so that the lock and the gate — a pull, a
+# run of a locked kit — do not import the composer (~15 ms of dataclasses).
+PHASES: Final = ("install", "runtime")
+METHOD_ANY: Final = "ANY"
 
 # Declarations that grant nothing across the boundary the gate guards: they constrain the kit
 # (resources), run on the entrypoint's own trust plane (hooks, files, session verbs, launch
@@ -194,13 +198,14 @@ def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]
     Supply the selected, merged declarations for enforcement. On an unselected descriptor, group
     members are all inventoried, which over-states rather than under-states the request.
     """
-    if isinstance(source, Composition):
-        entries: Iterable[Any] = source.capabilities()
-    elif isinstance(source, Mapping):
+    entries: Iterable[Any]
+    if isinstance(source, Mapping):
         capabilities = source.get("capabilities")
         entries = capabilities if isinstance(capabilities, list | tuple) else ()
-    else:
+    elif isinstance(source, Sequence):
         entries = source
+    else:  # a Composition (not imported here: see PHASES)
+        entries = source.capabilities()
     lists: dict[str, list[str]] = {f.name: [] for f in fields(Surface) if f.name != "privileged"}
     privileged = False
     for item in _flatten(entries):
@@ -257,6 +262,8 @@ def _project(ctype: str, config: Any, out: dict[str, list[str]]) -> bool:
             if config.get("mode") == "readwrite":
                 out["skills_write_paths"].append(path)
         else:
+            from sbx.domain.kits.compose import clean_path
+
             out["storage_paths" if ctype == VOLUME else "host_mount_paths"].append(
                 clean_path(path))
         return True
