@@ -97,3 +97,92 @@ def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:
         driver.info()
     assert raised.value.reason is Reason.DOCKER_UNREACHABLE
     assert "cannot reach the Docker engine" in raised.value.message
+
+
+# -- a pull's progress stream, from a canned engine on a unix socket ----------------------------
+
+def _canned_engine(path: str, answers: list[bytes]) -> tuple[Any, list[bytes]]:
+    """A one-connection-per-answer engine: reads a request head, sends the next answer in
+    small pieces (so JSON lines and chunks straddle reads), closes."""
+    import socket as socket_module
+    import threading
+
+    server = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        for answer in answers:
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                requests.append(data)
+                for start in range(0, len(answer), 7):
+                    conn.sendall(answer[start:start + 7])
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, requests
+
+
+def _chunked(*pieces: bytes) -> bytes:
+    body = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" \
+        b"Transfer-Encoding: chunked\r\n\r\n" + body
+
+
+IMAGE_JSON = (b'{"Id": "sha256:abc", "RepoTags": [], "Config": {"User": "agent"}}')
+
+
+def test_a_pull_reads_the_progress_stream_as_it_comes(tmp_path: Any) -> None:
+    path = str(tmp_path / "engine.sock")
+    lines = (b'{"status":"Pulling from kits/x","id":"1"}\r\n{"status":"Downloading",'
+             b'"progressDetail":{},"progress":"[=>  ] 1MB/4MB","id":"aa"}\r\n'
+             b'{"status":"Digest: sha256:d"}\r\n')
+    thread, requests = _canned_engine(path, [
+        _chunked(lines[:30], lines[30:95], lines[95:]),
+        b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(IMAGE_JSON)).encode() + b"\r\n\r\n"
+        + IMAGE_JSON])
+    seen: list[str] = []
+    image = EngineSocket({}, path).pull_image(f"h:5000/kits/x@sha256:{'d' * 64}", seen.append,
+                                              {"username": "u", "password": "p"})
+    thread.join(timeout=5)
+    assert image.id == "sha256:abc" and image.user == "agent"
+    assert seen == ["1 Pulling from kits/x", "aa Downloading [=>  ] 1MB/4MB",
+                    "Digest: sha256:d"]
+    head = requests[0].decode()
+    assert head.startswith(f"POST /images/create?tag=sha256%3A{'d' * 64}"
+                           "&fromImage=h%3A5000%2Fkits%2Fx HTTP/1.1")
+    import base64
+    import json
+
+    auth = next(line for line in head.split("\r\n") if line.startswith("X-Registry-Auth: "))
+    assert json.loads(base64.urlsafe_b64decode(auth.split(": ", 1)[1])) == \
+        {"username": "u", "password": "p"}
+
+
+@pytest.mark.parametrize(("answer", "reason", "text"), [
+    (_chunked(b'{"status":"Pulling"}\r\n{"errorDetail":{"message":"manifest unknown"},'
+              b'"error":"manifest unknown"}\r\n'), "registry_unreachable",
+     "pulling h:5000/x:1 failed: manifest unknown"),
+    (b"HTTP/1.1 404 Not Found\r\nContent-Length: 62\r\n\r\n"
+     b'{"message":"pull access denied, repository does not exist..."}', "image_missing",
+     "image not found"),
+    (b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 20\r\n\r\n"
+     b'{"message":"boom!!"}', "registry_unreachable", "the engine answered 500"),
+])
+def test_a_pull_failure_is_reason_coded(tmp_path: Any, answer: bytes, reason: str,
+                                        text: str) -> None:
+    from sbx.base.errors import SbxError
+
+    path = str(tmp_path / "engine.sock")
+    thread, _requests = _canned_engine(path, [answer])
+    with pytest.raises(SbxError) as raised:
+        EngineSocket({}, path).pull_image("h:5000/x:1", lambda _line: None)
+    thread.join(timeout=5)
+    assert raised.value.reason.value == reason
+    assert text in raised.value.message

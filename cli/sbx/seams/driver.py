@@ -1365,10 +1365,9 @@ class EngineSocket:
             try:
                 sock.settimeout(API_TIMEOUT_S)
                 sock.connect(self._socket_path)
+                sock.settimeout(None)  # as the SDK's pull: as long as the engine works on it
                 sock.sendall(request)
-                head = _read_head(sock)
-                sock.settimeout(None)  # the SDK's pull waits as long as the engine works
-                status, headers = _parse_head(head)
+                status, headers = _parse_head(_read_head(sock))
             except (OSError, ValueError) as exc:
                 raise self._unreachable(action, exc) from exc
             self._reached = True
