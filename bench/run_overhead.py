@@ -289,7 +289,7 @@ class SdkRunner:
     def __init__(self, env: Mapping[str, str], spec: Any) -> None:
         import docker
 
-        from sbx.seams.driver import create_kwargs
+        from sbx.seams.engine import create_kwargs
 
         self.client = docker.DockerClient.from_env(environment=dict(env),
                                                    timeout=CALL_TIMEOUT_S)

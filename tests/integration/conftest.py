@@ -12,7 +12,8 @@ import pytest
 from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
-from sbx.seams.driver import DockerDriver, OwnedObject
+from sbx.seams.driver import DockerDriver
+from sbx.seams.engine import OwnedObject
 from tests.support.kits import write_kit
 from tests.support.origin import Internet
 

@@ -23,7 +23,8 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.local import load_local_kit
 from sbx.domain.sandbox.assemble import AssembledImage, assemble, export_index
 from sbx.domain.sandbox.images import KitImage, ensure_kit_image
-from sbx.seams.driver import DockerDriver, ImageInfo
+from sbx.seams.driver import DockerDriver
+from sbx.seams.engine import ImageInfo
 
 from .conftest import BUSYBOX
 

@@ -31,7 +31,8 @@ import pytest
 from sbx.base import labels as label_keys
 from sbx.base.paths import home_hash
 from sbx.seams import audit, firewall
-from sbx.seams.driver import DockerDriver, OwnedObject
+from sbx.seams.driver import DockerDriver
+from sbx.seams.engine import OwnedObject
 
 from .conftest import BUSYBOX, owned
 

@@ -32,7 +32,8 @@ from typing import TypeVar
 
 import pytest
 
-from sbx.seams.driver import DockerDriver, OwnedObject
+from sbx.seams.driver import DockerDriver
+from sbx.seams.engine import OwnedObject
 
 from .conftest import BUSYBOX, owned
 

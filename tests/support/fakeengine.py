@@ -30,7 +30,7 @@ from typing import Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.containerspec import ContainerSpec
-from sbx.seams.driver import CachedImage, Driver, EngineInfo, ImageInfo, OwnedObject, RawListing
+from sbx.seams.engine import CachedImage, Driver, EngineInfo, ImageInfo, OwnedObject, RawListing
 from sbx.seams.session.stream import AttachedStream
 
 Call = tuple[str, tuple[Any, ...]]

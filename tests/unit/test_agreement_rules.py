@@ -15,7 +15,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.requirements import check_engine, check_host
-from sbx.seams.driver import EngineInfo
+from sbx.seams.engine import EngineInfo
 from sbx.usecases.context import AppContext
 from sbx.usecases.doctor import (
     DoctorRequest,

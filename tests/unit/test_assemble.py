@@ -33,7 +33,7 @@ from sbx.domain.sandbox.assemble import (
     read_index,
     with_parents,
 )
-from sbx.seams.driver import ImageInfo
+from sbx.seams.engine import ImageInfo
 from tests.support.fakeengine import FakeEngine
 
 # -- ENV / PATH / LABEL -------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.sandbox.hardening import Limits
-from sbx.seams.driver import EngineInfo
+from sbx.seams.engine import EngineInfo
 from sbx.usecases import doctor as doctor_core
 from sbx.usecases.doctor import (
     Check,

@@ -35,7 +35,7 @@ from sbx.domain.sandbox.imagecache import (
 )
 from sbx.seams import audit
 from sbx.seams import firewall as fw
-from sbx.seams.driver import CachedImage, ImageInfo
+from sbx.seams.engine import CachedImage, ImageInfo
 from sbx.seams.firewall import (
     FirewallError,
     FirewallUnavailable,

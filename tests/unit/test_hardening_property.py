@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sbx.base import labels
 from sbx.base.render import Renderer
 from sbx.domain.sandbox.hardening import hardening_violations
-from sbx.seams.driver import create_kwargs
+from sbx.seams.engine import create_kwargs
 from sbx.usecases.context import AppContext
 from sbx.usecases.run import RunRequest, prepare
 from tests.support.fakeengine import FakeEngine, image_info, tar_of

@@ -10,7 +10,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.images import base_images, resolve_user
-from sbx.seams.driver import ImageInfo
+from sbx.seams.engine import ImageInfo
 
 
 @pytest.mark.parametrize(("dockerfile", "expected"), [

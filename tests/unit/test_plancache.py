@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sbx.seams.driver import ImageInfo
+from sbx.seams.engine import ImageInfo
 from sbx.seams.session.mode import HostStreams
 from sbx.usecases import plancache
 from sbx.usecases.plancache import PlanFacts, Recipe

@@ -24,7 +24,7 @@ from sbx.domain.sandbox.identity import (
 )
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.mountpoints import directory_tar, prepare_mountpoints, wanted_modes
-from sbx.seams.driver import ImageInfo
+from sbx.seams.engine import ImageInfo
 from tests.support.fakeengine import FakeEngine
 
 IMAGE_USER = SandboxUser(1000, 1000, "image USER agent")

@@ -15,7 +15,8 @@ from sbx.domain.sandbox.hardening import (
     build_spec,
     deadline_check,
 )
-from sbx.seams.driver import EngineSocket, create_body, create_kwargs, engine_socket
+from sbx.seams.engine import create_body, create_kwargs
+from sbx.seams.enginesocket import EngineSocket, engine_socket
 
 LIMITS = Limits(memory_bytes=1 << 30, pids=64, cpu_millis=500, tmp_bytes=1 << 26,
                 workspace_bytes=1 << 27, home_bytes=1 << 26)

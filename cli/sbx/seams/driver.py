@@ -5,6 +5,10 @@ dataclasses and translates every SDK or transport exception into a reason-coded
 :class:`~sbx.base.errors.SbxError` at one boundary (:func:`_engine_errors`). The SDK is imported
 lazily inside the factory so that ``sbx --help`` and ``sbx explain`` never pay for it.
 
+When the engine is local, the calls of a run and a pull go to :mod:`sbx.seams.enginesocket`
+(the engine's socket spoken directly); the values and the :class:`~sbx.seams.engine.Driver`
+protocol live in :mod:`sbx.seams.engine`.
+
 Two SDK conveniences are avoided on purpose: ``containers.run`` (it pulls a missing image — sbx
 never pulls at run time) and ``auto_remove`` (sbx needs the exit status before removal and removes
 explicitly on every path).
@@ -16,14 +20,29 @@ import io
 import json
 import socket
 import struct
-import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.engine import (
+    API_TIMEOUT_S,
+    MAX_IMAGE_FILE_BYTES,
+    CachedImage,
+    EngineInfo,
+    ImageInfo,
+    OwnedObject,
+    RawListing,
+    create_kwargs,
+    image_info,
+    registry_chunk,
+    short_error,
+    situation_hint,
+    split_tag,
+    unix_mode,
+)
+from sbx.seams.enginesocket import engine_socket
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -34,148 +53,6 @@ if TYPE_CHECKING:
 
     from sbx.seams.containerspec import ContainerSpec
     from sbx.seams.session.stream import AttachedStream
-
-# Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
-# wait for a workload uses its own deadline.
-API_TIMEOUT_S: Final = 60
-MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    version: str
-    api_version: str
-    os: str
-    cgroup_version: str
-    cgroup_driver: str
-    rootless: bool
-    security_options: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    id: str
-    tags: tuple[str, ...]
-    user: str
-    workdir: str
-    entrypoint: tuple[str, ...] | None
-    cmd: tuple[str, ...] | None
-    env: tuple[str, ...]
-    labels: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class CachedImage:
-    """An image found by its tags (``sbx gc``'s image cache pass), with when it was last
-    tagged: sbx re-tags a cached image at each use, so that is its last use."""
-    id: str
-    tags: tuple[str, ...]
-    last_tagged: float | None  # unix seconds; None: the engine did not say
-
-
-@dataclass(frozen=True)
-class OwnedObject:
-    kind: str  # container | network | volume
-    id: str
-    name: str
-    labels: Mapping[str, str]
-    state: str  # containers: created/running/exited/dead...; others: ""
-
-
-@dataclass(frozen=True)
-class RawListing:
-    """One label-filtered listing, entries exactly as the engine sent them (JSON objects).
-
-    Kept unparsed on purpose: ``sbx gc`` parses every entry strictly itself and deletes nothing
-    when one of them does not parse, which a lenient conversion here would hide.
-    """
-
-    containers: tuple[Any, ...]
-    networks: tuple[Any, ...]
-    volumes: tuple[Any, ...]
-
-
-class Driver(Protocol):
-    """What sbx needs from an engine. A second backend (e.g. Kubernetes) would implement this."""
-
-    def info(self) -> EngineInfo: ...
-    def image(self, ref: str) -> ImageInfo | None: ...
-    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
-              on_line: Callable[[str], None],
-              build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None: ...
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]: ...
-    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
-                     image_labels: Mapping[str, str],
-                     helper_labels: Mapping[str, str]) -> ImageInfo: ...
-    def create(self, spec: ContainerSpec) -> str: ...
-    def start(self, container_id: str) -> None: ...
-    def output(self, container_id: str, *, follow: bool = True,
-               tail: int | None = None) -> Iterator[tuple[str, bytes]]: ...
-    def attach(self, container_id: str, *, stdin: bool,
-               detach_keys: str | None = None) -> AttachedStream: ...
-    def stop(self, container_id: str, timeout_s: int) -> None: ...
-    def container_finished_at(self, container_id: str) -> float | None: ...
-    def container_state(self, container_id: str) -> str | None: ...
-    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
-                    env: Mapping[str, str], workdir: str | None, tty: bool,
-                    stdin: bool) -> tuple[AttachedStream, str]: ...
-    def exec_exit_code(self, exec_id: str) -> int | None: ...
-    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None: ...
-    def resize(self, container_id: str, *, rows: int, columns: int) -> None: ...
-    def wait(self, container_id: str, timeout_s: float) -> int | None: ...
-    def kill(self, container_id: str) -> None: ...
-    def remove_container(self, container_id: str) -> bool: ...
-    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
-    # gc and doctor (sbx.usecases.gc / sbx.usecases.doctor)
-    def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
-    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...
-    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]: ...
-    def untag_image(self, ref: str) -> bool: ...
-    def object_users(self, kind: str, ident: str) -> list[str]: ...
-    def remove_network(self, network_id: str) -> bool: ...
-    def remove_volume(self, name: str) -> bool: ...
-    def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
-    def local_images(self) -> list[tuple[str, int]]: ...
-    def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
-    def path_exists(self, container_id: str, path: str) -> bool: ...
-    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
-                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
-                                                  Callable[[], int]]: ...
-    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
-               like: ImageInfo) -> ImageInfo: ...
-    def remove_image(self, ref: str) -> bool: ...
-    def create_volume(self, name: str, labels: Mapping[str, str]) -> str: ...
-    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
-                       internal: bool) -> str: ...
-    def container_ip(self, container_id: str, network: str) -> str | None: ...
-    def container_pid(self, container_id: str) -> int | None: ...
-    def network_gateway(self, network_id: str) -> str: ...
-    # image assembly (sbx.domain.sandbox.assemble)
-    def export_image(self, image_id: str,
-                     labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
-    # registry images (sbx.usecases.pull / sbx.usecases.kitpush)
-    def tag_image(self, image: str, ref: str) -> None: ...
-    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None: ...
-    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo: ...
-
-
-def _situation_hint(env: Mapping[str, str], detail: str) -> str:
-    """A hint that depends on what is actually wrong (STYLE item 9)."""
-    host = env.get("DOCKER_HOST")
-    if host:
-        return (f"DOCKER_HOST is set to {host!r}: check that an engine listens there, or unset "
-                "it to use the local socket.")
-    lowered = detail.lower()
-    if "permission denied" in lowered:
-        return ("This user may not open /var/run/docker.sock: add it to the `docker` group "
-                "(then log in again) or run the engine rootless.")
-    if "no such file" in lowered or "filenotfound" in lowered:
-        return ("No engine socket at /var/run/docker.sock: start the engine (`dockerd`, or "
-                "`systemctl start docker`).")
-    return "Start the engine and check that `docker version` answers."
 
 
 def _collect_failed_client(error: BaseException) -> None:
@@ -219,7 +96,7 @@ class DockerDriver:
                 self._client_obj = docker.DockerClient.from_env(
                     environment=dict(self._env), timeout=API_TIMEOUT_S)
             except docker.errors.DockerException as exc:
-                message, hint = _short(exc), _situation_hint(self._env, str(exc))
+                message, hint = short_error(exc), situation_hint(self._env, str(exc))
                 _collect_failed_client(exc)
                 raise EngineUnavailable(f"cannot reach the Docker engine: {message}",
                                         hint=hint) from exc
@@ -243,13 +120,13 @@ class DockerDriver:
             raise
         except docker.errors.ImageNotFound as exc:
             raise SbxError(
-                Reason.IMAGE_MISSING, f"{action}: image not found: {_short(exc)}",
+                Reason.IMAGE_MISSING, f"{action}: image not found: {short_error(exc)}",
                 hint="Build or `sbx pull` it first; sbx never pulls at run time.") from exc
         except docker.errors.APIError as exc:
-            raise SbxError(reason, f"{action}: the engine answered {_short(exc)}") from exc
+            raise SbxError(reason, f"{action}: the engine answered {short_error(exc)}") from exc
         except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-            raise EngineUnavailable(f"{action}: lost the Docker engine: {_short(exc)}",
-                                    hint=_situation_hint(self._env, str(exc))) from exc
+            raise EngineUnavailable(f"{action}: lost the Docker engine: {short_error(exc)}",
+                                    hint=situation_hint(self._env, str(exc))) from exc
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -284,7 +161,7 @@ class DockerDriver:
                 if exc.status_code in (400, 404):
                     return None
                 raise
-        return _image_info(attrs)
+        return image_info(attrs)
 
     # -- build -------------------------------------------------------------------------------
 
@@ -365,7 +242,7 @@ class DockerDriver:
                     modes[path] = None
                     continue
                 stat = json.loads(base64.b64decode(header))
-                modes[path] = _unix_mode(int(stat.get("mode", 0)))
+                modes[path] = unix_mode(int(stat.get("mode", 0)))
         return modes
 
     @contextmanager
@@ -958,8 +835,8 @@ class DockerDriver:
             except urllib3.exceptions.HTTPError as exc:
                 # The SDK streams the body through urllib3, whose errors requests never
                 # wraps once the response has started.
-                raise EngineUnavailable(f"{action}: the stream broke: {_short(exc)}",
-                                        hint=_situation_hint(self._env, str(exc))) from exc
+                raise EngineUnavailable(f"{action}: the stream broke: {short_error(exc)}",
+                                        hint=situation_hint(self._env, str(exc))) from exc
 
     # -- registry images ---------------------------------------------------------------------
 
@@ -968,17 +845,17 @@ class DockerDriver:
         if self._socket is not None:
             self._socket.tag_image(image, ref)
             return
-        repository, tag = _split_tag(ref)
+        repository, tag = split_tag(ref)
         with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
             self._api.tag(image, repository, tag=tag, force=True)
 
     def push_image(self, ref: str, on_line: Callable[[str], None]) -> None:
         """Push a local tag to its registry; the stream's errors become reason-coded errors."""
-        repository, tag = _split_tag(ref)
+        repository, tag = split_tag(ref)
         with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE):
             for chunk in self._api.push(repository, tag=tag, stream=True, decode=True,
                                         auth_config=self._auth_config(ref)):
-                _registry_chunk(f"pushing {ref}", chunk, on_line)
+                registry_chunk(f"pushing {ref}", chunk, on_line)
 
     def _auth_config(self, ref: str) -> dict[str, str] | None:
         """The user's Docker credentials for ``ref``'s registry host (from this driver's
@@ -997,574 +874,11 @@ class DockerDriver:
         with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
             for chunk in self._api.pull(ref, stream=True, decode=True,
                                         auth_config=self._auth_config(ref)):
-                _registry_chunk(f"pulling {ref}", chunk, on_line)
+                registry_chunk(f"pulling {ref}", chunk, on_line)
         image = self.image(ref)
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
         return image
-
-
-DEFAULT_SOCKET: Final = "/var/run/docker.sock"
-SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": every engine call through the SDK
-_HEADER_LIMIT: Final = 64 * 1024  # an upgrade response's status line and headers
-
-
-def engine_socket(env: Mapping[str, str]) -> EngineSocket | None:
-    """The socket transport for ``env``'s engine when it listens on a local unix socket (the
-    default, or ``DOCKER_HOST=unix://...``); None for anything else (tcp, ssh: the SDK's)."""
-    if env.get(SOCKET_SWITCH_ENV) == "0":
-        return None
-    host = env.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
-    if host.startswith("unix://") and len(host) > len("unix://"):
-        return EngineSocket(env, host[len("unix://"):])
-    return None
-
-
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    headers: Mapping[str, str]  # lower-case names
-    body: bytes
-
-
-def _exchange(path: str, request: bytes, timeout: float | None) -> _Response:
-    """One HTTP/1.1 exchange on a fresh connection to the unix socket ``path``, closed by the
-    engine after the response (``Connection: close``). Raises OSError (TimeoutError for a
-    read timeout) and ValueError (an answer that is not HTTP)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.sendall(request)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    finally:
-        sock.close()
-    return _parse_response(b"".join(chunks))
-
-
-def _parse_response(raw: bytes) -> _Response:
-    head, separator, body = raw.partition(b"\r\n\r\n")
-    if not separator:
-        raise ValueError("the engine's answer ended before its headers did")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = _unchunk(body)
-    elif "content-length" in headers and headers["content-length"].isdigit():
-        body = body[:int(headers["content-length"])]
-    return _Response(int(parts[1]), headers, body)
-
-
-def _unchunk(data: bytes) -> bytes:
-    out: list[bytes] = []
-    position = 0
-    while True:
-        end = data.find(b"\r\n", position)
-        if end < 0:
-            raise ValueError("a chunk without its size line")
-        size = int(data[position:end].split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            return b"".join(out)
-        start = end + 2
-        if start + size > len(data):
-            raise ValueError("a chunk cut short")
-        out.append(data[start:start + size])
-        position = start + size + 2
-
-
-class EngineSocket:
-    """The calls of a run's hot path, made straight on the engine's unix socket with a small
-    HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
-    urllib3, charset detection: the largest import of a run). :class:`DockerDriver` hands them
-    here when the engine is local; everything else stays the SDK's (imported on first use).
-
-    Its calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`, :meth:`attach`,
-    :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`, :meth:`remove_container`,
-    :meth:`container_pid`, :meth:`pull_image`, with :class:`DockerDriver`'s signatures and
-    errors. Paths carry no API version: the engine then speaks its own, which is the version
-    the SDK negotiates with it too. The create body is the SDK's (``create_container_config``
-    + ``create_host_config``), built here from the same :func:`create_kwargs` (a unit test
-    holds the two equal). A pull's progress stream is read as it comes (the SDK's
-    ``pull(stream=True, decode=True)``). ``SBX_ENGINE_SOCKET=0`` sends every call through the
-    SDK instead.
-    """
-
-    def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
-        self._env = env
-        self._socket_path = socket_path
-        self._reached = False
-
-    # -- transport -----------------------------------------------------------------------------
-
-    def _call(self, method: str, path: str, *, action: str, reason: Reason,
-              params: Mapping[str, Any] | None = None, body: Any = None,
-              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, _Response]:
-        """(status, body, response) of one request; a transport failure is an
-        :class:`EngineUnavailable` (a read timeout propagates as :class:`TimeoutError`)."""
-        target = path + ("?" + urllib.parse.urlencode(params) if params else "")
-        payload = json.dumps(body).encode() if body is not None else b""
-        request = (f"{method} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
-                   "Connection: close\r\n"
-                   + ("Content-Type: application/json\r\n" if body is not None else "")
-                   + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
-        try:
-            response = _exchange(self._socket_path, request, timeout)
-        except TimeoutError:
-            raise
-        except (OSError, ValueError) as exc:
-            raise self._unreachable(action, exc) from exc
-        self._reached = True
-        return response.status, response.body, response
-
-    def _unreachable(self, action: str, exc: BaseException) -> EngineUnavailable:
-        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
-        if not self._reached:
-            return EngineUnavailable(f"cannot reach the Docker engine: {_short(detail)}",
-                                     hint=_situation_hint(self._env, detail))
-        return EngineUnavailable(f"{action}: lost the Docker engine: {_short(detail)}",
-                                 hint=_situation_hint(self._env, detail))
-
-    def _json(self, method: str, path: str, *, action: str, reason: Reason,
-              params: Mapping[str, Any] | None = None, body: Any = None,
-              ok: tuple[int, ...] = (200, 201, 204),
-              timeout: float | None = API_TIMEOUT_S) -> tuple[int, Any]:
-        """(status, decoded JSON or None); statuses outside ``ok`` are the engine's refusal."""
-        status, data, _response = self._call(method, path, action=action, reason=reason,
-                                             params=params, body=body, timeout=timeout)
-        decoded: Any = None
-        if data:
-            try:
-                decoded = json.loads(data)
-            except ValueError:
-                decoded = None
-        if status not in ok:
-            raise _refusal(action, reason, status, decoded, data)
-        return status, decoded
-
-    # -- the hot path ----------------------------------------------------------------------------
-
-    def info(self) -> EngineInfo:
-        action = "reading engine info"
-        _status, data, response = self._call("GET", "/info", action=action,
-                                             reason=Reason.DOCKER_UNREACHABLE)
-        try:
-            info = json.loads(data)
-        except ValueError as exc:
-            raise EngineUnavailable(f"{action}: the engine answered no JSON") from exc
-        if _status != 200 or not isinstance(info, dict):
-            raise _refusal(action, Reason.DOCKER_UNREACHABLE, _status, info, data)
-        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
-        return EngineInfo(
-            version=str(info.get("ServerVersion", "")),
-            api_version=str(response.headers.get("api-version") or ""),
-            os=str(info.get("OSType", "")),
-            cgroup_version=str(info.get("CgroupVersion", "")),
-            cgroup_driver=str(info.get("CgroupDriver", "")),
-            rootless=any("rootless" in s for s in security),
-            security_options=security,
-        )
-
-    def image(self, ref: str) -> ImageInfo | None:
-        status, attrs = self._json(
-            "GET", f"/images/{urllib.parse.quote(ref, safe='/:@')}/json",
-            action=f"inspecting image {ref}", reason=Reason.IMAGE_MISSING,
-            ok=(200, 400, 404))
-        if status != 200 or not isinstance(attrs, dict):
-            return None  # absent, or a malformed reference: not present for a run
-        return _image_info(attrs)
-
-    def tag_image(self, image: str, ref: str) -> None:
-        repository, tag = _split_tag(ref)
-        params = {"repo": repository, **({"tag": tag} if tag else {}), "force": 1}
-        self._json("POST", f"/images/{urllib.parse.quote(image, safe=':')}/tag",
-                   action=f"tagging {image[:19]} as {ref}", reason=Reason.IMAGE_MISSING,
-                   params=params)
-
-    def create(self, spec: ContainerSpec) -> str:
-        params = {"name": spec.name} if spec.name else None
-        _status, created = self._json("POST", "/containers/create",
-                                      action="creating the sandbox container",
-                                      reason=Reason.CREATE_FAILED, params=params,
-                                      body=create_body(spec))
-        if not isinstance(created, dict) or not created.get("Id"):
-            raise SbxError(Reason.CREATE_FAILED,
-                           "creating the sandbox container: the engine answered no id")
-        return str(created["Id"])
-
-    def start(self, container_id: str) -> None:
-        self._json("POST", f"/containers/{container_id}/start",
-                   action="starting the sandbox container", reason=Reason.START_FAILED,
-                   ok=(204, 304))
-
-    def attach(self, container_id: str, *, stdin: bool,
-               detach_keys: str | None = None) -> AttachedStream:
-        """As the SDK's attach: the upgraded connection, before the start, so it
-        carries every byte; read up to the end of the headers and not one byte further."""
-        from sbx.seams.session.stream import AttachedStream
-
-        action = "attaching to the sandbox"
-        params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
-                                  "stdin": 1 if stdin else 0}
-        if detach_keys:
-            params["detachKeys"] = detach_keys
-        request = (f"POST /containers/{container_id}/attach?{urllib.parse.urlencode(params)} "
-                   "HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\nConnection: Upgrade\r\n"
-                   "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n").encode()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(API_TIMEOUT_S)
-            try:
-                sock.connect(self._socket_path)
-                sock.sendall(request)
-                head = _read_head(sock)
-            except (OSError, ValueError) as exc:
-                raise self._unreachable(action, exc) from exc
-            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            parts = status_line.split(" ", 2)
-            status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-            if status not in (101, 200):
-                body = sock.recv(65536)
-                raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body), body)
-        except BaseException:
-            sock.close()
-            raise
-        return AttachedStream(sock)
-
-    def wait(self, container_id: str, timeout_s: float) -> int | None:
-        try:
-            _status, result = self._json(
-                "POST", f"/containers/{container_id}/wait", action="waiting for the sandbox",
-                reason=Reason.START_FAILED, timeout=max(timeout_s, 0.001))
-        except TimeoutError:
-            return None
-        return int((result or {}).get("StatusCode", -1)) if isinstance(result, dict) else -1
-
-    def resize(self, container_id: str, *, rows: int, columns: int) -> None:
-        self._json("POST", f"/containers/{container_id}/resize",
-                   action="resizing the sandbox terminal", reason=Reason.START_FAILED,
-                   params={"h": rows, "w": columns}, ok=(200, 204, 404, 409, 500))
-
-    def kill(self, container_id: str) -> None:
-        self._json("POST", f"/containers/{container_id}/kill", action="stopping the sandbox",
-                   reason=Reason.CLEANUP_FAILED, ok=(204, 404, 409))
-
-    def remove_container(self, container_id: str) -> bool:
-        action = "removing the sandbox"
-        status, data, _response = self._call(
-            "DELETE", f"/containers/{container_id}", action=action,
-            reason=Reason.CLEANUP_FAILED, params={"force": 1, "v": 1})
-        if status in (204, 404):
-            return True
-        decoded = _maybe_json(data)
-        if status == 409 and "already in progress" in _message(decoded, data):
-            return True
-        raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
-
-    # -- probes: a container of an image, never started (a new image's users and mount points)
-
-    @contextmanager
-    def _probe(self, image_id: str, labels: Mapping[str, str], action: str) -> Iterator[str]:
-        """As the SDK path's probe: created with interrupts held back, always removed."""
-        cid: str | None = None
-        try:
-            with deferred_interrupts():
-                _status, created = self._json(
-                    "POST", "/containers/create", action=action, reason=Reason.CREATE_FAILED,
-                    body={"Image": image_id, "Cmd": ["/nonexistent-sbx-probe"],
-                          "Labels": dict(labels), "NetworkDisabled": True, "Tty": False,
-                          "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
-                          "AttachStdout": True, "AttachStderr": True})
-                if not isinstance(created, dict) or not created.get("Id"):
-                    raise SbxError(Reason.CREATE_FAILED, f"{action}: the engine answered no id")
-                cid = str(created["Id"])
-            yield cid
-        finally:
-            if cid is not None:
-                with deferred_interrupts():
-                    self.remove_container(cid)
-
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        action = f"reading {path} from image {image_id[:19]}"
-        with self._probe(image_id, labels, action) as cid:
-            status, data, _response = self._call(
-                "GET", f"/containers/{cid}/archive", action=action,
-                reason=Reason.CREATE_FAILED, params={"path": path})
-        if status == 404:
-            return None
-        if status != 200:
-            raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data), data)
-        import tarfile
-
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            for member in archive.getmembers():
-                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
-                    extracted = archive.extractfile(member)
-                    return extracted.read() if extracted else None
-        return None
-
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]:
-        import base64
-
-        action = f"inspecting paths in image {image_id[:19]}"
-        modes: dict[str, int | None] = {}
-        with self._probe(image_id, labels, action) as cid:
-            for path in paths:
-                status, _data, response = self._call(
-                    "HEAD", f"/containers/{cid}/archive", action=action,
-                    reason=Reason.CREATE_FAILED, params={"path": path})
-                header = response.headers.get("x-docker-container-path-stat")
-                if status != 200 or not header:
-                    modes[path] = None
-                    continue
-                stat = json.loads(base64.b64decode(header))
-                modes[path] = _unix_mode(int(stat.get("mode", 0)))
-        return modes
-
-    def container_pid(self, container_id: str) -> int | None:
-        _status, attrs = self._json("GET", f"/containers/{container_id}/json",
-                                    action="inspecting the sandbox", reason=Reason.START_FAILED)
-        state = (attrs or {}).get("State") if isinstance(attrs, dict) else None
-        pid = int((state or {}).get("Pid") or 0)
-        return pid or None
-
-    # -- a pull ----------------------------------------------------------------------------------
-
-    def pull_image(self, ref: str, on_line: Callable[[str], None],
-                   auth_config: Mapping[str, str] | None = None) -> ImageInfo:
-        """As the SDK's ``pull(ref, stream=True, decode=True, auth_config=...)``: ``POST
-        /images/create?fromImage=REPO&tag=TAG`` (a digest is the tag, as the SDK splits it),
-        the credentials in ``X-Registry-Auth``, then the engine's JSON progress objects read
-        as they come; an ``error`` among them is the pull's failure."""
-        action = f"pulling {ref}"
-        params = {"tag": "latest", "fromImage": ref}  # docker.utils.parse_repository_tag:
-        if "@" in ref:
-            params["fromImage"], params["tag"] = ref.rsplit("@", 1)
-        elif ":" in ref and "/" not in ref.rsplit(":", 1)[1]:
-            params["fromImage"], params["tag"] = ref.rsplit(":", 1)
-        auth = ""
-        if auth_config is not None:
-            import base64
-
-            auth = ("X-Registry-Auth: " + base64.urlsafe_b64encode(
-                json.dumps(dict(auth_config)).encode()).decode("ascii") + "\r\n")
-        request = (f"POST /images/create?{urllib.parse.urlencode(params)} HTTP/1.1\r\n"
-                   "Host: docker\r\nUser-Agent: sbx\r\nConnection: close\r\n" + auth
-                   + "Content-Length: 0\r\n\r\n").encode()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            try:
-                sock.settimeout(API_TIMEOUT_S)
-                sock.connect(self._socket_path)
-                sock.settimeout(None)  # as the SDK's pull: as long as the engine works on it
-                sock.sendall(request)
-                status, headers = _parse_head(_read_head(sock))
-            except (OSError, ValueError) as exc:
-                raise self._unreachable(action, exc) from exc
-            self._reached = True
-            chunks = _body_chunks(sock, chunked=headers.get("transfer-encoding", "").lower()
-                                  == "chunked")
-            if status != 200:
-                try:
-                    data = b"".join(chunks)
-                except (OSError, ValueError) as exc:
-                    raise self._unreachable(action, exc) from exc
-                raise _refusal(action, Reason.REGISTRY_UNREACHABLE, status, _maybe_json(data),
-                               data)
-            pending = b""
-            try:
-                for chunk in chunks:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        _progress_line(action, line, on_line)
-            except (OSError, ValueError) as exc:
-                raise self._unreachable(action, exc) from exc
-            _progress_line(action, pending, on_line)
-        finally:
-            sock.close()
-        image = self.image(ref)
-        if image is None:
-            raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
-        return image
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """(status, lower-case headers) of a response's head."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
-
-
-def _body_chunks(sock: socket.socket, *, chunked: bool) -> Iterator[bytes]:
-    """A response body as it arrives: de-chunked, or everything up to the engine's close."""
-    if not chunked:
-        while data := sock.recv(65536):
-            yield data
-        return
-    buffer = b""
-    while True:
-        while b"\r\n" not in buffer:
-            more = sock.recv(65536)
-            if not more:
-                raise ValueError("the stream ended inside a chunk's size line")
-            buffer += more
-        size_line, _, buffer = buffer.partition(b"\r\n")
-        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            return
-        while len(buffer) < size + 2:
-            more = sock.recv(65536)
-            if not more:
-                raise ValueError("a chunk cut short")
-            buffer += more
-        yield buffer[:size]
-        buffer = buffer[size + 2:]
-
-
-def _progress_line(action: str, line: bytes, on_line: Callable[[str], None]) -> None:
-    """One of the engine's JSON progress objects (one a line) through :func:`_registry_chunk`."""
-    if not line.strip():
-        return
-    try:
-        decoded = json.loads(line)
-    except ValueError as exc:
-        raise ValueError(f"the engine's progress is not JSON: {line[:80]!r}") from exc
-    if isinstance(decoded, dict):
-        _registry_chunk(action, decoded, on_line)
-
-
-def _read_head(sock: socket.socket) -> bytes:
-    """The status line and headers of an HTTP response, consumed exactly (the bytes after
-    them belong to the upgraded stream)."""
-    while True:
-        peeked = sock.recv(_HEADER_LIMIT, socket.MSG_PEEK)
-        if not peeked:
-            raise ValueError("the engine closed the connection")
-        end = peeked.find(b"\r\n\r\n")
-        if end >= 0:
-            return _recv_exactly(sock, end + 4)
-        if len(peeked) >= _HEADER_LIMIT:
-            raise ValueError("the engine's response headers are too long")
-        # Not all there yet: wait for more than is already buffered.
-        import select
-
-        select.select([sock], [], [], API_TIMEOUT_S)
-
-
-def _recv_exactly(sock: socket.socket, count: int) -> bytes:
-    chunks = []
-    while count:
-        chunk = sock.recv(count)
-        if not chunk:
-            raise ValueError("the engine closed the connection")
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
-
-
-def _maybe_json(data: bytes) -> Any:
-    try:
-        return json.loads(data) if data else None
-    except ValueError:
-        return None
-
-
-def _message(decoded: Any, data: bytes) -> str:
-    if isinstance(decoded, dict) and decoded.get("message"):
-        return str(decoded["message"])
-    return data.decode("utf-8", "replace").strip()
-
-
-# The SDK's ImageNotFound fragments (docker.errors._image_not_found_explanation_fragments).
-_IMAGE_NOT_FOUND: Final = ("no such image", "not found: does not exist or no pull access",
-                           "repository does not exist",
-                           "was found but does not match the specified platform")
-
-
-def _refusal(action: str, reason: Reason, status: int, decoded: Any, data: bytes) -> SbxError:
-    """The engine's refusal, worded as the SDK's APIError reads (status, class, message)."""
-    message = _message(decoded, data)
-    kind = "Client" if 400 <= status < 500 else "Server"
-    text = _short(f"{status} {kind} Error: ({message!r})")
-    if status == 404 and any(f in message.lower() for f in _IMAGE_NOT_FOUND):
-        return SbxError(Reason.IMAGE_MISSING, f"{action}: image not found: {text}",
-                        hint="Build or `sbx pull` it first; sbx never pulls at run time.")
-    return SbxError(reason, f"{action}: the engine answered {text}")
-
-
-def create_body(spec: ContainerSpec) -> dict[str, Any]:
-    """The body of ``POST /containers/create`` for ``spec``: what the SDK's
-    ``create_container_config(host_config=create_host_config(...))`` makes of
-    :func:`create_kwargs`, with its top-level nulls dropped (as its ``_post_json`` does)."""
-    kwargs = create_kwargs(spec)
-    options = kwargs["host_config"]
-    host: dict[str, Any] = {
-        "Memory": options["mem_limit"], "MemorySwap": options["memswap_limit"],
-        "ReadonlyRootfs": options["read_only"], "NetworkMode": options["network_mode"] or "default",
-    }
-    if options["privileged"]:
-        host["Privileged"] = True
-    if options["cap_drop"]:
-        host["CapDrop"] = list(options["cap_drop"])
-    host["SecurityOpt"] = list(options["security_opt"])
-    log = options["log_config"]
-    host["LogConfig"] = {"Type": log["type"], "Config": dict(log["config"])}
-    if options["tmpfs"]:
-        host["Tmpfs"] = dict(options["tmpfs"])
-    if options["pids_limit"]:
-        host["PidsLimit"] = options["pids_limit"]
-    host["Init"] = options["init"]
-    if options["nano_cpus"]:
-        host["NanoCpus"] = options["nano_cpus"]
-    host["Mounts"] = list(options["mounts"])
-    stdin_open = bool(kwargs["stdin_open"])
-    healthcheck = kwargs["healthcheck"]
-    body: dict[str, Any] = {
-        "User": kwargs["user"], "Tty": kwargs["tty"], "OpenStdin": stdin_open,
-        # The SDK ties StdinOnce to stdin_open; DockerDriver.create then sets the spec's.
-        "StdinOnce": bool(kwargs["stdin_once"]) if stdin_open else False,
-        "AttachStdin": stdin_open, "AttachStdout": True, "AttachStderr": True,
-        "Env": [f"{key}={value}" for key, value in kwargs["environment"].items()],
-        "Cmd": kwargs["command"], "Image": kwargs["image"],
-        "NetworkDisabled": kwargs["network_disabled"], "Entrypoint": kwargs["entrypoint"],
-        "WorkingDir": kwargs["working_dir"], "HostConfig": host, "Labels": kwargs["labels"],
-        "Healthcheck": None if healthcheck is None else {
-            "Test": healthcheck["test"], "Interval": healthcheck["interval"],
-            "Timeout": healthcheck["timeout"], "Retries": healthcheck["retries"],
-            "StartPeriod": healthcheck["start_period"]},
-    }
-    return {key: value for key, value in body.items() if value is not None}
-
-
-def _unix_mode(go_mode: int) -> int | None:
-    """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
-    not a directory."""
-    if not go_mode & (1 << 31):  # ModeDir
-        return None
-    mode = go_mode & 0o777
-    if go_mode & (1 << 23):  # ModeSetuid
-        mode |= 0o4000
-    if go_mode & (1 << 22):  # ModeSetgid
-        mode |= 0o2000
-    if go_mode & (1 << 20):  # ModeSticky
-        mode |= 0o1000
-    return mode
 
 
 def _upgraded_socket(response: Any) -> socket.socket:
@@ -1580,99 +894,6 @@ def _upgraded_socket(response: Any) -> socket.socket:
                        "this engine transport cannot carry an interactive session",
                        hint="Use the engine's unix socket (unset DOCKER_HOST) or tcp.")
     return sock
-
-
-def _split_tag(ref: str) -> tuple[str, str | None]:
-    """``host:port/repo:tag`` → (``host:port/repo``, ``tag``); a digest reference stays whole."""
-    if "@" in ref:
-        return ref, None
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        return ref[:colon], ref[colon + 1:]
-    return ref, "latest"
-
-
-def _registry_chunk(action: str, chunk: Mapping[str, Any],
-                    on_line: Callable[[str], None]) -> None:
-    if "error" in chunk:
-        detail = " ".join(str(chunk.get("error", "")).split())
-        raise SbxError(Reason.REGISTRY_UNREACHABLE, f"{action} failed: {detail}")
-    status = str(chunk.get("status", "")).strip()
-    if status:
-        progress = str(chunk.get("progress", "")).strip()
-        ident = str(chunk.get("id", "")).strip()
-        on_line(" ".join(p for p in (ident, status, progress) if p))
-
-
-def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
-    """Translate the hardened spec into low-level ``create_container`` arguments (pure)."""
-    host_config: dict[str, Any] = {
-        "read_only": spec.read_only,
-        "cap_drop": list(spec.cap_drop),
-        "security_opt": list(spec.security_opt),
-        "mem_limit": spec.memory_bytes,
-        "memswap_limit": spec.memory_swap_bytes,
-        "pids_limit": spec.pids_limit,
-        "nano_cpus": spec.nano_cpus,
-        "tmpfs": dict(spec.tmpfs),
-        # Host paths go through the mounts API as typed binds: unlike the legacy Binds list,
-        # the engine refuses a source that vanished instead of creating it (as root, on the
-        # host). Named volumes go through it too, with nocopy: fresh and empty, never seeded
-        # with the image's files at that path (volume@1: mounted empty before hooks).
-        "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind",
-                    "ReadOnly": m.read_only, "BindOptions": {"Propagation": "rprivate"}}
-                   for m in spec.binds if not m.volume]
-                  + [{"Target": m.target, "Source": m.source, "Type": "volume",
-                      "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
-                     for m in spec.binds if m.volume],
-        "network_mode": spec.network_mode,
-        "privileged": spec.privileged,
-        "init": spec.init,
-        "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
-    }
-    healthcheck = None
-    if spec.healthcheck is not None:
-        test, interval = spec.healthcheck
-        healthcheck = {"test": list(test), "interval": interval * 1_000_000_000,
-                       "timeout": 10 * 1_000_000_000, "retries": 1, "start_period": 0}
-    return {
-        "healthcheck": healthcheck,
-        "name": spec.name,
-        "stdin_once": spec.stdin_once,
-        # Never the proxies of the user's Docker client config: they would reach the sandbox's
-        # environment, credentials in the URL included.
-        "use_config_proxy": False,
-        "image": spec.image,
-        "command": list(spec.command) if spec.command is not None else None,
-        "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
-        "user": spec.user,
-        "working_dir": spec.working_dir,
-        "environment": dict(spec.env),
-        "labels": dict(spec.labels),
-        "network_disabled": spec.network_mode == "none",
-        "host_config": host_config,
-        # stdin_open makes the SDK set AttachStdin and StdinOnce: the engine closes the
-        # workload's stdin when the attached client half-closes its side (EOF propagates).
-        "stdin_open": spec.stdin_open,
-        "tty": spec.tty,
-    }
-
-
-def _image_info(attrs: Mapping[str, Any]) -> ImageInfo:
-    config: Mapping[str, Any] = attrs.get("Config") or {}
-    entrypoint = config.get("Entrypoint")
-    cmd = config.get("Cmd")
-    return ImageInfo(
-        id=str(attrs.get("Id", "")),
-        tags=tuple(attrs.get("RepoTags") or ()),
-        user=str(config.get("User") or ""),
-        workdir=str(config.get("WorkingDir") or ""),
-        entrypoint=tuple(entrypoint) if entrypoint else None,
-        cmd=tuple(cmd) if cmd else None,
-        env=tuple(config.get("Env") or ()),
-        labels=dict(config.get("Labels") or {}),
-    )
 
 
 def docker_auth_config(registry: str, config_file: Path,
@@ -1734,11 +955,6 @@ def _is_read_timeout(exc: BaseException) -> bool:
     return False
 
 
-def _short(exc: object) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 def _timestamp(raw: object) -> float | None:
     """An engine time (RFC 3339 with nanoseconds, or the zero time) as unix seconds."""
     if not isinstance(raw, str) or not raw or raw.startswith("0001-"):
@@ -1755,6 +971,4 @@ def _timestamp(raw: object) -> float | None:
     return moment.timestamp() + (int(digits) / 10 ** len(digits) if digits else 0.0)
 
 
-__all__ = ["API_TIMEOUT_S", "CachedImage", "DockerDriver", "Driver", "EngineInfo", "ImageInfo",
-           "EngineSocket", "OwnedObject", "RawListing", "create_body", "create_kwargs",
-           "docker_auth_config", "docker_credential_store", "engine_socket"]
+__all__ = ["DockerDriver", "docker_auth_config", "docker_credential_store"]

@@ -18,7 +18,7 @@ from sbx.seams.session.mode import HostStreams
 if TYPE_CHECKING:
     from sbx.base.config import Config
     from sbx.base.render import Renderer
-    from sbx.seams.driver import Driver
+    from sbx.seams.engine import Driver
 
 NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_terminal=False)
 

@@ -36,7 +36,7 @@ from sbx.domain.sandbox.requirements import sandbox_limits
 if TYPE_CHECKING:
     from sbx.base.config import Config
     from sbx.domain.sandbox.hardening import Limits
-    from sbx.seams.driver import Driver, EngineInfo
+    from sbx.seams.engine import Driver, EngineInfo
     from sbx.usecases.context import AppContext
 
 CHECK_TIMEOUT_S: Final = 10.0

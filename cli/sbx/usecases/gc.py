@@ -85,7 +85,7 @@ from sbx.seams.firewall import (
 )
 
 if TYPE_CHECKING:
-    from sbx.seams.driver import Driver, RawListing
+    from sbx.seams.engine import Driver, RawListing
     from sbx.usecases.context import AppContext
 
 LOCK_FILE: Final = "gc.lock"

@@ -33,7 +33,7 @@ from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
-    from sbx.seams.driver import Driver, OwnedObject
+    from sbx.seams.engine import Driver, OwnedObject
     from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
 
 STOP_TIMEOUT_S: Final = 10

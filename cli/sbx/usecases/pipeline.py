@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition
     from sbx.domain.kits.selection import SelectionRecord
     from sbx.domain.sandbox.images import SandboxUser
-    from sbx.seams.driver import EngineInfo, ImageInfo
+    from sbx.seams.engine import EngineInfo, ImageInfo
     from sbx.usecases.context import AppContext
 
 ProgressFactory = Callable[[str], AbstractContextManager[Callable[[str], None]]]

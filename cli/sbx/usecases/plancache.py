@@ -49,7 +49,7 @@ from sbx.base.errors import SbxError
 
 if TYPE_CHECKING:
     from sbx.domain.kits.kitset import KitSet
-    from sbx.seams.driver import ImageInfo
+    from sbx.seams.engine import ImageInfo
     from sbx.seams.session.mode import HostStreams
     from sbx.usecases.context import AppContext
     from sbx.usecases.pipeline import WorkloadPlan
@@ -113,7 +113,7 @@ class Recipe:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recipe:
         """Raises KeyError, TypeError or ValueError on anything malformed."""
-        from sbx.seams.driver import ImageInfo
+        from sbx.seams.engine import ImageInfo
 
         image = dict(data["image"])
         facts = dict(data["facts"])

@@ -69,7 +69,7 @@ from sbx.domain.sandbox.sources import (
 )
 from sbx.domain.sandbox.workspace_trust import changes, git_pins, snapshot
 from sbx.seams import audit
-from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd

@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Final, Protocol
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from sbx.seams.driver import CachedImage, Driver, ImageInfo
+    from sbx.seams.engine import CachedImage, Driver, ImageInfo
 
 USE_REPOSITORY: Final = "sbx-use/"
 CACHE_REPOSITORIES: Final = ("sbx-kit/", "sbx-assembled/", "sbx-prep/")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
 if TYPE_CHECKING:

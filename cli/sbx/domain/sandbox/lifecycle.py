@@ -27,7 +27,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.compose import Hook
 from sbx.domain.sandbox.hardening import ContainerSpec
 from sbx.domain.sandbox.mountpoints import TMP_MODE, TMP_PATH
-from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.signals import deferred_interrupts
 
 SBX_DIR: Final = "/.sbx"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from sbx.base import labels as label_keys
-from sbx.seams.driver import Driver, ImageInfo
+from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
 TMP_PATH: Final = "/tmp"  # noqa: S108 - the sandbox's /tmp, not a host temp file

@@ -15,7 +15,7 @@ from sbx.base.reasons import Reason
 if TYPE_CHECKING:
     from sbx.base.config import Config
     from sbx.domain.sandbox.hardening import Limits
-    from sbx.seams.driver import EngineInfo
+    from sbx.seams.engine import EngineInfo
 
 
 def check_host(os_name: str | None = None) -> None:

@@ -1,0 +1,320 @@
+"""What sbx needs from an engine, whatever carries the calls: the :class:`Driver` protocol, the
+values it returns, and the engine's create request for a :class:`ContainerSpec` (the one shape
+both transports send). No SDK and no socket here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+
+if TYPE_CHECKING:
+
+    from sbx.seams.containerspec import ContainerSpec
+    from sbx.seams.session.stream import AttachedStream
+
+
+# Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
+# wait for a workload uses its own deadline.
+API_TIMEOUT_S: Final = 60
+
+
+MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    version: str
+    api_version: str
+    os: str
+    cgroup_version: str
+    cgroup_driver: str
+    rootless: bool
+    security_options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    user: str
+    workdir: str
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    env: tuple[str, ...]
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class CachedImage:
+    """An image found by its tags (``sbx gc``'s image cache pass), with when it was last
+    tagged: sbx re-tags a cached image at each use, so that is its last use."""
+    id: str
+    tags: tuple[str, ...]
+    last_tagged: float | None  # unix seconds; None: the engine did not say
+
+
+@dataclass(frozen=True)
+class OwnedObject:
+    kind: str  # container | network | volume
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    state: str  # containers: created/running/exited/dead...; others: ""
+
+
+@dataclass(frozen=True)
+class RawListing:
+    """One label-filtered listing, entries exactly as the engine sent them (JSON objects).
+
+    Kept unparsed on purpose: ``sbx gc`` parses every entry strictly itself and deletes nothing
+    when one of them does not parse, which a lenient conversion here would hide.
+    """
+
+    containers: tuple[Any, ...]
+    networks: tuple[Any, ...]
+    volumes: tuple[Any, ...]
+
+
+class Driver(Protocol):
+    """What sbx needs from an engine. A second backend (e.g. Kubernetes) would implement this."""
+
+    def info(self) -> EngineInfo: ...
+    def image(self, ref: str) -> ImageInfo | None: ...
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None: ...
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]: ...
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo: ...
+    def create(self, spec: ContainerSpec) -> str: ...
+    def start(self, container_id: str) -> None: ...
+    def output(self, container_id: str, *, follow: bool = True,
+               tail: int | None = None) -> Iterator[tuple[str, bytes]]: ...
+    def attach(self, container_id: str, *, stdin: bool,
+               detach_keys: str | None = None) -> AttachedStream: ...
+    def stop(self, container_id: str, timeout_s: int) -> None: ...
+    def container_finished_at(self, container_id: str) -> float | None: ...
+    def container_state(self, container_id: str) -> str | None: ...
+    def exec_attach(self, container_id: str, argv: Sequence[str], *, user: str,
+                    env: Mapping[str, str], workdir: str | None, tty: bool,
+                    stdin: bool) -> tuple[AttachedStream, str]: ...
+    def exec_exit_code(self, exec_id: str) -> int | None: ...
+    def exec_resize(self, exec_id: str, *, rows: int, columns: int) -> None: ...
+    def resize(self, container_id: str, *, rows: int, columns: int) -> None: ...
+    def wait(self, container_id: str, timeout_s: float) -> int | None: ...
+    def kill(self, container_id: str) -> None: ...
+    def remove_container(self, container_id: str) -> bool: ...
+    def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
+    # gc and doctor (sbx.usecases.gc / sbx.usecases.doctor)
+    def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
+    def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...
+    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]: ...
+    def untag_image(self, ref: str) -> bool: ...
+    def object_users(self, kind: str, ident: str) -> list[str]: ...
+    def remove_network(self, network_id: str) -> bool: ...
+    def remove_volume(self, name: str) -> bool: ...
+    def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
+    def local_images(self) -> list[tuple[str, int]]: ...
+    def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
+    def path_exists(self, container_id: str, path: str) -> bool: ...
+    def exec_stream(self, container_id: str, argv: Sequence[str], *, user: str,
+                    workdir: str | None) -> tuple[Iterator[tuple[str, bytes]],
+                                                  Callable[[], int]]: ...
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo: ...
+    def remove_image(self, ref: str) -> bool: ...
+    def create_volume(self, name: str, labels: Mapping[str, str]) -> str: ...
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
+                       internal: bool) -> str: ...
+    def container_ip(self, container_id: str, network: str) -> str | None: ...
+    def container_pid(self, container_id: str) -> int | None: ...
+    def network_gateway(self, network_id: str) -> str: ...
+    # image assembly (sbx.domain.sandbox.assemble)
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]: ...
+    # registry images (sbx.usecases.pull / sbx.usecases.kitpush)
+    def tag_image(self, image: str, ref: str) -> None: ...
+    def push_image(self, ref: str, on_line: Callable[[str], None]) -> None: ...
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo: ...
+
+
+def situation_hint(env: Mapping[str, str], detail: str) -> str:
+    """A hint that depends on what is actually wrong (STYLE item 9)."""
+    host = env.get("DOCKER_HOST")
+    if host:
+        return (f"DOCKER_HOST is set to {host!r}: check that an engine listens there, or unset "
+                "it to use the local socket.")
+    lowered = detail.lower()
+    if "permission denied" in lowered:
+        return ("This user may not open /var/run/docker.sock: add it to the `docker` group "
+                "(then log in again) or run the engine rootless.")
+    if "no such file" in lowered or "filenotfound" in lowered:
+        return ("No engine socket at /var/run/docker.sock: start the engine (`dockerd`, or "
+                "`systemctl start docker`).")
+    return "Start the engine and check that `docker version` answers."
+
+
+def create_body(spec: ContainerSpec) -> dict[str, Any]:
+    """The body of ``POST /containers/create`` for ``spec``: what the SDK's
+    ``create_container_config(host_config=create_host_config(...))`` makes of
+    :func:`create_kwargs`, with its top-level nulls dropped (as its ``_post_json`` does)."""
+    kwargs = create_kwargs(spec)
+    options = kwargs["host_config"]
+    host: dict[str, Any] = {
+        "Memory": options["mem_limit"], "MemorySwap": options["memswap_limit"],
+        "ReadonlyRootfs": options["read_only"], "NetworkMode": options["network_mode"] or "default",
+    }
+    if options["privileged"]:
+        host["Privileged"] = True
+    if options["cap_drop"]:
+        host["CapDrop"] = list(options["cap_drop"])
+    host["SecurityOpt"] = list(options["security_opt"])
+    log = options["log_config"]
+    host["LogConfig"] = {"Type": log["type"], "Config": dict(log["config"])}
+    if options["tmpfs"]:
+        host["Tmpfs"] = dict(options["tmpfs"])
+    if options["pids_limit"]:
+        host["PidsLimit"] = options["pids_limit"]
+    host["Init"] = options["init"]
+    if options["nano_cpus"]:
+        host["NanoCpus"] = options["nano_cpus"]
+    host["Mounts"] = list(options["mounts"])
+    stdin_open = bool(kwargs["stdin_open"])
+    healthcheck = kwargs["healthcheck"]
+    body: dict[str, Any] = {
+        "User": kwargs["user"], "Tty": kwargs["tty"], "OpenStdin": stdin_open,
+        # The SDK ties StdinOnce to stdin_open; DockerDriver.create then sets the spec's.
+        "StdinOnce": bool(kwargs["stdin_once"]) if stdin_open else False,
+        "AttachStdin": stdin_open, "AttachStdout": True, "AttachStderr": True,
+        "Env": [f"{key}={value}" for key, value in kwargs["environment"].items()],
+        "Cmd": kwargs["command"], "Image": kwargs["image"],
+        "NetworkDisabled": kwargs["network_disabled"], "Entrypoint": kwargs["entrypoint"],
+        "WorkingDir": kwargs["working_dir"], "HostConfig": host, "Labels": kwargs["labels"],
+        "Healthcheck": None if healthcheck is None else {
+            "Test": healthcheck["test"], "Interval": healthcheck["interval"],
+            "Timeout": healthcheck["timeout"], "Retries": healthcheck["retries"],
+            "StartPeriod": healthcheck["start_period"]},
+    }
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def unix_mode(go_mode: int) -> int | None:
+    """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
+    not a directory."""
+    if not go_mode & (1 << 31):  # ModeDir
+        return None
+    mode = go_mode & 0o777
+    if go_mode & (1 << 23):  # ModeSetuid
+        mode |= 0o4000
+    if go_mode & (1 << 22):  # ModeSetgid
+        mode |= 0o2000
+    if go_mode & (1 << 20):  # ModeSticky
+        mode |= 0o1000
+    return mode
+
+
+def split_tag(ref: str) -> tuple[str, str | None]:
+    """``host:port/repo:tag`` → (``host:port/repo``, ``tag``); a digest reference stays whole."""
+    if "@" in ref:
+        return ref, None
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:]
+    return ref, "latest"
+
+
+def registry_chunk(action: str, chunk: Mapping[str, Any],
+                    on_line: Callable[[str], None]) -> None:
+    if "error" in chunk:
+        detail = " ".join(str(chunk.get("error", "")).split())
+        raise SbxError(Reason.REGISTRY_UNREACHABLE, f"{action} failed: {detail}")
+    status = str(chunk.get("status", "")).strip()
+    if status:
+        progress = str(chunk.get("progress", "")).strip()
+        ident = str(chunk.get("id", "")).strip()
+        on_line(" ".join(p for p in (ident, status, progress) if p))
+
+
+def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """Translate the hardened spec into low-level ``create_container`` arguments (pure)."""
+    host_config: dict[str, Any] = {
+        "read_only": spec.read_only,
+        "cap_drop": list(spec.cap_drop),
+        "security_opt": list(spec.security_opt),
+        "mem_limit": spec.memory_bytes,
+        "memswap_limit": spec.memory_swap_bytes,
+        "pids_limit": spec.pids_limit,
+        "nano_cpus": spec.nano_cpus,
+        "tmpfs": dict(spec.tmpfs),
+        # Host paths go through the mounts API as typed binds: unlike the legacy Binds list,
+        # the engine refuses a source that vanished instead of creating it (as root, on the
+        # host). Named volumes go through it too, with nocopy: fresh and empty, never seeded
+        # with the image's files at that path (volume@1: mounted empty before hooks).
+        "mounts": [{"Target": m.target, "Source": m.source, "Type": "bind",
+                    "ReadOnly": m.read_only, "BindOptions": {"Propagation": "rprivate"}}
+                   for m in spec.binds if not m.volume]
+                  + [{"Target": m.target, "Source": m.source, "Type": "volume",
+                      "ReadOnly": m.read_only, "VolumeOptions": {"NoCopy": True}}
+                     for m in spec.binds if m.volume],
+        "network_mode": spec.network_mode,
+        "privileged": spec.privileged,
+        "init": spec.init,
+        "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
+    }
+    healthcheck = None
+    if spec.healthcheck is not None:
+        test, interval = spec.healthcheck
+        healthcheck = {"test": list(test), "interval": interval * 1_000_000_000,
+                       "timeout": 10 * 1_000_000_000, "retries": 1, "start_period": 0}
+    return {
+        "healthcheck": healthcheck,
+        "name": spec.name,
+        "stdin_once": spec.stdin_once,
+        # Never the proxies of the user's Docker client config: they would reach the sandbox's
+        # environment, credentials in the URL included.
+        "use_config_proxy": False,
+        "image": spec.image,
+        "command": list(spec.command) if spec.command is not None else None,
+        "entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
+        "user": spec.user,
+        "working_dir": spec.working_dir,
+        "environment": dict(spec.env),
+        "labels": dict(spec.labels),
+        "network_disabled": spec.network_mode == "none",
+        "host_config": host_config,
+        # stdin_open makes the SDK set AttachStdin and StdinOnce: the engine closes the
+        # workload's stdin when the attached client half-closes its side (EOF propagates).
+        "stdin_open": spec.stdin_open,
+        "tty": spec.tty,
+    }
+
+
+def image_info(attrs: Mapping[str, Any]) -> ImageInfo:
+    config: Mapping[str, Any] = attrs.get("Config") or {}
+    entrypoint = config.get("Entrypoint")
+    cmd = config.get("Cmd")
+    return ImageInfo(
+        id=str(attrs.get("Id", "")),
+        tags=tuple(attrs.get("RepoTags") or ()),
+        user=str(config.get("User") or ""),
+        workdir=str(config.get("WorkingDir") or ""),
+        entrypoint=tuple(entrypoint) if entrypoint else None,
+        cmd=tuple(cmd) if cmd else None,
+        env=tuple(config.get("Env") or ()),
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+def short_error(exc: object) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
