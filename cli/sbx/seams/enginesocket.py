@@ -30,6 +30,7 @@ from sbx.seams.engine import (
     split_tag,
     unix_mode,
 )
+from sbx.seams.http11 import unchunk
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -95,27 +96,12 @@ def _parse_response(raw: bytes) -> _Response:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = _unchunk(body)
+        body = unchunk(body)
     elif "content-length" in headers and headers["content-length"].isdigit():
         body = body[:int(headers["content-length"])]
     return _Response(int(parts[1]), headers, body)
 
 
-def _unchunk(data: bytes) -> bytes:
-    out: list[bytes] = []
-    position = 0
-    while True:
-        end = data.find(b"\r\n", position)
-        if end < 0:
-            raise ValueError("a chunk without its size line")
-        size = int(data[position:end].split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            return b"".join(out)
-        start = end + 2
-        if start + size > len(data):
-            raise ValueError("a chunk cut short")
-        out.append(data[start:start + size])
-        position = start + size + 2
 
 
 class EngineSocket:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlencode, urlsplit
 
+from sbx.seams.http11 import unchunk
+
 SWITCH_ENV: Final = "SBX_REGISTRY_HTTP"  # "requests": every registry request through requests
 # What makes requests (trust_env) differ from a plain connection: a proxy, a netrc.
 _REQUESTS_ENV: Final = ("http_proxy", "https_proxy", "all_proxy", "netrc")
@@ -181,23 +183,10 @@ def _parse(raw: bytes) -> Answer:
 
 
 def _unchunk(data: bytes) -> bytes:
-    out: list[bytes] = []
-    position = 0
-    while True:
-        end = data.find(b"\r\n", position)
-        if end < 0:
-            raise TransportError("ChunkedEncodingError")
-        try:
-            size = int(data[position:end].split(b";", 1)[0].strip() or b"0", 16)
-        except ValueError:
-            raise TransportError("ChunkedEncodingError") from None
-        if size == 0:
-            return b"".join(out)
-        start = end + 2
-        if start + size > len(data):
-            raise TransportError("ChunkedEncodingError")
-        out.append(data[start:start + size])
-        position = start + size + 2
+    try:
+        return unchunk(data)
+    except ValueError:
+        raise TransportError("ChunkedEncodingError") from None  # as requests names it
 
 
 __all__ = ["SWITCH_ENV", "Answer", "TransportError", "get", "usable"]
