@@ -1222,7 +1222,7 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
         explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
-        peer_network=_sandbox_network(bridge, gateway))
+        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR)
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:

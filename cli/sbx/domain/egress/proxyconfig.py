@@ -348,6 +348,9 @@ class ProxyConfig:
     # Clients must come from inside this network (CIDR), never from listen_host itself: the
     # run's internal network, where only the sandbox lives (None: any client, loopback only).
     peer_network: str | None = None
+    # Where OAuth logins made inside the sandbox are kept (0600), apart from the user's own
+    # (None: in the proxy's memory only, for its life).
+    login_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.run_id or any(c.isspace() for c in self.run_id):
@@ -401,6 +404,7 @@ class ProxyConfig:
             "phase_file": None if self.phase_file is None else str(self.phase_file),
             "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
             "peer_network": self.peer_network,
+            "login_dir": None if self.login_dir is None else str(self.login_dir),
         }
 
     def to_json(self) -> str:
@@ -411,7 +415,7 @@ class ProxyConfig:
         _keys(data, {"format", "run_id", "state_home", "audit_log", "network", "phase",
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
-                     "peer_network"}, "config")
+                     "peer_network", "login_dir"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -422,6 +426,7 @@ class ProxyConfig:
         _keys(limits_raw, {f.name for f in fields(ProxyLimits)}, "limits")
         upstream_ca = _opt_str(data, "upstream_ca_file")
         phase_file = _opt_str(data, "phase_file")
+        login_dir = _opt_str(data, "login_dir")
         return cls(
             run_id=_str(data, "run_id"),
             state_home=Path(_str(data, "state_home")),
@@ -438,6 +443,7 @@ class ProxyConfig:
             phase_file=None if phase_file is None else Path(phase_file),
             limits=ProxyLimits(**dict(limits_raw)),
             peer_network=_opt_str(data, "peer_network"),
+            login_dir=None if login_dir is None else Path(login_dir),
         )
 
     @classmethod
