@@ -270,3 +270,37 @@ def test_a_chunked_answer_split_inside_a_token_is_rewritten(
     assert response.json() == {"access_token": ACCESS_SENTINEL,
                                "refresh_token": REFRESH_SENTINEL, "token_type": "bearer"}
     assert _store(proxy).refresh_token == "real-refresh-token-8-q"  # noqa: S105 - test value
+
+
+def test_a_credential_bound_by_its_api_key_still_has_its_token_endpoint_rewritten(
+        tmp_path: Path, internet: Internet, provider: OAuthServer) -> None:
+    """No OAuth login on the host, an API key instead: a login inside the sandbox gets
+    sentinels, is kept for the sandbox, and the resource host still gets the API key."""
+    from sbx.domain.credentials.secrets import SecretStore
+    from sbx.domain.egress.proxyconfig import Inject
+
+    home = tmp_path / "state"
+    SecretStore(home, keyring=None).set(SERVICE, "ghp_the-users-api-key-0123456789")
+    credential = CredentialSpec(
+        SERVICE, "runtime", (Inject("api.github.com", format="token %s"),), kit="./gh",
+        index=1, oauth=OAuthSpec(TOKEN_HOST, TOKEN_PATH, (), ACCESS_SENTINEL, REFRESH_SENTINEL,
+                                 login_only=True))
+    config = ProxyConfig(
+        run_id=f"run-{tmp_path.name}", state_home=home, audit_log=home / "audit.jsonl",
+        network=_network(), credentials=(credential,), upstream_proxy=internet.upstream.url,
+        upstream_ca_file=internet.pki.ca_file, phase_file=tmp_path / "phase",
+        login_dir=tmp_path / "run" / "oauth")
+    with ProxyProcess(config, tmp_path / "proxy.json") as proxy:
+        login = urlencode({"grant_type": "authorization_code", "code": provider.code}).encode()
+        [response] = _exchange(proxy, [_request("POST", TOKEN_PATH, login)])
+        assert response.status == 200, response.text
+        _no_real_token(response)
+        kept = OAuthStore.at(tmp_path / "run" / "oauth").get(SERVICE)
+        assert kept is not None and kept.access_token == provider.state.access_token
+        assert OAuthStore(home).get(SERVICE) is None  # never the user's
+        internet.origin.clear()
+        [api] = proxy.client().https("api.github.com", [("GET", "/user")], headers=[
+            ("Authorization", f"Bearer {ACCESS_SENTINEL}")])
+        assert api.status == 200
+        [seen] = internet.origin.requests()
+        assert seen.header("authorization") == "token ghp_the-users-api-key-0123456789"

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl
 import pytest
 
 from sbx.domain.egress import oauth_intercept as oi
+from sbx.domain.egress.plan import credential_env
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
 from sbx.domain.kits.compose import Credential
 
@@ -104,6 +105,21 @@ def test_oauth_spec_from_a_kit_credential_lists_the_inject_headers() -> None:
     assert spec.oauth.headers == ("authorization", "x-api-key")
     assert spec.oauth.hosts == ("api.anthropic.com",)
     assert CredentialSpec.from_dict(json.loads(json.dumps(spec.as_dict()))) == spec
+    # bound by its API key, or not bound at all: the token endpoint is still the proxy's
+    by_key = CredentialSpec.from_credential(credential, mode="apikey")
+    assert by_key.domains and by_key.oauth is not None and by_key.oauth.login_only
+    assert by_key.oauth.hosts == () and by_key.oauth.token_host == "console.anthropic.com"  # noqa: S105
+    assert CredentialSpec.from_dict(json.loads(json.dumps(by_key.as_dict()))) == by_key
+    unbound = CredentialSpec.token_endpoint_only(credential)
+    assert unbound is not None and unbound.domains == () and unbound.env is None
+    routes = oi.OAuthRoutes((unbound,))
+    assert routes.token_endpoint("runtime", "console.anthropic.com", 443, "/v1/oauth/token")
+    assert routes.resource("runtime", "api.anthropic.com", 443) is None
+    assert not routes.intercepts("runtime", "api.anthropic.com", 443)
+    assert credential_env([spec, by_key, unbound]) == {
+        "SBX_CRED_ANTHROPIC_MODE": "apikey", "ANTHROPIC_API_KEY": "sbx-proxy-managed-anthropic"}
+    assert credential_env([spec]) == {"SBX_CRED_ANTHROPIC_MODE": "oauth"}
+    assert credential_env([unbound]) == {}
 
 
 # -- token requests --------------------------------------------------------------------------

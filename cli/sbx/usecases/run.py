@@ -1212,6 +1212,10 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
                   for c in composition.credentials if c.service in plan.egress.bound)
+    # An unbound credential's token endpoint is still answered by the proxy (logins inside
+    # the sandbox are rewritten there too).
+    specs += tuple(s for c in composition.credentials if c.service not in plan.egress.bound
+                   if (s := CredentialSpec.token_endpoint_only(c)) is not None)
     network_settings = plan_config.network
     ca_file = network_settings.upstream_ca_file.value
     config = ProxyConfig(

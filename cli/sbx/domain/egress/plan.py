@@ -311,9 +311,13 @@ def credential_env(specs: Sequence[object]) -> dict[str, str]:
         if env and sentinel:
             out[str(env)] = str(sentinel)
         service = getattr(spec, "service", None)
-        if service:
-            out[mode_env_name(str(service))] = "oauth" if getattr(spec, "oauth", None) \
-                else "apikey"
+        oauth = getattr(spec, "oauth", None)
+        if not service:
+            continue
+        if oauth is not None and not oauth.login_only:
+            out[mode_env_name(str(service))] = "oauth"
+        elif getattr(spec, "domains", None) or env:
+            out[mode_env_name(str(service))] = "apikey"
     return out
 
 

@@ -137,6 +137,9 @@ class OAuthSpec:
     expires_field: str = "expires_in"
     # Where the access sentinel may travel: Authorization and the apiKey inject headers.
     headers: tuple[str, ...] = ("authorization",)
+    # Only the token endpoint is the proxy's (the credential is bound by its API key, or not
+    # at all): a login inside the sandbox is still rewritten and kept for the sandbox.
+    login_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.headers or not all(h and set(h) <= _TOKEN_CHARS for h in self.headers):
@@ -154,13 +157,16 @@ class OAuthSpec:
                 "hosts": list(self.hosts), "access_sentinel": self.access_sentinel,
                 "refresh_sentinel": self.refresh_sentinel, "access_field": self.access_field,
                 "refresh_field": self.refresh_field, "expires_field": self.expires_field,
-                "headers": list(self.headers)}
+                "headers": list(self.headers), "login_only": self.login_only}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OAuthSpec:
         _keys(data, {"token_host", "token_path", "hosts", "access_sentinel",
                      "refresh_sentinel", "access_field", "refresh_field", "expires_field",
-                     "headers"}, "oauth")
+                     "headers", "login_only"}, "oauth")
+        login_only = data.get("login_only", False)
+        if not isinstance(login_only, bool):
+            raise ProxyConfigError("oauth.login_only must be true or false")
         return cls(token_host=_opt_str(data, "token_host"),
                    token_path=_opt_str(data, "token_path"), hosts=tuple(_strs(data, "hosts")),
                    access_sentinel=_str(data, "access_sentinel"),
@@ -169,7 +175,7 @@ class OAuthSpec:
                    refresh_field=_str(data, "refresh_field", "refresh_token"),
                    expires_field=_str(data, "expires_field", "expires_in"),
                    headers=tuple(h.lower() for h in _strs(data, "headers"))
-                   or ("authorization",))
+                   or ("authorization",), login_only=login_only)
 
     def config(self) -> Any:
         """The :class:`sbx.domain.credentials.oauth.OAuthConfig` view (token parsing uses its field
@@ -262,7 +268,33 @@ class CredentialSpec:
         return cls(service=credential.service, phase=credential.phase, domains=domains,
                    sentinel=sentinel if env is not None else None,
                    env=str(env) if env is not None else None,
-                   kit=credential.kit, index=credential.index)
+                   kit=credential.kit, index=credential.index,
+                   oauth=_login_only(credential))
+
+    @classmethod
+    def token_endpoint_only(cls, credential: Credential) -> CredentialSpec | None:
+        """A credential that is not bound but declares an OAuth token endpoint: the proxy
+        still answers that endpoint (a login inside the sandbox never reaches it raw)."""
+        oauth = _login_only(credential)
+        if oauth is None:
+            return None
+        return cls(service=credential.service, phase=credential.phase, domains=(),
+                   kit=credential.kit, index=credential.index, oauth=oauth)
+
+
+def _login_only(credential: Credential) -> OAuthSpec | None:
+    """The token-endpoint half of a declared ``oauth`` block, for a credential not bound in
+    its OAuth mode."""
+    from sbx.domain.credentials.oauth import OAuthConfig
+
+    declared = OAuthConfig.from_credential(credential.service, credential.config)
+    if declared is None or declared.token_host is None:
+        return None
+    return OAuthSpec(token_host=declared.token_host, token_path=declared.token_path, hosts=(),
+                     access_sentinel=declared.access_sentinel,
+                     refresh_sentinel=declared.refresh_sentinel,
+                     access_field=declared.access_field, refresh_field=declared.refresh_field,
+                     expires_field=declared.expires_field, login_only=True)
 
 
 def _rule_dict(rule: Rule, superseded: bool) -> dict[str, Any]:
