@@ -1234,7 +1234,8 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         # the token kept (0600) for its later starts (sbx.usecases.keeper).
         from sbx.usecases.keeper import start_kept_proxy
 
-        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token)
+        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token,
+                                 secrets=plan.egress.provided)
     else:
         proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
                             secrets=plan.egress.provided)

@@ -243,7 +243,7 @@ def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
             env=_proxy_environment(), start_new_session=True)
     assert process.stdout is not None and process.stdin is not None  # noqa: S101 - PIPE above
     try:
-        process.stdin.write(_owner_line(client_token, secrets))
+        process.stdin.write(owner_line(client_token, secrets))
         process.stdin.flush()
     except OSError:
         pass  # it died already: the ready line below never comes, and that is reported
@@ -269,7 +269,7 @@ def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
                         run_dir / "proxy.phase", stderr_path, client_token=client_token)
 
 
-def _owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
+def owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
     """The owner pipe's first line: the token, then the encoded secrets when there are any."""
     line = client_token or ""
     if secrets:
@@ -322,5 +322,5 @@ def credential_env(specs: Sequence[object]) -> dict[str, str]:
 
 
 __all__ = ["CA_BUNDLE", "CA_FILE", "SYSTEM_BUNDLES", "EgressPlan", "ProxyProcess",
-           "credential_env", "launch_proxy", "plan_egress", "proxy_env", "start_proxy",
-           "trust_bundle", "write_proxy_config"]
+           "credential_env", "launch_proxy", "owner_line", "plan_egress", "proxy_env",
+           "start_proxy", "trust_bundle", "write_proxy_config"]
