@@ -1300,13 +1300,24 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
 
 
 def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
-    """sbx's CA, a bundle of the image's CAs plus sbx's, and that bundle in the image's own
-    system location, so clients that ignore SSL_CERT_FILE trust intercepted TLS too."""
+    """sbx's CA (and an upstream proxy's, ``[network] upstream_ca_file``: a TLS-intercepting
+    corporate proxy signs the hosts sbx tunnels), a bundle of the image's CAs plus those, and
+    that bundle in the image's own system location, so clients that ignore SSL_CERT_FILE
+    trust intercepted TLS too."""
     from sbx.domain.egress.ca import CertificateAuthority
-    from sbx.domain.egress.plan import CA_BUNDLE, CA_FILE, SYSTEM_BUNDLES, trust_bundle
+    from sbx.domain.egress.plan import (
+        CA_BUNDLE,
+        CA_FILE,
+        SYSTEM_BUNDLES,
+        trust_bundle,
+        upstream_certificates,
+    )
     from sbx.domain.sandbox.lifecycle import KitFile
 
     ca_pem = CertificateAuthority.load_or_create(ctx.state_home).certificate_pem()
+    upstream = plan.full()[1].network.upstream_ca_file.value
+    if upstream:
+        ca_pem = ca_pem.rstrip(b"\n") + b"\n" + upstream_certificates(Path(upstream))
     system_path, system = next(
         ((p, data) for p in SYSTEM_BUNDLES
          if (data := driver.read_image_file(plan.image.id, p, plan.labels)) is not None),

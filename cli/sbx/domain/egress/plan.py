@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import subprocess
@@ -153,6 +154,39 @@ def trust_bundle(ca_pem: bytes, system_bundle: bytes | None) -> bytes:
     """The image's own CA bundle plus sbx's CA (so both public and intercepted TLS verify)."""
     base = (system_bundle or b"").rstrip(b"\n")
     return (base + b"\n" if base else b"") + ca_pem
+
+
+_PEM_CERTIFICATE: Final = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----")
+
+
+def upstream_certificates(path: Path) -> bytes:
+    """The CA certificates of ``[network] upstream_ca_file``, for the sandbox to trust beside
+    sbx's CA: a TLS-intercepting corporate proxy signs the tunnelled hosts' certificates with
+    them. Certificate blocks only, each parsed (a private key or anything else in the file
+    never reaches the sandbox); ``invalid_config`` when the file has none or cannot be read."""
+    from cryptography import x509
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise _bad_ca_file(path, f"cannot be read ({error.strerror})") from None
+    blocks = _PEM_CERTIFICATE.findall(data)
+    for block in blocks:
+        try:
+            x509.load_pem_x509_certificate(block)
+        except ValueError:
+            raise _bad_ca_file(path, "holds a certificate that does not parse") from None
+    if not blocks:
+        raise _bad_ca_file(path, "holds no PEM certificate")
+    return b"\n".join(blocks) + b"\n"
+
+
+def _bad_ca_file(path: Path, problem: str) -> SbxError:
+    return SbxError(Reason.INVALID_CONFIG, f"[network] upstream_ca_file {path} {problem}",
+                    hint="Point upstream_ca_file at the PEM file of your proxy's CA "
+                         "certificates (e.g. /etc/ssl/corp-ca.pem), or remove the key.",
+                    details={"key": "network.upstream_ca_file", "path": str(path)})
 
 
 @dataclass
@@ -323,4 +357,4 @@ def credential_env(specs: Sequence[object]) -> dict[str, str]:
 
 __all__ = ["CA_BUNDLE", "CA_FILE", "SYSTEM_BUNDLES", "EgressPlan", "ProxyProcess",
            "credential_env", "launch_proxy", "owner_line", "plan_egress", "proxy_env",
-           "start_proxy", "trust_bundle", "write_proxy_config"]
+           "start_proxy", "trust_bundle", "upstream_certificates", "write_proxy_config"]
