@@ -79,6 +79,19 @@ def test_nested_and_other_token_fields_are_withheld_at_any_depth() -> None:
                                            "real-c"])
 
 
+def test_everything_under_a_token_named_key_is_withheld_however_deep() -> None:
+    body = json.dumps({"token": {"value": "real-v", "meta": {"kind": "real-k"}},
+                       "tokens": ["real-1", {"x": "real-2"}], "credentials": {"a": "real-3"},
+                       "raw_key": "sk-ant-api03-real", "note": "plain"}).encode()
+    out = rewrite(body)
+    assert json.loads(out.body) == {
+        "token": {"value": oa.WITHHELD, "meta": {"kind": oa.WITHHELD}},
+        "tokens": [oa.WITHHELD, {"x": oa.WITHHELD}], "credentials": {"a": oa.WITHHELD},
+        "raw_key": oa.WITHHELD, "note": "plain"}
+    assert sorted(out.withheld) == sorted(["real-v", "real-k", "real-1", "real-2", "real-3",
+                                           "sk-ant-api03-real"])
+
+
 def test_escaped_keys_and_values_are_read_as_json_reads_them() -> None:
     out = rewrite(b'{"access_\\u0074oken": "real\\u002da"}')
     assert json.loads(out.body) == {"access_token": ACCESS}
@@ -169,7 +182,8 @@ def test_a_refresh_answer_without_a_refresh_token_keeps_the_previous_one() -> No
 @pytest.mark.parametrize(("key", "hit"), [
     ("access_token", True), ("accessToken", True), ("ID-Token", True), ("token", True),
     ("oauth_token", True), ("client_secret", True), ("password", True), ("api_key", True),
+    ("tokens", True), ("client_credentials", True), ("session", True), ("raw_key", True),
     ("token_type", False), ("expires_in", False), ("refresh_token_expires_in", False),
-    ("scope", False), ("error", False), ("", False)])
+    ("scope", False), ("error", False), ("account", False), ("", False)])
 def test_token_keys(key: str, hit: bool) -> None:
     assert oa.token_key(key) is hit

@@ -42,7 +42,10 @@ DROPPED_HEADERS: Final = frozenset({b"set-cookie", b"set-cookie2"})
 DROPPED_WORDS: Final = (b"token", b"secret", b"session", b"credential", b"authorization",
                         b"cookie")
 REDIRECT_HEADERS: Final = frozenset({b"location", b"content-location", b"refresh", b"link"})
-_SECRET_NAMES: Final = frozenset({"secret", "password", "apikey", "privatekey"})
+_SECRET_NAMES: Final = frozenset({"password", "passwd", "apikey", "apikeys", "privatekey",
+                                  "bearer", "jwt", "assertion", "session", "sessionid",
+                                  "sessionkey", "cookie", "rawkey"})
+_SECRET_ENDINGS: Final = ("token", "tokens", "secret", "secrets", "credential", "credentials")
 _FORM_KEY: Final = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,128}")
 
 
@@ -56,16 +59,17 @@ def _squash(key: str) -> str:
 
 
 def token_key(key: str, oauth: OAuthSpec | None = None) -> bool:
-    """Whether a field named ``key`` holds a credential: ``*token`` in any spelling
-    (``access_token``, ``accessToken``, ``id-token``, ``token``), ``*secret``, a password or an
-    API key, or the kit's own access and refresh field names."""
+    """Whether a field named ``key`` holds a credential: ``*token(s)`` in any spelling
+    (``access_token``, ``accessToken``, ``id-token``, ``token``), ``*secret(s)``,
+    ``*credential(s)``, a password, an API key, a session, or the kit's own access and refresh
+    field names."""
     squashed = _squash(key)
     if not squashed:
         return False
     if oauth is not None and squashed in (_squash(oauth.access_field),
                                           _squash(oauth.refresh_field)):
         return True
-    return squashed.endswith(("token", "secret")) or squashed in _SECRET_NAMES
+    return squashed.endswith(_SECRET_ENDINGS) or squashed in _SECRET_NAMES
 
 
 @dataclass
@@ -173,12 +177,21 @@ def _form(text: str) -> list[tuple[str, str]] | None:
     return pairs
 
 
-def _walk(value: Any, oauth: OAuthSpec, withheld: list[str]) -> Any:
+def _walk(value: Any, oauth: OAuthSpec, withheld: list[str], *, under: str | None = None,
+          ) -> Any:
+    """``value`` with every string under a token-named key replaced (``under``: the nearest
+    token-named key above, whose whole value is withheld, however deep)."""
     if isinstance(value, dict):
-        return {k: (_replace(k, v, oauth, withheld) if isinstance(v, str)
-                    else _walk(v, oauth, withheld)) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            named = key if token_key(key, oauth) else under  # the nearest name decides
+            out[key] = (_replace(named or key, item, oauth, withheld) if isinstance(item, str)
+                        else _walk(item, oauth, withheld, under=named))
+        return out
     if isinstance(value, list):
-        return [_walk(item, oauth, withheld) for item in value]
+        return [_replace(under, item, oauth, withheld) if isinstance(item, str)
+                and under is not None else _walk(item, oauth, withheld, under=under)
+                for item in value]
     return value
 
 
