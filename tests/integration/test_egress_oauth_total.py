@@ -304,3 +304,12 @@ def test_a_credential_bound_by_its_api_key_still_has_its_token_endpoint_rewritte
         assert api.status == 200
         [seen] = internet.origin.requests()
         assert seen.header("authorization") == "token ghp_the-users-api-key-0123456789"
+
+
+def test_a_content_encoded_token_request_is_refused_before_the_provider_sees_it(
+        proxy: ProxyProcess, provider: OAuthServer) -> None:
+    raw = _request("POST", TOKEN_PATH, gzip.compress(REFRESH_BODY),
+                   headers=[*FORM, ("Content-Encoding", "gzip")])
+    [response] = _exchange(proxy, [raw])
+    assert response.status == 400 and "content-encoded" in response.text
+    assert provider.requests == []

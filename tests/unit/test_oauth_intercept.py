@@ -171,6 +171,12 @@ def test_login_grants_go_as_they_are() -> None:
      "grant_type=authorization_code"),
     (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode(), None,
      "client_id=a&client_id=b"),
+    # two spellings of one field an origin may read as one
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode()
+     + b"&refresh_token%5B%5D=attackers", None, None),
+    (b'{"grant_type": "refresh_token", "refresh_token": "' + REFRESH.encode()
+     + b'", "refreshToken": "attackers"}', "application/json", None),
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode(), None, "Refresh-Token=x"),
     # a refresh token in the URL, a variant spelling of the grant, a grant mixed with another
     (b"grant_type=refresh_token", None, "refresh_token=someone-elses"),
     (b"grant_type=Refresh_Token&refresh_token=someone-elses", None, None),

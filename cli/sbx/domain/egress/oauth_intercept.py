@@ -36,6 +36,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -238,10 +239,13 @@ def parse_token_request(body: bytes, content_type: str | None,
     else:
         request = TokenRequest("form", _form_fields(text, "body"))
     from_query = _form_fields(query or "", "query")
-    if any(k == REFRESH_GRANT for k, _ in from_query):
+    if any(re.sub(r"[^a-z0-9]", "", k.lower()) == "refreshtoken" for k, _ in from_query):
         raise UnreadableTokenRequest("the token request carries a refresh token in its URL")
     names = [k for k, _ in (*request.fields, *from_query)]
-    if len(set(names)) != len(names):
+    # Twice, or in two spellings origins may read as one (refresh_token, refreshToken,
+    # Refresh-Token, refresh_token[]): sbx could swap one while the origin reads the other.
+    squashed = [re.sub(r"[^a-z0-9]", "", k.lower()) for k in names]
+    if len(set(squashed)) != len(squashed):
         raise UnreadableTokenRequest("the token request names a field twice")
     merged = TokenRequest(request.kind, request.fields, from_query)
     grant = merged.grant

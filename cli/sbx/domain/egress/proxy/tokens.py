@@ -54,14 +54,7 @@ class TokenExchange:
             await client.write(conn.send(h11.InformationalResponse(status_code=100,
                                                                    headers=[])) or b"")
         body = await self._request_body(conn, client, site, method, path)
-        try:
-            parsed = oauth_intercept.parse_token_request(
-                body, oauth_intercept.header_value(request.headers, b"content-type"), query)
-        except oauth_intercept.UnreadableTokenRequest as error:
-            raise failure(400, EgressCode.TOKEN_REQUEST_UNREADABLE, f"the request to the OAuth "
-                          f"token endpoint of {service} cannot be read ({error}); sbx must see "
-                          "its grant", host=site.host, port=site.port, method=method,
-                          path=path) from None
+        parsed = self._parse(request, body, query, service, site, method, path)
         target = path + (("?" + query) if query is not None else "")
         refresh = parsed.grant == oauth_intercept.REFRESH_GRANT
         try:
@@ -110,6 +103,22 @@ class TokenExchange:
         await client.write(conn.send(h11.EndOfMessage()) or b"")
         await flush(client)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    @staticmethod
+    def _parse(request: h11.Request, body: bytes, query: str | None, service: str, site: Site,
+               method: str, path: str) -> oauth_intercept.TokenRequest:
+        """The grant sbx and the origin will both read, or a 400 (never forwarded unread)."""
+        try:
+            coding = oauth_intercept.header_value(request.headers, b"content-encoding")
+            if coding is not None and coding.strip().lower() not in ("", "identity"):
+                raise oauth_intercept.UnreadableTokenRequest("its body is content-encoded")
+            return oauth_intercept.parse_token_request(
+                body, oauth_intercept.header_value(request.headers, b"content-type"), query)
+        except oauth_intercept.UnreadableTokenRequest as error:
+            raise failure(400, EgressCode.TOKEN_REQUEST_UNREADABLE, f"the request to the OAuth "
+                          f"token endpoint of {service} cannot be read ({error}); sbx must see "
+                          "its grant", host=site.host, port=site.port, method=method,
+                          path=path) from None
 
     def _keep(self, service: str, tokens: Any, *, user: bool, site: Site, method: str,
               path: str) -> None:
