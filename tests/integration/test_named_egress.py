@@ -134,7 +134,8 @@ def _hold_port(address: str, port: int) -> subprocess.Popen[bytes]:
     """A listener of the non-root user sbx-tester on address:port that reports every
     connection it accepts (bounded: it exits after 300 s)."""
     script = ("import socket, sys, time\n"
-              "s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8)\n"
+              "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+              "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8)\n"
               "s.settimeout(0.5); print('listening', flush=True); end = time.time() + 300\n"
               "while time.time() < end:\n"
               "    try:\n        c, _ = s.accept()\n    except TimeoutError:\n        continue\n"
@@ -147,6 +148,26 @@ def _hold_port(address: str, port: int) -> subprocess.Popen[bytes]:
     assert holder.stdout.readline() == b"listening\n", holder.stderr.read() if \
         holder.stderr else b""
     return holder
+
+
+def _until_no_proxy(state_home: Path, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"sbx.domain.egress.proxy" in cmdline and str(state_home).encode() in cmdline:
+                    alive.append(entry.name)
+        if not alive:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the stopped sandbox's proxy never exited")
 
 
 def _nat_rules(run_id: str) -> list[str]:
@@ -164,6 +185,7 @@ def test_a_recorded_proxy_port_another_user_took_does_not_stop_the_start(
     SecretStore(state_home, keyring=None).set("github", SECRET)
     assert _start_and_call(env, name, egress_kit, internet, create=True) == f"token {SECRET}"
     assert sbx(env, "stop", name).returncode == 0
+    _until_no_proxy(state_home)  # the keeper stops its proxy just after `sbx stop` returns
     run_dir = _run_dir(state_home)
     port = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))["listen_port"]
     [network] = [o for o in owned(engine, state_home)
