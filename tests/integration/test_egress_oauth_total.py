@@ -313,3 +313,25 @@ def test_a_content_encoded_token_request_is_refused_before_the_provider_sees_it(
     [response] = _exchange(proxy, [raw])
     assert response.status == 400 and "content-encoded" in response.text
     assert provider.requests == []
+
+
+def test_pipelined_requests_behind_a_token_request_are_each_intercepted(
+        proxy: ProxyProcess, provider: OAuthServer) -> None:
+    """Two requests in one write, the second a login behind the refresh: both rewritten."""
+    login = urlencode({"grant_type": "authorization_code", "code": provider.code}).encode()
+    client = proxy.client()
+    sock, answer = client.connect(TOKEN_HOST)
+    assert sock is not None, answer
+    with client.tls(sock, TOKEN_HOST) as tls:
+        tls.sendall(_request("POST", TOKEN_PATH, REFRESH_BODY)
+                    + _request("POST", TOKEN_PATH.upper(), login))
+        with tls.makefile("rb") as rfile:
+            responses = [read_response(rfile), read_response(rfile)]
+    for response in responses:
+        assert response.status == 200, response.text
+        _no_real_token(response)
+        assert dict(parse_qsl(response.text))["access_token"] == ACCESS_SENTINEL
+    assert provider.state.generation == 2
+    kept = OAuthStore.at(Path(proxy.config.login_dir)).get(SERVICE)
+    assert kept is not None and kept.access_token == provider.state.access_token
+    assert _store(proxy).access_token != provider.state.access_token  # the login is not yours
