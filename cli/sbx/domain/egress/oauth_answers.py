@@ -17,7 +17,8 @@ as it came (:func:`rewrite_token_answer`):
   or authorization are dropped; a ``Location`` (or ``Content-Location``, ``Refresh``, ``Link``)
   whose query or fragment carries a token-named parameter refuses the answer.
 - **What is stored**: only a 2xx answer's top-level tokens (the kit's access and refresh
-  fields), for the caller to keep on the host (:attr:`RewrittenAnswer.tokens`).
+  fields), for the caller to keep on the host (:attr:`RewrittenAnswer.tokens`); a 2xx answer
+  whose access token cannot be stored (no header could carry it) is refused too.
 
 Every replaced value is returned too (:attr:`RewrittenAnswer.withheld`), so the caller masks
 it wherever else the answer repeats it.
@@ -25,7 +26,6 @@ it wherever else the answer repeats it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -110,9 +110,13 @@ def rewrite_token_answer(status: int, headers: Sequence[tuple[bytes, bytes]], bo
             and isinstance(data.get(oauth.access_field), str):
         from sbx.domain.credentials.oauth import tokens_from_response
 
-        with contextlib.suppress(ValueError, SbxError):  # a token no header could carry: not
-            tokens = tokens_from_response(  # stored, and still never shown (fail closed)
-                data, config=oauth.config(), previous=previous, now=now)
+        try:
+            tokens = tokens_from_response(data, config=oauth.config(), previous=previous,
+                                          now=now)
+        except (ValueError, SbxError):
+            # A token no header could carry: the sandbox must not think it logged in (its
+            # sentinel would go out as someone else's token).
+            raise UnrewritableAnswer("its access token cannot be stored") from None
     return RewrittenAnswer(new_body, out_headers, tokens, withheld)
 
 
