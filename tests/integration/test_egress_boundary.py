@@ -244,20 +244,27 @@ def _rules_of_the_run(state_home: Path) -> list[str]:
 
 def test_curl_and_python_in_the_sandbox_use_the_proxy_credentials(
         kit: Path, workspace: Path, env: dict[str, str], internet: Internet, sbx_cli: Any,
-        ) -> None:
+        tmp_path: Path) -> None:
+    # The corporate CA file as some are handed out: the CA and, carelessly, a private key.
+    careless = tmp_path / "corp-ca.pem"
+    careless.write_bytes(internet.pki.ca_file.read_bytes() + internet.pki.key_file.read_bytes())
+    config = Path(env["SBX_CONFIG"])
+    config.write_text(config.read_text().replace(str(internet.pki.ca_file), str(careless)))
     script = r'''
 echo "$HTTPS_PROXY" > "$SBX_WORKSPACE/proxy-url"
 echo "curl_https=$(curl -sS -m 10 -o /dev/null -w '%{http_code}' https://api.github.com/v1/curl)"
-echo "curl_tunnel=$(curl -sS -m 10 -k -o /dev/null -w '%{http_code}' https://example.org/curl)"
+echo "curl_tunnel=$(curl -sS -m 10 -o /dev/null -w '%{http_code}' https://example.org/curl)"
+echo "node_ca=$(grep -c 'BEGIN CERTIFICATE' "$NODE_EXTRA_CA_CERTS")"
+echo "leaked_key=$(cat /etc/sbx/*.pem /etc/ssl/certs/ca-certificates.crt | grep -c PRIVATE)"
 echo "curl_http=$(curl -sS -m 10 -o /dev/null -w '%{http_code}' http://github.com/curl)"
 python3 - <<'EOF'
-import ssl, urllib.request
-# the tunnelled host shows the test origin's own certificate, which the sandbox does not trust
-untrusting = ssl._create_unverified_context()
-for name, url, context in (("urllib_https", "https://api.github.com/v1/urllib", None),
-                           ("urllib_tunnel", "https://example.org/urllib", untrusting),
-                           ("urllib_http", "http://github.com/urllib", None)):
-    with urllib.request.urlopen(url, timeout=10, context=context) as answer:
+import urllib.request
+# the tunnelled host shows a certificate of the TLS-intercepting upstream proxy's CA
+# (upstream_ca_file), which sbx made the sandbox trust beside its own
+for name, url in (("urllib_https", "https://api.github.com/v1/urllib"),
+                  ("urllib_tunnel", "https://example.org/urllib"),
+                  ("urllib_http", "http://github.com/urllib")):
+    with urllib.request.urlopen(url, timeout=10) as answer:
         print(f"{name}={answer.status}")
 EOF
 '''
@@ -269,6 +276,7 @@ EOF
                                     "urllib_tunnel", "urllib_http")} == dict.fromkeys(
         ("curl_https", "curl_tunnel", "curl_http", "urllib_https", "urllib_tunnel",
          "urllib_http"), "200"), data
+    assert got.get("node_ca") == "2" and got.get("leaked_key") == "0", data  # sbx's + upstream's
     match = PROXY_URL.match((workspace / "proxy-url").read_text().strip())
     assert match and match["token"] != SECRET
     assert match["token"] not in result.stdout + result.stderr

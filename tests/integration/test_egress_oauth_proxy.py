@@ -4,9 +4,10 @@ stand-in of tests/support/agent_api.py as the provider. No Docker; traffic stays
 
 What is proven: the token endpoint is answered with sentinels while the real refresh token
 goes upstream and the rotated real tokens land in the host store (0600); a login inside the
-sandbox (authorization code) is stored and masked the same way; the access sentinel becomes
-the real access token on the resource host and the real token never comes back; a credential
-sbx did not issue is refused with a 403 and the stand-in sees nothing; nothing is logged.
+sandbox (authorization code) is masked the same way and kept for that sandbox only; the
+access sentinel becomes the real access token on the resource host and the real token never
+comes back; a credential sbx did not issue is refused with a 403 and the stand-in sees
+nothing; nothing is logged.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def proxy(tmp_path: Path, internet: Internet) -> Iterator[ProxyProcess]:
     config = ProxyConfig(
         run_id=f"run-{tmp_path.name}", state_home=home, audit_log=home / "audit.jsonl",
         network=_network(), credentials=(CREDENTIAL,), upstream_proxy=internet.upstream.url,
-        upstream_ca_file=internet.pki.ca_file, phase_file=tmp_path / "phase")
+        upstream_ca_file=internet.pki.ca_file, phase_file=tmp_path / "phase",
+        login_dir=tmp_path / "run" / "oauth")
     with ProxyProcess(config, tmp_path / "proxy.json") as process:
         yield process
 
@@ -125,15 +127,36 @@ def test_refresh_with_the_sentinel_is_answered_with_sentinels(
                                provider.state.refresh_token])
 
 
-def test_login_inside_the_sandbox_is_stored_and_replaced_by_sentinels(
-        proxy: ProxyProcess, provider: OAuthServer) -> None:
+def test_login_inside_the_sandbox_is_kept_for_the_sandbox_and_replaced_by_sentinels(
+        proxy: ProxyProcess, provider: OAuthServer, internet: Internet) -> None:
     answer = _token_request(proxy, {"grant_type": "authorization_code",
                                     "code": provider.code, "redirect_uri": "http://x/cb"})
     assert (answer["access_token"], answer["refresh_token"]) == (ACCESS_SENTINEL,
                                                                  REFRESH_SENTINEL)
     assert OAuthServer.form(provider.requests[0])["code"] == provider.code
+    login = provider.state.access_token
+    # the user's own login is untouched; the sandbox's is kept in its own directory (0600)
     stored = _store(proxy).get(SERVICE)
-    assert stored is not None and stored.access_token == provider.state.access_token
+    assert stored is not None and stored.access_token == REAL_ACCESS
+    kept = OAuthStore.at(Path(proxy.config.login_dir)).get(SERVICE)
+    assert kept is not None and kept.access_token == login
+    assert stat.S_IMODE(OAuthStore.at(Path(proxy.config.login_dir)).path(SERVICE)
+                        .stat().st_mode) == 0o600
+    # and it is what this sandbox uses from now on: on the resource host, and to refresh
+    internet.origin.clear()
+    [used] = proxy.client().https("api.anthropic.com", [("GET", "/v1/models")],
+                                  headers=[("Authorization", f"Bearer {ACCESS_SENTINEL}")])
+    assert used.status == 200
+    assert internet.origin.requests()[0].header("authorization") == f"Bearer {login}"
+    refreshed = _token_request(proxy, {"grant_type": "refresh_token",
+                                       "refresh_token": REFRESH_SENTINEL})
+    assert refreshed["access_token"] == ACCESS_SENTINEL
+    assert OAuthServer.form(provider.requests[-1])["refresh_token"] != REAL_REFRESH
+    kept = OAuthStore.at(Path(proxy.config.login_dir)).get(SERVICE)
+    assert kept is not None and kept.access_token == provider.state.access_token
+    stored = _store(proxy).get(SERVICE)
+    assert stored is not None and (stored.access_token, stored.refresh_token) == (
+        REAL_ACCESS, REAL_REFRESH)
 
 
 def test_refresh_with_a_token_sbx_did_not_issue_is_refused(

@@ -194,3 +194,103 @@ def test_explain_shows_the_oauth_binding(oauth_kit: Path, sbx_cli: Any,
     after = sbx_cli(["explain", str(oauth_kit)], env=oauth_env)
     assert "anthropic (runtime): bound (oauth)" in after.stdout
     assert INITIAL_ACCESS not in after.stdout + after.stderr
+
+
+# -- a provider answering form-encoded (GitHub's default), attacked from inside -------------
+
+GH_TOKEN_HOST = "github.com"  # noqa: S105 - a host name
+GH_TOKEN_PATH = "/login/oauth/access_token"  # noqa: S105 - a path
+GH_ACCESS = "gho_sbx-access-sentinel"
+GH_REFRESH = "ghr_sbx-refresh-sentinel"
+GH_POLICY = f"""
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.github.com, {GH_TOKEN_HOST}]
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: github
+      phase: runtime
+      oauth:
+        tokenEndpoint: {{host: {GH_TOKEN_HOST}, path: {GH_TOKEN_PATH}}}
+        resourceHosts: [api.github.com]
+        sentinels: {{accessToken: {GH_ACCESS}, refreshToken: {GH_REFRESH}}}
+"""
+# Refresh through every spelling of the token path a lenient origin routes to it, one path
+# sbx cannot normalise, a GET with the grant in the query, then a login of the sandbox's own;
+# call the API with the sentinel; look for a real token anywhere in the sandbox.
+GH_SCRIPT = r"""
+set -u
+real='-e real-access-token- -e real-refresh-token-'
+n=0
+for path in /login/oauth/access_token /LOGIN/OAUTH/ACCESS_TOKEN '/login/oauth/access_token;x' \
+            /login/oauth/access_token.json /login/oauth/access_token/ \
+            //login/oauth/./access_token; do
+  n=$((n+1))
+  code=$(curl -sS -m 30 -X POST -d "grant_type=refresh_token&refresh_token=GH_REFRESH" \
+    -o /tmp/t$n -w '%{http_code}' "https://github.com$path")
+  echo "refresh$n=$code $(grep -c $real /tmp/t$n) $(grep -c GH_ACCESS /tmp/t$n)"
+done
+echo "ambiguous=$(curl -sS -m 30 -X POST -d 'grant_type=refresh_token&refresh_token=GH_REFRESH' \
+  -o /tmp/amb -w '%{http_code}' https://github.com/login/oauth%2faccess_token) \
+  $(grep -c token_endpoint_ambiguous /tmp/amb)"
+q='grant_type=authorization_code&code=CODE'
+echo "get=$(curl -sS -m 30 -o /tmp/get -w '%{http_code}' \
+  "https://github.com/login/oauth/access_token?$q") $(grep -c $real /tmp/get) \
+  $(grep -c GH_ACCESS /tmp/get)"
+echo "login=$(curl -sS -m 30 -X POST -d 'grant_type=authorization_code&code=CODE' \
+  -o /tmp/login -w '%{http_code}' https://github.com/login/oauth/access_token) \
+  $(grep -c $real /tmp/login) $(grep -c GH_ACCESS /tmp/login)"
+echo "api=$(curl -sS -m 30 -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer GH_ACCESS' \
+  https://api.github.com/user)"
+echo "environ_hits=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c $real)"
+echo "file_hits=$(grep -rls $real / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | wc -l)"
+"""
+
+
+@pytest.fixture
+def github_provider(internet: Internet) -> Iterator[OAuthServer]:
+    server = OAuthServer(GH_TOKEN_HOST, GH_TOKEN_PATH,
+                         TokenState(INITIAL_ACCESS, INITIAL_REFRESH), answer_as="form",
+                         lenient=True)
+    server.install(internet.origin)
+    yield server
+    internet.origin.unroute(GH_TOKEN_HOST)
+
+
+def test_a_form_encoded_provider_attacked_from_a_sandbox_never_hands_it_a_real_token(
+        kit_factory: Callable[..., Path], sbx_cli: Any, oauth_env: dict[str, str],
+        github_provider: OAuthServer, internet: Internet, state_home: Path) -> None:
+    kit = kit_factory("ghoauth", f"FROM {BOOKWORM}\nUSER agent\nWORKDIR /home/agent/work\n",
+                      GH_POLICY)
+    OAuthStore(state_home).set("github", Tokens(INITIAL_ACCESS, INITIAL_REFRESH))
+    script = (GH_SCRIPT.replace("GH_REFRESH", GH_REFRESH).replace("GH_ACCESS", GH_ACCESS)
+              .replace("CODE", github_provider.code))
+    result = sbx_cli(["run", "--json", str(kit), "--timeout", "180", "--", "bash", "-c",
+                      script], env=oauth_env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", envelope
+    values = _values(envelope["data"]["stdout"])
+    for prefix in REAL_PREFIXES:
+        assert prefix not in result.stdout + result.stderr
+    # every spelling was a refresh sbx swapped and rewrote: 200, no real token, the sentinel
+    assert [values[f"refresh{n}"] for n in range(1, 7)] == ["200 0 1"] * 6, values
+    assert github_provider.state.generation >= 6
+    code, named = values["ambiguous"].split()
+    assert code == "403" and int(named) >= 1
+    assert values["get"].split() == ["200", "0", "1"]
+    assert values["login"].split() == ["200", "0", "1"]
+    # the user's login was refreshed (it is theirs); the sandbox's own login did not replace it
+    refreshes = [OAuthServer.form(s) for s in github_provider.requests
+                 if OAuthServer.form(s).get("grant_type") == "refresh_token"]
+    assert refreshes and all(f["refresh_token"] != GH_REFRESH for f in refreshes)
+    stored = OAuthStore(state_home).get("github")
+    login_access = github_provider.state.access_token
+    assert stored is not None and stored.access_token != login_access
+    assert stored.access_token.startswith("real-access-token-")
+    # the API got the sandbox's own login, for the rest of that run, and nothing real leaked
+    assert values["api"] == "200"
+    [api] = [s for s in internet.origin.requests() if s.header("host") == "api.github.com"]
+    assert api.header("authorization") == f"Bearer {login_access}"
+    assert (values["environ_hits"], values["file_hits"]) == ("0", "0")

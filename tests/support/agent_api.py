@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, urlencode
 
 from tests.support.origin import Origin, Reply, Seen
 
@@ -427,22 +427,41 @@ class TokenState:
 class OAuthServer:
     """An OAuth 2.0 token endpoint at ``host`` + ``path``: the refresh-token grant (the refresh
     token must be the current one; each use rotates both tokens) and the authorization-code
-    grant (``code`` must be :attr:`code`). JSON or form bodies; answers JSON."""
+    grant (``code`` must be :attr:`code`). JSON or form bodies (and query fields).
+
+    It answers JSON, or as :attr:`answer_as` says: ``form`` (``access_token=...&...``, GitHub's
+    answer unless asked for JSON), ``html`` (a page that shows the token). With
+    :attr:`lenient` it also answers at the spellings of its path that lenient servers route to
+    the same handler (any case, ``;`` parameters, a ``.json`` suffix, a trailing ``/``), and
+    for any method. :attr:`extra_headers` are added to every answer."""
 
     host: str
     path: str
     state: TokenState
     code: str = "sbx-test-authorization-code"
     requests: list[Seen] = field(default_factory=list)
+    answer_as: str = "json"
+    lenient: bool = False
+    extra_headers: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, origin: Origin, fallback: StandIn | None = None) -> None:
         def handler(seen: Seen) -> Reply | None:
-            if seen.path.rstrip("/") == self.path.rstrip("/"):
+            if self.routes_here(seen.path):
                 return self(seen)
             return fallback(seen) if fallback is not None else None
 
         origin.route(self.host, handler)
+
+    def routes_here(self, path: str) -> bool:
+        if path.rstrip("/") == self.path.rstrip("/"):
+            return True
+        if not self.lenient:
+            return False
+        segments = [unquote(s).split(";", 1)[0].lower() for s in path.split("/") if s]
+        if segments and segments[-1].endswith(".json"):
+            segments[-1] = segments[-1][:-len(".json")]
+        return segments == [s.lower() for s in self.path.split("/") if s]
 
     def __call__(self, seen: Seen) -> Reply:
         with self._lock:
@@ -455,10 +474,19 @@ class OAuthServer:
                 self._rotate()
             else:
                 return Reply(400, JSON, b'{"error": "invalid_grant"}')
-            return Reply(200, JSON, json.dumps({
-                "token_type": "Bearer", "access_token": self.state.access_token,
-                "refresh_token": self.state.refresh_token,
-                "expires_in": self.state.expires_in, "scope": self.state.scope}).encode())
+            answer = {"token_type": "Bearer", "access_token": self.state.access_token,
+                      "refresh_token": self.state.refresh_token,
+                      "expires_in": self.state.expires_in, "scope": self.state.scope}
+            headers = [(k, v) for k, v in self.extra_headers]
+            if self.answer_as == "form":
+                return Reply(200, [("Content-Type", "application/x-www-form-urlencoded; "
+                                    "charset=utf-8"), *headers],
+                             urlencode({k: str(v) for k, v in answer.items()}).encode())
+            if self.answer_as == "html":
+                return Reply(200, [("Content-Type", "text/html"), *headers],
+                             f"<html><p>Your token: {self.state.access_token}</p>"
+                             f"<p>{self.state.refresh_token}</p></html>".encode())
+            return Reply(200, [*JSON, *headers], json.dumps(answer).encode())
 
     def _rotate(self) -> None:
         self.state.generation += 1
@@ -468,11 +496,14 @@ class OAuthServer:
 
     @staticmethod
     def form(seen: Seen) -> dict[str, str]:
+        query = {k: v[0] for k, v in parse_qs(seen.target.partition("?")[2]).items()}
         kind = (seen.header("content-type") or "").lower()
         if "json" in kind:
             data = _json_body(seen)
-            return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-        return {k: v[0] for k, v in parse_qs(seen.body.decode("utf-8", "replace")).items()}
+            return {**query, **({str(k): str(v) for k, v in data.items()}
+                                if isinstance(data, dict) else {})}
+        return {**query, **{k: v[0] for k, v in
+                            parse_qs(seen.body.decode("utf-8", "replace")).items()}}
 
 
 # -- the npm registry ------------------------------------------------------------------------

@@ -272,11 +272,13 @@ class Seen:
 
 @dataclass(frozen=True)
 class Reply:
-    """What a routed handler answers: status, headers (no Content-Length) and the whole body."""
+    """What a routed handler answers: status, headers (no Content-Length) and the whole body
+    (with ``chunk``, sent chunked in pieces of that many bytes)."""
 
     status: int
     headers: list[tuple[str, str]]
     body: bytes
+    chunk: int = 0
 
 
 Route = Callable[[Seen], "Reply | None"]
@@ -386,6 +388,15 @@ class Origin:
         if reply is not None:
             reply_head = f"HTTP/1.1 {reply.status} Test\r\n" + "".join(
                 f"{name}: {value}\r\n" for name, value in reply.headers)
+            if reply.chunk:
+                stream.sendall((reply_head + "Transfer-Encoding: chunked\r\n\r\n")
+                               .encode("latin-1"))
+                for start in range(0, len(reply.body), reply.chunk):
+                    piece = reply.body[start:start + reply.chunk]
+                    stream.sendall(f"{len(piece):x}\r\n".encode("ascii") + piece + b"\r\n")
+                    time.sleep(0.001)  # separate segments, so the proxy reads them apart
+                stream.sendall(b"0\r\n\r\n")
+                return True
             reply_head += f"Content-Length: {len(reply.body)}\r\n\r\n"
             stream.sendall(reply_head.encode("latin-1") + (b"" if seen.method == "HEAD"
                                                            else reply.body))

@@ -370,3 +370,32 @@ def _handshake_with(server_context: ssl.SSLContext, trusted: CertificateAuthorit
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_the_upstream_ca_file_gives_the_sandbox_its_certificates_and_nothing_else(
+        tmp_path: Path) -> None:
+    from sbx.domain.egress.plan import upstream_certificates
+
+    one = CertificateAuthority.load_or_create(tmp_path / "a").certificate_pem()
+    two = CertificateAuthority.load_or_create(tmp_path / "b").certificate_pem()
+    from cryptography.hazmat.primitives import serialization
+
+    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    corp = tmp_path / "corp.pem"
+    corp.write_bytes(b"# our proxy\n" + one + key + b"junk\n" + two)
+    got = upstream_certificates(corp)
+    assert got.count(b"BEGIN CERTIFICATE") == 2 and b"PRIVATE" not in got
+    assert got == one.rstrip(b"\n") + b"\n" + two.rstrip(b"\n") + b"\n"
+    for content, problem in ((b"no certificate here\n", "holds no PEM certificate"),
+                             (b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                              "does not parse")):
+        corp.write_bytes(content)
+        with pytest.raises(SbxError) as caught:
+            upstream_certificates(corp)
+        assert caught.value.reason is Reason.INVALID_CONFIG and problem in caught.value.message
+    with pytest.raises(SbxError) as missing:
+        upstream_certificates(tmp_path / "absent.pem")
+    assert missing.value.reason is Reason.INVALID_CONFIG
+    assert "upstream_ca_file" in missing.value.message

@@ -639,6 +639,20 @@ def test_the_accept_rule_names_the_proxy_address_and_the_bridge() -> None:
     assert inserted[0].endswith("-j DROP") and "ESTABLISHED" in inserted[-1]  # reversed
 
 
+def test_a_moved_proxy_port_is_redirected_on_the_bridge_before_the_accept() -> None:
+    guard = BridgeGuard("sbx0123456789ab", "f" * 32, allow_tcp_ports=(41999,),
+                        proxy_address="172.18.0.1", redirect=(41234, 41999))
+    [nat] = guard.nat_rules()
+    assert nat[:2] == ["-i", "sbx0123456789ab"] and f"sbx-run-{'f' * 32}" in nat
+    assert nat[-10:] == ["-d", "172.18.0.1/32", "-p", "tcp", "--dport", "41234", "-j", "DNAT",
+                         "--to-destination", "172.18.0.1:41999"]
+    assert guard.rules()[1][-4:] == ["--dport", "41999", "-j", "ACCEPT"]
+    script = guard.restore_script().splitlines()
+    assert script[:3] == ["*nat", "-I PREROUTING 1 " + " ".join(nat), "COMMIT"]
+    assert script[3] == "*filter" and script[-1] == "COMMIT"
+    assert BridgeGuard("b", "r", proxy_address="172.18.0.1").nat_rules() == []
+
+
 def test_bridge_network_reads_an_interface() -> None:
     assert bridge_network("lo") == "127.0.0.0/8"
     assert bridge_network("no-such-if0") is None

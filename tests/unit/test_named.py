@@ -62,3 +62,53 @@ def test_creation_options_keep_a_digest_of_variables_never_their_values() -> Non
     assert "s3cr3t" not in repr(options) and len(options["env"]) == 64
     assert creation_options(RunRequest(workload="./k")) == {}
     assert set(CREATION_OPTIONS) <= set(RunRequest.__dataclass_fields__)
+
+
+class _Kept:
+    port = 45001
+
+
+def _network_again_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, recorded: int,
+                        euid: int, stopped: list[str]) -> list[str]:
+    """A start's network step with the keeper and the engine stood in: the keeper got port
+    45001; the sandbox's environment names ``recorded``."""
+    import os
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from sbx.seams import firewall
+    from sbx.usecases import keeper, named
+
+    warnings: list[str] = []
+    monkeypatch.setattr(keeper, "restart_kept_proxy", lambda *_a, **_k: _Kept())
+    monkeypatch.setattr(keeper, "recorded_port", lambda _run_dir: recorded)
+    monkeypatch.setattr(keeper, "stop_keeper", lambda _d, run_id: stopped.append(run_id))
+    monkeypatch.setattr(firewall, "iptables_binary", lambda: "/nonexistent/iptables")
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    box = record()
+    box.network = "n" * 64
+    box.request = {"bridge": "br-test0", "proxy": True, "credentials": {}}
+    ctx = SimpleNamespace(state_home=tmp_path, env={},
+                          driver=SimpleNamespace(network_gateway=lambda _n: "172.30.0.1"))
+    named._network_again(cast(Any, ctx), box, warnings.append)
+    return warnings
+
+
+def test_a_taken_proxy_port_without_the_firewall_refuses_the_start_with_the_way_out(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stopped: list[str] = []
+    with pytest.raises(SbxError) as caught:
+        _network_again_with(monkeypatch, tmp_path, recorded=41000, euid=1000, stopped=stopped)
+    assert stopped == ["a" * 32]  # its keeper (and proxy on the other port) is stopped again
+    error = caught.value
+    assert error.reason is Reason.PROXY_FAILED
+    assert "port 41000 on 172.30.0.1" in error.message and "taken" in error.message
+    assert "sport = :41000" in str(error.hint) and "sbx rm box" in str(error.hint)
+
+
+def test_the_recorded_port_free_again_starts_with_the_usual_warning_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stopped: list[str] = []
+    warnings = _network_again_with(monkeypatch, tmp_path, recorded=45001, euid=1000,
+                                   stopped=stopped)
+    assert stopped == [] and len(warnings) == 1 and "not running as root" in warnings[0]

@@ -9,8 +9,8 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from sbx.domain.credentials.oauth import Tokens
 from sbx.domain.egress import oauth_intercept as oi
+from sbx.domain.egress.plan import credential_env
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
 from sbx.domain.kits.compose import Credential
 
@@ -26,27 +26,52 @@ ROUTES = oi.OAuthRoutes((CRED, CredentialSpec("github", "runtime",
 # -- routing ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("host", "port", "method", "path", "hit"), [
-    ("console.anthropic.com", 443, "POST", "/v1/oauth/token", True),
-    ("console.anthropic.com", 443, "POST", "/v1/oauth/token/", True),
-    ("CONSOLE.anthropic.com", 443, "POST", "/v1/oauth/token", True),
-    ("console.anthropic.com", 443, "GET", "/v1/oauth/token", False),
-    ("console.anthropic.com", 443, "POST", "/v1/oauth/tokens", False),
-    ("console.anthropic.com", 443, "POST", "/v1/oauth", False),
-    ("api.anthropic.com", 443, "POST", "/v1/oauth/token", False),
-    ("evil-console.anthropic.com", 443, "POST", "/v1/oauth/token", False),
+@pytest.mark.parametrize(("host", "port", "path", "hit"), [
+    ("console.anthropic.com", 443, "/v1/oauth/token", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token/", True),
+    ("CONSOLE.anthropic.com", 443, "/v1/oauth/token", True),
+    ("console.anthropic.com.", 443, "/v1/oauth/token", True),
+    ("console.anthropic.com", 8443, "/v1/oauth/token", True),  # a bare host: every port
+    ("console.anthropic.com", 443, "/v1/OAUTH/Token", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token;x", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token%3bx=1", True),
+    ("console.anthropic.com", 443, "/v1/oauth;p/token", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token.json", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token.", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token%2e", True),
+    ("console.anthropic.com", 443, "/v1/oauth/%74oken", True),
+    ("console.anthropic.com", 443, "/v1/oauth/token%20", True),
+    ("console.anthropic.com", 443, "//v1//oauth/./token", True),
+    ("console.anthropic.com", 443, "/x/../v1/oauth/token", True),
+    ("console.anthropic.com", 443, "/v1/oauth/x/..;/token", True),
+    ("console.anthropic.com", 443, "/v1/oauth/tokens", False),
+    ("console.anthropic.com", 443, "/v1/oauth", False),
+    ("console.anthropic.com", 443, "/v1/oauth/token/more", False),
+    ("api.anthropic.com", 443, "/v1/oauth/token", False),
+    ("evil-console.anthropic.com", 443, "/v1/oauth/token", False),
 ])
-def test_token_endpoint_matching(host: str, port: int, method: str, path: str,
-                                 hit: bool) -> None:
-    found = ROUTES.token_endpoint("runtime", host, port, method, path)
+def test_token_endpoint_matching(host: str, port: int, path: str, hit: bool) -> None:
+    found = ROUTES.token_endpoint("runtime", host, port, path)
     assert (found is CRED) is hit
+
+
+@pytest.mark.parametrize("path", ["/v1/oauth%2ftoken", "/v1/oauth%2Ftoken", "/v1/oauth/token%00",
+                                  "/v1/oauth/token%0a", "/v1/oauth\\token", "/v1/oauth/%zz",
+                                  "/../v1/oauth/token", "*"])
+def test_an_unreadable_path_on_the_token_host_is_ambiguous(path: str) -> None:
+    with pytest.raises(oi.AmbiguousEndpoint) as raised:
+        ROUTES.token_endpoint("runtime", "console.anthropic.com", 443, path)
+    assert raised.value.service == "anthropic"
+    # elsewhere the same path is none of OAuth's business
+    assert ROUTES.token_endpoint("runtime", "api.anthropic.com", 443, path) is None
 
 
 def test_token_endpoint_without_a_path_is_any_path_and_phase_scoped() -> None:
     spec = OAuthSpec("auth.openai.com", None, (), "a-sentinel", "r-sentinel")
     routes = oi.OAuthRoutes((CredentialSpec("openai", "install", (), oauth=spec),))
-    assert routes.token_endpoint("install", "auth.openai.com", 443, "POST", "/oauth/token")
-    assert routes.token_endpoint("runtime", "auth.openai.com", 443, "POST", "/x") is None
+    assert routes.token_endpoint("install", "auth.openai.com", 443, "/oauth/token")
+    assert routes.token_endpoint("install", "auth.openai.com", 443, "/x%2fy")
+    assert routes.token_endpoint("runtime", "auth.openai.com", 443, "/x") is None
 
 
 def test_resource_hosts_and_interception() -> None:
@@ -56,6 +81,8 @@ def test_resource_hosts_and_interception() -> None:
     assert ROUTES.intercepts("runtime", "console.anthropic.com", 443)
     assert ROUTES.intercepts("runtime", "api.anthropic.com", 443)
     assert not ROUTES.intercepts("runtime", "api.anthropic.com", 8443)  # port-less: 443 only
+    # the token host on every port: a tunnel to another port would carry its answers unread
+    assert ROUTES.intercepts("runtime", "console.anthropic.com", 8443)
     assert not ROUTES.intercepts("runtime", "example.com", 443)
     assert ROUTES.services_for("runtime", "console.anthropic.com", 443) == ["anthropic"]
     assert ROUTES.services_for("runtime", "example.com", 443) == []
@@ -78,6 +105,21 @@ def test_oauth_spec_from_a_kit_credential_lists_the_inject_headers() -> None:
     assert spec.oauth.headers == ("authorization", "x-api-key")
     assert spec.oauth.hosts == ("api.anthropic.com",)
     assert CredentialSpec.from_dict(json.loads(json.dumps(spec.as_dict()))) == spec
+    # bound by its API key, or not bound at all: the token endpoint is still the proxy's
+    by_key = CredentialSpec.from_credential(credential, mode="apikey")
+    assert by_key.domains and by_key.oauth is not None and by_key.oauth.login_only
+    assert by_key.oauth.hosts == () and by_key.oauth.token_host == "console.anthropic.com"  # noqa: S105
+    assert CredentialSpec.from_dict(json.loads(json.dumps(by_key.as_dict()))) == by_key
+    unbound = CredentialSpec.token_endpoint_only(credential)
+    assert unbound is not None and unbound.domains == () and unbound.env is None
+    routes = oi.OAuthRoutes((unbound,))
+    assert routes.token_endpoint("runtime", "console.anthropic.com", 443, "/v1/oauth/token")
+    assert routes.resource("runtime", "api.anthropic.com", 443) is None
+    assert not routes.intercepts("runtime", "api.anthropic.com", 443)
+    assert credential_env([spec, by_key, unbound]) == {
+        "SBX_CRED_ANTHROPIC_MODE": "apikey", "ANTHROPIC_API_KEY": "sbx-proxy-managed-anthropic"}
+    assert credential_env([spec]) == {"SBX_CRED_ANTHROPIC_MODE": "oauth"}
+    assert credential_env([unbound]) == {}
 
 
 # -- token requests --------------------------------------------------------------------------
@@ -117,58 +159,45 @@ def test_login_grants_go_as_they_are() -> None:
     assert oi.upstream_token_body(parsed, body, SPEC, "anthropic", None) is body
 
 
-@pytest.mark.parametrize(("body", "kind"), [(b"\xff\xfe", None), (b"{not json", "application/json"),
-                                            (b"[1, 2]", "application/json"),
-                                            (b"a=1&&b", "application/x-www-form-urlencoded")])
-def test_unreadable_token_requests(body: bytes, kind: str | None) -> None:
+@pytest.mark.parametrize(("body", "kind", "query"), [
+    (b"\xff\xfe", None, None), (b"{not json", "application/json", None),
+    (b"[1, 2]", "application/json", None),
+    (b"a=1&&b", "application/x-www-form-urlencoded", None),
+    # a field twice: sbx and the origin could read different grants
+    (b"grant_type=authorization_code&grant_type=refresh_token&refresh_token=x", None, None),
+    (b'{"grant_type": "authorization_code", "grant_type": "refresh_token"}',
+     "application/json", None),
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode(), None,
+     "grant_type=authorization_code"),
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode(), None,
+     "client_id=a&client_id=b"),
+    # two spellings of one field an origin may read as one
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode()
+     + b"&refresh_token%5B%5D=attackers", None, None),
+    (b'{"grant_type": "refresh_token", "refresh_token": "' + REFRESH.encode()
+     + b'", "refreshToken": "attackers"}', "application/json", None),
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode(), None, "Refresh-Token=x"),
+    # a refresh token in the URL, a variant spelling of the grant, a grant mixed with another
+    (b"grant_type=refresh_token", None, "refresh_token=someone-elses"),
+    (b"grant_type=Refresh_Token&refresh_token=someone-elses", None, None),
+    (b"grant_type=refresh_token%20&refresh_token=someone-elses", None, None),
+    (b"grant_type=refresh_token&refresh_token=" + REFRESH.encode() + b"&code=stolen", None,
+     None),
+    (b'{"grant_type": "refresh_token", "refresh_token": "' + REFRESH.encode()
+     + b'", "device_code": "d"}', "application/json", None),
+])
+def test_unreadable_token_requests(body: bytes, kind: str | None, query: str | None) -> None:
     with pytest.raises(oi.UnreadableTokenRequest):
-        oi.parse_token_request(body, kind)
+        oi.parse_token_request(body, kind, query)
 
 
-# -- token responses -------------------------------------------------------------------------
-
-
-def test_token_response_is_rewritten_with_sentinels_and_expiry_kept() -> None:
-    previous = Tokens("old-access", "old-refresh", scopes=("user:inference",))
-    body = json.dumps({"token_type": "Bearer", "access_token": "real-a-1",
-                       "refresh_token": "real-r-1", "expires_in": 28800,
-                       "scope": "user:inference user:profile",
-                       "account": {"uuid": "u"}}).encode()
-    out, tokens = oi.rewrite_token_response(body, SPEC, previous=previous, now=1000.0)
-    data = json.loads(out)
-    assert data == {"token_type": "Bearer", "access_token": ACCESS, "refresh_token": REFRESH,
-                    "expires_in": 28800, "scope": "user:inference user:profile",
-                    "account": {"uuid": "u"}}
-    assert (tokens.access_token, tokens.refresh_token, tokens.expires_at) == (
-        "real-a-1", "real-r-1", 29800.0)
-    assert tokens.scopes == ("user:inference", "user:profile")
-
-
-def test_token_response_without_a_refresh_token_keeps_the_stored_one() -> None:
-    out, tokens = oi.rewrite_token_response(b'{"access_token": "real-a-2"}', SPEC,
-                                            previous=Tokens("a", "kept-refresh"))
-    assert json.loads(out) == {"access_token": ACCESS}
-    assert tokens.refresh_token == "kept-refresh"  # noqa: S105 - a test value
-
-
-def test_custom_response_fields() -> None:
-    spec = OAuthSpec("h", None, (), "as", "rs", access_field="accessToken",
-                     refresh_field="refreshToken", expires_field="expiresIn")
-    out, tokens = oi.rewrite_token_response(
-        b'{"accessToken": "real-a", "refreshToken": "real-r", "expiresIn": 60}', spec, now=0.0)
-    assert json.loads(out) == {"accessToken": "as", "refreshToken": "rs", "expiresIn": 60}
-    assert tokens.expires_at == 60.0
-
-
-@pytest.mark.parametrize("body", [b'{"error": "invalid_grant"}', b"not json", b"[1]",
-                                  b'{"access_token": 5}'])
-def test_answers_without_tokens_pass_unchanged(body: bytes) -> None:
-    assert oi.rewrite_token_response(body, SPEC) == (body, None)
-
-
-def test_an_unstorable_token_is_still_never_shown() -> None:
-    out, tokens = oi.rewrite_token_response(b'{"access_token": "has space"}', SPEC)
-    assert tokens is None and json.loads(out) == {"access_token": ACCESS}
+def test_the_query_grant_counts_and_the_body_keeps_its_own_fields() -> None:
+    body = b"refresh_token=" + REFRESH.encode() + b"&client_id=c"
+    parsed = oi.parse_token_request(body, None, "grant_type=refresh_token")
+    assert parsed.grant == "refresh_token"
+    out = oi.upstream_token_body(parsed, body, SPEC, "anthropic", "real-r")
+    assert out is not None and parse_qsl(out.decode()) == [("refresh_token", "real-r"),
+                                                           ("client_id", "c")]
 
 
 # -- resource hosts --------------------------------------------------------------------------

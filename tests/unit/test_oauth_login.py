@@ -141,3 +141,40 @@ def test_login_from_a_token_response_on_stdin(sbx_cli: Any, home: Path,
     assert ACCESS not in result.stdout + result.stderr
     tokens = OAuthStore(home).get("example")
     assert tokens is not None and tokens.access_token == ACCESS
+
+
+def test_a_sandbox_login_is_listed_as_its_own_and_promoted_only_on_request(
+        sbx_cli: Any, home: Path) -> None:
+    from sbx.domain.credentials.oauth import Tokens
+    from sbx.domain.sandbox import runrecord
+    from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+
+    OAuthStore(home).set("github", Tokens("user-own-access-token", "user-own-refresh"))
+    run_id = "a" * 32
+    SandboxStore(home).save(SandboxRecord(name="dev", run_id=run_id, created=0.0,
+                                          workload="./agent", kits=[], workspace=None,
+                                          access="none", request={}))
+    kept = OAuthStore.at(runrecord.login_dir(home, run_id))
+    kept.set("github", Tokens(ACCESS, REFRESH))
+    listed = sbx_cli(["secret", "ls", "--json"]).envelope()["data"]["oauth"]
+    assert [(e["service"], e["sandbox"]) for e in listed] == [("github", None),
+                                                               ("github", "dev")]
+    human = sbx_cli(["secret", "ls"]).stdout
+    assert "oauth github (logged in inside sandbox dev, used by it alone; `sbx secret login " \
+           "github --from-sandbox dev` makes it yours)" in human
+    assert ACCESS not in human
+    # the user's login stays theirs until they ask
+    user = OAuthStore(home).get("github")
+    assert user is not None and user.access_token == "user-own-access-token"  # noqa: S105
+    promoted = sbx_cli(["secret", "login", "github", "--from-sandbox", "dev"])
+    assert promoted.exit_code == 0, promoted.stderr
+    assert ACCESS not in promoted.stdout + promoted.stderr
+    user = OAuthStore(home).get("github")
+    assert user is not None and (user.access_token, user.refresh_token) == (ACCESS, REFRESH)
+    assert kept.get("github") is None  # moved, not copied: one rotating refresh token
+    again = sbx_cli(["secret", "login", "github", "--from-sandbox", "dev"])
+    assert again.exit_code == 2 and "holds no OAuth login of github" in again.stderr
+    nobody = sbx_cli(["secret", "login", "github", "--from-sandbox", "nope"])
+    assert nobody.exit_code == 2 and "no sandbox named nope" in nobody.stderr
+    both = sbx_cli(["secret", "login", "github", "--from-sandbox", "dev", "--from-file", "x"])
+    assert both.exit_code == 2 and "(invalid_argument)" in both.stderr

@@ -208,8 +208,9 @@ def test_the_proxy_takes_provided_secrets_from_its_owner_pipe(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from sbx.domain.egress.proxyconfig import ProxyConfig
 
-    config = SimpleNamespace(credentials=[SimpleNamespace(service="github"),
-                                          SimpleNamespace(service="files")],
+    config = SimpleNamespace(credentials=[SimpleNamespace(service="github", domains=("d",)),
+                                          SimpleNamespace(service="files", domains=("d",)),
+                                          SimpleNamespace(service="oauth-only", domains=())],
                              state_home=tmp_path / "state")
     SecretStore(config.state_home, keyring=None).set("files", "from-the-file-store")
     notes: list[str] = []

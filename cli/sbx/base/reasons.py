@@ -83,6 +83,8 @@ class Reason(enum.StrEnum):
     PROXY_CLIENT_REFUSED = "proxy_client_refused"
     RESPONSE_UNMASKABLE = "response_unmaskable"
     CREDENTIAL_NOT_ISSUED = "credential_not_issued"
+    TOKEN_ANSWER_UNREWRITABLE = "token_answer_unrewritable"  # noqa: S105 - a code
+    TOKEN_ENDPOINT_AMBIGUOUS = "token_endpoint_ambiguous"  # noqa: S105 - a code
 
     @property
     def info(self) -> ReasonInfo:
@@ -139,6 +141,10 @@ class EgressCode(enum.StrEnum):
     TOKEN_REQUEST_TOO_LARGE = "token_request_too_large"  # noqa: S105 - a code, not a secret
     TOKEN_STORE_FAILED = "token_store_failed"  # noqa: S105 - a code, not a secret
     TOKEN_STORE_LOCKED = "token_store_locked"  # noqa: S105 - a code, not a secret
+    # an OAuth token answer sbx cannot rewrite (under token_answer_unrewritable)
+    UNREWRITABLE_TOKEN_ANSWER = "unrewritable_token_answer"  # noqa: S105 - a code
+    # a token-host path sbx cannot normalise (under token_endpoint_ambiguous)
+    AMBIGUOUS_TOKEN_PATH = "ambiguous_token_path"  # noqa: S105 - a code
 
 
 _R = Reason
@@ -444,6 +450,29 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Let the agent use the credential file or variable sbx put in the sandbox (it holds "
         "the sentinel, swapped for the real token at the boundary). To use another account, "
         "log in on the host: `sbx secret login SERVICE` (see `sbx secret login --help`).",
+        _E.DENIED,
+    ),
+    _R.TOKEN_ANSWER_UNREWRITABLE: ReasonInfo(
+        "OAuth token answer could not be rewritten",
+        "The OAuth token endpoint of a credential sbx manages answered with something sbx "
+        "cannot rewrite with certainty: a body that is neither JSON nor a form (HTML, text, a "
+        "bare value), a JSON object or form naming a field twice, or a redirect whose URL "
+        "carries a token. Such an answer may hold real tokens, so the proxy refused it (502) "
+        "instead of forwarding it; the sandbox only ever gets sentinels. If it answered a "
+        "refresh of your login, the provider may have spent the stored refresh token.",
+        "Nothing to change in the sandbox: retry the request. If the provider keeps answering "
+        "this way, log in again on the host (`sbx secret login SERVICE`) and report the "
+        "provider's answer format to the kit's author.",
+        _E.FAILED,
+    ),
+    _R.TOKEN_ENDPOINT_AMBIGUOUS: ReasonInfo(
+        "Request to an OAuth token host with an unreadable path",
+        "A request to the host of an OAuth token endpoint sbx manages had a path sbx cannot "
+        "normalise (an encoded `/` or `\\`, an encoded control character such as %00, a "
+        "malformed escape, a `..` above the root). The origin might read it as the token "
+        "endpoint, whose answers sbx must rewrite, so it was refused (403) and audited.",
+        "Send the request with a plain path (no encoded `/`, no %00). Token requests go to the "
+        "kit's oauth.tokenEndpoint as written.",
         _E.DENIED,
     ),
 }

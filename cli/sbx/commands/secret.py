@@ -75,6 +75,10 @@ def login(
         "--kit", metavar="DIR",
         help="Read the file through this kit's oauth.credentialFile.structure for "
              "SERVICE.")] = None,
+    from_sandbox: Annotated[str | None, typer.Option(
+        "--from-sandbox", metavar="NAME",
+        help="Make the login done inside the named sandbox NAME yours (moved to your store; "
+             "every sandbox uses it from then on).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
     """Store SERVICE's real OAuth tokens on the host, for kits' credential@1 oauth.
@@ -90,11 +94,25 @@ def login(
 
     Example: sbx secret login anthropic --from-file ~/.claude/.credentials.json
 
+    A login made inside a sandbox (the agent's own login flow) is kept for that sandbox alone
+    and never replaces yours; --from-sandbox NAME makes a named sandbox's login yours.
+
     Example: sbx secret login openai --from-file ~/.codex/auth.json
+
+    Example: sbx secret login github --from-sandbox dev
     """
     from sbx.usecases import oauthlogin
 
     app = ctx.obj
+    if from_sandbox is not None:
+        if from_file is not None or kit is not None:
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           "--from-sandbox takes the sandbox's login; it goes without "
+                           "--from-file and --kit",
+                           hint=f"sbx secret login {service} --from-sandbox {from_sandbox}")
+        secret_view.oauth_stored(app.renderer, oauthlogin.promote(app.state_home, service,
+                                                                  from_sandbox))
+        return 0
     structure = None if kit is None else oauthlogin.kit_structure(
         kit, service, cwd=app.cwd, state_home=app.state_home)
     text = oauthlogin.read_login_input(from_file, None if from_file else sys.stdin.buffer)

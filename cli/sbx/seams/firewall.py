@@ -18,6 +18,11 @@ still holds; only the all-or-nothing is lost).
 
 Installing rules needs root and iptables; without them the gap stays open and is reported
 (``sbx doctor`` names it too), never silently ignored.
+
+A named sandbox whose recorded proxy port is taken when it starts again (another local user
+listening there) gets its proxy on a free port, and a ``nat PREROUTING`` rule on its bridge
+sends the recorded port (which its environment names) to it (``redirect``): the other
+listener never sees the sandbox's traffic.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ IPTABLES_TIMEOUT_S: Final = 10
 # gc waits this long for the xtables lock (Docker edits the tables too) before giving up.
 LOCK_WAIT_S: Final = 5
 CHAIN: Final = "INPUT"
+NAT_CHAIN: Final = "PREROUTING"  # the nat table's, where a moved proxy port is redirected
 # Where iptables lives when cron's PATH lacks the sbin directories.
 _SBIN_CANDIDATES: Final = ("/usr/sbin/iptables", "/sbin/iptables")
 _SIOCGIFADDR: Final = 0x8915  # Linux ioctls: an interface's IPv4 address and netmask
@@ -59,7 +65,10 @@ class BridgeGuard:
     run_id: str
     allow_tcp_ports: Sequence[int] = ()  # host ports the sandbox may open (the egress proxy)
     proxy_address: str | None = None  # the proxy's address: the only one those ports open on
+    # (port the sandbox dials, port the proxy listens on): a recorded port that was taken
+    redirect: tuple[int, int] | None = None
     installed: list[list[str]] = field(default_factory=list)
+    installed_nat: list[list[str]] = field(default_factory=list)
 
     @property
     def comment(self) -> str:
@@ -75,10 +84,24 @@ class BridgeGuard:
         rules.append([*base, "-j", "DROP"])
         return rules
 
+    def nat_rules(self) -> list[list[str]]:
+        """The redirect of the port the sandbox dials to the proxy's (none without one)."""
+        if self.redirect is None or self.proxy_address is None:
+            return []
+        dialled, listening = self.redirect
+        return [["-i", self.bridge, "-m", "comment", "--comment", self.comment,
+                 "-d", f"{self.proxy_address}/32", "-p", "tcp", "--dport", str(dialled),
+                 "-j", "DNAT", "--to-destination", f"{self.proxy_address}:{listening}"]]
+
     def restore_script(self) -> str:
         """One ``iptables-restore --noflush`` transaction: every rule inserted at the top in
         reverse order, so the final order is :meth:`rules`' whatever else is inserted."""
-        lines = ["*filter"]
+        lines = []
+        if self.nat_rules():
+            lines.append("*nat")
+            lines += [shlex.join(["-I", NAT_CHAIN, "1", *rule]) for rule in self.nat_rules()]
+            lines.append("COMMIT")
+        lines.append("*filter")
         lines += [shlex.join(["-I", CHAIN, "1", *rule]) for rule in reversed(self.rules())]
         lines.append("COMMIT")
         return "\n".join(lines) + "\n"
@@ -108,7 +131,12 @@ class BridgeGuard:
                 pass  # all or nothing: nothing was applied; try rule by rule below
             else:
                 self.installed.extend(rules)
+                self.installed_nat.extend(self.nat_rules())
                 return None
+        for rule in self.nat_rules():  # before the accept that lets the redirected port in
+            _iptables([iptables, "-w", str(LOCK_WAIT_S), "-t", "nat", "-I", NAT_CHAIN, "1",
+                       *rule])
+            self.installed_nat.append(rule)
         for rule in reversed(rules):  # one by one: still always on top, still in order
             _iptables([iptables, "-w", str(LOCK_WAIT_S), "-I", CHAIN, "1", *rule])
             self.installed.insert(0, rule)
@@ -123,18 +151,38 @@ class BridgeGuard:
     def _ensure(self) -> str | None:
         iptables = iptables_binary()
         if iptables is not None and os.geteuid() == 0:
-            present = []
-            for rule in self.rules():
-                done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), "-C", CHAIN, *rule],
-                                      capture_output=True, timeout=IPTABLES_TIMEOUT_S,
-                                      stdin=subprocess.DEVNULL, check=False)
-                present.append(done.returncode == 0)
-            if all(present):
-                self.installed = self.rules()
+            wanted = [(None, r) for r in self.rules()] + [("nat", r) for r in self.nat_rules()]
+            present = all(_present(iptables, table, rule) for table, rule in wanted)
+            listed = self.listed()
+            if present and len(listed[0]) == len(self.rules()) \
+                    and len(listed[1]) == len(self.nat_rules()):
+                self.installed, self.installed_nat = self.rules(), self.nat_rules()
                 return None
-            self.installed = [r for r, there in zip(self.rules(), present, strict=True) if there]
-            self.remove()
+            # Anything else of this run's (another start's port, half a set): out, then anew.
+            self.installed, self.installed_nat = listed
+            errors = self.remove()
+            if errors:
+                raise subprocess.SubprocessError("; ".join(errors))
         return self._install()
+
+    def listed(self) -> tuple[list[list[str]], list[list[str]]]:
+        """This run's rules now in INPUT and in nat PREROUTING (as ``-S`` prints them), found
+        by their comment; empty without root or iptables."""
+        iptables = iptables_binary()
+        if iptables is None or os.geteuid() != 0:
+            return [], []
+        found: list[list[list[str]]] = []
+        for table, chain in (("filter", CHAIN), ("nat", NAT_CHAIN)):
+            done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), "-t", table, "-S", chain],
+                                  capture_output=True, text=True, timeout=IPTABLES_TIMEOUT_S,
+                                  check=False, stdin=subprocess.DEVNULL)
+            rules = []
+            for line in done.stdout.splitlines():
+                parts = shlex.split(line)
+                if parts[:2] == ["-A", chain] and self.comment in parts:
+                    rules.append(parts[2:])
+            found.append(rules)
+        return found[0], found[1]
 
     def remove(self) -> list[str]:
         iptables = iptables_binary()
@@ -145,7 +193,23 @@ class BridgeGuard:
                 _iptables([iptables, "-w", str(LOCK_WAIT_S), "-D", CHAIN, *rule])
             except subprocess.CalledProcessError as error:
                 errors.append(f"iptables -D INPUT {' '.join(rule)}: {error}")
+        while self.installed_nat and iptables is not None:
+            rule = self.installed_nat.pop()
+            try:
+                _iptables([iptables, "-w", str(LOCK_WAIT_S), "-t", "nat", "-D", NAT_CHAIN,
+                           *rule])
+            except subprocess.CalledProcessError as error:
+                errors.append(f"iptables -t nat -D PREROUTING {' '.join(rule)}: {error}")
         return errors
+
+
+def _present(iptables: str, table: str | None, rule: list[str]) -> bool:
+    where = ["-t", table] if table else []
+    chain = NAT_CHAIN if table == "nat" else CHAIN
+    done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), *where, "-C", chain, *rule],
+                          capture_output=True, timeout=IPTABLES_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL, check=False)
+    return done.returncode == 0
 
 
 @contextlib.contextmanager
@@ -358,6 +422,6 @@ def bridge_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
 
 
-__all__ = ["CHAIN", "COMMENT_PREFIX", "BridgeGuard", "FirewallError", "FirewallUnavailable",
-           "RuleListingInvalid", "SbxRule", "bridge_exists", "bridge_network", "iptables_binary",
-           "list_sbx_rules", "parse_rules", "remove_rule"]
+__all__ = ["CHAIN", "COMMENT_PREFIX", "NAT_CHAIN", "BridgeGuard", "FirewallError",
+           "FirewallUnavailable", "RuleListingInvalid", "SbxRule", "bridge_exists",
+           "bridge_network", "iptables_binary", "list_sbx_rules", "parse_rules", "remove_rule"]

@@ -6,7 +6,12 @@ small detached process instead — the keeper — that:
 
 1. starts the proxy on the run's config (the port recorded at creation, the same per-sandbox
    token, so the container's proxy environment stays right across stop/start) and reports
-   ``SBX-KEEPER-READY <port> <proxy pid>`` on its stdout, then closes it;
+   ``SBX-KEEPER-READY <port> <proxy pid>`` on its stdout, then closes it. The secrets the
+   starting ``sbx`` resolved (keyring, host variable, host command: resolved at every start,
+   as for a one-shot run) come on its stdin after the token, and go on to the proxy's owner
+   pipe: never a file, an argument or the environment. When the recorded port is taken (by
+   another local user, say), the proxy listens on a free one and the ready line says so; the
+   starting ``sbx`` then points the recorded port at it (:mod:`sbx.seams.firewall`);
 2. watches the sandbox's container through the engine (once a second): when it is no longer
    running — stopped, exited, removed — it stops the proxy and exits;
 3. fails closed: if the proxy dies, the keeper exits too and the sandbox has no egress until
@@ -25,10 +30,10 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -39,6 +44,7 @@ POLL_S: Final = 1.0
 FIRST_START_WAIT_S: Final = 900.0  # the create step (install hooks) may take this long
 PID_FILE: Final = "keeper.pid"
 TOKEN_FILE: Final = "proxy.token"  # noqa: S105 - a file name, not a password
+MOVED_CONFIG: Final = "proxy.moved.json"  # the proxy's config on a free port (recorded taken)
 
 
 @dataclass(frozen=True)
@@ -87,25 +93,37 @@ class KeptProxy:
         stop_keeper(self.run_dir, self.run_id)
 
 
-def start_kept_proxy(config_json: str, run_dir: Path, run_id: str, token: str) -> KeptProxy:
+def start_kept_proxy(config_json: str, run_dir: Path, run_id: str, token: str,
+                     secrets: Mapping[str, str] | None = None) -> KeptProxy:
     """Write the proxy's config and the sandbox's proxy token (0600, for its later starts) and
-    start a keeper for them."""
+    start a keeper for them, handing it ``secrets`` (service → value) over its pipe."""
     from sbx.domain.egress.plan import write_proxy_config
 
     write_proxy_config(config_json, run_dir)
     fd = os.open(run_dir / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as handle:
         handle.write(token)
-    kept = KeptProxy(start_keeper(run_dir, run_id, token), run_dir, run_id)
+    kept = KeptProxy(start_keeper(run_dir, run_id, token, secrets), run_dir, run_id)
     _persist_for_restart(run_dir, kept.port)
     return kept
 
 
-def restart_kept_proxy(run_dir: Path, run_id: str) -> KeptProxy:
-    """The keeper for a later start of a named sandbox: the recorded port and token, in the
-    runtime phase (install hooks ran at creation)."""
+def restart_kept_proxy(run_dir: Path, run_id: str,
+                       secrets: Mapping[str, str] | None = None) -> KeptProxy:
+    """The keeper for a later start of a named sandbox: the recorded port (or a free one when
+    it is taken: :func:`recorded_port` says which the sandbox uses) and token, in the runtime
+    phase (install hooks ran at creation), with the secrets resolved for this start."""
     token = (run_dir / TOKEN_FILE).read_text(encoding="ascii").strip()
-    return KeptProxy(start_keeper(run_dir, run_id, token), run_dir, run_id)
+    return KeptProxy(start_keeper(run_dir, run_id, token, secrets), run_dir, run_id)
+
+
+def recorded_port(run_dir: Path) -> int | None:
+    """The proxy port the sandbox's environment names (recorded at creation)."""
+    try:
+        port = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))["listen_port"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return port if isinstance(port, int) and 0 < port < 65536 else None
 
 
 def _persist_for_restart(run_dir: Path, port: int) -> None:
@@ -131,9 +149,13 @@ def keeper_argv(run_dir: Path, run_id: str) -> list[str]:
     return [sys.executable, "-m", "sbx.usecases.keeper", str(run_dir), run_id]
 
 
-def start_keeper(run_dir: Path, run_id: str, token: str) -> KeeperHandle:
+def start_keeper(run_dir: Path, run_id: str, token: str,
+                 secrets: Mapping[str, str] | None = None) -> KeeperHandle:
     """Start a detached keeper for ``run_dir`` (its ``proxy.json`` written before) and wait
-    for its ready line (bounded)."""
+    for its ready line (bounded). Its stdin gets the proxy's owner line: the token, then the
+    encoded secrets."""
+    from sbx.domain.egress.plan import owner_line
+
     log = run_dir / "keeper.log"
     with log.open("ab") as stderr:
         process = subprocess.Popen(keeper_argv(run_dir, run_id), stdin=subprocess.PIPE,
@@ -141,7 +163,7 @@ def start_keeper(run_dir: Path, run_id: str, token: str) -> KeeperHandle:
                                    start_new_session=True, env=_environment())
     assert process.stdin is not None and process.stdout is not None  # noqa: S101 - PIPEs
     try:
-        process.stdin.write(f"{token}\n".encode("ascii"))
+        process.stdin.write(owner_line(token, secrets))
         process.stdin.close()
     except OSError:
         pass
@@ -188,6 +210,43 @@ def _environment() -> dict[str, str]:
 # -- the keeper process ---------------------------------------------------------------------
 
 
+def _launch(run_dir: Path, run_id: str, token: str | None,
+            secrets: Mapping[str, str]) -> Any:
+    """The proxy on the recorded config; when its port is taken by someone else, the same
+    config on a free port (``proxy.moved.json``), so the sandbox still starts."""
+    from sbx.domain.egress.plan import launch_proxy
+
+    config = run_dir / "proxy.json"
+    try:
+        return launch_proxy(config, run_dir, run_id, client_token=token, secrets=secrets)
+    except SbxError:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        if not _taken(str(data.get("listen_host", "")), int(data.get("listen_port") or 0)):
+            raise
+    data["listen_port"] = 0
+    moved = run_dir / MOVED_CONFIG
+    fd = os.open(moved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    return launch_proxy(moved, run_dir, run_id, client_token=token, secrets=secrets)
+
+
+def _taken(host: str, port: int) -> bool:
+    """Whether ``host:port`` is held by another socket (the bind fails with EADDRINUSE)."""
+    import errno
+    import socket
+
+    if not host or not 0 < port < 65536:
+        return False
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
 def _container_id(run_dir: Path) -> str | None:
     from sbx.domain.sandbox.runrecord import container_id
 
@@ -197,7 +256,7 @@ def _container_id(run_dir: Path) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
-    from sbx.domain.egress.plan import launch_proxy
+    from sbx.domain.credentials.secrets import decode_provided
     from sbx.seams.driver import DockerDriver
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -205,14 +264,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("usage: python -m sbx.usecases.keeper RUN_DIR RUN_ID (stdin: token)\n")
         return 2
     run_dir, run_id = Path(args[0]), args[1]
-    token = sys.stdin.readline().strip()
+    token, _, payload = sys.stdin.readline().strip().partition("|")
+    try:
+        secrets = decode_provided(payload) if payload else {}
+    except ValueError:
+        sys.stderr.write("the keeper's pipe carried malformed secrets\n")
+        return 2
 
     def stop(_signum: int, _frame: object) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal can end it
-    proxy = launch_proxy(run_dir / "proxy.json", run_dir, run_id, client_token=token or None)
+    proxy = _launch(run_dir, run_id, token or None, secrets)
     try:
         (run_dir / PID_FILE).write_text(str(os.getpid()), encoding="utf-8")
         sys.stdout.write(f"{READY_PREFIX}{proxy.port} {proxy.pid}\n")
@@ -247,5 +311,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["KeeperHandle", "KeptProxy", "keeper_argv", "main", "restart_kept_proxy",
-           "start_kept_proxy", "start_keeper", "stop_keeper"]
+__all__ = ["KeeperHandle", "KeptProxy", "keeper_argv", "main", "recorded_port",
+           "restart_kept_proxy", "start_kept_proxy", "start_keeper", "stop_keeper"]

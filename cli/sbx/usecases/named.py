@@ -121,7 +121,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
     sandbox's (a failure before this point removed everything, like a one-shot run)."""
     assert plan.name is not None  # noqa: S101 - only named plans get here
     store = SandboxStore(ctx.state_home)
-    kit_set, _config, _composition, capabilities = plan.full()
+    kit_set, _config, composition, capabilities = plan.full()
     record = SandboxRecord(
         name=plan.name, run_id=plan.run_id, created=time.time(),
         workload=kit_set.workload.reference, kits=[k.reference for k in kit_set.mixins],
@@ -131,6 +131,9 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                  "pins": [{"path": p.source.path, "target": p.target,
                            "read_only": p.read_only} for p in plan.host_mounts.pins],
                  "staging": ids.get("staging", []),
+                 "credentials": {s: _optional(composition, s) for s in plan.egress.bound
+                                 if plan.egress.modes.get(s) == "apikey"}
+                 if plan.egress is not None else {},
                  "home_bounded": any(v.size is not None and v.path == plan.home
                                      for v in capabilities.volumes),
                  "options": creation_options(request)},
@@ -139,6 +142,10 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
         home_volume=plan.home, tty=plan.mode.tty)
     store.save(record)
     _release(plan.name)  # created and recorded: others may use the name now
+
+
+def _optional(composition: Any, service: str) -> bool:
+    return all(c.optional for c in composition.credentials if c.service == service)
 
 
 def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None:
@@ -241,24 +248,71 @@ def _inside(path: str, workspace: str | None) -> bool:
 
 def _network_again(ctx: AppContext, record: SandboxRecord,
                    on_warning: Callable[[str], None]) -> None:
-    """The bridge's firewall rules (they do not survive a host reboot) and the proxy's keeper."""
+    """The bridge's firewall rules (they do not survive a host reboot) and the proxy's keeper,
+    with the secrets resolved again for this start (a host variable, a host command, the OS
+    keyring: as for a one-shot run, never kept on disk). A recorded proxy port someone else
+    took while the sandbox was stopped is redirected to the proxy's new one (as root), or
+    the start is refused with the way out."""
     bridge = record.request.get("bridge")
     if not bridge or record.network is None:
         return
     from sbx.seams.firewall import BridgeGuard
-    from sbx.usecases.keeper import restart_kept_proxy
+    from sbx.usecases.keeper import recorded_port, restart_kept_proxy, stop_keeper
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     port: tuple[int, ...] = ()
     gateway = None
+    redirect = None
     if record.request.get("proxy"):
-        kept = restart_kept_proxy(run_dir, record.run_id)
-        port = (kept.port,)
+        secrets = _start_secrets(ctx, record, run_dir)
         gateway = ctx.driver.network_gateway(record.network)
-    gap = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
-                      proxy_address=gateway).ensure()
+        kept = restart_kept_proxy(run_dir, record.run_id, secrets)
+        port = (kept.port,)
+        dialled = recorded_port(run_dir)
+        if dialled is not None and dialled != kept.port:
+            redirect = (dialled, kept.port)
+    guard = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
+                        proxy_address=gateway, redirect=redirect)
+    gap = guard.ensure()
+    if gap and redirect is not None:
+        stop_keeper(run_dir, record.run_id)
+        raise SbxError(
+            Reason.PROXY_FAILED,
+            f"{record.name}'s egress proxy port {redirect[0]} on {gateway} (which the "
+            "sandbox's environment names) is taken by another process, and sbx cannot "
+            f"redirect it to a free port without the host firewall ({gap})",
+            hint=f"Free that port (`ss -ltnp 'sport = :{redirect[0]}'` names who holds it), "
+                 f"run sbx as root so it can redirect the port, or `sbx rm {record.name}` and "
+                 "create the sandbox again.",
+            details={"port": redirect[0], "address": gateway})
     if gap:
         on_warning(gap)
+
+
+def _start_secrets(ctx: AppContext, record: SandboxRecord, run_dir: Path) -> dict[str, str]:
+    """The secrets this start hands the keeper: those not in the file store, resolved now; a
+    required one that cannot be had refuses the start (``credential_unbound``)."""
+    import json
+
+    from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
+
+    recorded = record.request.get("credentials")
+    if isinstance(recorded, dict):
+        wanted = [_Needed(str(s), bool(optional)) for s, optional in recorded.items()]
+    else:  # created before the record kept them: every API-key credential of its proxy
+        try:
+            config = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))
+            wanted = [_Needed(str(c["service"]), False) for c in config.get("credentials", [])
+                      if c.get("domains")]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            wanted = []
+    return dict(resolve_for_run(SecretStore(ctx.state_home), wanted, ctx.env).provided)
+
+
+@dataclass(frozen=True)
+class _Needed:
+    service: str
+    optional: bool
 
 
 def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
@@ -435,7 +489,7 @@ def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
                 from sbx.seams.firewall import BridgeGuard
 
                 guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
-                guard.installed = _rules_of(guard)
+                guard.installed, guard.installed_nat = guard.listed()
                 guard.remove()
             problems = Staging.for_named(ctx.home_hash, name).release()
             if problems:
@@ -445,28 +499,6 @@ def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
             store.forget(name)
         removed.append(name)
     return removed
-
-
-def _rules_of(guard: Any) -> list[list[str]]:
-    """The rules a named sandbox's guard may have installed (with or without a proxy port),
-    found by their comment in the live INPUT chain."""
-    import subprocess
-
-    from sbx.seams.firewall import iptables_binary
-
-    iptables = iptables_binary()
-    if iptables is None:
-        return []
-    done = subprocess.run([iptables, "-S", "INPUT"], capture_output=True, text=True,
-                          timeout=10, check=False, stdin=subprocess.DEVNULL)
-    import shlex
-
-    rules = []
-    for line in done.stdout.splitlines():
-        parts = shlex.split(line)
-        if parts[:2] == ["-A", "INPUT"] and guard.comment in parts:
-            rules.append(parts[2:])
-    return rules
 
 
 @dataclass(frozen=True)

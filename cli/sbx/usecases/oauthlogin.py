@@ -8,6 +8,10 @@ the service; without, through the shapes sbx knows
 (:data:`sbx.domain.credentials.oauth.KNOWN_SHAPES`) and the
 plain token-response shape. The tokens never reach a sandbox: runs get sentinels, and the
 egress proxy refreshes and swaps them at the boundary.
+
+A login made *inside* a sandbox is that sandbox's alone (the proxy keeps it in the sandbox's
+run directory); ``--from-sandbox NAME`` (:func:`promote`) moves a named sandbox's login to the
+user's store, the only way it ever replaces the user's own login.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ class OAuthEntry:
     refresh: bool
     expires_at: float | None
     updated: float
+    sandbox: str | None = None  # a login made inside this named sandbox, kept for it alone
 
     def as_dict(self) -> dict[str, Any]:
-        return {"service": self.service, "kind": "oauth", "access_token": self.masked,
+        return {"service": self.service, "kind": "oauth", "sandbox": self.sandbox,
+                "access_token": self.masked,
                 "refresh_token": self.refresh, "expires_at": _iso(self.expires_at),
                 "expired": self.expires_at is not None and self.expires_at < time.time(),
                 "updated": _iso(self.updated) if self.updated else None}
@@ -102,19 +108,69 @@ def login(state_home: Path, service: str, text: str, *, structure: Any = None) -
 
 
 def entries(state_home: Path) -> list[OAuthEntry]:
+    """The user's logins, then those made inside named sandboxes (each its sandbox's)."""
     from sbx.domain.credentials.oauth import OAuthStore
 
-    return [_entry(service, tokens, updated)
-            for service, tokens, updated in OAuthStore(state_home).services()]
+    found = [_entry(service, tokens, updated)
+             for service, tokens, updated in OAuthStore(state_home).services()]
+    for name, store in _sandbox_logins(state_home):
+        found.extend(_entry(service, tokens, updated, sandbox=name)
+                     for service, tokens, updated in store.services())
+    return found
 
 
-def _entry(service: str, tokens: Any, updated: float) -> OAuthEntry:
+def _sandbox_logins(state_home: Path) -> list[tuple[str, Any]]:
+    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.sandbox import runrecord
+    from sbx.domain.sandbox.records import SandboxStore
+
+    store = SandboxStore(state_home)
+    found = []
+    for name in store.names():
+        try:
+            record = store.load(name)
+        except SbxError:
+            continue
+        if record is not None:
+            found.append((name, OAuthStore.at(runrecord.login_dir(state_home, record.run_id))))
+    return found
+
+
+def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
+    """Move the login made inside the named sandbox ``name`` to the user's store: every
+    sandbox uses it from then on (that one too, whose own copy is gone: two copies of one
+    rotating refresh token would spend each other)."""
+    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.sandbox import runrecord
+    from sbx.domain.sandbox.records import SandboxStore, check_name
+
+    user = OAuthStore(state_home)
+    user.path(service)  # a bad service name is refused first
+    record = SandboxStore(state_home).load(check_name(name))
+    if record is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
+                       hint="`sbx ls` lists them; `sbx secret ls` lists the logins they hold.")
+    kept = OAuthStore.at(runrecord.login_dir(state_home, record.run_id))
+    with user.locked(service):  # the egress proxies take the same lock to refresh
+        tokens = kept.get(service)
+        if tokens is None:
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           f"the sandbox {name} holds no OAuth login of {service}",
+                           hint="`sbx secret ls` lists the logins made inside sandboxes.",
+                           details={"sandbox": name, "service": service})
+        user.set(service, tokens)
+        kept.remove(service)
+    return _entry(service, tokens, time.time())
+
+
+def _entry(service: str, tokens: Any, updated: float, *,
+           sandbox: str | None = None) -> OAuthEntry:
     from sbx.domain.credentials.secrets import mask
 
     if tokens is None:
-        return OAuthEntry(service, None, False, None, updated)
+        return OAuthEntry(service, None, False, None, updated, sandbox)
     return OAuthEntry(service, mask(tokens.access_token), tokens.refresh_token is not None,
-                      tokens.expires_at, updated)
+                      tokens.expires_at, updated, sandbox)
 
 
 def remove(state_home: Path, service: str) -> bool:
@@ -126,5 +182,5 @@ def remove(state_home: Path, service: str) -> bool:
         return store.remove(service)
 
 
-__all__ = ["MAX_INPUT_BYTES", "OAuthEntry", "entries", "kit_structure", "login",
+__all__ = ["MAX_INPUT_BYTES", "OAuthEntry", "entries", "kit_structure", "login", "promote",
            "read_login_input", "remove"]

@@ -1212,6 +1212,10 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
                   for c in composition.credentials if c.service in plan.egress.bound)
+    # An unbound credential's token endpoint is still answered by the proxy (logins inside
+    # the sandbox are rewritten there too).
+    specs += tuple(s for c in composition.credentials if c.service not in plan.egress.bound
+                   if (s := CredentialSpec.token_endpoint_only(c)) is not None)
     network_settings = plan_config.network
     ca_file = network_settings.upstream_ca_file.value
     config = ProxyConfig(
@@ -1222,7 +1226,7 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
         explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
-        peer_network=_sandbox_network(bridge, gateway))
+        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR)
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:
@@ -1230,7 +1234,8 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         # the token kept (0600) for its later starts (sbx.usecases.keeper).
         from sbx.usecases.keeper import start_kept_proxy
 
-        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token)
+        proxy = start_kept_proxy(config.to_json(), run_dir, plan.run_id, token,
+                                 secrets=plan.egress.provided)
     else:
         proxy = start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
                             secrets=plan.egress.provided)
@@ -1295,13 +1300,24 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
 
 
 def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
-    """sbx's CA, a bundle of the image's CAs plus sbx's, and that bundle in the image's own
-    system location, so clients that ignore SSL_CERT_FILE trust intercepted TLS too."""
+    """sbx's CA (and an upstream proxy's, ``[network] upstream_ca_file``: a TLS-intercepting
+    corporate proxy signs the hosts sbx tunnels), a bundle of the image's CAs plus those, and
+    that bundle in the image's own system location, so clients that ignore SSL_CERT_FILE
+    trust intercepted TLS too."""
     from sbx.domain.egress.ca import CertificateAuthority
-    from sbx.domain.egress.plan import CA_BUNDLE, CA_FILE, SYSTEM_BUNDLES, trust_bundle
+    from sbx.domain.egress.plan import (
+        CA_BUNDLE,
+        CA_FILE,
+        SYSTEM_BUNDLES,
+        trust_bundle,
+        upstream_certificates,
+    )
     from sbx.domain.sandbox.lifecycle import KitFile
 
     ca_pem = CertificateAuthority.load_or_create(ctx.state_home).certificate_pem()
+    upstream = plan.full()[1].network.upstream_ca_file.value
+    if upstream:
+        ca_pem = ca_pem.rstrip(b"\n") + b"\n" + upstream_certificates(Path(upstream))
     system_path, system = next(
         ((p, data) for p in SYSTEM_BUNDLES
          if (data := driver.read_image_file(plan.image.id, p, plan.labels)) is not None),

@@ -67,11 +67,16 @@ def secret_list(renderer: Renderer, infos: Sequence[SecretInfo], oauth: Sequence
 def oauth_list(renderer: Renderer, entries: Sequence[Any]) -> None:
     for entry in entries:
         data = entry.as_dict()
+        where = f"oauth {entry.service}"
+        if entry.sandbox is not None:
+            where += (f" (logged in inside sandbox {entry.sandbox}, used by it alone; "
+                      f"`sbx secret login {entry.service} --from-sandbox {entry.sandbox}` "
+                      "makes it yours)")
         if entry.masked is None:
-            text = f"oauth {entry.service}: unreadable record (log in again)"
+            text = f"{where}: unreadable record (log in again)"
         else:
             expiry = data["expires_at"] or "unknown expiry"
-            text = (f"oauth {entry.service}: access {entry.masked}, "
+            text = (f"{where}: access {entry.masked}, "
                     f"{'with' if entry.refresh else 'no'} refresh token, "
                     f"{'expired' if data['expired'] else 'expires'} {expiry}")
         renderer.line(renderer.out_file, escape(text), text)

@@ -87,7 +87,7 @@ function __sbx_value_options --argument-names node
         case 'sbx secret set'
             printf '%s\n' --from-env --from-command
         case 'sbx secret login'
-            printf '%s\n' --from-file --kit
+            printf '%s\n' --from-file --kit --from-sandbox
         case 'sbx kit init'
             printf '%s\n' --from
         case 'sbx kit inspect'
@@ -189,6 +189,8 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d 'OAuth token answer could not be rewritten'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
@@ -265,6 +267,7 @@ complete -c sbx -n '__sbx_in "sbx secret set"' -s h -l help -d 'Show this messag
 # sbx secret login
 complete -c sbx -n '__sbx_in "sbx secret login"' -l from-file -r -F -d 'The credential file the agent\'s own login wrote on the host (e.g. ~/.claude/....'
 complete -c sbx -n '__sbx_in "sbx secret login"' -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'Read the file through this kit\'s oauth.credentialFile.structure for SERVICE'
+complete -c sbx -n '__sbx_in "sbx secret login"' -l from-sandbox -x -d 'Make the login done inside the named sandbox NAME yours (moved to your store;...'
 complete -c sbx -n '__sbx_in "sbx secret login"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx secret login"' -s h -l help -d 'Show this message and exit'
 

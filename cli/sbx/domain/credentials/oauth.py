@@ -227,6 +227,17 @@ class OAuthStore:
     def __init__(self, state_home: Path) -> None:
         self.state_home = state_home
         self.directory = state_home / OAUTH_DIR
+        self.audited = True
+
+    @classmethod
+    def at(cls, directory: Path) -> OAuthStore:
+        """A store of its own in ``directory`` (the logins made inside one sandbox, kept in
+        its run directory), not audited: they never become the user's without
+        ``sbx secret login --from-sandbox``."""
+        store = cls(directory.parent)
+        store.directory = directory
+        store.audited = False
+        return store
 
     def path(self, service: str) -> Path:
         if not _SERVICE.fullmatch(service):
@@ -262,7 +273,7 @@ class OAuthStore:
         path = self.path(service)
         ensure_private_dir(self.directory)
         write_private_file(path, json.dumps(tokens.as_dict(), sort_keys=True).encode("utf-8"))
-        if audit_event:
+        if audit_event and self.audited:
             audit.record(self.state_home, audit.SECRET_SET, run_id=None, severity="info",
                          details={"service": service, "kind": "oauth"})
 
@@ -293,6 +304,8 @@ class OAuthStore:
             self.path(service).unlink()
         except FileNotFoundError:
             return False
+        if not self.audited:
+            return True
         audit.record(self.state_home, audit.SECRET_REMOVED, run_id=None, severity="info",
                      details={"service": service, "kind": "oauth"})
         return True

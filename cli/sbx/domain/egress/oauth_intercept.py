@@ -1,18 +1,22 @@
 """The OAuth half of ``credential@1`` at the boundary (KIT-SPEC-V3 §3.5): the decisions.
 
 The egress proxy (:mod:`sbx.domain.egress.proxy`) does the I/O; everything it decides about a
-credential bound in its OAuth mode is here, pure and unit-tested:
+credential bound in its OAuth mode is here and in :mod:`sbx.domain.egress.oauth_answers`
+(what the sandbox gets back), pure and unit-tested:
 
-- **Which requests are the token endpoint** (:meth:`OAuthRoutes.token_endpoint`): a POST to
-  ``oauth.tokenEndpoint`` (host, and path when declared) of a credential of the current phase.
+- **Which requests are the token endpoint** (:meth:`OAuthRoutes.token_endpoint`): any method
+  to ``oauth.tokenEndpoint``'s host, and to its path when declared, matched after the
+  policy's own normalisation (:func:`sbx.domain.egress.policy.normalize_path`) the way
+  lenient origins read a path: case-insensitively, without ``;`` parameters, with a trailing
+  ``/`` or a format suffix (``token.json``). A path the policy cannot normalise (an encoded
+  ``/``, ``%00``) on the token host is ambiguous and refused (:class:`AmbiguousEndpoint`).
 - **What goes upstream for a token request** (:func:`parse_token_request`,
   :func:`upstream_token_body`): a refresh-token grant carrying the refresh *sentinel* is sent
-  with the real refresh token from the host store; one carrying any other refresh token is a
-  credential sbx did not issue and is refused; every other grant (an authorization-code or
-  device-code login inside the sandbox) goes as it is.
-- **What the sandbox gets back** (:func:`rewrite_token_response`): the real tokens of the answer
-  (for the host store) and the answer with the sentinels in their place, every other field —
-  ``expires_in`` above all — kept.
+  with the real refresh token; one carrying any other refresh token is a credential sbx did
+  not issue and is refused; every other grant (an authorization-code or device-code login
+  inside the sandbox) goes as it is. A field named twice (in the body, or in the body and the
+  query), a refresh token in the URL, or a refresh grant that also carries another grant's
+  fields is ambiguous and refused: sbx and the origin must read the same grant.
 - **Resource hosts** (:func:`swap_credential_headers`): on ``resourceHosts`` and the apiKey
   inject domains, the access sentinel in ``Authorization`` (or an apiKey inject header) becomes
   the real access token; a non-empty value there that is not the sentinel is a credential sbx
@@ -32,21 +36,24 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from sbx.base.errors import SbxError
-from sbx.domain.egress.policy import host_matches
+from sbx.domain.egress.policy import host_matches, normalize_path, without_parameters
 from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec
 
 TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes
 TOKEN_RESPONSE_LIMIT: Final = 1024 * 1024  # a token answer (with an id_token) is a few KiB
 LOCK_TIMEOUT_S: Final = 30.0
 REFRESH_GRANT: Final = "refresh_token"
+# Fields of other grants: a refresh grant carrying one is read differently by some origins.
+OTHER_GRANT_FIELDS: Final = frozenset({"code", "code_verifier", "device_code", "assertion",
+                                       "subject_token", "actor_token", "password", "username"})
 _LOCK_POLL_S: Final = 0.05
 
 
@@ -69,7 +76,17 @@ class NoStoredToken(Exception):
 
 
 class UnreadableTokenRequest(ValueError):
-    """A token-endpoint request whose body is neither a form nor a JSON object."""
+    """A token-endpoint request sbx cannot read with certainty: its body is neither a form
+    nor a JSON object, or a field is named twice, or a grant is mixed with another's."""
+
+
+class AmbiguousEndpoint(Exception):
+    """A request to a token host whose path cannot be normalised: it might be the token
+    endpoint to the origin, so it is refused rather than forwarded unread."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__(f"the path cannot be read safely on the OAuth token host of {service}")
+        self.service = service
 
 
 # -- routing ---------------------------------------------------------------------------------
@@ -82,10 +99,28 @@ def _covers(pattern: str, host: str, port: int, *, connect: bool) -> bool:
     return not (connect and ":" not in pattern.rsplit("]", 1)[-1] and port != 443)
 
 
-def _same_path(declared: str | None, path: str) -> bool:
+def _segment_key(segment: str) -> str:
+    """A path segment as a lenient origin compares it: parameters dropped, escapes decoded,
+    case folded, trailing dots and spaces gone."""
+    return unquote(without_parameters(segment)).lower().rstrip(". ")
+
+
+def token_path_match(declared: str | None, raw_path: str) -> bool | None:
+    """Whether ``raw_path`` (as sent) may be the declared token path to some origin: True,
+    False, or None when it cannot be normalised (ambiguous). No declared path: every path."""
     if declared is None:
         return True
-    return path.rstrip("/") == ("/" + declared.lstrip("/")).rstrip("/")
+    path = normalize_path(raw_path)
+    if path is None:
+        return None
+    want = [_segment_key(s) for s in (normalize_path(declared) or declared).split("/") if s]
+    got = [_segment_key(s) for s in path.split("/") if s]
+    if len(got) != len(want) or got[:-1] != want[:-1]:
+        return False
+    if not want:
+        return True
+    last, wanted = got[-1], want[-1]
+    return last == wanted or last.startswith(wanted + ".")  # a format suffix: token.json
 
 
 @dataclass(frozen=True)
@@ -97,17 +132,21 @@ class OAuthRoutes:
     def active(self, phase: str) -> list[CredentialSpec]:
         return [c for c in self.credentials if c.oauth is not None and c.phase == phase]
 
-    def token_endpoint(self, phase: str, host: str, port: int, method: str,
-                       path: str) -> CredentialSpec | None:
-        """The credential whose token endpoint this request is (POST only: a token request
-        is a POST, RFC 6749 §3.2), else None."""
-        if method != "POST":
-            return None
+    def token_endpoint(self, phase: str, host: str, port: int,
+                       raw_path: str) -> CredentialSpec | None:
+        """The credential whose token endpoint this request may be, whatever its method (a
+        token request is a POST, RFC 6749 §3.2, but origins that answer other methods must
+        not be a way around the rewriting), else None; raises :class:`AmbiguousEndpoint`
+        for an unreadable path on a token host."""
         for credential in self.active(phase):
             oauth = credential.oauth
-            if oauth is not None and oauth.token_host is not None \
-                    and _covers(oauth.token_host, host, port, connect=False) \
-                    and _same_path(oauth.token_path, path):
+            if oauth is None or oauth.token_host is None \
+                    or not _covers(oauth.token_host, host, port, connect=False):
+                continue
+            match = token_path_match(oauth.token_path, raw_path)
+            if match is None:
+                raise AmbiguousEndpoint(credential.service)
+            if match:
                 return credential
         return None
 
@@ -134,14 +173,17 @@ class OAuthRoutes:
         return list(dict.fromkeys(found))
 
     def intercepts(self, phase: str, host: str, port: int) -> bool:
-        """Whether a CONNECT to host:port must be intercepted (TLS terminated) for OAuth: the
-        token endpoint's host or a resource host, on 443 unless the pattern names a port."""
+        """Whether a CONNECT to host:port must be intercepted (TLS terminated) for OAuth: a
+        resource host on 443 unless its pattern names a port, the token host on any port."""
         for credential in self.active(phase):
             oauth = credential.oauth
             if oauth is None:
                 continue
-            hosts = [*oauth.hosts, *([oauth.token_host] if oauth.token_host else [])]
-            if any(_covers(h, host, port, connect=True) for h in hosts):
+            if any(_covers(h, host, port, connect=True) for h in oauth.hosts):
+                return True
+            # The token host on every port its pattern covers: a tunnel to another port of
+            # it would carry token answers unread.
+            if oauth.token_host and _covers(oauth.token_host, host, port, connect=False):
                 return True
         return False
 
@@ -156,10 +198,11 @@ class OAuthRoutes:
 @dataclass(frozen=True)
 class TokenRequest:
     kind: Literal["form", "json"]
-    fields: tuple[tuple[str, Any], ...]  # in their order; JSON values as parsed
+    fields: tuple[tuple[str, Any], ...]  # the body's, in their order; JSON values as parsed
+    query: tuple[tuple[str, str], ...] = ()  # the URL's (never a refresh token)
 
     def get(self, name: str) -> Any:
-        return next((v for k, v in self.fields if k == name), None)
+        return next((v for k, v in (*self.fields, *self.query) if k == name), None)
 
     @property
     def grant(self) -> str | None:
@@ -167,27 +210,57 @@ class TokenRequest:
         return value if isinstance(value, str) else None
 
 
-def parse_token_request(body: bytes, content_type: str | None) -> TokenRequest:
+def parse_token_request(body: bytes, content_type: str | None,
+                        query: str | None = None) -> TokenRequest:
     """A token request's fields: JSON when the type says so (Claude Code, Codex send JSON), a
-    form otherwise (RFC 6749 §4.1.3, §6)."""
+    form otherwise (RFC 6749 §4.1.3, §6); the query's fields are read too (origins merge
+    them), and a name given twice anywhere is refused, as is a refresh token in the URL."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise UnreadableTokenRequest("the token request is not UTF-8") from None
     kind = (content_type or "").split(";", 1)[0].strip().lower()
+    request: TokenRequest
     if kind.endswith("json") or (not kind and text.lstrip().startswith("{")):
+        def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            if len({k for k, _ in pairs}) != len(pairs):
+                raise UnreadableTokenRequest("the token request names a field twice")
+            return dict(pairs)
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=pairs_hook)
+        except UnreadableTokenRequest:
+            raise
         except ValueError:
             raise UnreadableTokenRequest("the token request is not JSON") from None
         if not isinstance(data, dict):
             raise UnreadableTokenRequest("the token request is not a JSON object")
-        return TokenRequest("json", tuple(data.items()))
+        request = TokenRequest("json", tuple(data.items()))
+    else:
+        request = TokenRequest("form", _form_fields(text, "body"))
+    from_query = _form_fields(query or "", "query")
+    if any(re.sub(r"[^a-z0-9]", "", k.lower()) == "refreshtoken" for k, _ in from_query):
+        raise UnreadableTokenRequest("the token request carries a refresh token in its URL")
+    names = [k for k, _ in (*request.fields, *from_query)]
+    # Twice, or in two spellings origins may read as one (refresh_token, refreshToken,
+    # Refresh-Token, refresh_token[]): sbx could swap one while the origin reads the other.
+    squashed = [re.sub(r"[^a-z0-9]", "", k.lower()) for k in names]
+    if len(set(squashed)) != len(squashed):
+        raise UnreadableTokenRequest("the token request names a field twice")
+    merged = TokenRequest(request.kind, request.fields, from_query)
+    grant = merged.grant
+    if grant is not None and grant != REFRESH_GRANT and grant.strip().lower() == REFRESH_GRANT:
+        raise UnreadableTokenRequest("the grant_type is a variant of refresh_token")
+    if grant == REFRESH_GRANT and OTHER_GRANT_FIELDS & set(names):
+        raise UnreadableTokenRequest("the refresh grant also carries another grant's fields")
+    return merged
+
+
+def _form_fields(text: str, where: str) -> tuple[tuple[str, str], ...]:
     try:
-        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text))
+        return tuple(parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text)))
     except ValueError:
-        raise UnreadableTokenRequest("the token request is not a form") from None
-    return TokenRequest("form", tuple(pairs))
+        raise UnreadableTokenRequest(f"the token request's {where} is not a form") from None
 
 
 def upstream_token_body(request: TokenRequest, raw: bytes, oauth: OAuthSpec, service: str,
@@ -207,30 +280,6 @@ def upstream_token_body(request: TokenRequest, raw: bytes, oauth: OAuthSpec, ser
     if request.kind == "json":
         return json.dumps(dict(fields), separators=(",", ":")).encode("utf-8")
     return urlencode([(k, str(v)) for k, v in fields]).encode("ascii")
-
-
-def rewrite_token_response(body: bytes, oauth: OAuthSpec, *, previous: Any = None,
-                           now: float | None = None) -> tuple[bytes, Any]:
-    """The answer for the sandbox and the real tokens it held
-    (``sbx.domain.credentials.oauth.Tokens``, None when
-    it held none: an error, or not JSON). The access and refresh fields (named as the kit's
-    ``responseFields`` say) get the sentinels; every other field is kept as it came."""
-    from sbx.domain.credentials.oauth import tokens_from_response
-
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return body, None
-    if not isinstance(data, dict) or not isinstance(data.get(oauth.access_field), str):
-        return body, None
-    tokens: Any = None
-    with contextlib.suppress(ValueError, SbxError):  # a token no header could carry: not
-        tokens = tokens_from_response(  # stored, and still never shown (fail closed)
-            data, config=oauth.config(), previous=previous, now=now)
-    data[oauth.access_field] = oauth.access_sentinel
-    if isinstance(data.get(oauth.refresh_field), str):
-        data[oauth.refresh_field] = oauth.refresh_sentinel
-    return json.dumps(data).encode("utf-8"), tokens
 
 
 # -- resource hosts --------------------------------------------------------------------------
@@ -332,6 +381,8 @@ __all__ = [
     "LOCK_TIMEOUT_S",
     "TOKEN_BODY_LIMIT",
     "TOKEN_RESPONSE_LIMIT",
+    "OTHER_GRANT_FIELDS",
+    "AmbiguousEndpoint",
     "ForeignCredential",
     "NoStoredToken",
     "OAuthRoutes",
@@ -340,8 +391,8 @@ __all__ = [
     "header_value",
     "mask_needles",
     "parse_token_request",
-    "rewrite_token_response",
     "store_lock",
     "swap_credential_headers",
+    "token_path_match",
     "upstream_token_body",
 ]

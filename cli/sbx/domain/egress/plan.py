@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import subprocess
@@ -155,6 +156,39 @@ def trust_bundle(ca_pem: bytes, system_bundle: bytes | None) -> bytes:
     return (base + b"\n" if base else b"") + ca_pem
 
 
+_PEM_CERTIFICATE: Final = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-----END CERTIFICATE-----")
+
+
+def upstream_certificates(path: Path) -> bytes:
+    """The CA certificates of ``[network] upstream_ca_file``, for the sandbox to trust beside
+    sbx's CA: a TLS-intercepting corporate proxy signs the tunnelled hosts' certificates with
+    them. Certificate blocks only, each parsed (a private key or anything else in the file
+    never reaches the sandbox); ``invalid_config`` when the file has none or cannot be read."""
+    from cryptography import x509
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise _bad_ca_file(path, f"cannot be read ({error.strerror})") from None
+    blocks = _PEM_CERTIFICATE.findall(data)
+    for block in blocks:
+        try:
+            x509.load_pem_x509_certificate(block)
+        except ValueError:
+            raise _bad_ca_file(path, "holds a certificate that does not parse") from None
+    if not blocks:
+        raise _bad_ca_file(path, "holds no PEM certificate")
+    return b"\n".join(blocks) + b"\n"
+
+
+def _bad_ca_file(path: Path, problem: str) -> SbxError:
+    return SbxError(Reason.INVALID_CONFIG, f"[network] upstream_ca_file {path} {problem}",
+                    hint="Point upstream_ca_file at the PEM file of your proxy's CA "
+                         "certificates (e.g. /etc/ssl/corp-ca.pem), or remove the key.",
+                    details={"key": "network.upstream_ca_file", "path": str(path)})
+
+
 @dataclass
 class ProxyProcess:
     process: subprocess.Popen[bytes]  # stdin: the owner pipe (its EOF ends the proxy)
@@ -243,7 +277,7 @@ def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
             env=_proxy_environment(), start_new_session=True)
     assert process.stdout is not None and process.stdin is not None  # noqa: S101 - PIPE above
     try:
-        process.stdin.write(_owner_line(client_token, secrets))
+        process.stdin.write(owner_line(client_token, secrets))
         process.stdin.flush()
     except OSError:
         pass  # it died already: the ready line below never comes, and that is reported
@@ -269,7 +303,7 @@ def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
                         run_dir / "proxy.phase", stderr_path, client_token=client_token)
 
 
-def _owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
+def owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
     """The owner pipe's first line: the token, then the encoded secrets when there are any."""
     line = client_token or ""
     if secrets:
@@ -311,12 +345,16 @@ def credential_env(specs: Sequence[object]) -> dict[str, str]:
         if env and sentinel:
             out[str(env)] = str(sentinel)
         service = getattr(spec, "service", None)
-        if service:
-            out[mode_env_name(str(service))] = "oauth" if getattr(spec, "oauth", None) \
-                else "apikey"
+        oauth = getattr(spec, "oauth", None)
+        if not service:
+            continue
+        if oauth is not None and not oauth.login_only:
+            out[mode_env_name(str(service))] = "oauth"
+        elif getattr(spec, "domains", None) or env:
+            out[mode_env_name(str(service))] = "apikey"
     return out
 
 
 __all__ = ["CA_BUNDLE", "CA_FILE", "SYSTEM_BUNDLES", "EgressPlan", "ProxyProcess",
-           "credential_env", "launch_proxy", "plan_egress", "proxy_env", "start_proxy",
-           "trust_bundle", "write_proxy_config"]
+           "credential_env", "launch_proxy", "owner_line", "plan_egress", "proxy_env",
+           "start_proxy", "trust_bundle", "upstream_certificates", "write_proxy_config"]

@@ -536,6 +536,12 @@ def _bare(segment: str) -> str:
     return _PARAMETERS.split(segment, maxsplit=1)[0]
 
 
+def without_parameters(segment: str) -> str:
+    """A normalised path segment as parameter-stripping servers read it (``token;x`` and
+    ``token%3Bx`` are ``token``)."""
+    return _bare(segment)
+
+
 def _dot_segment(segment: str) -> str:
     """``.``/``..`` carrying parameters (``..;x``, ``.%3Bx``) or an empty segment carrying
     them (``;x``) are what parameter-stripping servers make of them: ``..``, ``.``, ``""``."""
@@ -853,6 +859,7 @@ __all__ = [
     "is_literal_address",
     "host_matches",
     "path_matches",
+    "without_parameters",
     "rules_for",
     "rule_where",
     "describe_rule",

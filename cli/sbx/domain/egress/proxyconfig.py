@@ -137,6 +137,9 @@ class OAuthSpec:
     expires_field: str = "expires_in"
     # Where the access sentinel may travel: Authorization and the apiKey inject headers.
     headers: tuple[str, ...] = ("authorization",)
+    # Only the token endpoint is the proxy's (the credential is bound by its API key, or not
+    # at all): a login inside the sandbox is still rewritten and kept for the sandbox.
+    login_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.headers or not all(h and set(h) <= _TOKEN_CHARS for h in self.headers):
@@ -154,13 +157,16 @@ class OAuthSpec:
                 "hosts": list(self.hosts), "access_sentinel": self.access_sentinel,
                 "refresh_sentinel": self.refresh_sentinel, "access_field": self.access_field,
                 "refresh_field": self.refresh_field, "expires_field": self.expires_field,
-                "headers": list(self.headers)}
+                "headers": list(self.headers), "login_only": self.login_only}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OAuthSpec:
         _keys(data, {"token_host", "token_path", "hosts", "access_sentinel",
                      "refresh_sentinel", "access_field", "refresh_field", "expires_field",
-                     "headers"}, "oauth")
+                     "headers", "login_only"}, "oauth")
+        login_only = data.get("login_only", False)
+        if not isinstance(login_only, bool):
+            raise ProxyConfigError("oauth.login_only must be true or false")
         return cls(token_host=_opt_str(data, "token_host"),
                    token_path=_opt_str(data, "token_path"), hosts=tuple(_strs(data, "hosts")),
                    access_sentinel=_str(data, "access_sentinel"),
@@ -169,7 +175,7 @@ class OAuthSpec:
                    refresh_field=_str(data, "refresh_field", "refresh_token"),
                    expires_field=_str(data, "expires_field", "expires_in"),
                    headers=tuple(h.lower() for h in _strs(data, "headers"))
-                   or ("authorization",))
+                   or ("authorization",), login_only=login_only)
 
     def config(self) -> Any:
         """The :class:`sbx.domain.credentials.oauth.OAuthConfig` view (token parsing uses its field
@@ -262,7 +268,33 @@ class CredentialSpec:
         return cls(service=credential.service, phase=credential.phase, domains=domains,
                    sentinel=sentinel if env is not None else None,
                    env=str(env) if env is not None else None,
-                   kit=credential.kit, index=credential.index)
+                   kit=credential.kit, index=credential.index,
+                   oauth=_login_only(credential))
+
+    @classmethod
+    def token_endpoint_only(cls, credential: Credential) -> CredentialSpec | None:
+        """A credential that is not bound but declares an OAuth token endpoint: the proxy
+        still answers that endpoint (a login inside the sandbox never reaches it raw)."""
+        oauth = _login_only(credential)
+        if oauth is None:
+            return None
+        return cls(service=credential.service, phase=credential.phase, domains=(),
+                   kit=credential.kit, index=credential.index, oauth=oauth)
+
+
+def _login_only(credential: Credential) -> OAuthSpec | None:
+    """The token-endpoint half of a declared ``oauth`` block, for a credential not bound in
+    its OAuth mode."""
+    from sbx.domain.credentials.oauth import OAuthConfig
+
+    declared = OAuthConfig.from_credential(credential.service, credential.config)
+    if declared is None or declared.token_host is None:
+        return None
+    return OAuthSpec(token_host=declared.token_host, token_path=declared.token_path, hosts=(),
+                     access_sentinel=declared.access_sentinel,
+                     refresh_sentinel=declared.refresh_sentinel,
+                     access_field=declared.access_field, refresh_field=declared.refresh_field,
+                     expires_field=declared.expires_field, login_only=True)
 
 
 def _rule_dict(rule: Rule, superseded: bool) -> dict[str, Any]:
@@ -348,6 +380,9 @@ class ProxyConfig:
     # Clients must come from inside this network (CIDR), never from listen_host itself: the
     # run's internal network, where only the sandbox lives (None: any client, loopback only).
     peer_network: str | None = None
+    # Where OAuth logins made inside the sandbox are kept (0600), apart from the user's own
+    # (None: in the proxy's memory only, for its life).
+    login_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.run_id or any(c.isspace() for c in self.run_id):
@@ -401,6 +436,7 @@ class ProxyConfig:
             "phase_file": None if self.phase_file is None else str(self.phase_file),
             "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
             "peer_network": self.peer_network,
+            "login_dir": None if self.login_dir is None else str(self.login_dir),
         }
 
     def to_json(self) -> str:
@@ -411,7 +447,7 @@ class ProxyConfig:
         _keys(data, {"format", "run_id", "state_home", "audit_log", "network", "phase",
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
-                     "peer_network"}, "config")
+                     "peer_network", "login_dir"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -422,6 +458,7 @@ class ProxyConfig:
         _keys(limits_raw, {f.name for f in fields(ProxyLimits)}, "limits")
         upstream_ca = _opt_str(data, "upstream_ca_file")
         phase_file = _opt_str(data, "phase_file")
+        login_dir = _opt_str(data, "login_dir")
         return cls(
             run_id=_str(data, "run_id"),
             state_home=Path(_str(data, "state_home")),
@@ -438,6 +475,7 @@ class ProxyConfig:
             phase_file=None if phase_file is None else Path(phase_file),
             limits=ProxyLimits(**dict(limits_raw)),
             peer_network=_opt_str(data, "peer_network"),
+            login_dir=None if login_dir is None else Path(login_dir),
         )
 
     @classmethod

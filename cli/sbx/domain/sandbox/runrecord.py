@@ -23,6 +23,7 @@ from sbx.seams import state
 RUNS_DIR: Final = "runs"
 RUN_RECORD: Final = "run.json"
 OWNER_LOCK: Final = "owner.lock"
+LOGINS_DIR: Final = "oauth"  # OAuth logins made inside the sandbox, its own (0600)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class RunRecord:
 
 def run_dir(state_home: Path, run_id: str) -> Path:
     return state_home / RUNS_DIR / run_id
+
+
+def login_dir(state_home: Path, run_id: str) -> Path:
+    """Where the egress proxy keeps the OAuth logins made inside this run's sandbox."""
+    return run_dir(state_home, run_id) / LOGINS_DIR
 
 
 def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> tuple[Path,
@@ -88,5 +94,5 @@ def container_id(path: Path) -> str | None:
     return cid if isinstance(cid, str) and cid else None
 
 
-__all__ = ["OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "container_id", "create",
-           "run_dir", "update"]
+__all__ = ["LOGINS_DIR", "OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "container_id",
+           "create", "login_dir", "run_dir", "update"]

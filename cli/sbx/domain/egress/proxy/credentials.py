@@ -150,13 +150,15 @@ class ProxyCredentials:
         self.sentinels = [c.sentinel.encode("utf-8") for c in config.credentials if c.sentinel]
         self.sentinels += self.oauth.sentinels()
         self.oauth_seen: set[str] = set()
+        self._logins: dict[str, Any] = {}  # logins made inside the sandbox (no login_dir)
 
     def load_oauth(self) -> None:
         """Read every OAuth service's tokens once, so they are redacted from the start."""
         for credential in self.oauth.credentials:
             if credential.oauth is not None:
                 with contextlib.suppress(SbxError):
-                    self.oauth_tokens(credential.service)
+                    self.user_tokens(credential.service)
+                    self.sandbox_login(credential.service)
 
     def redactor(self, report: Callable[[str], None]) -> Callable[[str], None]:
         return lambda message: report(redact(message, self.oauth_seen))
@@ -255,15 +257,15 @@ class ProxyCredentials:
 
     @property
     def oauth_store(self) -> Any:
+        """The user's own logins (``sbx secret login``), shared by every sandbox."""
         from sbx.domain.credentials.oauth import OAuthStore
 
         return OAuthStore(self.ctx.config.state_home)
 
-    def oauth_tokens(self, service: str) -> Any:
-        """The service's stored tokens (``sbx.domain.credentials.oauth.Tokens``), read at each use
-        so a login or
-        a refresh by another sandbox applies at once; None when none are stored or the record
-        is unsafe (said on stderr, never a value)."""
+    def user_tokens(self, service: str) -> Any:
+        """The user's stored tokens of the service (``sbx.domain.credentials.oauth.Tokens``),
+        read at each use so a login or a refresh by another sandbox applies at once; None when
+        none are stored or the record is unsafe (said on stderr, never a value)."""
         try:
             tokens = self.oauth_store.get(service)
         except SbxError as error:
@@ -272,6 +274,40 @@ class ProxyCredentials:
         if tokens is not None:
             self.oauth_seen.update(tokens.secrets())
         return tokens
+
+    def sandbox_login(self, service: str) -> Any:
+        """The tokens of a login made inside this sandbox (kept apart from the user's), or
+        None."""
+        directory = self.ctx.config.login_dir
+        if directory is None:
+            tokens = self._logins.get(service)
+        else:
+            from sbx.domain.credentials.oauth import OAuthStore
+
+            try:
+                tokens = OAuthStore.at(directory).get(service)
+            except SbxError as error:
+                self.ctx.stderr(f"the sandbox's OAuth login of {service!r}: {error.message}")
+                return None
+        if tokens is not None:
+            self.oauth_seen.update(tokens.secrets())
+        return tokens
+
+    def keep_sandbox_login(self, service: str, tokens: Any) -> None:
+        """Keep a login made inside this sandbox (or its refresh) for this sandbox only."""
+        self.oauth_seen.update(tokens.secrets())
+        directory = self.ctx.config.login_dir
+        if directory is None:
+            self._logins[service] = tokens
+            return
+        from sbx.domain.credentials.oauth import OAuthStore
+
+        OAuthStore.at(directory).set(service, tokens)
+
+    def oauth_tokens(self, service: str) -> Any:
+        """The tokens this sandbox uses: its own login when it made one, else the user's."""
+        login = self.sandbox_login(service)
+        return login if login is not None else self.user_tokens(service)
 
     def oauth_headers(self, site: Site, method: str, path: str,
                       headers: Sequence[tuple[bytes, bytes]]) -> Sequence[tuple[bytes, bytes]]:
@@ -300,7 +336,8 @@ class ProxyCredentials:
         """What to mask in the answers of an OAuth host: every real token this proxy knows."""
         services = self.oauth.services_for(self.ctx.phase, site.host, site.port)
         for service in services:
-            self.oauth_tokens(service)
+            self.user_tokens(service)
+            self.sandbox_login(service)
         return oauth_intercept.mask_needles(sorted(self.oauth_seen)) if services else []
 
     def not_issued(self, error: oauth_intercept.ForeignCredential, site: Site, method: str,

@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 
 import h11
 
-from sbx.base.reasons import EgressCode
+from sbx.base.reasons import EgressCode, Reason
+from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, CorruptBody
 from sbx.domain.egress.policy import Decision, Request, decide, normalize_host
 from sbx.domain.egress.proxy.context import ProxyContext
@@ -75,7 +76,10 @@ class Forwarder:
         decision = self._authorize(site, method, raw_path, request.headers)
         path = decision.path if decision.path is not None else raw_path
         creds = self.credentials
-        token_for = creds.oauth.token_endpoint(self.ctx.phase, host, port, method, path)
+        try:
+            token_for = creds.oauth.token_endpoint(self.ctx.phase, host, port, raw_path)
+        except oauth_intercept.AmbiguousEndpoint as error:
+            raise self._ambiguous(error, site, method, raw_path) from None
         if token_for is not None:
             return await self.tokens.answer(conn, client, request, site, pool, token_for,
                                             method, path, query)
@@ -109,6 +113,20 @@ class Forwarder:
             raise
         pool.release(upstream)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    @staticmethod
+    def _ambiguous(error: oauth_intercept.AmbiguousEndpoint, site: Site, method: str,
+                   path: str) -> EgressRefusal:
+        refusal = proxy_refusal(
+            EgressCode.AMBIGUOUS_TOKEN_PATH, f"{site.host} is the OAuth token host of "
+            f"{error.service}, and the path {clean(path, 200)!r} cannot be normalised, so sbx "
+            "cannot tell whether the origin reads it as the token endpoint (fail closed)",
+            host=site.host, port=site.port, method=method, path=clean(path, 300),
+            scheme=site.scheme, suggestion="send the request with a plain path (no encoded "
+            "`/`, no %00)")
+        refusal.sbx_reason = Reason.TOKEN_ENDPOINT_AMBIGUOUS
+        refusal.explain = f"sbx explain {Reason.TOKEN_ENDPOINT_AMBIGUOUS}"
+        return refusal
 
     def _authorize(self, site: Site, method: str, path: str,
                    headers: Sequence[tuple[bytes, bytes]]) -> Decision:

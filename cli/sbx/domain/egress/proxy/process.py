@@ -34,7 +34,7 @@ def load_secrets(config: ProxyConfig, report: Callable[[str], None], *,
     store = SecretStore(config.state_home)
     values: dict[str, str] = {}
     values.update(provided or {})
-    for service in dict.fromkeys(c.service for c in config.credentials):
+    for service in dict.fromkeys(c.service for c in config.credentials if c.domains):
         if service in values:
             continue
         try:
