@@ -264,7 +264,9 @@ def _classify(name: str, mode: str, link: bool, is_dir: bool,
     if mode == "all":
         return True, "all"
     if mode == "objects":
-        return False, "all" if name == "info" else None
+        return False, "all" if name == "info" else "links"
+    if mode == "lfs":
+        return False, None if name == "objects" else "links"  # git-lfs's store: data, large
     if mode == "modules":
         if not is_dir:
             return False, None
@@ -287,7 +289,7 @@ def _classify(name: str, mode: str, link: bool, is_dir: bool,
     if name in ("objects", "modules", "worktrees"):
         return True, name
     if name == "lfs":
-        return False, None  # git-lfs's object store: data, and large
+        return False, "lfs"
     return False, "links"
 
 

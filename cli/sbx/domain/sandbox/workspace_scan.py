@@ -3,15 +3,15 @@ run, before the run and after it.
 
 Every directory is entered — build output, ``node_modules``, virtual environments, any depth —
 breadth first, so the shallow part of a huge tree is seen first. The walk stops after
-:data:`SCAN_ENTRIES` entries or :data:`SCAN_SECONDS` and says so; what the walk before the run
-did not see is then judged by its change time (ctime, which the sandbox cannot set back)
-rather than trusted. Symbolic links are never followed: a directory
-is opened only if it is the one that was listed (same inode).
+:data:`SCAN_ENTRIES` entries or :data:`SCAN_SECONDS` (the one after the run has a larger bound)
+and says so; what the walk before the run did not see is then judged by its change time
+(ctime, which the sandbox cannot set back) rather than trusted. Symbolic links are never
+followed: a directory is opened only if it is the one that was listed (same inode).
 
-Found: git directories (``.git`` directories and bare repositories: ``HEAD``, ``objects`` and
-``refs`` side by side — git uses one when run inside it), ``.git`` files and links (gitdir
-pointers), Mercurial's ``.hg`` configuration, ``.gitattributes`` files, and the files of
-:mod:`sbx.domain.sandbox.hostfiles`.
+Found: git directories (``.git`` directories, and any directory git would use as one when run
+inside it: ``HEAD`` beside ``objects`` and ``refs``, or beside a ``commondir``), ``.git`` files
+and links (gitdir pointers), Mercurial's ``.hg`` configuration, ``.gitattributes`` files, and
+the files of :mod:`sbx.domain.sandbox.hostfiles`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from typing import Final
 from sbx.domain.sandbox import hostfiles
 from sbx.domain.sandbox.gitdirs import Stat, stat_from_json, stat_of
 
-SCAN_ENTRIES: Final = 200_000
+SCAN_ENTRIES: Final = 200_000  # before the run: each run pays for it
 SCAN_SECONDS: Final = 3.0
+AFTER_SCAN_ENTRIES: Final = 500_000  # after it: what a sandbox planted hides in a larger tree
+AFTER_SCAN_SECONDS: Final = 10.0
 WORKSPACE_QUARANTINE: Final = ".sbx-quarantine"  # where a workspace without .git keeps it
 BARE_MARKERS: Final = frozenset({"HEAD", "objects", "refs"})
 # What Mercurial reads from a repository's .hg: its config (hooks, extensions) and the
@@ -139,7 +141,7 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
         found.complete = False
         return True
     names = {entry.name for entry in listing}
-    if names >= BARE_MARKERS and _is_bare(listing):
+    if _is_gitdir(names, listing):
         found.gitdirs[item.path] = "bare"
         return True  # a git directory: what git reads there is the git check's
     for entry in listing:
@@ -151,12 +153,14 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
     return True
 
 
-def _is_bare(listing: list[os.DirEntry[str]]) -> bool:
-    kinds = {e.name: e for e in listing if e.name in BARE_MARKERS}
+def _is_gitdir(names: set[str], listing: list[os.DirEntry[str]]) -> bool:
+    """What git takes for a git directory when run inside it: a ``HEAD`` (a file, or a link
+    into refs/) beside ``objects`` and ``refs``, or beside a ``commondir`` that has them."""
+    if "HEAD" not in names or not (names >= BARE_MARKERS or "commondir" in names):
+        return False
+    head = next(e for e in listing if e.name == "HEAD")
     with contextlib.suppress(OSError):
-        return (kinds["HEAD"].is_file(follow_symlinks=False)
-                and kinds["objects"].is_dir(follow_symlinks=False)
-                and kinds["refs"].is_dir(follow_symlinks=False))
+        return not head.is_dir(follow_symlinks=False)
     return False
 
 
@@ -211,5 +215,5 @@ def _hg_files(fd: int, path: str, found: TreeScan) -> None:
                 found.hg[f"{path}/{name}"] = stat_of(status)
 
 
-__all__ = ["BARE_MARKERS", "HG_FILES", "SCAN_ENTRIES", "SCAN_SECONDS", "WORKSPACE_QUARANTINE",
-           "TreeScan", "scan"]
+__all__ = ["AFTER_SCAN_ENTRIES", "AFTER_SCAN_SECONDS", "BARE_MARKERS", "HG_FILES",
+           "SCAN_ENTRIES", "SCAN_SECONDS", "WORKSPACE_QUARANTINE", "TreeScan", "scan"]

@@ -146,6 +146,8 @@ def _pins(root: OpenedSource, target: str, tree: TreeScan, named: Mapping[str, s
     budget = [MAX_PINS]
     pins: list[Pin] = []
     prefix = f"{base}/"
+    if tree.gitdirs.get("") == "bare":  # the workspace is itself a git directory
+        pins += gitdirs.gitdir_pins(root, base, budget=budget)
     git = open_child(root, ".git")  # the workspace's own: a link here refuses the run
     if git is not None:
         if stat.S_ISDIR(git.mode):
@@ -292,7 +294,8 @@ class _Check:
 
 
 def _check(root: OpenedSource, baseline: Baseline, run_id: str, report: Report) -> None:
-    tree = workspace_scan.scan(root.fd)
+    tree = workspace_scan.scan(root.fd, entries=workspace_scan.AFTER_SCAN_ENTRIES,
+                               seconds=workspace_scan.AFTER_SCAN_SECONDS)
     jail = None if baseline.trusted else quarantine.Quarantine(root.fd, baseline.root, run_id)
     check = _Check(root, baseline, report, jail)
     report.complete = tree.complete and baseline.tree.complete
