@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from sbx.base.paths import home_hash
-from tests.support.sbxproc import Finished, run_sbx
+from tests.support.sbxproc import SBX, Finished, run_sbx
 
 from .conftest import TESTER, TESTER_UID, make_kit, reachable_by_others
 
@@ -506,7 +507,7 @@ def test_an_agent_can_still_add_commit_branch_and_stash(kit: Path, env: dict[str
     assert quarantined(repo) == []
     stderr = result.stderr.decode()
     assert "moved them" not in stderr
-    assert "tools/new/.git (a git repository created" in stderr
+    assert "tools/new/.git: a git repository created" in stderr
     assert owner.git(repo / "tools" / "new", "log", "--format=%s").stdout.strip() == \
         "a new project"
     assert owner.git(repo / "tools" / "new", "remote", "get-url", "origin").stdout.strip() \
@@ -533,6 +534,32 @@ def test_a_run_that_times_out_is_checked_too(kit: Path, env: dict[str, str], own
     assert result.returncode != 0
     assert (repo / "planted").exists(), result.stderr
     assert moved_from(repo) >= {".git/rebase-merge", "build/x/.git/config"}, result.stderr
+
+
+def test_a_run_whose_sbx_was_killed_is_checked_by_gc(kit: Path, env: dict[str, str],
+                                                     owner: Owner, tmp_path: Path) -> None:
+    repo = new_repo(owner, tmp_path / "project")
+    reachable_by_others(tmp_path)
+    process = subprocess.Popen(
+        [str(SBX), "run", "--timeout", "120s", f"-eMARKERS={owner.markers}", str(kit),
+         str(repo), "--", "bash", "-c", PLANT_AND_WAIT], env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not (repo / "planted").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (repo / "planted").exists()
+    finally:
+        process.send_signal(signal.SIGKILL)  # no cleanup and no check by this sbx
+        process.wait(30)
+    assert (repo / ".git" / "rebase-merge").exists()
+    gc = run_sbx(["gc", "--grace", "0"], env=env, timeout=180)
+    assert gc.returncode == 0, gc.stderr
+    assert moved_from(repo) >= {".git/rebase-merge", "build/x/.git/config"}
+    assert b"ended without sbx" in gc.stderr
+    owner.git(repo, "rebase", "--continue")
+    owner.git(repo / "build" / "x", "status")
+    assert owner.fired() == []
 
 
 @pytest.fixture

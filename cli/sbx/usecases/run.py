@@ -67,7 +67,6 @@ from sbx.domain.sandbox.sources import (
     sockets_inside,
     staging_available,
 )
-from sbx.domain.sandbox.workspace_trust import protect
 from sbx.seams import audit
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
@@ -722,6 +721,8 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
             _refuse_sockets(pin.source, mounts.notes)
         for pin in list(mounts.pins):
             if not pin.read_only and pin.source.is_dir:
+                from sbx.domain.sandbox.workspace_trust import protect
+
                 protection = protect(pin.source, pin.target, trust=trust, env=env)
                 mounts.pins += protection.pins
                 mounts.notes += protection.notes
@@ -822,6 +823,10 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
     capture = _Capture() if request.capture_output else None
     sink: OutputSink = capture if capture is not None else on_output
     run_dir = _write_run_dir(ctx, plan)
+    if plan.workspace_baselines:  # for the check after a named sandbox's sessions, or gc's
+        from sbx.usecases import workspace_check
+
+        workspace_check.save(run_dir, plan.workspace_baselines)
     created = _Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
@@ -900,11 +905,8 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: _C
                 container_id: str, on_notice: Callable[[str], None]) -> bool:
     """A named sandbox that started is the sandbox's from now on (recorded, never removed by
     this run); True when it was started detached (nothing to attach to here)."""
-    from sbx.usecases import workspace_check
     from sbx.usecases.named import record_created
 
-    workspace_check.save(runrecord.run_dir(ctx.state_home, plan.run_id),
-                         plan.workspace_baselines)
     record_created(ctx, plan, created_ids(created, container_id), request)
     created.kept = True
     if not request.detach:

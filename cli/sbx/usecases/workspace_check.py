@@ -95,7 +95,7 @@ def _listed(findings: Sequence[Finding]) -> str:
             detail += f"; {finding.action}"
         if finding.problem:
             detail += f": {finding.problem}"
-        shown.append(f"{finding.path} ({detail})")
+        shown.append(f"{finding.path}: {detail}")
     more = len(findings) - SHOWN
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
@@ -137,16 +137,17 @@ def load(run_dir: Path) -> list[Baseline] | None:
 
 
 def check_named(ctx: AppContext, run_dir: Path, run_id: str,
-                on_warning: Callable[[str], None]) -> Outcome:
-    """The check of a named sandbox's writable directories against its creation's baselines."""
+                on_warning: Callable[[str], None], *,
+                since: str = " since it was created") -> Outcome:
+    """The check of a kept run's writable directories against the baselines of its start: a
+    named sandbox's, or a run whose sbx died (``sbx gc``)."""
     baselines = load(run_dir)
     if baselines is None:
         on_warning(f"the workspace baseline in {run_dir} cannot be read, so the sandbox's "
                    "workspace was not checked; review it before you run git or other tools "
                    "there")
         return Outcome()
-    return check(ctx, baselines, run_id=run_id, on_warning=on_warning,
-                 since=" since it was created")
+    return check(ctx, baselines, run_id=run_id, on_warning=on_warning, since=since)
 
 
 __all__ = ["BASELINE_FILE", "Outcome", "check", "check_named", "load", "save", "warnings"]

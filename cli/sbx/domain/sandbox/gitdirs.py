@@ -366,7 +366,7 @@ def _what(rest: str, now: Stat, fd: int, path: str, owner: str) -> tuple[str, st
     """(why an entry that was created or changed matters, its kind) or None."""
     first = rest.split("/", 1)[0]
     if now[0] == "l":
-        return "a symbolic link in the git directory (git writes through it)", "link"
+        return "a symbolic link in the git directory, which git writes through", "link"
     if rest.endswith("/.git") or rest == ".git" or "/.git/" in f"/{rest}/":
         return "a repository planted inside the git directory", "nested"
     if first in OPERATION_STATE:
@@ -377,7 +377,7 @@ def _what(rest: str, now: Stat, fd: int, path: str, owner: str) -> tuple[str, st
     if rest in ("config", "config.worktree"):
         if _harmless_config(fd, path):
             return None
-        return "a git config with keys that run programs (or that sbx cannot read)", "config"
+        return "a git config with keys that run programs, or that sbx cannot read", "config"
     if first == "hooks" and not rest.endswith(".sample"):
         return "a git hook", "hook"
     if rest == "info/attributes":

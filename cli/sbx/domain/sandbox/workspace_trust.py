@@ -311,8 +311,8 @@ def _check(root: OpenedSource, baseline: Baseline, run_id: str, report: Report) 
         report.complete = False
     for relative, now in sorted(tree.gitfiles.items()):
         if check.changed(relative, now, before_tree.gitfiles, known_complete=complete):
-            check.act(relative, "a .git file or link (git follows it to another git "
-                                "directory)", "git", move=True)
+            check.act(relative, "a .git file or link, which git follows to another git "
+                                "directory", "git", move=True)
     _mercurial(check, tree)
     _named(check)
     for relative, now in sorted(tree.files.items()):
@@ -343,8 +343,8 @@ def _repository(check: _Check, relative: str, kind: str,
         if before is None:
             top = after.entries.get("HEAD") or _stat_at(fd)
             if top is not None and (baseline.tree.complete or top[4] >= baseline.started_ns):
-                check.act(relative, "a git repository created during the run (its config "
-                                    "and hooks were checked)", "git", move=False)
+                check.act(relative, "a git repository created during the run; its config "
+                                    "and hooks were checked", "git", move=False)
         for finding in gitdirs.compare(before, after, fd, started_ns=baseline.started_ns):
             path = f"{relative}/{finding.path}" if relative else finding.path
             if finding.action == gitdirs.CLEAN_INDEX:
@@ -456,10 +456,10 @@ def _mercurial(check: _Check, tree: TreeScan) -> None:
                              known_complete=check.baseline.tree.complete):
             continue
         if name == "sharedpath":
-            check.act(relative, "a Mercurial share pointer (hg reads the config where it "
-                                "points)", "mercurial", move=True)
+            check.act(relative, "a Mercurial share pointer: hg reads the config where it "
+                                "points", "mercurial", move=True)
         elif not _harmless_hgrc(check.root.fd, relative):
-            check.act(relative, "a Mercurial config (hooks and extensions run on the host)",
+            check.act(relative, "a Mercurial config: its hooks and extensions run on the host",
                       "mercurial", move=True)
 
 
