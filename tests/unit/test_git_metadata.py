@@ -126,8 +126,9 @@ def _summary(repo: Path) -> gitindex.IndexSummary:
         os.close(fd)
 
 
-def _add_raw_entry(repo: Path, path: bytes) -> None:
-    """An entry no `git add` makes (as a sandbox can write it), appended to a v2 index."""
+def _add_raw_entry(repo: Path, path: bytes, mode: int = 0o100755) -> None:
+    """An entry (by default one no `git add` makes, as a sandbox can write it) added to a v2
+    index."""
     data = (repo / ".git" / "index").read_bytes()
     _sig, _version, count = struct.unpack(">4sII", data[:12])
     entries, offset = [], 12
@@ -136,7 +137,7 @@ def _add_raw_entry(repo: Path, path: bytes) -> None:
         size = (62 + length + 8) // 8 * 8
         entries.append(data[offset:offset + size])
         offset += size
-    entry = struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o100755, 0, 0, 0) + bytes(20)
+    entry = struct.pack(">10I", 0, 0, 0, 0, 0, 0, mode, 0, 0, 0) + bytes(20)
     entry += struct.pack(">H", len(path)) + path
     entries.append(entry + b"\0" * ((62 + len(path) + 8) // 8 * 8 - len(entry)))
     entries.sort(key=lambda e: e[62:62 + (struct.unpack(">H", e[60:62])[0] & 0xFFF)])

@@ -284,6 +284,31 @@ def test_beyond_the_first_walk_the_change_time_decides(workspace: Path) -> None:
     assert not any(path.startswith("z/old") for path in found)
 
 
+def test_a_gitlink_leads_to_a_planted_repository_beyond_the_walk(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    body = struct.pack(">4sII", b"DIRC", 2, 0)
+    digest = hashlib.sha1(body, usedforsecurity=False).digest()
+    (workspace / ".git" / "index").write_bytes(body + digest)
+    for index in range(40):
+        (workspace / f"d{index:02}").mkdir()
+    baseline, _ = _protect(workspace)
+    deep = workspace / "zz" / "a" / "b"
+    _gitdir(deep / ".git", "[core]\n\tfsmonitor = touch /tmp/p\n")
+    (workspace / "zz" / "c").mkdir()
+    (workspace / "zz" / "c" / ".git").write_text("gitdir: /x\n", encoding="utf-8")
+    _add_raw_entry(workspace, b"zz/a/b", mode=0o160000)
+    _add_raw_entry(workspace, b"zz/c", mode=0o160000)
+    monkeypatch.setattr(workspace_scan, "AFTER_SCAN_ENTRIES", 30)  # stops before zz/
+    report = after_run(baseline, run_id="run1")
+    assert not report.complete
+    found = {f.path: f.action for f in report.findings}
+    assert found["zz/a/b/.git/config"] == quarantine.QUARANTINED
+    assert found["zz/c/.git"] == quarantine.QUARANTINED
+    assert {f.what for f in report.findings if f.path == ".git/index"} == {
+        "a gitlink to zz/a/b: the owner's `git status` runs git inside it",
+        "a gitlink to zz/c: the owner's `git status` runs git inside it"}
+
+
 def test_an_index_with_a_path_into_git_is_rewritten_without_it(workspace: Path) -> None:
     body = struct.pack(">4sII", b"DIRC", 2, 0)
     digest = hashlib.sha1(body, usedforsecurity=False).digest()

@@ -301,12 +301,18 @@ def _check(root: OpenedSource, baseline: Baseline, run_id: str, report: Report) 
     report.complete = tree.complete and baseline.tree.complete
     before_tree = baseline.tree
     complete = before_tree.complete
-    candidates = dict(tree.gitdirs)
-    for relative, kind in list(tree.gitdirs.items())[:MAX_CHECKED_REPOSITORIES]:
-        for link in _repository(check, relative, kind, candidates):
-            candidates.setdefault(link, "dir")
-            if link not in tree.gitdirs:
-                _repository(check, link, "dir", candidates)
+    known = {*tree.gitdirs, *tree.gitfiles}
+    pending = list(tree.gitdirs.items())[:MAX_CHECKED_REPOSITORIES]
+    while pending:
+        relative, kind = pending.pop(0)
+        for nested in _repository(check, relative, kind, known):
+            known.add(nested)  # a gitlink's repository the walk did not reach
+            status = _lstat_at(root.fd, nested)
+            if status is not None and status[0] == "d":
+                if len(known) < MAX_CHECKED_REPOSITORIES:
+                    pending.append((nested, "dir"))
+            elif status is not None:
+                tree.gitfiles[nested] = status
     if len(tree.gitdirs) > MAX_CHECKED_REPOSITORIES:
         report.complete = False
     for relative, now in sorted(tree.gitfiles.items()):
@@ -328,7 +334,7 @@ def _check(root: OpenedSource, baseline: Baseline, run_id: str, report: Report) 
 
 
 def _repository(check: _Check, relative: str, kind: str,
-                candidates: Mapping[str, str]) -> list[str]:
+                known: set[str]) -> list[str]:
     """Check one git directory; the gitlinks of its index whose repository the walk did not
     reach (each a ``.git`` to check as well)."""
     fd = gitdirs.open_relative(check.root.fd, relative)
@@ -340,7 +346,7 @@ def _repository(check: _Check, relative: str, kind: str,
         after = gitdirs.state(fd)
         if not after.complete:
             check.report.complete = False
-        if before is None:
+        if before is None and relative not in baseline.tree.gitdirs:
             top = after.entries.get("HEAD") or _stat_at(fd)
             if top is not None and (baseline.tree.complete or top[4] >= baseline.started_ns):
                 check.act(relative, "a git repository created during the run; its config "
@@ -360,7 +366,7 @@ def _repository(check: _Check, relative: str, kind: str,
         if worktree is not None:
             for link in after.gitlinks:
                 nested = posixpath.join(worktree, link, ".git") if worktree else f"{link}/.git"
-                if nested not in candidates and _is_dir_at(check.root.fd, nested):
+                if nested not in known and _lstat_at(check.root.fd, nested) is not None:
                     unreached.append(nested)
         return unreached
     finally:
@@ -429,15 +435,16 @@ def _stat_at(fd: int) -> Stat | None:
         return None
 
 
-def _is_dir_at(fd: int, relative: str) -> bool:
+def _lstat_at(fd: int, relative: str) -> Stat | None:
+    """The stat of ``relative`` below ``fd`` (no link followed on the way), or None."""
     parent = gitdirs.open_relative(fd, posixpath.dirname(relative))
     if parent is None:
-        return False
+        return None
     try:
-        return stat.S_ISDIR(os.stat(posixpath.basename(relative), dir_fd=parent,
-                                    follow_symlinks=False).st_mode)
+        return stat_of(os.stat(posixpath.basename(relative), dir_fd=parent,
+                               follow_symlinks=False))
     except OSError:
-        return False
+        return None
     finally:
         os.close(parent)
 
