@@ -67,20 +67,19 @@ _NESTED_TREES: Final = tuple(("/" + p.rstrip("/"), t.tool) for t in TOOLS for p 
 _ROOT_FILES: Final = {p: t.tool for t in TOOLS for p in t.root if not p.endswith("/")}
 _ROOT_TREES: Final = {p.rstrip("/"): t.tool for t in TOOLS for p in t.root if p.endswith("/")}
 _SUFFIXES: Final = tuple((s, t.tool) for t in TOOLS for s in t.suffixes)
-_SUFFIX_NAMES: Final = tuple(s for s, _t in _SUFFIXES)
+_SUFFIX_NAMES: Final = (".pth", *(s for s, _t in _SUFFIXES))
 
 
 _NAMES: Final = frozenset(
     {*_ANYWHERE, *(p.rsplit("/", 1)[-1] for p, _t in _NESTED),
      *(p.rsplit("/", 1)[-1] for p in _ROOT_FILES), ".git", ".hg", ".gitattributes",
      "__init__.py"})
-_ROOT_SUFFIXES: Final = (".py", ".pyc")
 
 
 def may_matter(name: str, *, root: bool) -> bool:
     """A cheap first look at a file's name (most names matter to no tool)."""
-    return (name in _NAMES or name.endswith(".pth") or name.endswith(_SUFFIX_NAMES)
-            or (root and name.endswith(_ROOT_SUFFIXES)))
+    return name in _NAMES or name.endswith(_SUFFIX_NAMES) or (root and name.endswith(".pyc")) \
+        or (root and name.endswith(".py"))
 
 
 def watched_tree(relative: str, name: str, *, in_dependencies: bool) -> str | None:

@@ -141,15 +141,21 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
         found.complete = False
         return True
     names = {entry.name for entry in listing}
-    if _is_gitdir(names, listing):
+    if "HEAD" in names and _is_gitdir(names, listing):
         found.gitdirs[item.path] = "bare"
         return True  # a git directory: what git reads there is the git check's
+    count = found.entries + len(listing)
+    if count > entries or time.monotonic() > deadline:
+        found.entries = min(count, entries + 1)
+        return False
+    found.entries = count
+    # Most entries are files no tool reads, decided on the name and the listing's type alone.
+    interesting = hostfiles.may_matter
+    root = not item.path
+    watched = item.tool is not None
     for entry in listing:
-        found.entries += 1
-        if found.entries > entries or (found.entries % 512 == 0
-                                       and time.monotonic() > deadline):
-            return False
-        _take(fd, entry, item, found, pending)
+        if watched or entry.is_dir(follow_symlinks=False) or interesting(entry.name, root=root):
+            _take(fd, entry, item, found, pending)
     return True
 
 
@@ -169,8 +175,6 @@ def _take(fd: int, entry: os.DirEntry[str], item: _Pending, found: TreeScan,
     name = entry.name
     link = entry.is_symlink()
     is_dir = not link and entry.is_dir(follow_symlinks=False)
-    if not is_dir and item.tool is None and not hostfiles.may_matter(name, root=not item.path):
-        return  # the common case, decided on the name alone
     path = f"{item.path}/{name}" if item.path else name
     if name == ".git":
         if is_dir:
