@@ -144,11 +144,12 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
     if "HEAD" in names and _is_gitdir(names, listing):
         found.gitdirs[item.path] = "bare"
         return True  # a git directory: what git reads there is the git check's
-    count = found.entries + len(listing)
-    if count > entries or time.monotonic() > deadline:
-        found.entries = min(count, entries + 1)
-        return False
-    found.entries = count
+    room = entries - found.entries
+    within = room >= len(listing) and time.monotonic() <= deadline
+    if not within:  # the bound: the rest of this directory goes unseen, but not its repositories
+        room = max(room, 0)
+        listing = listing[:room] + [e for e in listing[room:] if e.name in (".git", ".hg")]
+    found.entries += len(listing)
     # Most entries are files no tool reads, decided on the name and the listing's type alone.
     interesting = hostfiles.may_matter
     root = not item.path
@@ -156,7 +157,7 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
     for entry in listing:
         if watched or entry.is_dir(follow_symlinks=False) or interesting(entry.name, root=root):
             _take(fd, entry, item, found, pending)
-    return True
+    return within
 
 
 def _is_gitdir(names: set[str], listing: list[os.DirEntry[str]]) -> bool:
