@@ -583,7 +583,7 @@ def test_a_named_sandbox_is_checked_when_exec_ends_and_when_it_stops(
     done = run_sbx(["exec", named, "--", "true"], env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert moved_from(repo) >= {".git/rebase-merge", "build/x/.git/config"}
-    assert b"since it was created" in done.stderr
+    assert b"since it last started" in done.stderr
     # Planted again behind sbx's back (a process of the sandbox): `sbx stop` checks once the
     # container has stopped.
     home8 = home_hash(Path(env["SBX_HOME"]))[:8]
@@ -600,6 +600,22 @@ def test_a_named_sandbox_is_checked_when_exec_ends_and_when_it_stops(
     owner.git(repo, "rebase", "--continue")
     owner.git(repo / "build" / "x", "status")
     assert owner.fired() == []
+    # While it is stopped the owner's own git work is the owner's: a merge left in progress
+    # survives the restart and the next session's check.
+    (repo / "other").write_text("x\n", encoding="utf-8")
+    os.chown(repo / "other", TESTER_UID, TESTER_UID)
+    owner.git(repo, "checkout", "-qb", "side")
+    owner.git(repo, "add", "other")
+    owner.git(repo, "commit", "-qm", "side")
+    owner.git(repo, "checkout", "-q", "main")
+    merge = owner.git(repo, "merge", "--no-commit", "--no-ff", "side")
+    assert merge.returncode == 0, merge.stderr
+    assert (repo / ".git" / "MERGE_HEAD").exists()
+    restarted = run_sbx(["run", "--name", named, "-d", str(kit)], env=env, timeout=180)
+    assert restarted.returncode == 0, restarted.stderr
+    assert run_sbx(["exec", named, "--", "true"], env=env, timeout=120).returncode == 0
+    assert (repo / ".git" / "MERGE_HEAD").exists()
+    assert ".git/MERGE_HEAD" not in moved_from(repo)
 
 
 def test_a_trusted_workspace_is_reported_and_nothing_moved(kit: Path, env: dict[str, str],

@@ -183,7 +183,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
         return
     from sbx.seams.signals import deferred_interrupts
 
-    check_workspace(ctx, record, on_warning)  # what it left while it ran, before it runs again
+    _restarting_workspace(ctx, record, on_warning)
     opened = _restage(ctx, record)
     try:
         _network_again(ctx, record, on_warning)
@@ -376,7 +376,7 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
     code = driver.wait(record.container_id, 30)
-    check_workspace(ctx, record, on_warning)
+    check_workspace(ctx, record, on_warning, stopped=code is not None)
     return 0 if code is None else code
 
 
@@ -457,23 +457,35 @@ def stop(ctx: AppContext, names: Sequence[str],
         assert record.container_id is not None  # noqa: S101 - _load checks
         ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
         stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
-        check_workspace(ctx, record, on_warning)
+        check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped
 
 
 def check_workspace(ctx: AppContext, record: SandboxRecord,
-                    on_warning: Callable[[str], None]) -> None:
+                    on_warning: Callable[[str], None], *, stopped: bool = False) -> None:
     """The after-run check of the sandbox's writable directories (sbx.usecases.workspace_check)
-    against what they held when it was created."""
+    against what they held when it last started."""
     from sbx.usecases import workspace_check
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     try:
-        workspace_check.check_named(ctx, run_dir, record.run_id, on_warning)
+        workspace_check.check_named(ctx, run_dir, record.run_id, on_warning, stopped=stopped)
     except (OSError, SbxError) as error:
         on_warning(f"{record.name}'s workspace could not be checked ({error}); review it "
                    "before you run git or other tools there")
+
+
+def _restarting_workspace(ctx: AppContext, record: SandboxRecord,
+                          on_warning: Callable[[str], None]) -> None:
+    from sbx.usecases import workspace_check
+
+    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
+    try:
+        workspace_check.restarting(ctx, run_dir, record.run_id, on_warning)
+    except (OSError, SbxError) as error:
+        on_warning(f"{record.name}'s workspace could not be checked before its start "
+                   f"({error}); review it before you run git or other tools there")
 
 
 def remove(ctx: AppContext, names: Sequence[str],
@@ -517,7 +529,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if problems:
                 raise SbxError(Reason.CLEANUP_FAILED, "; ".join(problems))
             if record is not None:
-                check_workspace(ctx, record, on_warning)  # the container is gone
+                check_workspace(ctx, record, on_warning, stopped=True)  # it is gone
             if run_dir is not None:
                 shutil.rmtree(run_dir, ignore_errors=True)
             store.forget(name)

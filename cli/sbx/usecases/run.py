@@ -1020,6 +1020,10 @@ def _check_workspace(ctx: AppContext, plan: RunPlan, created: _Created,
     try:
         outcome = workspace_check.check(ctx, plan.workspace_baselines, run_id=plan.run_id,
                                         on_warning=on_warning)
+        if created.kept:  # it has stopped: what changes from now on is the owner's
+            with contextlib.suppress(OSError):
+                (runrecord.run_dir(ctx.state_home, plan.run_id)
+                 / workspace_check.CHECKED_STOPPED).touch()
     except (OSError, SbxError) as error:  # the run's own outcome must still reach the user
         on_warning(f"the workspace could not be checked after the run ({error}); review it "
                    "before you run git or other tools there")

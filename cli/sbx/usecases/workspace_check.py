@@ -24,6 +24,9 @@ from sbx.seams import audit, state
 from sbx.usecases.context import AppContext
 
 BASELINE_FILE: Final = "workspace-baseline.json"
+# Written by a check made once the sandbox had stopped: until it starts again, what changes
+# in the workspace is the owner's own work, which its next start takes as the new baseline.
+CHECKED_STOPPED: Final = "workspace-checked-stopped"
 SHOWN: Final = 20
 AUDITED: Final = 200
 AVOID: Final = ("a read-only workspace (`--access ro`) keeps a sandbox from writing it at all; "
@@ -138,9 +141,44 @@ def load(run_dir: Path) -> list[Baseline] | None:
 
 def check_named(ctx: AppContext, run_dir: Path, run_id: str,
                 on_warning: Callable[[str], None], *,
-                since: str = " since it was created") -> Outcome:
-    """The check of a kept run's writable directories against the baselines of its start: a
-    named sandbox's, or a run whose sbx died (``sbx gc``)."""
+                since: str = " since it last started", stopped: bool = False) -> Outcome:
+    """The check of a kept run's writable directories against the baselines of its (last)
+    start: a named sandbox's, or a run whose sbx died (``sbx gc``). ``stopped``: nothing
+    writes them any more (see :data:`CHECKED_STOPPED`)."""
+    outcome = _check_kept(ctx, run_dir, run_id, on_warning, since)
+    if stopped:
+        with contextlib.suppress(OSError):
+            (run_dir / CHECKED_STOPPED).touch()
+    return outcome
+
+
+def restarting(ctx: AppContext, run_dir: Path, run_id: str,
+               on_warning: Callable[[str], None]) -> None:
+    """Before a stopped named sandbox starts again: checked now unless that happened once it
+    had stopped; then what is there becomes the baseline (the owner's work in between is the
+    owner's)."""
+    if not (run_dir / CHECKED_STOPPED).exists():
+        _check_kept(ctx, run_dir, run_id, on_warning, " before it stopped")
+    baselines = load(run_dir)
+    if not baselines:
+        return
+    from sbx.domain.sandbox.sources import open_checked
+    from sbx.domain.sandbox.workspace_trust import baseline_of
+
+    fresh = []
+    for baseline in baselines:
+        opened = open_checked(baseline.root)
+        try:
+            fresh.append(baseline_of(opened, trusted=baseline.trusted, env=ctx.env))
+        finally:
+            opened.close()
+    save(run_dir, fresh)
+    with contextlib.suppress(OSError):
+        (run_dir / CHECKED_STOPPED).unlink()
+
+
+def _check_kept(ctx: AppContext, run_dir: Path, run_id: str,
+                on_warning: Callable[[str], None], since: str) -> Outcome:
     baselines = load(run_dir)
     if baselines is None:
         on_warning(f"the workspace baseline in {run_dir} cannot be read, so the sandbox's "
@@ -150,4 +188,5 @@ def check_named(ctx: AppContext, run_dir: Path, run_id: str,
     return check(ctx, baselines, run_id=run_id, on_warning=on_warning, since=since)
 
 
-__all__ = ["BASELINE_FILE", "Outcome", "check", "check_named", "load", "save", "warnings"]
+__all__ = ["BASELINE_FILE", "CHECKED_STOPPED", "Outcome", "check", "check_named", "load",
+           "restarting", "save", "warnings"]

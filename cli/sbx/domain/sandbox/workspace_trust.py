@@ -112,20 +112,30 @@ class Report:
 def protect(root: OpenedSource, target: str, *, trust: bool,
             env: Mapping[str, str]) -> Protection:
     """Pins for the directory open at ``root`` (mounted at ``target``) and its baseline."""
+    notes: list[str] = []
+    pins: list[Pin] = []
+    baseline = baseline_of(root, trusted=trust, env=env, target=target, notes=notes, pins=pins)
+    return Protection(pins, baseline, notes)
+
+
+def baseline_of(root: OpenedSource, *, trusted: bool, env: Mapping[str, str],
+                target: str | None = None, notes: list[str] | None = None,
+                pins: list[Pin] | None = None) -> Baseline:
+    """What the directory open at ``root`` holds now; with ``target``, its pins are made
+    (into ``pins``) between the walk and the look at its git directories, which they change."""
     started = time.time_ns()
     tree = workspace_scan.scan(root.fd)
-    notes: list[str] = []
+    notes = notes if notes is not None else []
     if not tree.complete:
         notes.append(
             f"{root.path} is too large to check in full for repositories and files host tools "
             f"run ({workspace_scan.SCAN_ENTRIES} entries or {workspace_scan.SCAN_SECONDS:g} s); "
             "beyond that, what the run creates or changes is judged by its change time")
     named = _named_paths(root, tree, env)
-    pins: list[Pin] = []
-    if not trust:
-        pins = _pins(root, target, tree, named, notes)
+    if target is not None and not trusted and pins is not None:
+        pins += _pins(root, target, tree, named, notes)
     baseline = Baseline(root=root.path, started_ns=started, tree=tree, named=named,
-                        trusted=trust)
+                        trusted=trusted)
     for relative in list(tree.gitdirs)[:MAX_CHECKED_REPOSITORIES]:
         fd = gitdirs.open_relative(root.fd, relative)
         if fd is not None:
@@ -137,7 +147,7 @@ def protect(root: OpenedSource, target: str, *, trust: bool,
         with contextlib.suppress(OSError):
             baseline.named_stats[relative] = stat_of(
                 os.stat(relative, dir_fd=root.fd, follow_symlinks=False))
-    return Protection(pins, baseline, notes)
+    return baseline
 
 
 def _pins(root: OpenedSource, target: str, tree: TreeScan, named: Mapping[str, str],
@@ -512,4 +522,4 @@ def _names_drivers(fd: int, relative: str) -> bool:
 
 
 __all__ = ["MAX_PINNED_REPOSITORIES", "Baseline", "Finding", "Protection", "Report",
-           "after_run", "protect"]
+           "after_run", "baseline_of", "protect"]
