@@ -335,3 +335,43 @@ def test_gitdir_state_records_links_and_state_but_not_data(workspace: Path) -> N
     assert "refs/heads/link" in state.entries and "config" in state.entries
     assert "hooks/pre-commit.sample" in state.entries
     assert "refs/heads" not in state.entries and "objects/pack" not in state.entries
+
+
+def test_the_warnings_say_what_moved_where_and_what_to_review(workspace: Path) -> None:
+    from sbx.usecases.workspace_check import warnings
+
+    baseline, _ = _protect(workspace)
+    (workspace / ".git" / "commondir").write_text("../x\n", encoding="utf-8")
+    (workspace / ".envrc").write_text("x\n", encoding="utf-8")
+    report = after_run(baseline, run_id="run1")
+    report.complete = False
+    lines = warnings(report)
+    assert len(lines) == 3
+    assert f"{workspace}/.git/sbx-quarantine/run1" in lines[0] and ".git/commondir" in lines[0]
+    assert ".envrc: direnv" in lines[1] and "review them" in lines[1]
+    assert "too large to check in full" in lines[2]
+
+
+def test_a_kept_baseline_that_cannot_be_read_is_said_not_trusted(tmp_path: Path) -> None:
+    from sbx.usecases.workspace_check import BASELINE_FILE, load
+
+    assert load(tmp_path) == []  # nothing was protected
+    (tmp_path / BASELINE_FILE).write_text("{not json", encoding="utf-8")
+    assert load(tmp_path) is None
+
+
+def test_a_quarantine_the_sandbox_made_is_looked_into(tmp_path: Path) -> None:
+    root = tmp_path / "plain"  # no .git: the quarantine is .sbx-quarantine at the root
+    root.mkdir()
+    baseline, _ = _protect(root)
+    hidden = root / ".sbx-quarantine" / "fake"
+    _gitdir(hidden / "repo" / ".git", "[core]\n\tfsmonitor = x\n")
+    (hidden / "fake.json").write_text("{}", encoding="utf-8")
+    (root / ".sbx-quarantine" / ".envrc").write_text("x\n", encoding="utf-8")
+    found = _after(baseline)
+    assert found[".sbx-quarantine/fake/repo/.git/config"][0] == quarantine.QUARANTINED
+    assert ".sbx-quarantine/.envrc" in found
+    # sbx's own quarantine, there before the next run, is passed over (and pinned read-only).
+    again, targets = _protect(root)
+    assert "/workspace/.sbx-quarantine" in targets
+    assert _after(again) == {}

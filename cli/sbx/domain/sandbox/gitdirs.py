@@ -196,9 +196,10 @@ def stat_from_json(value: object) -> Stat:
     return ("?", 0, 0, 0, 0)
 
 
-def state(fd: int) -> GitDirState:
+def state(fd: int, *, quarantine_known: bool = True) -> GitDirState:
     """The state of the git directory open at ``fd`` (bounded; ``complete`` says whether it
-    was looked at whole)."""
+    was looked at whole). sbx's quarantine is looked into only when it was not there before
+    (then the sandbox made it); one that was is pinned read-only."""
     found = GitDirState()
     budget = [GITDIR_ENTRIES]
     # (directory fd, its path, how to look at it, the git directory it belongs to)
@@ -211,6 +212,9 @@ def state(fd: int) -> GitDirState:
     try:
         while pending:
             directory, where, mode, owner = pending.pop()
+            if mode == "quarantine" and (quarantine_known or owner):
+                os.close(directory)
+                continue
             try:
                 _look(directory, where, mode, owner, found, pending, budget)
             finally:
@@ -277,11 +281,11 @@ def _classify(name: str, mode: str, link: bool, is_dir: bool,
         return is_gitdir, "gitdir" if is_gitdir else "modules"
     if mode == "worktrees":
         return is_dir, "gitdir" if is_dir else None
-    if mode == "links":
+    if mode in ("links", "quarantine"):
         return False, "links"
     # the top of a git directory
     if name == QUARANTINE_DIR:
-        return False, None
+        return True, "quarantine"
     if name in _RECORDED or name.startswith("sharedindex."):
         return True, None
     if name in _RECORDED_TREES:

@@ -48,12 +48,15 @@ class TreeScan:
     hg: dict[str, Stat] = field(default_factory=dict)  # .hg dirs and their HG_FILES
     complete: bool = True
     entries: int = 0
+    quarantine: bool = False  # sbx's quarantine was there (and so is pinned read-only)
+    skip_quarantine: bool = field(default=True, repr=False, compare=False)
 
     def as_json(self) -> dict[str, object]:
         return {"files": _stats_json(self.files), "tools": self.tools,
                 "attributes": _stats_json(self.attributes), "gitdirs": self.gitdirs,
                 "gitfiles": _stats_json(self.gitfiles), "hg": _stats_json(self.hg),
-                "complete": self.complete, "entries": self.entries}
+                "complete": self.complete, "entries": self.entries,
+                "quarantine": self.quarantine}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TreeScan:
@@ -73,7 +76,8 @@ class TreeScan:
                    if isinstance(gitdirs, dict) else {},
                    gitfiles=stats("gitfiles"), hg=stats("hg"),
                    complete=data.get("complete") is True,
-                   entries=entries if isinstance(entries, int) else 0)
+                   entries=entries if isinstance(entries, int) else 0,
+                   quarantine=data.get("quarantine") is True)
 
 
 def _stats_json(stats: dict[str, Stat]) -> dict[str, list[object]]:
@@ -88,10 +92,12 @@ class _Pending:
     dependencies: bool  # inside node_modules / site-packages
 
 
-def scan(root_fd: int, *, entries: int = SCAN_ENTRIES,
-         seconds: float = SCAN_SECONDS) -> TreeScan:
-    """Walk the directory open at ``root_fd`` (see the module docstring)."""
-    found = TreeScan()
+def scan(root_fd: int, *, entries: int = SCAN_ENTRIES, seconds: float = SCAN_SECONDS,
+         quarantine_known: bool = True) -> TreeScan:
+    """Walk the directory open at ``root_fd`` (see the module docstring). sbx's quarantine at
+    the root is passed over when ``quarantine_known`` (before the run; after it, when it was
+    there before and so was pinned read-only); one the sandbox made is walked like the rest."""
+    found = TreeScan(skip_quarantine=quarantine_known)
     deadline = time.monotonic() + seconds
     try:
         root_inode = os.fstat(root_fd).st_ino
@@ -187,8 +193,10 @@ def _take(fd: int, entry: os.DirEntry[str], item: _Pending, found: TreeScan,
         _record(found.hg, path, entry)
         _hg_files(fd, path, found)
         return
-    if not item.path and name == WORKSPACE_QUARANTINE:
-        return
+    if not item.path and name == WORKSPACE_QUARANTINE and is_dir:
+        found.quarantine = True
+        if found.skip_quarantine:
+            return
     if is_dir:
         dependencies = item.dependencies or name in hostfiles.DEPENDENCY_TREES
         tool = item.tool or hostfiles.watched_tree(path, name, in_dependencies=dependencies)

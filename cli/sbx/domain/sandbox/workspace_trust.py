@@ -305,7 +305,8 @@ class _Check:
 
 def _check(root: OpenedSource, baseline: Baseline, run_id: str, report: Report) -> None:
     tree = workspace_scan.scan(root.fd, entries=workspace_scan.AFTER_SCAN_ENTRIES,
-                               seconds=workspace_scan.AFTER_SCAN_SECONDS)
+                               seconds=workspace_scan.AFTER_SCAN_SECONDS,
+                               quarantine_known=baseline.tree.quarantine)
     jail = None if baseline.trusted else quarantine.Quarantine(root.fd, baseline.root, run_id)
     check = _Check(root, baseline, report, jail)
     report.complete = tree.complete and baseline.tree.complete
@@ -353,7 +354,8 @@ def _repository(check: _Check, relative: str, kind: str,
     baseline = check.baseline
     try:
         before = baseline.gitdirs.get(relative)
-        after = gitdirs.state(fd)
+        after = gitdirs.state(fd, quarantine_known=before is not None
+                              and gitdirs.QUARANTINE_DIR in before.entries)
         if not after.complete:
             check.report.complete = False
         if before is None and relative not in baseline.tree.gitdirs:
