@@ -684,7 +684,7 @@ def test_json_envelope(h: Harness) -> None:
     assert envelope["exit_code"] == 126 and envelope["reason"] == "cleanup_failed"
     data = envelope["data"]
     assert set(data) == {"outcome", "dry_run", "grace_seconds", "removed", "kept", "failed",
-                         "deferred", "counts", "note"}
+                         "deferred", "counts", "note", "workspace_warnings"}
     assert data["failed"] == [{"kind": "container_remove_failed", "reason": "cleanup_failed",
                                "message": f"could not remove container {bad['Id'][:12]}: "
                                           "engine said no", "target": bad["Id"]}]

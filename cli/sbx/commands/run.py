@@ -62,8 +62,9 @@ def run(
         "--detach", "-d", help="Start the named sandbox and return (no attach).")] = False,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
-        help="Let the sandbox change the workspace's git configuration and hooks (read-only by "
-             "default: the host runs them).")] = False,
+        help="Let the sandbox change what git runs in the workspace and read-write mounts "
+             "(config, hooks, repositories; by default pinned read-only, and what the run "
+             "planted is quarantined after it). Still reported.")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:

@@ -59,7 +59,8 @@ def exec_(
 
     app = ctx.obj
     return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
-                   interactive=interactive, tty=tty, on_output=app.renderer.workload_output)
+                   interactive=interactive, tty=tty, on_output=app.renderer.workload_output,
+                   on_warning=app.renderer.warn)
 
 
 def logs(
@@ -80,7 +81,7 @@ def stop(ctx: typer.Context, names: NamesArgument) -> int:
     from sbx.usecases.named import stop as stop_core
 
     app = ctx.obj
-    for name in stop_core(app, names):
+    for name in stop_core(app, names, on_warning=app.renderer.warn):
         app.renderer.message(name)
     return 0
 
@@ -106,7 +107,7 @@ def rm(
         if not renderer.confirm(f"Remove {', '.join(names)} and everything it keeps "
                                 "(HOME, volumes)?"):
             return 1
-    for name in remove(app, names):
+    for name in remove(app, names, on_warning=renderer.warn):
         renderer.message(name)
     return 0
 

@@ -87,6 +87,7 @@ from sbx.seams.firewall import (
 if TYPE_CHECKING:
     from sbx.seams.engine import Driver, RawListing
     from sbx.usecases.context import AppContext
+from sbx.usecases.workspace_check import BASELINE_FILE
 
 LOCK_FILE: Final = "gc.lock"
 MAX_BATCHES: Final = 64
@@ -169,6 +170,8 @@ class GcResult:
     failed: list[GcFailure] = field(default_factory=list)
     deferred: int = 0
     note: str | None = None
+    # what the check of a crashed run's writable directories found (sbx.usecases.workspace_check)
+    workspace_warnings: list[str] = field(default_factory=list)
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -194,6 +197,7 @@ class GcResult:
             "deferred": self.deferred,
             "counts": self.counts(),
             "note": self.note,
+            "workspace_warnings": self.workspace_warnings,
         }
 
 
@@ -1069,6 +1073,7 @@ class _Collector:
                 continue
             if not self._release_staging(run.name):
                 continue
+            self._check_workspace(run)
             try:
                 shutil.rmtree(run.path)
             except FileNotFoundError:
@@ -1084,6 +1089,15 @@ class _Collector:
                            run.name)
                 continue
             self.result.removed.append(item)
+
+    def _check_workspace(self, run: RunDir) -> None:
+        """A run whose sbx died before its after-run check: the check, from its baseline."""
+        if not (run.path / BASELINE_FILE).exists():
+            return
+        from sbx.usecases.workspace_check import check_named
+
+        check_named(self.ctx, run.path, run.name, self.result.workspace_warnings.append,
+                    since=f" (run {run.name[:12]}, which ended without sbx)")
 
     def _release_staging(self, run_id: str) -> bool:
         """Unmount a finished run's staging points (sbx.domain.sandbox.sources); False on a failure.

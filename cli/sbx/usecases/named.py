@@ -183,6 +183,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
         return
     from sbx.seams.signals import deferred_interrupts
 
+    _restarting_workspace(ctx, record, on_warning)
     opened = _restage(ctx, record)
     try:
         _network_again(ctx, record, on_warning)
@@ -369,17 +370,20 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
         if end is SessionEnd.EOF:
             session.drain(OUTPUT_DRAIN_S)
     if end is SessionEnd.DETACHED:
+        check_workspace(ctx, record, on_warning)
         on_notice(f"detached from {name}; it keeps running")
         return 0
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
     code = driver.wait(record.container_id, 30)
+    check_workspace(ctx, record, on_warning, stopped=code is not None)
     return 0 if code is None else code
 
 
 def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
             env: Sequence[str], interactive: bool | None, tty: bool | None,
-            on_output: OutputSink) -> int:
+            on_output: OutputSink,
+            on_warning: Callable[[str], None] = lambda _text: None) -> int:
     """Run a command in a running sandbox: its user, its hardening, its egress (the exec
     inherits the container's environment, proxy and sentinels included)."""
     from sbx.domain.sandbox.envflags import parse_env
@@ -422,6 +426,7 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
+    check_workspace(ctx, record, on_warning)
     for _ in range(50):  # the exec's status lands a moment after its stream ends (bounded)
         code = driver.exec_exit_code(exec_id)
         if code is not None:
@@ -440,9 +445,10 @@ def logs(ctx: AppContext, name: str, *, follow: bool, on_output: OutputSink) -> 
 # -- stop / rm / ls ---------------------------------------------------------------------------
 
 
-def stop(ctx: AppContext, names: Sequence[str]) -> list[str]:
+def stop(ctx: AppContext, names: Sequence[str],
+         on_warning: Callable[[str], None] = lambda _text: None) -> list[str]:
     """Stop each sandbox (SIGTERM, then SIGKILL after a grace); the keeper then stops its
-    proxy. Returns the names stopped."""
+    proxy; then its writable directories are checked. Returns the names stopped."""
     from sbx.usecases.keeper import stop_keeper
 
     stopped = []
@@ -451,11 +457,39 @@ def stop(ctx: AppContext, names: Sequence[str]) -> list[str]:
         assert record.container_id is not None  # noqa: S101 - _load checks
         ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
         stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
+        check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped
 
 
-def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
+def check_workspace(ctx: AppContext, record: SandboxRecord,
+                    on_warning: Callable[[str], None], *, stopped: bool = False) -> None:
+    """The after-run check of the sandbox's writable directories (sbx.usecases.workspace_check)
+    against what they held when it last started."""
+    from sbx.usecases import workspace_check
+
+    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
+    try:
+        workspace_check.check_named(ctx, run_dir, record.run_id, on_warning, stopped=stopped)
+    except (OSError, SbxError) as error:
+        on_warning(f"{record.name}'s workspace could not be checked ({error}); review it "
+                   "before you run git or other tools there")
+
+
+def _restarting_workspace(ctx: AppContext, record: SandboxRecord,
+                          on_warning: Callable[[str], None]) -> None:
+    from sbx.usecases import workspace_check
+
+    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
+    try:
+        workspace_check.restarting(ctx, run_dir, record.run_id, on_warning)
+    except (OSError, SbxError) as error:
+        on_warning(f"{record.name}'s workspace could not be checked before its start "
+                   f"({error}); review it before you run git or other tools there")
+
+
+def remove(ctx: AppContext, names: Sequence[str],
+           on_warning: Callable[[str], None] = lambda _text: None) -> list[str]:
     """Remove each sandbox and everything it owns: container, volumes (HOME included),
     network and firewall rules, proxy, staging points, per-sandbox image, run directory, the
     record. Objects are found by label too, so a half-created sandbox goes as well."""
@@ -494,6 +528,8 @@ def remove(ctx: AppContext, names: Sequence[str]) -> list[str]:
             problems = Staging.for_named(ctx.home_hash, name).release()
             if problems:
                 raise SbxError(Reason.CLEANUP_FAILED, "; ".join(problems))
+            if record is not None:
+                check_workspace(ctx, record, on_warning, stopped=True)  # it is gone
             if run_dir is not None:
                 shutil.rmtree(run_dir, ignore_errors=True)
             store.forget(name)

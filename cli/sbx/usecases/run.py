@@ -67,7 +67,6 @@ from sbx.domain.sandbox.sources import (
     sockets_inside,
     staging_available,
 )
-from sbx.domain.sandbox.workspace_trust import changes, git_pins, snapshot
 from sbx.seams import audit
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
@@ -88,6 +87,7 @@ if TYPE_CHECKING:
     from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
     from sbx.domain.sandbox.hardening import Limits
     from sbx.domain.sandbox.lifecycle import KitFile
+    from sbx.domain.sandbox.workspace_trust import Baseline
     from sbx.seams.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.seams.session.stream import AttachedStream
@@ -159,7 +159,8 @@ class RunPlan:
     home: str = FALLBACK_HOME
     detach_keys: str = DEFAULT_DETACH_KEYS
     host_mounts: HostMounts = field(default_factory=HostMounts)
-    host_config_before: Mapping[str, tuple[int, int, int]] | None = None
+    # What each writable host directory held before the run (workspace_trust.protect)
+    workspace_baselines: tuple[Baseline, ...] = ()
     name: str | None = None  # a named sandbox: kept after the session (sbx.usecases.named)
     explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
     # What the run reports about the kits (workload, references, selection, limits): read from
@@ -192,6 +193,7 @@ class RunResult:
     truncated: bool = False
     cleanup_errors: list[str] = field(default_factory=list)
     host_config_changed: list[str] = field(default_factory=list)
+    workspace_findings: list[dict[str, Any]] = field(default_factory=list)
     name: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -221,6 +223,7 @@ class RunResult:
             "home": plan.home,
             "session": plan.mode.as_dict(),
             "host_config_changed": self.host_config_changed,
+            "workspace_findings": self.workspace_findings,
             "name": plan.name,
         }
         if self.stdout or self.stderr or self.truncated:
@@ -348,7 +351,7 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace)
+                                    trust=request.trust_workspace, env=ctx.env)
     try:
         plan = _plan_from_recipe(ctx, request, run_id, recipe, access=access,
                                  session_mode=session_mode, labels=labels, deadline=deadline,
@@ -409,7 +412,6 @@ def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe:
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
-    before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
     return RunPlan(run_id=run_id, kit_set=None, config=None, composition=None,
                    capabilities=None, image=recipe.image, image_tag=recipe.image_tag,
                    image_built=False, user=user, spec=spec, timeout_s=recipe.timeout_s,
@@ -418,7 +420,8 @@ def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe:
                    container_env={}, run_image_tag=None,
                    warnings=(*recipe.user_warnings, *host_mounts.notes, *recipe.notes),
                    mode=session_mode, home=recipe.home, detach_keys=recipe.detach_keys,
-                   host_mounts=host_mounts, host_config_before=before,
+                   host_mounts=host_mounts,
+                   workspace_baselines=tuple(host_mounts.baselines),
                    explain_command=recipe.explain_command, facts=recipe.facts)
 
 
@@ -465,7 +468,7 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace)
+                                    trust=request.trust_workspace, env=ctx.env)
     try:
         return _plan(ctx, request, run_id, planned=planned, access=access,
                      session_mode=session_mode, labels=labels, deadline=deadline,
@@ -577,7 +580,6 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
     warnings = (*user_warnings, *host_mounts.notes, *capabilities.notes)
-    before = snapshot(workspace_host) if workspace_host is not None and access == "rw" else None
     plan = RunPlan(run_id=run_id, kit_set=kit_set, config=config, composition=composition,
                    capabilities=capabilities, image=image, image_tag=planned.image_tag,
                    image_built=planned.image_built, user=user, spec=spec,
@@ -587,7 +589,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
                    detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
-                   host_config_before=before, name=named,
+                   workspace_baselines=tuple(host_mounts.baselines), name=named,
                    explain_command=_explain_command(planned),
                    facts=_facts(kit_set, capabilities, egress))
     _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
@@ -695,11 +697,13 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
 
 
 def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
-                      checked: Sequence[CheckedMount], *, trust: bool) -> HostMounts:
+                      checked: Sequence[CheckedMount], *, trust: bool,
+                      env: Mapping[str, str]) -> HostMounts:
     """Open every checked host path (so exactly it is mounted); the workspace first.
 
-    A read-write workspace also gets its git configuration pinned read-only unless the user
-    trusts it (sbx.domain.sandbox.workspace_trust).
+    A read-write workspace, and every read-write directory mount, also gets what git and other
+    host tools execute in it pinned read-only unless the user trusts it, and a baseline for
+    the check after the run (sbx.domain.sandbox.workspace_trust).
     """
     mounts = HostMounts()
     try:
@@ -715,8 +719,14 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
                                    mount.read_only))
         for pin in list(mounts.pins):
             _refuse_sockets(pin.source, mounts.notes)
-        if workspace_host is not None and access == "rw" and not trust:
-            mounts.pins += git_pins(mounts.pins[0].source, workspace_target)
+        for pin in list(mounts.pins):
+            if not pin.read_only and pin.source.is_dir:
+                from sbx.domain.sandbox.workspace_trust import protect
+
+                protection = protect(pin.source, pin.target, trust=trust, env=env)
+                mounts.pins += protection.pins
+                mounts.notes += protection.notes
+                mounts.baselines.append(protection.baseline)
     except BaseException:
         mounts.close()
         raise
@@ -813,9 +823,14 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
     capture = _Capture() if request.capture_output else None
     sink: OutputSink = capture if capture is not None else on_output
     run_dir = _write_run_dir(ctx, plan)
+    if plan.workspace_baselines:  # for the check after a named sandbox's sessions, or gc's
+        from sbx.usecases import workspace_check
+
+        workspace_check.save(run_dir, plan.workspace_baselines)
     created = _Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
+    finished: list[RunResult] = []
     try:
         container_id, stream = _create_sandbox(ctx, plan, driver, created, run_dir, on_output,
                                                on_warning)
@@ -848,8 +863,9 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         assert exit_code is not None  # noqa: S101 - _ended_early always raises
         _audit(ctx, audit.SANDBOX_FINISHED, plan.run_id, "info",
                {"exit_code": exit_code, "duration_s": _elapsed(started)})
-        return _result(ctx, plan, exit_code, started, created, capture, cleanup_errors,
-                       on_warning)
+        finished.append(_result(ctx, plan, exit_code, started, created, capture,
+                                cleanup_errors, on_warning))
+        return finished[0]
     except SbxError as error:
         if created.container is not None and error.reason is Reason.DOCKER_UNREACHABLE:
             # Something was already created: this is not a refusal before the start.
@@ -862,6 +878,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
         # halfway: it is held back and raised once everything is gone.
         with deferred_interrupts():
             problems = _cleanup(ctx, plan, driver, created, run_dir)
+            _check_workspace(ctx, plan, created, finished[0] if finished else None,
+                             on_warning)
         cleanup_errors.extend(problems)
         pending = sys.exc_info()[1]
         replacement = _say_what_is_left(pending, problems)
@@ -880,7 +898,6 @@ def _result(ctx: AppContext, plan: RunPlan, exit_code: int, started: float,
         result.stderr = bytes(capture.parts["stderr"])
         result.truncated = capture.truncated
     result.cleanup_errors = cleanup_errors  # filled in by the caller's finally
-    result.host_config_changed = _host_config_changes(ctx, plan, on_warning)
     return result
 
 
@@ -988,19 +1005,32 @@ def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
             hint="Run again, and find out what is modifying the path while sbx starts.")
 
 
-def _host_config_changes(ctx: AppContext, plan: RunPlan,
-                         on_warning: Callable[[str], None]) -> list[str]:
-    """Host-executed files in the workspace the run created or changed: said and audited."""
-    if plan.host_config_before is None or plan.workspace_host is None:
-        return []
-    changed = changes(plan.host_config_before, snapshot(plan.workspace_host))
-    if changed:
-        on_warning("the sandbox created or changed files that tools on this host execute or "
-                   "obey; review them before you run anything in the workspace: "
-                   + ", ".join(changed[:20]) + (" ..." if len(changed) > 20 else ""))
-        _audit(ctx, audit.WORKSPACE_HOST_CONFIG_CHANGED, plan.run_id, "warning",
-               {"paths": changed[:200]})
-    return changed
+def _check_workspace(ctx: AppContext, plan: RunPlan, created: _Created,
+                     result: RunResult | None, on_warning: Callable[[str], None]) -> None:
+    """The after-run check of the writable host directories, once nothing writes them any
+    more: the container is gone, or a kept named sandbox has stopped."""
+    if not plan.workspace_baselines:
+        return
+    if created.kept and created.container is not None:
+        with contextlib.suppress(SbxError):
+            if ctx.driver.container_state(created.container) == "running":
+                return  # checked when a later session with it ends, or at its stop
+    from sbx.usecases import workspace_check
+
+    try:
+        outcome = workspace_check.check(ctx, plan.workspace_baselines, run_id=plan.run_id,
+                                        on_warning=on_warning)
+        if created.kept:  # it has stopped: what changes from now on is the owner's
+            with contextlib.suppress(OSError):
+                (runrecord.run_dir(ctx.state_home, plan.run_id)
+                 / workspace_check.CHECKED_STOPPED).touch()
+    except (OSError, SbxError) as error:  # the run's own outcome must still reach the user
+        on_warning(f"the workspace could not be checked after the run ({error}); review it "
+                   "before you run git or other tools there")
+        return
+    if result is not None:
+        result.host_config_changed = outcome.paths(plan.workspace_host)
+        result.workspace_findings = outcome.as_json()
 
 
 def _session(driver: Driver, container_id: str, session: Session, terminal_fd: int | None,

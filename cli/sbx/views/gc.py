@@ -44,6 +44,8 @@ def gc_result(renderer: Renderer, result: GcResult, *, verbose: int = 0) -> None
         if item.why in _GC_REPORTED:
             text = f"sbx gc: kept {_gc_label(item)}: {item.detail}"
             renderer.line(renderer.err_file, f"[yellow]{escape(text)}[/]", text)
+    for warning in result.workspace_warnings:
+        renderer.warn(warning)
     for failure in result.failed:
         text = f"sbx gc: {failure.message} ({failure.reason.value})"
         renderer.line(renderer.err_file, f"[bold red]sbx gc:[/] {escape(failure.message)} "

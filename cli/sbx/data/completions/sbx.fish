@@ -137,7 +137,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (defa
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
 complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created if missing, else started/attached as it was created'
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
-complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change the workspace\'s git configuration and hooks (read-only...'
+complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'

@@ -42,6 +42,8 @@ from sbx.domain.sandbox.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_f
 if TYPE_CHECKING:
     import ctypes
 
+    from sbx.domain.sandbox.workspace_trust import Baseline
+
 STAGING_ROOT: Final = Path("/run/sbx")
 NAMED_PREFIX: Final = "named-"  # a named sandbox's staging directory: named-<name>
 MIN_FILESYSTEM_BYTES: Final = 256 * 1024  # the smallest ext4 mkfs makes
@@ -93,6 +95,8 @@ class HostMounts:
     pins: list[Pin] = field(default_factory=list)
     workspace: OpenedSource | None = None
     notes: list[str] = field(default_factory=list)  # warnings for the user
+    # what each writable directory held before the run, for the check after it
+    baselines: list[Baseline] = field(default_factory=list)
 
     def close(self) -> None:
         for pin in self.pins:
