@@ -256,9 +256,9 @@ class _Registry(http.server.BaseHTTPRequestHandler):
         if self.path.endswith(".tgz"):
             body = self.served
         else:
-            host, port = self.server.server_address[:2]
+            port = self.server.server_address[1]
             body = json.dumps({"dist": {
-                "tarball": f"http://{host}:{port}/tool/-/tool-1.0.0.tgz",
+                "tarball": f"http://127.0.0.1:{port}/tool/-/tool-1.0.0.tgz",
                 "integrity": _sri(self.served)}}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -275,9 +275,11 @@ def test_npm_fetch_checks_a_registry_download_against_the_kit_pin_not_the_regist
     staged, listing = _stage(tmp_path, "tool@1.0.0", {"index.js": b"the author's"})
     genuine = (staged / "tool-1.0.0.tgz").read_bytes()
     other = _tarball(tmp_path / "other.tgz", {"index.js": b"someone else's"}).read_bytes()
-    handler = type("Handler", (_Registry,), {"served": other if substituted else genuine,
-                                             "seen": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Handler(_Registry):
+        served = other if substituted else genuine
+        seen: ClassVar[list[str]] = []
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -288,7 +290,7 @@ def test_npm_fetch_checks_a_registry_download_against_the_kit_pin_not_the_regist
         server.shutdown()
         server.server_close()
         thread.join(5)
-    assert handler.seen == ["/tool/1.0.0", "/tool/-/tool-1.0.0.tgz"]
+    assert Handler.seen == ["/tool/1.0.0", "/tool/-/tool-1.0.0.tgz"]
     if substituted:
         assert done.returncode == 1, done.stderr
         assert "does not match the sha512 its kit pins" in done.stderr
