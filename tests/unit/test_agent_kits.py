@@ -256,7 +256,8 @@ class _Registry(http.server.BaseHTTPRequestHandler):
         if self.path.endswith(".tgz"):
             body = self.served
         else:
-            port = self.server.server_address[1]
+            assert isinstance(self.server, http.server.HTTPServer)
+            port = self.server.server_port
             body = json.dumps({"dist": {
                 "tarball": f"http://127.0.0.1:{port}/tool/-/tool-1.0.0.tgz",
                 "integrity": _sri(self.served)}}).encode()
