@@ -139,3 +139,15 @@ def test_kit_files_name_the_descriptor_and_its_recipe(tmp_path: Path) -> None:
     assert named.files == (str(tmp_path / "agent" / "agent.yaml"),
                            str(tmp_path / "agent" / "agent.dockerfile"))
     assert KitFiles.from_json(named.to_json()) == named
+
+
+def test_a_config_file_under_a_writable_mount_is_read_only_too(tmp_path: Path,
+                                                                opened: list[Pin]) -> None:
+    ws = tmp_path / "ws"
+    (ws / ".sbx").mkdir(parents=True)
+    config = ws / ".sbx" / "config.toml"
+    config.write_text("[sandbox]\n")
+    pins = kit_pins([], [mount(ws, "/workspace", opened)], [str(config), os.devnull])
+    opened.extend(pins)
+    assert shown(pins) == [(str((ws / ".sbx").resolve()), "/workspace/.sbx", False),
+                           (str(config.resolve()), "/workspace/.sbx/config.toml", True)]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base import labels as label_keys
+from sbx.base import paths
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
@@ -365,7 +366,8 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
     _refuse_duplicate_targets(checked)
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
                                     trust=request.trust_workspace, env=ctx.env,
-                                    kits=recipe_kit_files(recipe))
+                                    kits=recipe_kit_files(recipe),
+                                    config_file=paths.config_path(ctx.env))
     try:
         plan = _plan_from_recipe(ctx, request, run_id, recipe, access=access,
                                  session_mode=session_mode, labels=labels, deadline=deadline,
@@ -522,7 +524,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     _refuse_duplicate_targets(checked)
     kit_files = tuple(local_kit_files(kit_set, ctx.cwd))
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace, env=ctx.env, kits=kit_files)
+                                    trust=request.trust_workspace, env=ctx.env,
+                                    kits=kit_files, config_file=paths.config_path(ctx.env))
     try:
         return _plan(ctx, request, run_id, planned=planned, access=access,
                      session_mode=session_mode, labels=labels, deadline=deadline,
@@ -757,7 +760,8 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
 
 def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
                       checked: Sequence[CheckedMount], *, trust: bool,
-                      env: Mapping[str, str], kits: Sequence[KitFiles] = ()) -> HostMounts:
+                      env: Mapping[str, str], kits: Sequence[KitFiles] = (),
+                      config_file: Path | None = None) -> HostMounts:
     """Open every checked host path (so exactly it is mounted); the workspace first.
 
     A read-write workspace, and every read-write directory mount, also gets what git and other
@@ -788,10 +792,11 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
                 mounts.pins += protection.pins
                 mounts.notes += protection.notes
                 mounts.baselines.append(protection.baseline)
-        if kits:
+        if kits or config_file is not None:
             from sbx.domain.sandbox.kitpins import kit_pins
 
-            mounts.pins += kit_pins(kits, [p for p in primary if not p.read_only])
+            mounts.pins += kit_pins(kits, [p for p in primary if not p.read_only],
+                                    [str(config_file)] if config_file is not None else [])
     except BaseException:
         mounts.close()
         raise

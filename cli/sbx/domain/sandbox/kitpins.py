@@ -74,13 +74,15 @@ def kit_files(kit: LocalKit, cwd: Path) -> KitFiles:
                     tuple(files))
 
 
-def kit_pins(kits: Sequence[KitFiles], writable: Sequence[Pin]) -> list[Pin]:
-    """The pins that keep ``kits`` read-only under the ``writable`` mounts (workspace and
+def kit_pins(kits: Sequence[KitFiles], writable: Sequence[Pin],
+             files: Sequence[str] = ()) -> list[Pin]:
+    """The pins that keep ``kits`` (and ``files``: the config file, which decides the next
+    run's limits and mount policy) read-only under the ``writable`` mounts (workspace and
     ``--mount ...:rw`` pins, already opened); raises ``mount_blocked`` where that cannot be
     done. The caller owns (closes) the returned pins' sources."""
-    if not writable or not kits:
+    if not writable or not (kits or files):
         return []
-    protected = _protected(kits)
+    protected = _protected(kits, files)
     pins: dict[str, Pin] = {}
     try:
         for mount in writable:
@@ -110,10 +112,14 @@ def kit_pins(kits: Sequence[KitFiles], writable: Sequence[Pin]) -> list[Pin]:
     return list(pins.values())
 
 
-def _protected(kits: Sequence[KitFiles]) -> list[tuple[str, KitFiles]]:
-    """Each kit's real directory, and any of its files that resolves outside it; nothing
-    inside another protected directory twice."""
+def _protected(kits: Sequence[KitFiles], files: Sequence[str]) -> list[tuple[str, KitFiles]]:
+    """Each kit's real directory, and any of its files that resolves outside it, and each of
+    ``files`` that is a regular file; nothing inside another protected directory twice."""
     found: list[tuple[str, KitFiles]] = []
+    for file in files:
+        real = os.path.realpath(file)
+        if os.path.isfile(real):
+            found.append((real, KitFiles(file, os.path.dirname(real), ())))
     for kit in kits:
         directory = os.path.realpath(kit.directory)
         found.append((directory, kit))
