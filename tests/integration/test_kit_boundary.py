@@ -69,9 +69,14 @@ def test_a_kit_in_the_workspace_cannot_be_rewritten_moved_or_replaced_by_its_run
     ws = tmp_path / "ws"
     kit = write_kit(ws / "tools", "agent", capabilities(network_policy(runtime=["example.com"])),
                     SHELL_RECIPE)
+    (ws / ".sbx").mkdir()
+    config = ws / ".sbx" / "config.toml"  # the user keeps sbx's config in the project
+    config.write_text("[sandbox]\n", encoding="utf-8")
+    env = {**env, "SBX_CONFIG": str(config)}
     _owned(ws)
     before = {p: p.read_bytes() for p in kit.iterdir()}
     attacks = {
+        "config": "echo 'memory_bytes = 68719476736' >> .sbx/config.toml",
         "append": "echo '  - example.net' >> tools/agent/agent.yaml",
         "sed": "sed -i s/example.com/example.net/ tools/agent/agent.yaml",
         "create": "echo x > tools/agent/agent.dockerfile.new",
@@ -88,6 +93,7 @@ def test_a_kit_in_the_workspace_cannot_be_rewritten_moved_or_replaced_by_its_run
     outcome = dict(line.split("=") for line in result.stdout.split())
     assert outcome == {**dict.fromkeys(attacks, "failed"), "write": "done"}
     assert {p: p.read_bytes() for p in kit.iterdir()} == before
+    assert config.read_text(encoding="utf-8") == "[sandbox]\n"
     assert (ws / "out.txt").read_text(encoding="utf-8") == "work\n"  # the workspace is rw
     # The same command again: nothing changed, nothing to ask.
     again = sbx_cli(["run", "./tools/agent", ".", "--", "true"], env=env, cwd=ws)
