@@ -155,8 +155,28 @@ def test_the_record_is_found_by_the_name_the_kit_was_given(tmp_path: Path) -> No
     os.symlink(tmp_path / "two", tmp_path / "agent")
     [verdict] = judge(tmp_path, surfaces())
     assert verdict.kit.path == str(tmp_path / "agent")
-    assert verdict.kit.directory == str(tmp_path / "two")
+    assert verdict.kit.descriptor == str(tmp_path / "two" / "two.yaml")
     assert verdict.pending
+
+
+def test_another_spelling_of_a_recorded_kit_is_judged_against_its_record(
+        tmp_path: Path) -> None:
+    write_kit(tmp_path, "agent", capabilities(network_policy(runtime=["a.example.com"])))
+
+    def surfaces(reference: str) -> tuple[KitSurface, ...]:
+        loaded = load_kit_set(reference, [], [], cwd=tmp_path, cache_dir=tmp_path / "c",
+                              supported=SUPPORTED)
+        return kit_surfaces(loaded, {}, tmp_path)
+
+    approve(tmp_path, surfaces("./agent"), accept=False, confirm=None, command="x",
+            run_id=None, on_notice=lambda _t: None)
+    descriptor = tmp_path / "agent" / "agent.yaml"
+    descriptor.write_text(descriptor.read_text().replace('"a.example.com"',
+                                                         '"a.example.com", "b.example.com"'))
+    os.symlink(tmp_path / "agent", tmp_path / "alias")
+    for spelling in ("./agent/agent.yaml", "./alias", str(tmp_path / "agent") + "/"):
+        [verdict] = judge(tmp_path, surfaces(spelling))
+        assert verdict.pending, spelling  # not a first run
 
 
 def test_a_damaged_record_is_refused_never_read_as_empty(tmp_path: Path) -> None:
@@ -165,16 +185,17 @@ def test_a_damaged_record_is_refused_never_read_as_empty(tmp_path: Path) -> None
         gate(tmp_path, A)
     assert damaged.value.reason is Reason.STATE_CORRUPT
     with pytest.raises(SbxError):
-        covered(tmp_path, [("/kits/agent", A)])
+        covered(tmp_path, [("/kits/agent", "/kits/agent/agent.yaml", A)])
 
 
 def test_a_cached_plan_is_covered_only_while_the_record_covers_it(tmp_path: Path) -> None:
-    assert covered(tmp_path, [("/kits/agent", Surface())])  # nothing asked, nothing to check
-    assert not covered(tmp_path, [("/kits/agent", A)])  # no record: the full plan records it
+    here = ("/kits/agent", "/kits/agent/agent.yaml")
+    assert covered(tmp_path, [(*here, Surface())])  # nothing asked, nothing to check
+    assert not covered(tmp_path, [(*here, A)])  # no record: the full plan records it
     gate(tmp_path, AB)
-    assert covered(tmp_path, [("/kits/agent", A)])
+    assert covered(tmp_path, [(*here, A)])
     gate(tmp_path, A)  # narrowed
-    assert not covered(tmp_path, [("/kits/agent", AB)])
+    assert not covered(tmp_path, [(*here, AB)])
 
 
 @pytest.mark.parametrize(("argv", "passthrough", "expected"), [

@@ -48,11 +48,11 @@ class KitSurface:
 
     reference: str  # as the user wrote it
     path: str  # its record key (sbx.domain.kits.approvals.kit_identity)
-    directory: str  # where it was read from
+    descriptor: str  # the real path of the descriptor file it was read from
     permissions: Surface
 
     def to_json(self) -> dict[str, Any]:
-        return {"reference": self.reference, "path": self.path, "directory": self.directory,
+        return {"reference": self.reference, "path": self.path, "descriptor": self.descriptor,
                 "permissions": self.permissions.to_json()}
 
 
@@ -79,7 +79,7 @@ def kit_surfaces(kit_set: KitSet, effective: Mapping[str, Mapping[str, Any]],
             continue
         data = effective.get(local.reference, local.descriptor.data)
         out.append(KitSurface(local.reference, kit_identity(local, cwd),
-                              str(local.directory.resolve()), surface(data)))
+                              str(local.descriptor_file.resolve()), surface(data)))
     return tuple(out)
 
 
@@ -90,7 +90,7 @@ def judge(state_home: Path, kits: Sequence[KitSurface], *, accept: bool = False,
     approvals = read_approvals(state_home)
     verdicts = []
     for kit in kits:
-        previous = approvals.get(kit.path)
+        previous = approvals.granted(kit.path, kit.descriptor)
         ask = None if confirm is None else (lambda ws, k=kit: confirm(k.reference, ws))
         result = decide(previous.permissions if previous else None, kit.permissions,
                         accept=accept, confirm=ask, first_needs_approval=False)
@@ -119,7 +119,7 @@ def approve(state_home: Path, kits: Sequence[KitSurface], *, accept: bool,
         with updating(state_home) as box:
             for verdict in changed:
                 kit = verdict.kit
-                box[0] = box[0].with_entry(approval(kit.path, kit.directory, kit.permissions,
+                box[0] = box[0].with_entry(approval(kit.path, kit.descriptor, kit.permissions,
                                                     _via(verdict.result)))
     for verdict in verdicts:
         if verdict.result.decision is LockDecision.NEW and verdict.result.widenings:
@@ -214,7 +214,7 @@ def _via(result: GateResult) -> str:
 def _audit(state_home: Path, verdict: KitVerdict, run_id: str | None) -> None:
     kit = verdict.kit
     details: dict[str, Any] = {"reference": kit.reference, "path": kit.path,
-                               "directory": kit.directory, "local": True,
+                               "descriptor": kit.descriptor, "local": True,
                                "widenings": [w.as_dict() for w in verdict.result.widenings]}
     if verdict.pending:
         audit.record(state_home, audit.KIT_WIDENING_REFUSED, run_id=run_id,
@@ -228,7 +228,7 @@ def _refusal(refused: Sequence[KitVerdict], command: str) -> SbxError:
     names = ", ".join(v.kit.reference for v in refused)
     when = [v.approved for v in refused if v.approved is not None]
     since = f" (approved {_when(min(when))})" if when else ""
-    body = "\n".join(f"{v.kit.reference} ({v.kit.directory}):\n"
+    body = "\n".join(f"{v.kit.reference} ({v.kit.descriptor}):\n"
                      + format_widenings(v.result.widenings) for v in refused)
     return SbxError(
         Reason.PERMISSION_WIDENED,
@@ -238,7 +238,7 @@ def _refusal(refused: Sequence[KitVerdict], command: str) -> SbxError:
         hint="Review the widenings (did you make these changes?), then run again on a terminal "
              f"and confirm, or approve them with --accept: {command}",
         details={"kits": [{"reference": v.kit.reference, "path": v.kit.path,
-                           "directory": v.kit.directory,
+                           "descriptor": v.kit.descriptor,
                            "widenings": [w.as_dict() for w in v.result.widenings]}
                           for v in refused],
                  "problems": [w.as_dict() for v in refused for w in v.result.widenings],

@@ -424,7 +424,7 @@ def _list(value: object) -> list[Any]:
 def _kit_surface(value: object) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("permissions"), dict):
         raise TypeError("expected a kit surface")
-    for key in ("reference", "path", "directory"):
+    for key in ("reference", "path", "descriptor"):
         _str(value.get(key))
     return value
 

@@ -389,7 +389,8 @@ def recipe_approved(state_home: Path, recipe: Recipe) -> bool:
     from sbx.domain.kits.approvals import covered
     from sbx.domain.kits.surface import Surface
 
-    return covered(state_home, [(str(kit["path"]), Surface.from_json(kit["permissions"]))
+    return covered(state_home, [(str(kit["path"]), str(kit["descriptor"]),
+                                 Surface.from_json(kit["permissions"]))
                                 for kit in recipe.kit_surfaces])
 
 

@@ -1,12 +1,14 @@
 """What the user approved each local kit to ask for: ``<state>/kits.approved.json``.
 
-``{"version": 1, "kits": [{"path", "directory", "permissions", "approved", "via"}]}``, one
+``{"version": 1, "kits": [{"path", "descriptor", "permissions", "approved", "via"}]}``, one
 entry per local kit, keyed by the kit **as it was named** on the command line: the absolute
 path with ``..`` folded but symbolic links left alone (:func:`kit_identity`), so re-pointing a
-link the kit is named through still finds the record and is compared against it. ``directory``
-is where that name led the last time (shown, never trusted). ``permissions`` is the permission
-surface of the kit's effective descriptor at its last approved run — the same projection and
-the same comparison as the kit lock of pulled kits (:func:`sbx.domain.kits.lock.decide`).
+link the kit is named through still finds the record and is compared against it. ``descriptor``
+is the real path of the descriptor file that name led to the last time: another name of the
+same file is judged against that record too, never taken for a first run. ``permissions`` is
+the permission surface of the kit's effective descriptor at its last approved run — the same
+projection and the same comparison as the kit lock of pulled kits
+(:func:`sbx.domain.kits.lock.decide`).
 
 Written atomically like the lock, under a lock of its own so two runs recording at once do
 not lose an entry; a damaged file is ``state_corrupt`` and never read as empty (that would
@@ -48,13 +50,13 @@ def kit_identity(kit: LocalKit, cwd: Path) -> str:
 @dataclass(frozen=True)
 class KitApproval:
     path: str  # the kit as named (kit_identity)
-    directory: str  # where the name led at that run
+    descriptor: str  # the real path of the descriptor file the name led to
     permissions: Surface
     approved: float  # unix seconds
     via: str  # one of VIA
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "directory": self.directory,
+        return {"path": self.path, "descriptor": self.descriptor,
                 "permissions": self.permissions.to_json(), "approved": self.approved,
                 "via": self.via}
 
@@ -62,17 +64,17 @@ class KitApproval:
     def from_json(cls, data: Any) -> KitApproval:
         if not isinstance(data, Mapping):
             raise ValueError("an approval is a JSON object")
-        path, directory, via = data.get("path"), data.get("directory"), data.get("via")
+        path, descriptor, via = data.get("path"), data.get("descriptor"), data.get("via")
         if not isinstance(path, str) or not path.startswith("/"):
             raise ValueError("approval field path must be an absolute path")
-        if not isinstance(directory, str):
-            raise ValueError("approval field directory must be a string")
+        if not isinstance(descriptor, str):
+            raise ValueError("approval field descriptor must be a string")
         if via not in VIA:
             raise ValueError(f"approval field via must be one of {', '.join(sorted(VIA))}")
         approved = data.get("approved")
         if isinstance(approved, bool) or not isinstance(approved, int | float):
             raise ValueError("approval field approved must be a number")
-        return cls(path, directory, Surface.from_json(data.get("permissions") or {}),
+        return cls(path, descriptor, Surface.from_json(data.get("permissions") or {}),
                    float(approved), str(via))
 
 
@@ -82,6 +84,16 @@ class Approvals:
 
     def get(self, path: str) -> KitApproval | None:
         return next((k for k in self.kits if k.path == path), None)
+
+    def granted(self, path: str, descriptor: str) -> KitApproval | None:
+        """The approval a kit is judged against: the one recorded under its name, else the
+        latest one of the same descriptor file under another name (``./agent`` and
+        ``./agent/agent.yaml``, or a link to it), so a new spelling is not a first run."""
+        exact = self.get(path)
+        if exact is not None:
+            return exact
+        same = [k for k in self.kits if k.descriptor == descriptor]
+        return max(same, key=lambda k: k.approved) if same else None
 
     def with_entry(self, entry: KitApproval) -> Approvals:
         previous = self.get(entry.path)
@@ -130,21 +142,22 @@ def _encode(approvals: Approvals) -> bytes:
     return (json.dumps(approvals.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def covered(state_home: Path, kits: Sequence[tuple[str, Surface]]) -> bool:
-    """Whether each kit's record (by its path) still covers its surface: the check a run from
-    a cached plan makes again (False: the full plan runs the gate, which asks or refuses)."""
-    if all(permissions.is_empty() for _path, permissions in kits):
+def covered(state_home: Path, kits: Sequence[tuple[str, str, Surface]]) -> bool:
+    """Whether each kit's approval (path, descriptor) still covers its surface: the check a run
+    from a cached plan makes again (False: the full plan runs the gate, which asks or
+    refuses)."""
+    if all(permissions.is_empty() for _path, _descriptor, permissions in kits):
         return True  # asks for nothing: nothing to approve, whatever is recorded
     approvals = read_approvals(state_home)
-    for path, permissions in kits:
-        previous = approvals.get(path)
+    for path, descriptor, permissions in kits:
+        previous = approvals.granted(path, descriptor)
         if previous is None or diff_widenings(previous.permissions, permissions):
             return False
     return True
 
 
-def approval(path: str, directory: str, permissions: Surface, via: str) -> KitApproval:
-    return KitApproval(path, directory, permissions, time.time(), via)
+def approval(path: str, descriptor: str, permissions: Surface, via: str) -> KitApproval:
+    return KitApproval(path, descriptor, permissions, time.time(), via)
 
 
 __all__ = ["APPROVALS_FILE", "Approvals", "KitApproval", "approval", "approvals_path", "covered",
