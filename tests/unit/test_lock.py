@@ -239,6 +239,46 @@ def test_pull_asks_on_a_terminal_and_audits_the_answer(tmp_path: Path,
     assert locked.descriptor.kind == "workload"
 
 
+def published_credential(domain: str) -> str:
+    """A kit allowed to reach two hosts, with its credential injected at ``domain``."""
+    return json.dumps({"schemaVersion": "3", "kind": "workload", "capabilities": [
+        {"type": "com.docker.sandbox/network-policy@1",
+         "config": {"runtime": {"allow": ["api.example.com", "other.example.com"]}}},
+        {"type": "com.docker.sandbox/credential@1",
+         "config": {"service": "demo", "phase": "runtime", "apiKey": {
+             "name": "TOKEN", "proxyManaged": True,
+             "inject": [{"domain": domain, "header": "Authorization"}]}}}]})
+
+
+def test_pull_refuses_a_credential_moved_to_another_allowed_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    pull_with(tmp_path, monkeypatch, D1, published_credential("api.example.com"), accept=True)
+    before = lock_path(state).read_bytes()
+    with pytest.raises(SbxError) as caught:
+        pull_with(tmp_path, monkeypatch, D2, published_credential("other.example.com"))
+    assert caught.value.reason is Reason.PERMISSION_WIDENED
+    assert caught.value.body == ("  + credentials.destinations: demo runtime inject "
+                                 "other.example.com header authorization")
+    assert lock_path(state).read_bytes() == before
+
+
+def test_the_locked_digest_is_unchanged_whatever_a_newer_sbx_projects(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lock written before credential destinations were projected: re-pulling the very
+    # digest that was approved asks nothing (it is that descriptor), and records the new field.
+    state = tmp_path / "state"
+    pull_with(tmp_path, monkeypatch, D1, published_credential("api.example.com"), accept=True)
+    data = json.loads(lock_path(state).read_text())
+    del data["kits"][0]["permissions"]["credentialDestinations"]
+    lock_path(state).write_text(json.dumps(data))
+    _, result = pull_with(tmp_path, monkeypatch, D1, published_credential("api.example.com"))
+    assert result.items[0].gate is not None
+    assert result.items[0].gate.decision is LockDecision.UNCHANGED
+    assert read_lock(lock_path(state)).kits[0].permissions.credential_destinations == (
+        "demo runtime inject api.example.com header authorization",)
+
+
 def test_invalid_published_descriptor_is_invalid_kit(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SbxError) as caught:

@@ -171,9 +171,9 @@ def test_json_uses_the_lock_field_names_and_omits_empty_fields() -> None:
     assert set(JSON_FIELDS.values()) == {
         "networkInstallAllow", "networkInstallDeny", "networkRuntimeAllow", "networkRuntimeDeny",
         "networkInstallHTTPAllow", "networkInstallHTTPDeny", "networkRuntimeHTTPAllow",
-        "networkRuntimeHTTPDeny", "credentialsInstall", "credentialsRuntime", "sshAgent",
-        "storagePaths", "hostMountPaths", "skillsPaths", "skillsWritePaths", "ports", "usb",
-        "privileged", "services"}
+        "networkRuntimeHTTPDeny", "credentialsInstall", "credentialsRuntime",
+        "credentialDestinations", "sshAgent", "storagePaths", "hostMountPaths", "skillsPaths",
+        "skillsWritePaths", "ports", "usb", "privileged", "services"}
     assert Surface().to_json() == {}
     assert Surface().is_empty()
     assert Surface(privileged=True).to_json() == {"privileged": True}
@@ -463,3 +463,65 @@ def test_surface_keeps_composes_vocabulary_without_importing_it() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+# --- credential destinations ------------------------------------------------------------------
+
+
+def _credential(**config: Any) -> dict[str, Any]:
+    return cap("credential@1", {"service": "gh", "phase": "runtime", **config})
+
+
+INJECT = {"name": "GH_TOKEN", "inject": [{"domain": "API.github.com", "header": "Authorization",
+                                          "format": "Bearer %s"}]}
+OAUTH = {"tokenEndpoint": {"host": "auth.example.com", "path": "/oauth/token"},
+         "resourceHosts": ["api.example.com"]}
+
+
+def test_each_credential_destination_is_an_atom() -> None:
+    assert of(_credential(apiKey=INJECT, oauth=OAUTH))["credentialDestinations"] == [
+        "gh runtime inject api.github.com header authorization",
+        "gh runtime oauth-fields access_token,refresh_token,expires_in",
+        "gh runtime oauth-resource api.example.com",
+        "gh runtime oauth-token auth.example.com/oauth/token"]
+    basic = {"inject": [{"domain": "git.example.com", "scheme": "basic", "username": "x"}]}
+    both = of(cap("credential@1", {"service": "gh", "phase": ["install", "runtime"],
+                                   "apiKey": basic}))
+    assert both["credentialDestinations"] == [
+        "gh install inject git.example.com basic authorization",
+        "gh runtime inject git.example.com basic authorization"]
+
+
+@pytest.mark.parametrize(("before", "after", "detail"), [
+    # The secret moved to another host the policy allows: a widening, not "within".
+    ({"apiKey": INJECT}, {"apiKey": {**INJECT, "inject": [{"domain": "gist.github.com"}]}},
+     "gh runtime inject gist.github.com header authorization"),
+    ({"apiKey": INJECT}, {"apiKey": {**INJECT, "inject": [
+        {"domain": "api.github.com", "header": "X-Leak"}]}},
+     "gh runtime inject api.github.com header x-leak"),
+    ({"oauth": OAUTH}, {"oauth": {**OAUTH, "tokenEndpoint": {"host": "evil.example.com"}}},
+     "gh runtime oauth-token evil.example.com/**"),
+    ({"oauth": OAUTH}, {"oauth": {**OAUTH, "resourceHosts": ["api.example.com",
+                                                            "evil.example.com"]}},
+     "gh runtime oauth-resource evil.example.com"),
+    ({"oauth": OAUTH}, {"oauth": {**OAUTH, "passthrough": True}}, "gh runtime oauth-passthrough"),
+    ({"oauth": OAUTH}, {"oauth": {**OAUTH, "responseFields": {"accessToken": "tok"}}},
+     "gh runtime oauth-fields tok,refresh_token,expires_in"),
+])
+def test_moving_a_credential_destination_widens(before: dict[str, Any], after: dict[str, Any],
+                                                detail: str) -> None:
+    granted, candidate = surface([_credential(**before)]), surface([_credential(**after)])
+    assert ("credentials.destinations", detail) in widenings(granted, candidate)
+    assert all(category == "credentials.destinations"
+               for category, _ in widenings(granted, candidate))
+
+
+def test_dropping_a_destination_is_a_narrowing() -> None:
+    two = {**INJECT, "inject": [*INJECT["inject"], {"domain": "uploads.github.com"}]}
+    assert widenings(surface([_credential(apiKey=two)]), surface([_credential(apiKey=INJECT)])) \
+        == []
+
+
+def test_an_undecodable_destination_keeps_the_whole_credential_in_services() -> None:
+    entry = _credential(apiKey={"inject": [{"header": "Authorization"}]})
+    assert of(entry) == {"services": [service_entry(entry["type"], entry["config"])]}

@@ -229,17 +229,23 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
     _R.MOUNT_BLOCKED: ReasonInfo(
         "Mount blocked by the mount policy",
         "A workspace or --mount source is a system path, a credential directory, a Docker "
-        "socket, a parent of one of those, outside the allowed roots, or otherwise unsafe.",
+        "socket, a parent of one of those, outside the allowed roots, or otherwise unsafe; or "
+        "it would let the sandbox rewrite a kit the run uses (rule kit_writable: the mount is "
+        "the kit's directory or inside it, or the kit is named through a link inside it).",
         "Mount a narrower directory that holds only what the workload needs; the message "
         "names the rule that blocked it.",
         _E.REFUSED,
     ),
     _R.PERMISSION_WIDENED: ReasonInfo(
-        "Kit upgrade widens permissions",
-        "A new version of a locked kit asks for more than the version that was approved, and "
-        "the widening was not approved.",
-        "Review the listed widenings, then pull again on a terminal and confirm, or pass "
-        "`--accept`.",
+        "Kit asks for more than was approved",
+        "A kit asks for more than what was approved for it, and the widening was not "
+        "approved: a new version of a pulled kit (`sbx pull`), or a local kit directory that "
+        "changed since its last approved run in this state home (`sbx run`) — a new host, a "
+        "removed deny rule, a credential, or a credential sent to another host "
+        "(credentials.destinations). A kit inside a sandbox's writable workspace may have "
+        "been rewritten by that sandbox.",
+        "Review the listed widenings (did you make them?), then run the command again on a "
+        "terminal and confirm, or add `--accept` (the refusal prints the command).",
         _E.REFUSED,
     ),
     _R.PERMISSION_UNAPPROVED: ReasonInfo(

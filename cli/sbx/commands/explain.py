@@ -88,8 +88,8 @@ def explain(
                                             allow_privileged=allow_privileged),
                        progress=renderer.progress)
     if target is None:
-        explain_view.explain_sandbox(renderer,
-                                     core.explain_plan(planned, planned_user(app, planned)))
+        explain_view.explain_sandbox(renderer, core.explain_plan(
+            planned, planned_user(app, planned), state_home=app.state_home, cwd=app.cwd))
         return 0
     result = core.explain_request(planned.composition,
                                   [k.reference for k in planned.kit_set.kits], target,

@@ -60,6 +60,10 @@ def run(
     )] = None,
     detach: Annotated[bool, typer.Option(
         "--detach", "-d", help="Start the named sandbox and return (no attach).")] = False,
+    accept: Annotated[bool, typer.Option(
+        "--accept",
+        help="Approve what the kits ask for beyond their last approved run (new hosts, "
+             "credential destinations...) without asking.")] = False,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
@@ -100,12 +104,15 @@ def run(
         trust_workspace=trust_workspace,
         name=name,
         detach=detach,
+        accept=accept,
         host=app.streams,
     )
+    from sbx.views.kit import kit_confirmation
+
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,
                       progress=renderer.progress, on_warning=renderer.warn,
-                      on_notice=renderer.note)
+                      on_notice=renderer.note, confirm_kits=kit_confirmation(renderer))
     return finish(renderer, result, as_json=as_json)
 
 

@@ -49,10 +49,12 @@ def run_from_cache(launch: Launch) -> int | None:
     app = launch.context(verbose=hit.verbose, traceback=hit.traceback)
     request = hit.request
     check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
+    from sbx.views.kit import kit_confirmation
+
     renderer = app.renderer
     result = run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
                         progress=renderer.progress, on_warning=renderer.warn,
-                        on_notice=renderer.note)
+                        on_notice=renderer.note, confirm_kits=kit_confirmation(renderer))
     return finish(renderer, result, as_json=request.capture_output)
 
 

@@ -17,6 +17,7 @@ Nothing here prints or exits; commands render the results.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ from sbx.seams import audit
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.images import SandboxUser
+    from sbx.usecases.kitgate import PermissionState
     from sbx.usecases.pipeline import WorkloadPlan
 
 ENV_REFERENCE: Final = "${{ kit.env."
@@ -231,9 +233,11 @@ class SandboxExplanation:
     storage: tuple[Item, ...]
     pending: tuple[Rule, ...]
     explain: str
+    permissions: tuple[PermissionState, ...] = ()  # what each kit asks for, and was approved
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "permissions": [p.as_dict() for p in self.permissions],
             "kits": [i.as_dict() for i in self.kits],
             "capabilities": {"selected": [i.as_dict() for i in self.selected],
                              "skipped": [i.as_dict() for i in self.skipped]},
@@ -286,10 +290,12 @@ def explain_sandbox(kit_set: KitSet, config: Config, *, bound: Mapping[str, bool
                     later_skips=(), explain=explain_prefix(kit_set))
 
 
-def explain_plan(planned: WorkloadPlan, user: SandboxUser | None) -> SandboxExplanation:
+def explain_plan(planned: WorkloadPlan, user: SandboxUser | None, *,
+                 state_home: Path | None = None, cwd: Path | None = None) -> SandboxExplanation:
     """The sandbox ``sbx run`` would start for the plan: its effective composition, the
     limits after the kits' ``resources@1``, the image and the user, the credentials as bound
-    (``user`` None: it needs the image's accounts, which only ``sbx run`` reads)."""
+    (``user`` None: it needs the image's accounts, which only ``sbx run`` reads); with the
+    state home, each kit's permissions against what was approved (sbx.usecases.kitgate)."""
     from sbx.usecases.pipeline import explain_command
 
     config = planned.config
@@ -323,11 +329,17 @@ def explain_plan(planned: WorkloadPlan, user: SandboxUser | None) -> SandboxExpl
     credentials = tuple(_credential_item(
         c, {s: m == "apikey" for s, m in modes.items()},
         {s: m == "oauth" for s, m in modes.items()}) for c in planned.composition.credentials)
-    return _sandbox(planned.kit_set, planned.composition, hardening=tuple(hardening),
-                    credentials=credentials,
-                    later_skips=(*capabilities.skipped,
-                                 *(planned.egress.skipped if planned.egress else ())),
-                    explain=explain_command(planned.loaded))
+    explanation = _sandbox(planned.kit_set, planned.composition, hardening=tuple(hardening),
+                           credentials=credentials,
+                           later_skips=(*capabilities.skipped,
+                                        *(planned.egress.skipped if planned.egress else ())),
+                           explain=explain_command(planned.loaded))
+    if state_home is None or cwd is None:
+        return explanation
+    from sbx.usecases.kitgate import permission_states
+
+    return dataclasses.replace(explanation, permissions=permission_states(
+        state_home, planned.kit_set, planned.effective, cwd))
 
 
 def _sandbox(kit_set: KitSet, composition: Composition, *, hardening: tuple[Item, ...],

@@ -34,6 +34,7 @@ from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
     from sbx.seams.engine import Driver, OwnedObject
+    from sbx.usecases.kitgate import Confirm as ConfirmKits
     from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
 
 STOP_TIMEOUT_S: Final = 10
@@ -53,7 +54,8 @@ CREATION_OPTIONS: Final = {
 
 def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
               progress: ProgressFactory, on_warning: Callable[[str], None],
-              on_notice: Callable[[str], None]) -> RunResult:
+              on_notice: Callable[[str], None],
+              confirm_kits: ConfirmKits | None = None) -> RunResult:
     from sbx.usecases.run import RunResult, run_new
 
     name = check_name(request.name or "")
@@ -69,7 +71,8 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                                f"objects of a sandbox named {name} exist without its record",
                                hint=f"Remove them with `sbx rm -f {name}` and create it again.")
             return run_new(ctx, request, on_output=on_output, progress=progress,
-                           on_warning=on_warning, on_notice=on_notice)
+                           on_warning=on_warning, on_notice=on_notice,
+                           confirm_kits=confirm_kits)
         _refuse_creation_options(request, record)
         started = time.monotonic()
         _start(ctx, record, on_warning)

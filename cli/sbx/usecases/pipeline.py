@@ -28,7 +28,7 @@ import shlex
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from sbx.usecases.context import AppContext
 
 ProgressFactory = Callable[[str], AbstractContextManager[Callable[[str], None]]]
+# (the kits, each kit's effective descriptor by reference) -> None, or raises a refusal.
+KitGate = Callable[[KitSet, Mapping[str, Mapping[str, Any]]], None]
 # How long the helper objects of a plan (a build's or an assembly's) may live before gc
 # treats them as left behind by a crash.
 HELPER_DEADLINE_S: Final = 3600
@@ -89,6 +91,8 @@ class WorkloadPlan:
     composition: Composition
     capabilities: CapabilityPlan
     egress: EgressPlan | None
+    # Each kit's effective descriptor, by reference: what its permission surface is read from.
+    effective: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def config(self) -> Config:
@@ -159,9 +163,12 @@ def detach_keys(flag: str | None, config: Config) -> str:
 
 
 def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: ProgressFactory,
-         helper_labels: Mapping[str, str], resolve_secrets: bool) -> WorkloadPlan:
+         helper_labels: Mapping[str, str], resolve_secrets: bool,
+         gate: KitGate | None = None) -> WorkloadPlan:
     """``resolve_secrets``: read keyring, variable and command secrets for the proxy (``sbx
-    run`` only; explain and doctor never read a value)."""
+    run`` only; explain and doctor never read a value). ``gate`` sees each kit's effective
+    descriptor before any capability is planned or secret read (``sbx run``'s permission gate,
+    sbx.usecases.kitgate); it raises to refuse."""
     from sbx.domain.kits.args import final_environment
     from sbx.domain.sandbox.binding import bind_credentials
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
@@ -177,8 +184,10 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     container_env = final_environment(
         dict(env_pairs(image.env)), exports,
         {"SBX_WORKSPACE": workspace_target, "SBX_RUN_ID": run_id})
-    composition, _effective = effective_composition(
+    composition, effective = effective_composition(
         kit_set, container_env, SUPPORTED, cache_dir=ctx.state_home / "cache" / "effective")
+    if gate is not None:
+        gate(kit_set, effective)
     capabilities = plan_capabilities(
         composition, limits=sandbox_limits(loaded.config),
         allow_privileged=loaded.request.allow_privileged, workspace_target=workspace_target,
@@ -187,7 +196,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     egress = bind_credentials(composition, capabilities, state_home=ctx.state_home, env=ctx.env,
                               resolve_values=resolve_secrets)
     return WorkloadPlan(loaded, engine, image, image_tag, image_built, used, workspace_target,
-                        exports, container_env, composition, capabilities, egress)
+                        exports, container_env, composition, capabilities, egress, effective)
 
 
 def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,

@@ -105,6 +105,11 @@ class Recipe:
     blocked: tuple[str, ...]  # [mounts] blocked
     allowed_roots: tuple[str, ...]  # [mounts] allowed_roots
     facts: PlanFacts
+    # Each local kit's surface (sbx.usecases.kitgate.KitSurface), checked against its recorded
+    # approval on every cached run; and its host files (sbx.domain.sandbox.kitpins.KitFiles),
+    # pinned read-only again under a writable mount.
+    kit_surfaces: tuple[Mapping[str, Any], ...] = ()
+    kit_files: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -147,7 +152,9 @@ class Recipe:
                 selection={_str(k): [dict(r) for r in v]
                            for k, v in dict(facts["selection"]).items()},
                 limits={_str(k): _int(v) for k, v in dict(facts["limits"]).items()},
-                privileged=_bool(facts["privileged"])))
+                privileged=_bool(facts["privileged"])),
+            kit_surfaces=tuple(_kit_surface(k) for k in _list(data["kit_surfaces"])),
+            kit_files=tuple(_kit_files(k) for k in _list(data["kit_files"])))
         if len(recipe.tmpfs) != len(data["tmpfs"]):
             raise ValueError("tmpfs")
         from sbx.domain.sandbox.hardening import Limits
@@ -402,10 +409,33 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         env=tuple(_strs(data["env"])), env_files=tuple(_strs(data["env_files"])),
         user=_opt_str(data["user"]), detach_keys=_opt_str(data["detach_keys"]),
         trust_workspace=_bool(data["trust_workspace"]), name=_opt_str(data["name"]),
-        detach=_bool(data["detach"]), host=streams)
+        detach=_bool(data["detach"]), accept=_bool(data["accept"]), host=streams)
 
 
 # -- strict JSON readers -------------------------------------------------------------------------
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError("expected a list")
+    return value
+
+
+def _kit_surface(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or not isinstance(value.get("permissions"), dict):
+        raise TypeError("expected a kit surface")
+    for key in ("reference", "path", "descriptor"):
+        _str(value.get(key))
+    return value
+
+
+def _kit_files(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("expected kit files")
+    _str(value.get("named"))
+    _str(value.get("directory"))
+    _strs(value.get("files"))
+    return value
 
 
 def _str(value: object) -> str:

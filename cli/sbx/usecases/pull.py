@@ -34,7 +34,13 @@ from sbx.domain.kits.lock import (
     store_descriptor,
     write_lock,
 )
-from sbx.domain.kits.surface import Surface, Widening, format_widenings, surface
+from sbx.domain.kits.surface import (
+    Surface,
+    Widening,
+    format_surface,
+    format_widenings,
+    surface,
+)
 from sbx.seams import audit
 from sbx.seams.registry import KitManifest, fetch_kit_manifest, parse_reference
 from sbx.usecases.context import AppContext
@@ -184,7 +190,7 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
                          severity="warning", details={**details, "via": result.via})
             if result.decision is LockDecision.NEW and result.via == "accept-flag":
                 on_notice(f"{text} asks for (accepted with --accept):\n"
-                          + _surface_lines(candidate))
+                          + format_surface(candidate))
         planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,
                                 previous_digest, descriptor_text=manifest.descriptor_text))
     done: list[PullItem] = []
@@ -258,14 +264,6 @@ def _refusal(text: str, digest: str, previous_digest: str | None, result: GateRe
         hint="Review the widenings, then pull again on a terminal and confirm, or pass "
              "--accept.",
         details=extra)
-
-
-def _surface_lines(candidate: Surface) -> str:
-    lines = []
-    for key, value in candidate.to_json().items():
-        shown = "yes" if value is True else ", ".join(value)
-        lines.append(f"  {key}: {shown}")
-    return "\n".join(lines)
 
 
 __all__ = ["PullItem", "PullResult", "preflight", "pull"]

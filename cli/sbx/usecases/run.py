@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base import labels as label_keys
+from sbx.base import paths
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
@@ -86,12 +87,15 @@ if TYPE_CHECKING:
     from sbx.domain.kits.kitset import KitSet
     from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
     from sbx.domain.sandbox.hardening import Limits
+    from sbx.domain.sandbox.kitpins import KitFiles
     from sbx.domain.sandbox.lifecycle import KitFile
     from sbx.domain.sandbox.workspace_trust import Baseline
     from sbx.seams.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.seams.session.stream import AttachedStream
     from sbx.usecases.keeper import KeptProxy
+    from sbx.usecases.kitgate import Confirm as ConfirmKits
+    from sbx.usecases.kitgate import KitSurface
     from sbx.usecases.pipeline import WorkloadPlan, WorkloadRequest
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
@@ -123,6 +127,7 @@ class RunRequest:
     trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
+    accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate)
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -247,7 +252,8 @@ ProgressFactory = Callable[[str], Any]
 def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         progress: ProgressFactory,
         on_warning: Callable[[str], None] = lambda _text: None,
-        on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+        on_notice: Callable[[str], None] = lambda _text: None,
+        confirm_kits: ConfirmKits | None = None) -> RunResult:
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
@@ -255,20 +261,23 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         from sbx.usecases.named import run_named
 
         return run_named(ctx, request, on_output=on_output, progress=progress,
-                         on_warning=on_warning, on_notice=on_notice)
+                         on_warning=on_warning, on_notice=on_notice,
+                         confirm_kits=confirm_kits)
     return run_new(ctx, request, on_output=on_output, progress=progress,
-                   on_warning=on_warning, on_notice=on_notice)
+                   on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
 
 def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             progress: ProgressFactory,
             on_warning: Callable[[str], None] = lambda _text: None,
-            on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+            on_notice: Callable[[str], None] = lambda _text: None,
+            confirm_kits: ConfirmKits | None = None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
     named sandbox)."""
     run_id = new_run_id()
     try:
-        plan = prepare(ctx, request, run_id, progress)
+        plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
+                       on_notice=on_notice)
     except SbxError as error:
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
@@ -281,14 +290,17 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
 def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_output: OutputSink,
                progress: ProgressFactory,
                on_warning: Callable[[str], None] = lambda _text: None,
-               on_notice: Callable[[str], None] = lambda _text: None) -> RunResult:
+               on_notice: Callable[[str], None] = lambda _text: None,
+               confirm_kits: ConfirmKits | None = None) -> RunResult:
     """A one-shot run from a cached plan (sbx.usecases.plancache); when the engine no longer has
-    its image, or the workspace changed owner, the full plan is made instead."""
+    its image, the workspace changed owner, or a kit's approval no longer covers it, the full
+    plan is made instead."""
     run_id = new_run_id()
     try:
         plan = prepare_cached(ctx, request, run_id, recipe)
         if plan is None:
-            plan = prepare(ctx, request, run_id, progress)
+            plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
+                           on_notice=on_notice)
     except SbxError as error:
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
@@ -324,6 +336,8 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
     from sbx.domain.sandbox.requirements import check_engine, check_host
 
     check_host()
+    if not recipe_approved(ctx.state_home, recipe):
+        return None  # the full plan runs the kits' permission gate (it asks or refuses)
     access = _access(request)
     session_mode = decide_mode(interactive=request.interactive, tty=request.tty,
                                capture=request.capture_output, host=request.host)
@@ -351,7 +365,9 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace, env=ctx.env)
+                                    trust=request.trust_workspace, env=ctx.env,
+                                    kits=recipe_kit_files(recipe),
+                                    config_file=paths.config_path(ctx.env))
     try:
         plan = _plan_from_recipe(ctx, request, run_id, recipe, access=access,
                                  session_mode=session_mode, labels=labels, deadline=deadline,
@@ -362,6 +378,34 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
     if plan is None:
         host_mounts.close()
     return plan
+
+
+def recipe_approved(state_home: Path, recipe: Recipe) -> bool:
+    """Whether the kits' recorded approvals still cover what a cached plan's kits ask for
+    (they may have changed since the plan was cached: a narrowing is recorded, and going back
+    to the cached kit is then a widening that must be asked for)."""
+    if not any(kit.get("permissions") for kit in recipe.kit_surfaces):
+        return True  # they ask for nothing (an empty surface has no fields)
+    from sbx.domain.kits.approvals import covered
+    from sbx.domain.kits.surface import Surface
+
+    return covered(state_home, [(str(kit["path"]), str(kit["descriptor"]),
+                                 Surface.from_json(kit["permissions"]))
+                                for kit in recipe.kit_surfaces])
+
+
+def recipe_kit_files(recipe: Recipe) -> tuple[KitFiles, ...]:
+    from sbx.domain.sandbox.kitpins import KitFiles
+
+    return tuple(KitFiles.from_json(kit) for kit in recipe.kit_files)
+
+
+def local_kit_files(kit_set: KitSet, cwd: Path) -> list[KitFiles]:
+    """What each local kit of the set reads from the host (pulled kits live in the state
+    home, which no sandbox can mount)."""
+    from sbx.domain.sandbox.kitpins import kit_files
+
+    return [kit_files(kit.local, cwd) for kit in kit_set.kits if kit.local.image is None]
 
 
 def _owner_key(owner: WorkspaceOwner | None) -> tuple[int, int, int] | None:
@@ -435,7 +479,8 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
 
 def prepare(ctx: AppContext, request: RunRequest, run_id: str,
-            progress: ProgressFactory) -> RunPlan:
+            progress: ProgressFactory, *, confirm_kits: ConfirmKits | None = None,
+            on_notice: Callable[[str], None] = lambda _text: None) -> RunPlan:
     from sbx.usecases import pipeline
 
     # Config and kits (no engine): the pipeline's first stage, as for explain and doctor.
@@ -459,20 +504,33 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     labels = label_keys.object_labels(
         home_hash=ctx.home_hash, run_id=run_id, deadline=deadline, kits=references,
         role=label_keys.ROLE_HELPER)
-    # Engine, image, effective kits, capabilities, credentials: the pipeline's second stage.
+    # Engine, image, effective kits, capabilities, credentials: the pipeline's second stage,
+    # with the kits' permission gate before any capability is planned or secret read.
+    surfaces: list[KitSurface] = []
+
+    def gate(kits: KitSet, effective: Mapping[str, Mapping[str, Any]]) -> None:
+        from sbx.usecases import kitgate
+
+        surfaces.extend(kitgate.kit_surfaces(kits, effective, ctx.cwd))
+        kitgate.approve(ctx.state_home, surfaces, accept=request.accept, confirm=confirm_kits,
+                        command=kitgate.accept_command(ctx.argv, ctx.passthrough),
+                        run_id=run_id, on_notice=on_notice)
+
     planned = pipeline.plan(ctx, loaded, run_id=run_id, progress=progress,
-                            helper_labels=labels, resolve_secrets=True)
+                            helper_labels=labels, resolve_secrets=True, gate=gate)
     record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
     workspace_target = planned.workspace_target
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
+    kit_files = tuple(local_kit_files(kit_set, ctx.cwd))
     host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace, env=ctx.env)
+                                    trust=request.trust_workspace, env=ctx.env,
+                                    kits=kit_files, config_file=paths.config_path(ctx.env))
     try:
         return _plan(ctx, request, run_id, planned=planned, access=access,
                      session_mode=session_mode, labels=labels, deadline=deadline,
-                     host_mounts=host_mounts)
+                     host_mounts=host_mounts, gated=(tuple(surfaces), kit_files))
     except BaseException:
         host_mounts.close()
         raise
@@ -480,7 +538,8 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
 
 def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: WorkloadPlan,
           access: str, session_mode: SessionMode, labels: Mapping[str, str],
-          deadline: int, host_mounts: HostMounts) -> RunPlan:
+          deadline: int, host_mounts: HostMounts,
+          gated: tuple[Sequence[KitSurface], Sequence[KitFiles]] = ((), ())) -> RunPlan:
     """The host side of the plan, once the host paths are open (closed by the caller on
     failure): the user, HOME, the command, the environment, the container spec."""
     driver = ctx.driver
@@ -593,7 +652,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    explain_command=_explain_command(planned),
                    facts=_facts(kit_set, capabilities, egress))
     _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
-              limits=limits, command=command, entrypoint=entrypoint, capabilities=capabilities)
+              limits=limits, command=command, entrypoint=entrypoint, capabilities=capabilities,
+              gated=gated)
     return plan
 
 
@@ -636,7 +696,8 @@ def _facts(kit_set: KitSet, capabilities: CapabilityPlan, egress: EgressPlan | N
 def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan: RunPlan, *,
               user_warnings: Sequence[str], owner: WorkspaceOwner | None, limits: Limits,
               command: tuple[str, ...] | None, entrypoint: tuple[str, ...] | None,
-              capabilities: CapabilityPlan) -> None:
+              capabilities: CapabilityPlan,
+              gated: tuple[Sequence[KitSurface], Sequence[KitFiles]]) -> None:
     """Offer the plan to the plan cache (which keeps only plans it can run again)."""
     if ctx.argv is None:  # not from the command line: nothing to key it by
         return
@@ -658,7 +719,9 @@ def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan:
         privileged=capabilities.privileged, detach_keys=plan.detach_keys,
         explain_command=plan.explain_command, notes=tuple(capabilities.notes),
         blocked=tuple(config.mounts.blocked.value),
-        allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts)
+        allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts,
+        kit_surfaces=tuple(kit.to_json() for kit in gated[0]),
+        kit_files=tuple(kit.to_json() for kit in gated[1]))
     plancache.remember(ctx, request, plan, recipe,
                        cacheable=plancache.cacheable(planned, plan, kit_set))
 
@@ -698,12 +761,14 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
 
 def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
                       checked: Sequence[CheckedMount], *, trust: bool,
-                      env: Mapping[str, str]) -> HostMounts:
+                      env: Mapping[str, str], kits: Sequence[KitFiles] = (),
+                      config_file: Path | None = None) -> HostMounts:
     """Open every checked host path (so exactly it is mounted); the workspace first.
 
     A read-write workspace, and every read-write directory mount, also gets what git and other
     host tools execute in it pinned read-only unless the user trusts it, and a baseline for
-    the check after the run (sbx.domain.sandbox.workspace_trust).
+    the check after the run (sbx.domain.sandbox.workspace_trust); and the kit files under any
+    of them are pinned read-only (sbx.domain.sandbox.kitpins).
     """
     mounts = HostMounts()
     try:
@@ -719,7 +784,8 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
                                    mount.read_only))
         for pin in list(mounts.pins):
             _refuse_sockets(pin.source, mounts.notes)
-        for pin in list(mounts.pins):
+        primary = list(mounts.pins)  # the workspace and the --mounts
+        for pin in primary:
             if not pin.read_only and pin.source.is_dir:
                 from sbx.domain.sandbox.workspace_trust import protect
 
@@ -727,6 +793,11 @@ def _open_host_mounts(workspace_host: str | None, workspace_target: str, access:
                 mounts.pins += protection.pins
                 mounts.notes += protection.notes
                 mounts.baselines.append(protection.baseline)
+        if kits or config_file is not None:
+            from sbx.domain.sandbox.kitpins import kit_pins
+
+            mounts.pins += kit_pins(kits, [p for p in primary if not p.read_only],
+                                    [str(config_file)] if config_file is not None else [])
     except BaseException:
         mounts.close()
         raise

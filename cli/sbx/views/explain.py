@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Envelope, Renderer, escape
@@ -10,6 +10,7 @@ from sbx.views.values import setting
 
 if TYPE_CHECKING:
     from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
+    from sbx.usecases.kitgate import PermissionState
 
 
 def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
@@ -88,10 +89,36 @@ def explain_sandbox(renderer: Renderer, result: SandboxExplanation, *,
                     f"{item.source}; change: {item.change}")
     for item in result.storage:
         renderer.plain(f"storage: {item.name} ({item.value}) from {item.source}")
+    for state in result.permissions:
+        _permissions(renderer, state)
     for rule in result.pending:
         renderer.plain(f"note: {rule.kit} capabilities[{rule.index}] {_rule_text(rule)} holds a "
                     "${{ kit.env.* }} reference, resolved only once the image is built")
     renderer.plain(f"judge a request: {result.explain} [METHOD] URL|HOST[:PORT]")
+
+
+_STATUS: Final = {
+    "first-run": "not recorded yet: its first run records what it asks for",
+    "approved": "as approved at its last run",
+    "narrower": "within what was approved at its last run (the next run records the narrower "
+                "surface)",
+    "widened": "asks for more than at its last approved run: the next run asks on a terminal, "
+               "or needs --accept",
+    "locked": "as approved by `sbx pull`",
+    "not locked": "not in the kit lock",
+}
+
+
+def _permissions(renderer: Renderer, state: PermissionState) -> None:
+    where = f"{state.record}" + (f", {state.approved}" if state.approved else "")
+    renderer.plain(f"permissions of {state.reference}: {_STATUS.get(state.status, state.status)}"
+                   f" ({where})")
+    from sbx.domain.kits.surface import format_surface, format_widenings
+
+    if state.widenings:
+        renderer.plain(format_widenings(state.widenings))
+    elif not state.permissions.is_empty():
+        renderer.plain(format_surface(state.permissions))
 
 
 def explain_run(renderer: Renderer, result: RunExplanation) -> None:

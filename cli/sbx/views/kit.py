@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from sbx.base.errors import SbxError
@@ -79,12 +79,14 @@ def pull_result(renderer: Renderer, result: PullResult) -> None:
 
 
 def confirm_widenings(renderer: Renderer, reference: str, widenings: Sequence[Widening],
-                      first: bool = False) -> bool:
+                      first: bool = False, *, local: bool = False) -> bool:
     """Show a kit upgrade's widenings (or, on its first pull, every permission it asks
-    for) on stderr and ask; anything but yes declines."""
+    for; or a local kit's since its last approved run) on stderr and ask; anything but yes
+    declines."""
     from sbx.domain.kits.surface import format_widenings
 
-    what = ("asks for these permissions" if first
+    what = ("it changed since its last approved run and now asks for more" if local
+            else "asks for these permissions" if first
             else "the new version asks for more than you approved")
     text = f"{reference}: {what}:\n{format_widenings(widenings)}"
     renderer.line(renderer.err_file, escape(text), text)
@@ -96,4 +98,14 @@ def confirm_widenings(renderer: Renderer, reference: str, widenings: Sequence[Wi
         return False
     return answer.strip().lower() in {"y", "yes"}
 
-__all__ = ['kit_init', 'kit_validation', 'kit_pushed', 'pull_result', 'confirm_widenings']
+def kit_confirmation(renderer: Renderer) -> Callable[[str, Sequence[Widening]], bool] | None:
+    """The terminal question a run asks about a local kit's widenings; None without a
+    terminal (the run is then refused unless --accept)."""
+    if not renderer.interactive():
+        return None
+    return lambda reference, widenings: confirm_widenings(renderer, reference, widenings,
+                                                          local=True)
+
+
+__all__ = ['kit_init', 'kit_validation', 'kit_pushed', 'pull_result', 'confirm_widenings',
+           'kit_confirmation']

@@ -8,7 +8,7 @@
 FROM sbx-base/agent:1 AS fetch
 ARG CLAUDE_CODE_VERSION
 ARG AGENT_SOURCE=registry
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY packages/ /packages/
 RUN mkdir -p /opt/claude-code \
  && if [ "$AGENT_SOURCE" = staged ]; then \
@@ -18,7 +18,7 @@ RUN mkdir -p /opt/claude-code \
 
 FROM sbx-base/agent:1
 COPY --from=fetch /opt/claude-code /opt/claude-code
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY claude-launch.sh /usr/local/bin/claude
 RUN chmod 0755 /usr/local/lib/sbx-agent/npm-fetch.sh /usr/local/bin/claude
 # What Claude Code would otherwise contact besides the API (documented in the README):

@@ -1,24 +1,28 @@
 #!/bin/sh
 # npm-fetch.sh: install an agent's official npm release without npm.
 #
-#   npm-fetch.sh (--from DIR | --registry URL) --into PREFIX [--set NAME=VALUE]... LIST
+#   npm-fetch.sh (--from DIR | --registry URL) --into PREFIX [--pins FILE] [--set NAME=VALUE]... LIST
 #
 # LIST names one package per line as NAME@VERSION; `{name}` is replaced by the --set value of
-# that name, and `{arch}` by this machine's npm cpu name (x64, arm64). Each tarball comes from
-# DIR (files `npm pack` wrote there, checked against DIR/SHA512SUMS) or from the registry (the
-# version's `dist.tarball`, checked against its `dist.integrity`), and is unpacked into
-# PREFIX/node_modules/NAME, as npm lays packages out. With --registry, nothing is fetched when
-# PREFIX/.installed already names exactly these packages (so a hook can run on every create).
+# that name, and `{arch}` by this machine's npm cpu name (x64, arm64). FILE (default: LIST's
+# directory's packages.lock) pins each package the kit may install, one `NAME@VERSION
+# sha512-BASE64` a line, as its author recorded it: every tarball is checked against that pin,
+# never against what the registry (or a proxy on the way) says, and a package without a pin is
+# not installed. Each tarball comes from DIR (files `npm pack` wrote there) or from the registry
+# (the version's `dist.tarball`), and is unpacked into PREFIX/node_modules/NAME, as npm lays
+# packages out. With --registry, nothing is fetched when PREFIX/.installed already names
+# exactly these packages (so a hook can run on every create).
 # The same file sits in every agent kit (a kit is one self-contained directory).
 set -eu
 
-usage() { echo "usage: npm-fetch.sh (--from DIR | --registry URL) --into PREFIX [--set K=V]... LIST" >&2; exit 2; }
-from="" registry="" into="" sets=""
+usage() { echo "usage: npm-fetch.sh (--from DIR | --registry URL) --into PREFIX [--pins FILE] [--set K=V]... LIST" >&2; exit 2; }
+from="" registry="" into="" sets="" pins=""
 while [ $# -gt 1 ]; do
   case $1 in
     --from) from=$2; shift 2 ;;
     --registry) registry=${2%/}; shift 2 ;;
     --into) into=$2; shift 2 ;;
+    --pins) pins=$2; shift 2 ;;
     --set) sets="$sets $2"; shift 2 ;;
     *) usage ;;
   esac
@@ -26,6 +30,8 @@ done
 [ $# -eq 1 ] && [ -n "$into" ] || usage
 [ -n "$from" ] || [ -n "$registry" ] || usage
 list=$1
+[ -n "$pins" ] || pins=$(dirname "$list")/packages.lock
+[ -f "$pins" ] || { echo "npm-fetch: no pins file $pins: every package must be pinned by its sha512" >&2; exit 1; }
 
 case $(uname -m) in
   x86_64|amd64) arch=x64 ;;
@@ -60,22 +66,27 @@ pack_name() { printf '%s-%s.tgz' "$(printf '%s' "$1" | sed 's/^@//; s#/#-#')" "$
 for spec in $specs; do
   name=${spec%@*} version=${spec##*@}
   file=$(pack_name "$name" "$version")
+  # The kit's own pin: exactly one `sha512-` line for exactly this NAME@VERSION.
+  pinned=$(awk -v s="$spec" '$1 == s {n++; pin=$2} END {if (n == 1) print pin}' "$pins")
+  case $pinned in
+    sha512-*) ;;
+    *) echo "npm-fetch: $spec is not pinned in $pins (one line: $spec sha512-...); not installing it" >&2; exit 1 ;;
+  esac
+  sum=$(printf '%s' "${pinned#sha512-}" | base64 -d 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
+  [ ${#sum} -eq 128 ] || { echo "npm-fetch: the pin of $spec in $pins is not a sha512" >&2; exit 1; }
   if [ -n "$from" ]; then
-    sum=$(awk -v f="$file" '$2 == f || $2 == "*" f {print $1}' "$from/SHA512SUMS")
-    [ -n "$sum" ] || { echo "npm-fetch: $file is not staged in $from (scripts/stage_agents.py)" >&2; exit 1; }
+    [ -f "$from/$file" ] || { echo "npm-fetch: $file is not staged in $from (scripts/stage_agents.py)" >&2; exit 1; }
     cp "$from/$file" "$work/pkg.tgz"
   else
+    # Only where the tarball is comes from the registry; what it must hash to is the pin.
     escaped=$(printf '%s' "$name" | sed 's#/#%2f#')
     curl -fsSL --retry 2 -o "$work/meta.json" "$registry/$escaped/$version"
     url=$(jq -r '.dist.tarball' "$work/meta.json")
-    integrity=$(jq -r '.dist.integrity' "$work/meta.json")
-    case $integrity in sha512-*) ;; *) echo "npm-fetch: $spec has no sha512 integrity" >&2; exit 1 ;; esac
-    sum=$(printf '%s' "${integrity#sha512-}" | base64 -d | od -An -v -tx1 | tr -d ' \n')
     echo "npm-fetch: downloading $spec"
     curl -fsSL --retry 2 -o "$work/pkg.tgz" "$url"
   fi
-  echo "$sum  $work/pkg.tgz" | sha512sum -c --quiet - \
-    || { echo "npm-fetch: $spec does not match its sha512" >&2; exit 1; }
+  echo "$sum  $work/pkg.tgz" | sha512sum -c --quiet - 2>/dev/null \
+    || { echo "npm-fetch: $spec does not match the sha512 its kit pins ($pins): the tarball was substituted or damaged on the way; not installing it" >&2; exit 1; }
   # A package is one top directory (`package/`); nothing may point outside it.
   if tar -tzf "$work/pkg.tgz" | grep -Eq '^/|(^|/)\.\.(/|$)' \
       || tar -tvzf "$work/pkg.tgz" | grep -Eq '^[^-d]'; then

@@ -8,7 +8,7 @@
 FROM sbx-base/agent:1 AS fetch
 ARG CODEX_VERSION
 ARG AGENT_SOURCE=registry
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY packages/ /packages/
 RUN mkdir -p /opt/codex \
  && if [ "$AGENT_SOURCE" = staged ]; then \
@@ -18,7 +18,7 @@ RUN mkdir -p /opt/codex \
 
 FROM sbx-base/agent:1
 COPY --from=fetch /opt/codex /opt/codex
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY codex-launch.sh /usr/local/bin/codex
 RUN chmod 0755 /usr/local/lib/sbx-agent/npm-fetch.sh /usr/local/bin/codex
 USER agent

@@ -10,7 +10,7 @@ FROM sbx-base/agent:1 AS fetch
 ARG GEMINI_CLI_VERSION
 ARG NODE_VERSION
 ARG AGENT_SOURCE=registry
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY packages/ /packages/
 RUN mkdir -p /opt/gemini-cli \
  && if [ "$AGENT_SOURCE" = staged ]; then \
@@ -21,7 +21,7 @@ RUN mkdir -p /opt/gemini-cli \
 
 FROM sbx-base/agent:1
 COPY --from=fetch /opt/gemini-cli /opt/gemini-cli
-COPY npm-fetch.sh packages.list /usr/local/lib/sbx-agent/
+COPY npm-fetch.sh packages.list packages.lock /usr/local/lib/sbx-agent/
 COPY gemini-launch.sh /usr/local/bin/gemini
 RUN chmod 0755 /usr/local/lib/sbx-agent/npm-fetch.sh /usr/local/bin/gemini
 # Gemini CLI re-launches itself under a second Node process; keep that one in the same terminal

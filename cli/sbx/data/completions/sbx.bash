@@ -31,7 +31,7 @@ __sbx_node() {
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --trust-workspace --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --accept --trust-workspace --json -h --help'
             __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name'
             __sbx_nargs=2
             ;;

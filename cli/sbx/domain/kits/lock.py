@@ -12,7 +12,6 @@ import enum
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from sbx.domain.kits.descriptor import (
     parse_descriptor_text,
     validation_fingerprint,
 )
+from sbx.domain.kits.statefile import MAX_STATE_BYTES, read_state, write_atomic
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import state
 from sbx.seams.registry import canonical_reference
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sbx.domain.kits.local import LocalKit
 
 LOCK_FILE: Final = "kits.lock.json"
-MAX_LOCK_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
+MAX_LOCK_BYTES: Final = MAX_STATE_BYTES
 LOCK_VERSION: Final = 1
 DESCRIPTORS_DIR: Final = "kits"
 # Verdicts on published descriptors (`sbx pull`, `sbx run REF`), beside the local kits' ones.
@@ -115,59 +115,13 @@ def read_lock(path: Path) -> Lock:
     (``state_corrupt``). A damaged lock is never read as empty: that would forget every
     approved permission surface, and the next pull of a widened kit would pass the gate."""
     fix = f"Move {path} aside (keep it to inspect), then `sbx pull` the kits again."
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_LOCK_BYTES + 1)
-    except FileNotFoundError:
-        return Lock()
-    except OSError as exc:
-        raise state.corrupt(path, f"it cannot be read ({exc.strerror})", what="the kit lock",
-                            fix=fix) from exc
-    if len(raw) > MAX_LOCK_BYTES:
-        raise state.corrupt(path, f"it is larger than {MAX_LOCK_BYTES} bytes",
-                            what="the kit lock", fix=fix)
-    try:
-        return Lock.from_json(json.loads(raw.decode("utf-8")))
-    except UnicodeDecodeError as exc:
-        raise state.corrupt(path, f"it is not UTF-8 text (byte offset {exc.start})",
-                            what="the kit lock", fix=fix) from exc
-    except RecursionError as exc:
-        raise state.corrupt(path, "its JSON is nested too deeply", what="the kit lock",
-                            fix=fix) from exc
-    except ValueError as exc:  # not JSON, or not the lock's shape
-        problem = " ".join(str(exc).split())[:200]
-        raise state.corrupt(path, problem, what="the kit lock", fix=fix) from exc
+    return read_state(path, Lock.from_json, Lock(), what="the kit lock", fix=fix)
 
 
 def write_lock(path: Path, lock: Lock) -> None:
     """Replace the lock atomically: readers see the old or the new file, never a mix."""
     payload = (json.dumps(lock.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
     write_atomic(path, payload)
-
-
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` atomically; a full or read-only state home is
-    ``state_unwritable`` (and the old file, if any, is left as it was)."""
-    with state.writing(path, "write"):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            try:
-                _write_all(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.chmod(temp, 0o600)
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 # --- locked registry kits at run time ------------------------------------------------------
@@ -280,25 +234,38 @@ def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept:
          confirm: Callable[[Sequence[Widening]], bool] | None) -> GateResult:
     """Decide a pull of ``digest`` with surface ``candidate`` against the lock entry.
 
-    ``confirm`` is the terminal prompt (None without a terminal). Widenings need ``accept`` or
-    a confirmation; narrowing and movement inside the granted surface apply silently. A first
-    pull is a widening from nothing: a kit that asks for any permission needs the same
-    approval (refused as :attr:`LockDecision.REFUSED` with no previous entry); one that asks for
-    none is pinned silently.
+    ``confirm`` is the terminal prompt (None without a terminal). A first pull is a widening
+    from nothing: a kit that asks for any permission needs approval (refused as
+    :attr:`LockDecision.REFUSED` with no previous entry); one that asks for none is pinned
+    silently. The digest already locked is the very descriptor that was approved, whatever
+    fields a newer sbx projects from it.
     """
-    if previous is None:
+    if previous is not None and previous.digest == digest:
+        return GateResult(LockDecision.UNCHANGED)
+    return decide(previous.permissions if previous is not None else None, candidate,
+                  accept=accept, confirm=confirm, first_needs_approval=True)
+
+
+def decide(granted: Surface | None, candidate: Surface, *, accept: bool,
+           confirm: Callable[[Sequence[Widening]], bool] | None,
+           first_needs_approval: bool) -> GateResult:
+    """The one gate, for pulled and local kits: ``candidate`` against the ``granted`` surface
+    (None: nothing recorded yet). Widenings need ``accept`` or a confirmation; narrowing and
+    movement inside the granted surface apply silently. Without a record, a pull
+    (``first_needs_approval``) needs approval of every permission; a local kit's first run is
+    recorded as it is (the user named the kit on the command line)."""
+    if granted is None:
         everything = tuple(diff_widenings(Surface(), candidate))
-        if not everything:
-            return GateResult(LockDecision.NEW)
+        if not everything or not first_needs_approval:
+            return GateResult(LockDecision.NEW, everything)
         if accept:
             return GateResult(LockDecision.NEW, everything, "accept-flag")
         if confirm is not None and confirm(everything):
             return GateResult(LockDecision.NEW, everything, "terminal")
         return GateResult(LockDecision.REFUSED, everything)
-    widenings = tuple(diff_widenings(previous.permissions, candidate))
+    widenings = tuple(diff_widenings(granted, candidate))
     if not widenings:
-        same = previous.digest == digest
-        return GateResult(LockDecision.UNCHANGED if same else LockDecision.WITHIN)
+        return GateResult(LockDecision.WITHIN)
     if accept:
         return GateResult(LockDecision.ACCEPTED, widenings, "accept-flag")
     if confirm is not None and confirm(widenings):
@@ -306,6 +273,7 @@ def gate(previous: LockEntry | None, digest: str, candidate: Surface, *, accept:
     return GateResult(LockDecision.REFUSED, widenings)
 
 
-__all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "descriptor_path",
-           "gate", "load_locked_kit", "lock_path", "parse_published", "published_cache_key",
-           "read_lock", "store_descriptor", "write_atomic", "write_lock"]
+__all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "decide",
+           "descriptor_path", "gate", "load_locked_kit", "lock_path", "parse_published",
+           "published_cache_key", "read_lock", "store_descriptor", "write_atomic",
+           "write_lock"]

@@ -11,7 +11,9 @@ admits extension methods no list names.
 
 Surface fields beyond the reference: ``hostMountPaths`` lists ``host-mount@1`` paths apart from
 ``storagePaths`` (the host-mount page requires it), and the gate reports them under the category
-``host-mount``.
+``host-mount``; ``credentialDestinations`` lists where each credential is presented
+(:mod:`sbx.domain.kits.destinations`), so moving a secret to another host is the widening
+``credentials.destinations``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final
 
+from sbx.domain.kits.destinations import credential_destinations
 from sbx.domain.kits.types import (
     ACP,
     AGENT_CONTEXT,
@@ -70,6 +73,7 @@ JSON_FIELDS: Final = {
     "network_runtime_http_deny": "networkRuntimeHTTPDeny",
     "credentials_install": "credentialsInstall",
     "credentials_runtime": "credentialsRuntime",
+    "credential_destinations": "credentialDestinations",
     "ssh_agent": "sshAgent",
     "storage_paths": "storagePaths",
     "host_mount_paths": "hostMountPaths",
@@ -92,6 +96,7 @@ CATEGORIES: Final = (
     "network.runtime.http.deny-removed",
     "credentials.install",
     "credentials.runtime",
+    "credentials.destinations",
     "ssh-agent",
     "storage",
     "host-mount",
@@ -120,6 +125,7 @@ class Surface:
     network_runtime_http_deny: tuple[str, ...] = ()
     credentials_install: tuple[str, ...] = ()
     credentials_runtime: tuple[str, ...] = ()
+    credential_destinations: tuple[str, ...] = ()
     ssh_agent: tuple[str, ...] = ()
     storage_paths: tuple[str, ...] = ()
     host_mount_paths: tuple[str, ...] = ()
@@ -244,6 +250,10 @@ def _project(ctype: str, config: Any, out: dict[str, list[str]]) -> bool:
         service, phases = config.get("service"), _phase_list(config.get("phase"))
         if not isinstance(service, str) or phases is None:
             return False
+        destinations = credential_destinations(service, phases, config)
+        if destinations is None:
+            return False
+        out["credential_destinations"].extend(destinations)
         for phase in phases:
             out[f"credentials_{'install' if phase == 'install' else 'runtime'}"].append(service)
         return True
@@ -423,6 +433,8 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
         g.network_runtime_http_deny, c.network_runtime_http_deny))
     add("credentials.install", _missing(g.credentials_install, c.credentials_install))
     add("credentials.runtime", _missing(g.credentials_runtime, c.credentials_runtime))
+    add("credentials.destinations", _missing(g.credential_destinations,
+                                             c.credential_destinations))
     add("ssh-agent", _ssh_widenings(g.ssh_agent, c.ssh_agent))
     add("storage", _missing(g.storage_paths, c.storage_paths))
     add("host-mount", _missing(g.host_mount_paths, c.host_mount_paths))
@@ -439,6 +451,12 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
 def format_widenings(widenings: Iterable[Widening]) -> str:
     """Render widenings for an approval prompt: one ``  + <category>: <detail>`` line each."""
     return "\n".join(f"  + {w}" for w in widenings)
+
+
+def format_surface(granted: Surface, indent: str = "  ") -> str:
+    """Render a surface as it is recorded: one ``<field>: <entries>`` line per field."""
+    return "\n".join(f"{indent}{key}: {'yes' if value is True else ', '.join(value)}"
+                     for key, value in granted.to_json().items())
 
 
 def _missing(granted: Iterable[str], candidate: Iterable[str]) -> list[str]:
@@ -562,6 +580,7 @@ __all__ = [
     "Widening",
     "surface",
     "diff_widenings",
+    "format_surface",
     "format_widenings",
     "complete_http_grants",
     "http_atoms",

@@ -61,6 +61,7 @@ SOCKET: Final = "socket"
 SPECIAL_FILE: Final = "special_file"
 SOURCE_UNREADABLE: Final = "source_unreadable"
 SOURCE_CHANGED: Final = "source_changed"
+KIT_WRITABLE: Final = "kit_writable"  # a kit the run uses would be writable in it (kitpins)
 
 RULES: Final[tuple[str, ...]] = (
     UNSAFE_CHARACTERS,
@@ -78,6 +79,7 @@ RULES: Final[tuple[str, ...]] = (
     SPECIAL_FILE,
     SOURCE_UNREADABLE,
     SOURCE_CHANGED,
+    KIT_WRITABLE,
 )
 
 # --- what is blocked ------------------------------------------------------------------------------
@@ -189,6 +191,8 @@ _HINTS: Final[Mapping[str, str]] = {
                        "that this user can read.",
     SOURCE_CHANGED: "The path changed between the check and the mount (a component became a "
                     "symbolic link); run again, and find out what is modifying it.",
+    KIT_WRITABLE: "Keep the kit outside the writable mount, mount a directory that does not "
+                  "hold it, or mount it read-only (--access ro, --mount SRC:DST:ro).",
 }
 
 
@@ -661,5 +665,6 @@ __all__ = [
     "SPECIAL_FILE",
     "SOURCE_UNREADABLE",
     "SOURCE_CHANGED",
+    "KIT_WRITABLE",
     "check_file_type",
 ]
