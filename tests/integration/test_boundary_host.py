@@ -359,7 +359,10 @@ def test_sigterm_at_any_start_up_point_leaves_nothing(delay: float, tmp_path: Pa
     time.sleep(delay)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=WAIT_S)
-    assert process.returncode == 130, stderr
+    # A signal that lands before the interpreter reached sbx's handlers (a loaded machine at the
+    # earliest delays) ends it by the default action, before anything exists to leave behind.
+    assert process.returncode == 130 or (process.returncode == -signal.SIGTERM
+                                         and not stderr), stderr
     assert b"Traceback" not in stderr
     assert owned(engine, state_home) == []
     assert not list((state_home / "runs").iterdir())
