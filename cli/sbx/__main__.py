@@ -303,6 +303,9 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
 
 
 def main() -> None:
+    from sbx.seams.owned import tighten_umask
+
+    tighten_umask()
     for signum in INTERRUPTING_SIGNALS:
         signal.signal(signum, interrupt)
     status = cli()

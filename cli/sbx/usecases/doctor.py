@@ -769,7 +769,8 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     spec = build_spec(image=image.id, uid=uid, gid=uid, limits=limits,
                       workspace_target=DEFAULT_WORKSPACE, workspace_bind=None, extra_binds=(),
                       command=(), entrypoint=("/bin/sh", "-c", PROBE_SCRIPT), env={},
-                      home=FALLBACK_HOME, labels=labels, engine_log=True)
+                      home=FALLBACK_HOME, labels=labels, image_labels=image.labels,
+                      engine_log=True)
     run_dir = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
     container_id: str | None = None
     try:

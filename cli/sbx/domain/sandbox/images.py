@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import owned
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
@@ -263,8 +264,10 @@ def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int
 
 def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
+    cached = owned.read_cache(cache)  # this user's own entry only
+    if cached is None:
+        return None
     try:
-        cached = json.loads(cache.read_text(encoding="utf-8"))
         return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
                 {k: int(v) for k, v in cached["group"].items()})
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
@@ -290,8 +293,7 @@ def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
         fields = line.split(":")
         if len(fields) >= 3 and fields[2].isdigit():
             groups.setdefault(fields[0], int(fields[2]))
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cache.write_text(json.dumps({"passwd": passwd, "group": groups}), encoding="utf-8")
+    owned.write_cache(cache, {"passwd": passwd, "group": groups})
     return passwd, groups
 
 
