@@ -67,7 +67,7 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     try:
         record = store.load(name)
         if record is None:
-            if _owned(ctx, name):
+            if _owned(ctx, name, recorded_only=True):
                 raise SbxError(Reason.INVALID_ARGUMENT,
                                f"objects of a sandbox named {name} exist without its record",
                                hint=f"Remove them with `sbx rm -f {name}` and create it again.")
@@ -587,17 +587,22 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
     owned = ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash))
     states = {o.id: o.state for o in owned if o.kind == "container"}
     found = []
+    sandboxes: dict[str, str] = {}  # container id -> the name sbx recorded for it
     for name in store.names():
         record = store.load(name)
         if record is None:
             continue
+        sandboxes[record.container_id or ""] = record.name
         state = states.get(record.container_id or "", "missing")
         found.append(SandboxStatus(record.name, record.workload, record.kits, state,
                                    record.workspace, record.created,
                                    bool(record.request.get("home_bounded"))))
     if include_runs:
         for obj in owned:
-            if obj.kind != "container" or label_keys.NAME in obj.labels \
+            # A dev.sbx.name label counts only on the container sbx recorded under it (an
+            # image's own label is shadowed empty, and proves nothing either way).
+            label = label_keys.value(obj.labels, label_keys.NAME)
+            if obj.kind != "container" or (label is not None and sandboxes.get(obj.id) == label) \
                     or obj.labels.get(label_keys.ROLE) != label_keys.ROLE_SANDBOX:
                 continue
             found.append(SandboxStatus(f"(run {obj.labels.get(label_keys.RUN, '')[:12]})",
@@ -618,9 +623,23 @@ def _load(ctx: AppContext, name: str) -> SandboxRecord:
     return record
 
 
-def _owned(ctx: AppContext, name: str) -> list[OwnedObject]:
-    return ctx.driver.list_owned({**label_keys.home_selector(ctx.home_hash),
-                                  label_keys.NAME: name})
+def _owned(ctx: AppContext, name: str, *, recorded_only: bool = False) -> list[OwnedObject]:
+    """This home's objects labelled as sandbox ``name``'s; with ``recorded_only``, only those
+    whose run sbx recorded as creating ``name`` (a half-made sandbox), not whatever carries
+    the label."""
+    found = ctx.driver.list_owned({**label_keys.home_selector(ctx.home_hash),
+                                   label_keys.NAME: name})
+    if not recorded_only:
+        return found
+    return [o for o in found if _recorded_name(ctx, o.labels.get(label_keys.RUN, "")) == name]
+
+
+def _recorded_name(ctx: AppContext, run_id: str) -> str | None:
+    if not runrecord.RUN_ID.fullmatch(run_id):
+        return None
+    record = runrecord.read(runrecord.run_dir(ctx.state_home, run_id))
+    name = record.get("name") if record is not None else None
+    return name if isinstance(name, str) else None
 
 
 __all__ = ["CREATION_OPTIONS", "SandboxStatus", "attach", "exec_in", "list_sandboxes", "logs",

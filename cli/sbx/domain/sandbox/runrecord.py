@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +27,7 @@ RUN_RECORD: Final = "run.json"
 OWNER_LOCK: Final = "owner.lock"
 LOGINS_DIR: Final = "oauth"  # OAuth logins made inside the sandbox, its own (0600)
 MAX_RECORD_BYTES: Final = 1024 * 1024
+RUN_ID: Final = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -108,5 +110,5 @@ def container_id(path: Path) -> str | None:
     return cid if isinstance(cid, str) and cid else None
 
 
-__all__ = ["LOGINS_DIR", "MAX_RECORD_BYTES", "OWNER_LOCK", "RUNS_DIR", "RUN_RECORD",
+__all__ = ["LOGINS_DIR", "MAX_RECORD_BYTES", "OWNER_LOCK", "RUNS_DIR", "RUN_ID", "RUN_RECORD",
            "RunRecord", "container_id", "create", "login_dir", "read", "run_dir", "update"]
