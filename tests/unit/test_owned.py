@@ -137,14 +137,16 @@ def test_ensure_directory_refuses_a_file_in_the_way(home: Path) -> None:
     _refused(lambda: owned.ensure_directory(home / "file"), "not a directory")
 
 
-def test_the_umask_never_lets_sbx_make_group_writable_files(home: Path) -> None:
-    previous = os.umask(0o002)
-    try:
-        owned.tighten_umask()
-        os.mkdir(home / "made")
-        assert stat.S_IMODE((home / "made").stat().st_mode) & 0o022 == 0
-    finally:
-        os.umask(previous)
+def test_the_umask_never_lets_sbx_make_group_writable_files() -> None:
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nos.umask(0o002)\nsys.argv = ['sbx', '--version']\n"
+            "from sbx.__main__ import main\ntry:\n    main()\nexcept SystemExit:\n"
+            "    pass\nprint(oct(os.umask(0)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "0o22"
 
 
 # --- files ----------------------------------------------------------------------------------

@@ -112,8 +112,10 @@ def check_tree(path: Path | str, *, reason: Reason = Reason.STATE_UNSAFE) -> Non
         raise refuse(path, "it is not a usable path", "Point SBX_HOME at a directory.",
                      reason=reason) from None
     except OSError as error:
-        raise refuse(path, f"it cannot be looked up ({error.strerror})",
-                     f"Check each directory of {path} (`ls -ld`).", reason=reason) from None
+        where = error.filename if isinstance(error.filename, str) else os.fspath(path)
+        raise refuse(path, f"{where} cannot be looked up ({error.strerror})",
+                     f"Check the owner and mode of {where} (`ls -ld {where}`).",
+                     reason=reason) from None
 
 
 def check_home(home: Path, source: str) -> None:
@@ -319,13 +321,7 @@ def write_cache(path: Path, value: Any) -> bool:
     return True
 
 
-def tighten_umask() -> None:
-    """Never create anything group or world writable (a umask of 002 would make sbx's own
-    directories fail its own checks)."""
-    os.umask(os.umask(0o022) | WRITE_BITS)
-
-
 __all__ = ["MAX_LINKS", "PRIVATE_BITS", "WRITE_BITS", "check_home", "check_tree",
            "ensure_directory", "fsync_directory", "open_file", "open_lock", "read_bytes",
-           "read_cache", "read_file", "read_prefix", "refuse", "tighten_umask", "write_cache",
+           "read_cache", "read_file", "read_prefix", "refuse", "write_cache",
            "write_file"]

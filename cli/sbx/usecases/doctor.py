@@ -475,9 +475,12 @@ def check_egress_ca(state: DoctorState) -> Verdict:
 def _ca_summary(path: Path, now: datetime) -> tuple[str, int] | None:
     from cryptography import x509
 
-    try:
-        certificate = x509.load_pem_x509_certificate(path.read_bytes())
-    except (OSError, ValueError):
+    from sbx.seams import owned
+
+    try:  # what is reported is the CA sbx would use: this user's own file
+        raw = owned.read_bytes(path, max_bytes=1024 * 1024)
+        certificate = x509.load_pem_x509_certificate(raw or b"")
+    except (OSError, ValueError, SbxError):
         return None
     after = certificate.not_valid_after_utc
     days = (after - now).days

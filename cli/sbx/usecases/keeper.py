@@ -85,7 +85,8 @@ class KeptProxy:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                if phase_file.read_text(encoding="utf-8").strip() == "runtime":
+                phase = owned.read_bytes(phase_file, max_bytes=MAX_SMALL_FILE_BYTES)
+                if phase is not None and phase.strip() == b"runtime":
                     _persist_for_restart(self.run_dir, self.port)
                     return
             time.sleep(0.02)
