@@ -295,6 +295,14 @@ def test_a_kit_images_sbx_labels_do_not_survive_on_its_runs(
     assert crashed.labels[labels.ROLE] == labels.ROLE_SANDBOX
     assert crashed.labels[labels.RUN] != "0" * 32
     assert int(crashed.labels[labels.DEADLINE]) < time.time() + 7200
+    # The kit image sbx built carries none of them either (labelled again after its build).
+    image = json.loads(subprocess.run(
+        ["docker", "inspect", "--format", "{{json .Config.Labels}}",
+         json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .Image}}",
+                                    crashed.id], capture_output=True, text=True, check=True,
+                                   timeout=30).stdout)],
+        capture_output=True, text=True, check=True, timeout=30).stdout)
+    assert {k: v for k, v in image.items() if k in forged} == dict.fromkeys(forged, "")
     # `ls --all` lists it as a run; `run --name` of the name the image carries works.
     done = _sbx(env, "ls", "--all", "--json")
     listed = json.loads(done.stdout.decode().strip().splitlines()[-1])["data"]["sandboxes"]

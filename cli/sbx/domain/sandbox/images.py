@@ -162,9 +162,14 @@ def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
     with progress(f"building {kit.reference}") as on_line:
         from sbx.domain.kits.local import RECIPE_NAME, build_context
 
-        image = driver.build(build_context(kit), RECIPE_NAME, tag,
-                             {KIT_LABEL: kit.stem, HASH_LABEL: digest,
-                              label_keys.VERSION: _version()}, on_line, args)
+        labels = {KIT_LABEL: kit.stem, HASH_LABEL: digest, label_keys.VERSION: _version()}
+        context = build_context(kit)
+        image = driver.build(context, RECIPE_NAME, tag, labels, on_line, args)
+        own = label_keys.own_labels(image.labels, labels)
+        if any(image.labels.get(key) for key in own.keys() - labels.keys()):
+            # The recipe (or its base image) sets dev.sbx.* labels: only sbx's may stand, so
+            # the image is labelled again (every step comes from the build cache).
+            image = driver.build(context, RECIPE_NAME, tag, own, on_line, args)
     return KitImage(image, tag, built=True)
 
 
