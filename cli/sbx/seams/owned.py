@@ -264,9 +264,10 @@ def open_lock(path: Path, *, reason: Reason = Reason.STATE_UNSAFE) -> int:
     return fd
 
 
-def write_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+def write_file(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
     """Atomically replace ``path`` with ``data``: a fresh temporary file in the same directory
-    (O_CREAT|O_EXCL|O_NOFOLLOW, created with ``mode``), fsync, rename, fsync the directory."""
+    (O_CREAT|O_EXCL|O_NOFOLLOW, created with ``mode``), fsync, rename, fsync the directory.
+    Caches and run records, which a crash may lose, skip the fsyncs (``durable=False``)."""
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{_random.token_hex(8)}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, mode)
@@ -277,14 +278,16 @@ def write_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -315,7 +318,7 @@ def write_cache(path: Path, value: Any) -> bool:
     written, which only costs time. A directory that is not this user's own is refused."""
     try:
         ensure_directory(path.parent)
-        write_file(path, json.dumps(value).encode("utf-8"))
+        write_file(path, json.dumps(value).encode("utf-8"), durable=False)
     except (OSError, ValueError, TypeError):
         return False
     return True

@@ -364,7 +364,8 @@ def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence
             "recipe": recipe.to_json(),
         }
         directory = owned.ensure_directory(cache_dir(state_home))
-        owned.write_file(directory / f"{key}.json", json.dumps(entry).encode("utf-8"))
+        owned.write_file(directory / f"{key}.json", json.dumps(entry).encode("utf-8"),
+                         durable=False)
         _evict(directory)
     except SbxError as error:
         if error.reason is Reason.STATE_UNSAFE:

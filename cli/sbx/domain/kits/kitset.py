@@ -185,7 +185,7 @@ def _validate_effective_cached(data: Mapping[str, Any], file: str,
     validate_effective(data, file)
     try:
         owned.ensure_directory(cache_dir)
-        owned.write_file(marker, b"")
+        owned.write_file(marker, b"", durable=False)
     except OSError:
         pass  # a cache that cannot be written only costs speed
 

@@ -76,7 +76,8 @@ def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> 
         if owner_lock:
             lock_fd = owned.open_lock(path / OWNER_LOCK)
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        owned.write_file(path / RUN_RECORD, json.dumps(record.as_dict()).encode("utf-8"))
+        owned.write_file(path / RUN_RECORD, json.dumps(record.as_dict()).encode("utf-8"),
+                         durable=False)
     return path, lock_fd
 
 
@@ -89,7 +90,7 @@ def update(path: Path, **changes: Any) -> None:
             raise FileNotFoundError(2, "No such file or directory", str(record))
         data = json.loads(raw)
         data.update({k: v for k, v in changes.items() if v is not None})
-        owned.write_file(record, json.dumps(data).encode("utf-8"))
+        owned.write_file(record, json.dumps(data).encode("utf-8"), durable=False)
 
 
 def read(path: Path) -> dict[str, Any] | None:
