@@ -328,8 +328,11 @@ def _start_secrets(ctx: AppContext, record: SandboxRecord, run_dir: Path) -> dic
     if isinstance(recorded, dict):
         wanted = [_Needed(str(s), bool(optional)) for s, optional in recorded.items()]
     else:  # created before the record kept them: every API-key credential of its proxy
-        try:
-            config = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))
+        from sbx.seams import owned
+
+        try:  # the run's own config only (sbx.seams.owned)
+            raw = owned.read_bytes(run_dir / "proxy.json", max_bytes=16 * 1024 * 1024)
+            config = json.loads(raw or b"{}")
             wanted = [_Needed(str(c["service"]), False) for c in config.get("credentials", [])
                       if c.get("domains")]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
