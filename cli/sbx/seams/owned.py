@@ -87,6 +87,8 @@ def _walk(path: str) -> Iterator[tuple[str, os.stat_result]]:
             info = os.lstat(candidate)
         except (FileNotFoundError, NotADirectoryError):
             return
+        except PermissionError as error:  # the directory above may not be searched
+            raise PermissionError(error.errno, error.strerror, current) from None
         if stat.S_ISLNK(info.st_mode):
             links += 1
             if links > MAX_LINKS:
@@ -111,6 +113,11 @@ def check_tree(path: Path | str, *, reason: Reason = Reason.STATE_UNSAFE) -> Non
     except ValueError:  # a NUL in the path: there is nothing there to trust
         raise refuse(path, "it is not a usable path", "Point SBX_HOME at a directory.",
                      reason=reason) from None
+    except PermissionError as error:  # not someone else's doing: this user may not look
+        from sbx.seams.state import unwritable
+
+        where = error.filename if isinstance(error.filename, str) else os.fspath(path)
+        raise unwritable(Path(where), error, action="look up what is in") from None
     except OSError as error:
         where = error.filename if isinstance(error.filename, str) else os.fspath(path)
         raise refuse(path, f"{where} cannot be looked up ({error.strerror})",
