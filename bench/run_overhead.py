@@ -253,7 +253,7 @@ def sandbox_spec(setup: Setup, image: str, user: str, workspace: str) -> Any:
     return build_spec(image=image, uid=int(uid), gid=int(gid), limits=limits,
                       workspace_target=workspace, workspace_bind=None, extra_binds=(),
                       command=WORKLOAD, entrypoint=None, env={}, home=FALLBACK_HOME,
-                      labels={BENCH_LABEL: setup.token})
+                      labels={BENCH_LABEL: setup.token}, image_labels={})
 
 
 def docker_run_argv(docker: str, spec: Any) -> list[str]:

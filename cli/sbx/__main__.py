@@ -305,6 +305,8 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
 def main() -> None:
     for signum in INTERRUPTING_SIGNALS:
         signal.signal(signum, interrupt)
+    # Nothing sbx creates is group or world writable (its own checks would refuse it).
+    os.umask(os.umask(0o022) | 0o022)
     status = cli()
     if status == ExitStatus.OUTPUT_CLOSED:
         _silence_closed_output()

@@ -133,7 +133,10 @@ def test_creation_options_are_refused_on_an_existing_sandbox(kit: Path, env: dic
     cleanup.append(name)
     assert sbx(env, "run", "--name", name, "-d", str(kit), "--", "sleep", "600").returncode \
         == 0
-    workspace = user_owned(tmp_path)
+    # Not tmp_path itself: it holds the state home, which must not sit in another user's dir.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    user_owned(workspace)
     for extra, flag in [(["--kit", str(kit)], "--kit"), (["--arg", "A=1"], "--arg"),
                         (["--mount", f"{workspace}:/m"], "--mount"), (["-e", "A=1"], "--env"),
                         (["--user", "2000"], "--user"), (["--timeout", "5"], "--timeout")]:

@@ -321,8 +321,11 @@ class FakeEngine:
         self._call("create", spec)
         ident = self._new_id("container")
         self.specs[ident] = spec
+        # As the engine: the image's labels, then the container's own over them.
+        image = self.images.get(spec.image)
+        merged = {**(image.labels if image is not None else {}), **spec.labels}
         self.containers.append({"Id": ident, "State": "created", "Image": spec.image,
-                                "Labels": dict(spec.labels)})
+                                "Labels": merged})
         self.created.append(("container", ident))
         return ident
 

@@ -33,6 +33,7 @@ from sbx.domain.sandbox.imagecache import (
     removal_order,
     use_tag,
 )
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.seams import audit
 from sbx.seams import firewall as fw
 from sbx.seams.engine import CachedImage, ImageInfo
@@ -1268,3 +1269,63 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     kept = {i.id: i.why for i in result.kept if i.kind == "cached_image"}
     assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use"}
     assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id]
+
+
+# -- labels are sbx's alone ------------------------------------------------------------------
+
+
+def _labelled(h: Harness, rid: str, name: str, state: str = "exited") -> dict[str, Any]:
+    entry = container(state, home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    entry["Labels"][label_keys.NAME] = name
+    return entry
+
+
+def test_a_name_label_no_record_vouches_for_is_collected(h: Harness) -> None:
+    """A kit image's `LABEL dev.sbx.name=X` (or any name label sbx did not record for that
+    run) does not keep a crashed run's container forever."""
+    ran(h)
+    rid = run_id()
+    h.run_dir(rid, pid=None)
+    planted = _labelled(h, rid, "dev")
+    h.engine.containers.append(planted)
+    result = h.collect()
+    assert [(i.kind, i.id, i.why) for i in result.removed] == [
+        ("container", planted["Id"], "exited"), ("run_dir", rid, "unreadable_record")]
+
+
+def test_a_named_sandbox_sbx_recorded_is_kept(h: Harness) -> None:
+    ran(h)
+    by_run = run_id()
+    h.run_dir(by_run, record=json.dumps({"run_id": by_run, "pid": 4_000_000, "name": "dev"}))
+    by_store = run_id()
+    store = SandboxStore(h.state)
+    store.save(SandboxRecord(name="box", run_id=by_store, created=NOW, workload="./k",
+                             kits=[], workspace=None, access="none", request={}))
+    kept = [_labelled(h, by_run, "dev"), _labelled(h, by_store, "box")]
+    other = _labelled(h, by_run, "not-dev")  # its run made "dev", not this name
+    h.engine.containers.extend([*kept, other])
+    result = h.collect()
+    assert [i.id for i in result.removed if i.kind == "container"] == [other["Id"]]
+    assert {i.id: i.why for i in result.kept if i.kind == "container"} == {
+        kept[0]["Id"]: "named", kept[1]["Id"]: "named"}
+
+
+def test_an_empty_name_label_is_no_name() -> None:
+    assert label_keys.value({label_keys.NAME: ""}, label_keys.NAME) is None
+    entry = gc_core._parse_container(
+        {"Id": hex64(), "State": "exited",
+         "Labels": {label_keys.MANAGED: "true", label_keys.HOME: "h", label_keys.NAME: ""}},
+        "h")
+    assert entry.name is None and not entry.named
+
+
+def test_own_labels_shadow_every_sbx_label_of_the_image() -> None:
+    image = {label_keys.NAME: "dev", label_keys.DEADLINE: "1", "dev.sbx.anything": "x",
+             label_keys.HOME: "theirs", "org.opencontainers.image.title": "kept"}
+    own = label_keys.object_labels(home_hash="mine", run_id="r", deadline=9, kits=["k"],
+                                   role=label_keys.ROLE_SANDBOX)
+    merged = {**image, **label_keys.own_labels(image, own)}  # what the engine makes of it
+    assert merged[label_keys.NAME] == "" and merged["dev.sbx.anything"] == ""
+    assert merged[label_keys.HOME] == "mine" and merged[label_keys.DEADLINE] == "9"
+    assert merged["org.opencontainers.image.title"] == "kept"
+    assert label_keys.own_labels(image, {**own, label_keys.NAME: "box"})[label_keys.NAME] == "box"

@@ -3,6 +3,7 @@ corrupt or stale entry is a miss (the full plan is made again), never a tracebac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.mode import HostStreams
 from sbx.usecases import plancache
@@ -17,6 +20,11 @@ from sbx.usecases.plancache import PlanFacts, Recipe
 from sbx.usecases.run import RunRequest
 
 STREAMS = HostStreams(stdin_fd=0, stdin_is_terminal=False, stdout_is_terminal=False)
+
+def _open_up(path: Path, mode: int) -> None:
+    """Give a path the loose mode an attack (or a careless user) would leave it with."""
+    os.chmod(path, mode)  # the point of these tests
+
 
 
 def _recipe() -> Recipe:
@@ -31,7 +39,7 @@ def _recipe() -> Recipe:
                 "tmp_bytes": 1 << 28, "workspace_bytes": 1 << 29, "home_bytes": 1 << 28},
         workspace_target="/workspace", command=("true",), entrypoint=None,
         exports={"A": "1"}, home="/home/sbx", tmpfs={"/cache": (1 << 20, None)},
-        privileged=False, detach_keys="ctrl-p,ctrl-q", explain_command="sbx explain /k",
+        detach_keys="ctrl-p,ctrl-q", explain_command="sbx explain /k",
         notes=(), blocked=("/secret",), allowed_roots=(),
         facts=PlanFacts(workload="./k", kits=("./k",),
                         selection={"selected": [{"kit": "k", "path": "x"}], "skipped": []},
@@ -121,9 +129,21 @@ def test_sbx_code_change_is_a_miss(setup: dict[str, Any],
 
 
 def test_euid_is_part_of_the_key(setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    key = plancache.request_key(setup["env"], setup["cwd"], setup["argv"],
+                                setup["passthrough"], STREAMS)
+    monkeypatch.setattr(os, "geteuid", lambda: 12345)
+    assert plancache.request_key(setup["env"], setup["cwd"], setup["argv"],
+                                 setup["passthrough"], STREAMS) != key
+
+
+def test_another_users_home_is_refused_not_read(setup: dict[str, Any],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     assert _store(setup)
     monkeypatch.setattr(os, "geteuid", lambda: 12345)
-    assert _lookup(setup) is None
+    with pytest.raises(SbxError) as error:
+        _lookup(setup)
+    assert error.value.reason is Reason.STATE_UNSAFE
+    assert str(setup["home"]) in error.value.message
 
 
 @pytest.mark.parametrize("edit", [
@@ -209,12 +229,15 @@ def test_undecodable_entries_are_misses(setup: dict[str, Any], content: bytes) -
     assert _lookup(setup) is None
 
 
-def test_an_unreadable_entry_is_a_miss(setup: dict[str, Any]) -> None:
+def test_an_entry_that_is_not_a_regular_file_is_refused(setup: dict[str, Any]) -> None:
     assert _store(setup)
     path = _entry(setup)
     path.unlink()
-    path.mkdir()  # reading it fails with an OSError
-    assert _lookup(setup) is None
+    path.mkdir()
+    with pytest.raises(SbxError) as error:
+        _lookup(setup)
+    assert error.value.reason is Reason.STATE_UNSAFE
+    assert "not a regular file" in error.value.message
 
 
 def test_a_kit_tree_too_large_to_hash_is_not_stored(setup: dict[str, Any],
@@ -263,3 +286,147 @@ def test_a_nan_timeout_is_a_miss(setup: dict[str, Any]) -> None:
                     encoding="utf-8")
     assert "NaN" in path.read_text(encoding="utf-8")
     assert _lookup(setup) is None
+
+
+# --- what an entry is trusted with, and whose it must be ------------------------------------
+
+
+def test_a_symlinked_descriptor_is_hashed_by_what_it_leads_to(setup: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    """The loader follows the link: a changed target (privileged@1 removed, say) must be a
+    miss even though the link's own text is unchanged."""
+    real = tmp_path / "elsewhere.yaml"
+    real.write_text("kind: workload\n# privileged@1\n", encoding="utf-8")
+    (setup["kit"] / "k.yaml").unlink()
+    (setup["kit"] / "k.yaml").symlink_to(real)
+    assert _store(setup)
+    assert _lookup(setup) is not None
+    real.write_text("kind: workload\n# nothing privileged\n", encoding="utf-8")
+    assert _lookup(setup) is None
+
+
+def test_a_symlinked_kit_directory_is_hashed_by_its_target(setup: dict[str, Any],
+                                                           tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "f").write_text("one", encoding="utf-8")
+    (setup["kit"] / "lib").symlink_to(other)
+    assert _store(setup)
+    (other / "f").write_text("two", encoding="utf-8")
+    assert _lookup(setup) is None
+
+
+def test_a_link_loop_in_a_kit_is_hashed_once(setup: dict[str, Any]) -> None:
+    (setup["kit"] / "sub" / "up").symlink_to(setup["kit"])
+    assert _store(setup)
+    assert _lookup(setup) is not None
+
+
+def test_no_entry_carries_privilege(setup: dict[str, Any]) -> None:
+    """The recipe has no privilege field and the stored facts none either: a cached plan is
+    never privileged whatever the file says."""
+    assert "privileged" not in {f.name for f in dataclasses.fields(Recipe)}
+    assert _store(setup)
+    path = _entry(setup)
+    entry = json.loads(path.read_text(encoding="utf-8"))
+    assert "privileged" not in json.dumps(entry["recipe"])
+    entry["recipe"]["privileged"] = True
+    entry["recipe"]["facts"]["privileged"] = True
+    entry["request"]["allow_privileged"] = True
+    path.write_text(json.dumps(entry), encoding="utf-8")
+    hit = _lookup(setup)
+    assert hit is None or not hit.recipe.facts.privileged
+
+
+@pytest.mark.parametrize("uid", [0, -1])
+def test_an_entry_running_as_root_is_a_miss(setup: dict[str, Any], uid: int) -> None:
+    assert _store(setup)
+    path = _entry(setup)
+    entry = json.loads(path.read_text(encoding="utf-8"))
+    entry["recipe"]["uid"] = uid
+    path.write_text(json.dumps(entry), encoding="utf-8")
+    assert _lookup(setup) is None
+
+
+def _refused(setup: dict[str, Any], text: str) -> SbxError:
+    with pytest.raises(SbxError) as error:
+        _lookup(setup)
+    assert error.value.reason is Reason.STATE_UNSAFE, error.value
+    assert text in error.value.message, error.value.message
+    return error.value
+
+
+def test_a_symlinked_entry_is_refused(setup: dict[str, Any], tmp_path: Path) -> None:
+    assert _store(setup)
+    path = _entry(setup)
+    planted = tmp_path / "planted.json"
+    planted.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(planted)
+    error = _refused(setup, "symlink")
+    assert error.hint is not None and f"rm {path}" in error.hint
+
+
+def test_a_hard_linked_entry_is_refused(setup: dict[str, Any], tmp_path: Path) -> None:
+    assert _store(setup)
+    os.link(_entry(setup), tmp_path / "second-name")
+    _refused(setup, "hard links")
+
+
+def test_a_fifo_entry_is_refused_without_waiting(setup: dict[str, Any]) -> None:
+    assert _store(setup)
+    path = _entry(setup)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    _refused(setup, "not a regular file")  # returns: nothing opens the FIFO's other end
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
+def test_an_entry_others_may_write_is_refused(setup: dict[str, Any], mode: int) -> None:
+    assert _store(setup)
+    os.chmod(_entry(setup), mode)
+    error = _refused(setup, f"{mode:04o}")
+    assert error.hint is not None and "chmod go-w" in error.hint
+
+
+@pytest.mark.parametrize("where", ["home", "cache", "plans"])
+def test_a_directory_others_may_write_is_refused(setup: dict[str, Any], where: str) -> None:
+    assert _store(setup)
+    home: Path = setup["home"]
+    directory = {"home": home, "cache": home / "cache", "plans": home / "cache" / "plans"}[where]
+    _open_up(directory, 0o777)
+    error = _refused(setup, "0777")
+    assert error.hint is not None and f"chmod go-w {directory}" in error.hint
+
+
+def test_a_parent_of_the_home_others_may_write_is_refused(setup: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    """Another user could rename the home away and put their own in its place."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    home = shared / "state"
+    setup = {**setup, "home": home, "env": {**setup["env"], "SBX_HOME": str(home)}}
+    assert _store(setup)
+    _open_up(shared, 0o775)
+    _refused(setup, "lets its group")
+    _open_up(shared, 0o1777)  # sticky, as /tmp: nobody else may rename what is ours
+    assert _lookup(setup) is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_an_entry_another_user_owns_is_refused(setup: dict[str, Any]) -> None:
+    assert _store(setup)
+    os.chown(_entry(setup), 4321, 4321)
+    _refused(setup, "owned by uid 4321")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_a_home_reached_through_a_link_another_user_controls_is_refused(
+        setup: dict[str, Any], tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 4321, 4321)
+    (theirs / "link").symlink_to(setup["home"])
+    setup = {**setup, "env": {**setup["env"], "SBX_HOME": str(theirs / "link")}}
+    assert _store(setup)
+    _refused(setup, "owned by uid 4321")

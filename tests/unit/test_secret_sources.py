@@ -275,7 +275,7 @@ def memory(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryKeyrin
 def test_set_uses_the_os_keyring_when_there_is_one(home: Path, memory: MemoryKeyring) -> None:
     store = SecretStore(home)
     info = store.set("github", TOKEN)
-    assert (info.source, info.masked) == ("keyring", "ghp_DY****...****fXYZ")
+    assert (info.source, info.masked) == ("keyring", "ghp_****")
     assert info.reference is not None and info.reference.endswith("MemoryKeyring")
     assert memory.entries == {("sbx:test", "github"): TOKEN}
     assert not (home / "secrets" / "github").exists()

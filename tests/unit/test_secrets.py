@@ -272,15 +272,25 @@ def test_set_and_remove_are_audited_by_name_only(store: SecretStore, home: Path)
 
 
 @pytest.mark.parametrize(("value", "masked"), [
-    ("a", "*"),
-    ("abcdef", "******"),
-    ("abcdefg", "abcdef****"),
-    ("abcdefghijklmnopqrs", "abcdef****"),  # 19
-    ("abcdefghijklmnopqrst", "abcdef****...****qrst"),  # 20
-    (TOKEN, "gho_GC****...****43qy"),
+    ("a", "****"),
+    ("abcdef", "****"),
+    ("sk-short", "****"),  # 8: nothing of a short secret, not even its first characters
+    ("abcdefghijklmnopqrs", "****"),  # 19
+    ("abcdefghijklmnopqrst", "ab****"),  # 20: an eighth of it
+    (TOKEN, "gho****"),  # 31
+    ("sk-ant-api03-" + "x" * 95, "sk-ant****"),  # long: never more than 6
 ])
 def test_masking_table(value: str, masked: str) -> None:
     assert mask(value) == masked
+
+
+@pytest.mark.parametrize("length", range(1, 200))
+def test_a_mask_shows_at_most_an_eighth_and_six_characters(length: int) -> None:
+    value = "".join(chr(ord("a") + i % 26) for i in range(length))
+    shown = mask(value).removesuffix("****")
+    assert value.startswith(shown)
+    assert len(shown) <= min(6, length // 8)
+    assert (shown == "") == (length < 20)
 
 
 # --- the command on a terminal ----------------------------------------------------------------

@@ -27,7 +27,8 @@ def _spec(**changes: Any) -> ContainerSpec:
         "image": "sha256:" + "b" * 64, "uid": 1000, "gid": 1000, "limits": LIMITS,
         "workspace_target": "/workspace", "workspace_bind": None, "extra_binds": (),
         "command": ("echo", "hi"), "entrypoint": None, "env": {"A": "1", "EMPTY": ""},
-        "home": "/home/sbx", "labels": {"dev.sbx.managed": "true"}, "extra_tmpfs": {},
+        "home": "/home/sbx", "labels": {"dev.sbx.managed": "true"}, "image_labels": {},
+        "extra_tmpfs": {},
         "privileged": False, "network_mode": "none", "tty": False, "stdin_open": False,
         "stdin_once": True, "engine_log": False, "home_volume": None, "name": None,
     }

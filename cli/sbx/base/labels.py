@@ -41,6 +41,25 @@ def object_labels(*, home_hash: str, run_id: str, deadline: int, kits: Sequence[
     }
 
 
+def own_labels(image_labels: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` for a container (or a commit) made from an image labelled ``image_labels``.
+
+    The engine merges an image's labels into its containers' and offers no way to drop one, so
+    a kit image's ``LABEL dev.sbx.name=X`` would make its one-shot runs look like sandbox X's.
+    Every ``dev.sbx.*`` label of the image that sbx does not set itself is therefore set
+    empty, and readers take an empty sbx label as absent (:func:`value`).
+    """
+    shadowed = {key: "" for key in image_labels
+                if key.startswith(f"{PREFIX}.") and key not in labels}
+    return {**shadowed, **labels}
+
+
+def value(labels: Mapping[str, str], key: str) -> str | None:
+    """A label's value; None when missing or empty (an image's label sbx shadowed)."""
+    found = labels.get(key)
+    return found or None
+
+
 def deadline_of(labels: Mapping[str, str]) -> int | None:
     """The deadline as unix seconds, or None when missing or unreadable (never guessed)."""
     raw = labels.get(DEADLINE, "")
@@ -48,4 +67,5 @@ def deadline_of(labels: Mapping[str, str]) -> int | None:
 
 
 __all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "NAME", "PREFIX", "ROLE", "ROLE_HELPER",
-           "ROLE_SANDBOX", "RUN", "VERSION", "deadline_of", "home_selector", "object_labels"]
+           "ROLE_SANDBOX", "RUN", "VERSION", "deadline_of", "home_selector", "object_labels",
+           "own_labels", "value"]

@@ -85,6 +85,7 @@ class Reason(enum.StrEnum):
     CREDENTIAL_NOT_ISSUED = "credential_not_issued"
     TOKEN_ANSWER_UNREWRITABLE = "token_answer_unrewritable"  # noqa: S105 - a code
     TOKEN_ENDPOINT_AMBIGUOUS = "token_endpoint_ambiguous"  # noqa: S105 - a code
+    STATE_UNSAFE = "state_unsafe"
 
     @property
     def info(self) -> ReasonInfo:
@@ -422,6 +423,18 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "permissions you approved.",
         "Move the named file aside (keep it to inspect), then `sbx pull` the kits again; "
         "`sbx gc` keeps working and never deletes on doubt.",
+        _E.REFUSED,
+    ),
+    _R.STATE_UNSAFE: ReasonInfo(
+        "State not sbx's own",
+        "A directory or file sbx would trust in its state home (a cached plan or verdict, a "
+        "record, the kit lock, a lock, the audit log) could have been written or swapped by "
+        "someone else: the home or a directory on the way to it is owned by another user or "
+        "writable by its group or others, or the file is a symlink, not a regular file, "
+        "another user's, hard-linked or writable by others. sbx does not read it, not even as "
+        "a cache miss.",
+        "Follow the fix printed with the message: `chmod go-w PATH` on a directory you own, "
+        "remove a file that is not yours, or point SBX_HOME at a directory you own.",
         _E.REFUSED,
     ),
     _R.PROXY_CLIENT_REFUSED: ReasonInfo(

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from sbx.seams import owned
+
 AUDIT_FILE: Final = "audit.jsonl"
 
 SANDBOX_UNAVAILABLE: Final = "sandbox_unavailable"
@@ -71,7 +73,8 @@ def record_at(path: Path, event_type: str, *, run_id: str | None, severity: str,
 
 def _append(path: Path, entry: Mapping[str, Any]) -> None:
     line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
     try:
         os.write(fd, line)
     except OSError as error:
@@ -100,11 +103,12 @@ def read_log(state_home: Path) -> AuditLog:
     append-only and may hold a torn or foreign line, which must not hide the others."""
     log = AuditLog()
     path = audit_path(state_home)
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
+    # What explain reports must be what sbx wrote: this user's own log (sbx.seams.owned).
+    fd = owned.open_file(path)
+    if fd is None:
         return log
-    with handle:
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
         while True:
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:

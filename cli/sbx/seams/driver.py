@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
     API_TIMEOUT_S,
@@ -249,7 +250,10 @@ class DockerDriver:
     def _probe_container(self, image_id: str, labels: Mapping[str, str],
                          action: str) -> Iterator[str]:
         """A container of ``image_id`` that is never started, removed on the way out; created
-        and handed over with interrupts held back, so a signal cannot orphan it."""
+        and handed over with interrupts held back, so a signal cannot orphan it. None of the
+        image's ``dev.sbx.*`` labels passes for sbx's (:func:`own_labels`)."""
+        image = self.image(image_id)
+        labels = own_labels(image.labels if image is not None else {}, labels)
         cid: str | None = None
         try:
             # A signal during the create is raised at the end of this block, inside the try,
@@ -272,7 +276,8 @@ class DockerDriver:
         ``helper_labels`` so a crash leaves nothing ``sbx gc`` cannot find."""
         with self._probe_container(image.id, helper_labels, f"preparing image {tag}") as cid:
             self.put_archive(cid, "/", tar)
-            return self.commit(cid, tag, {**image.labels, **image_labels}, image)
+            return self.commit(cid, tag, {**image.labels, **own_labels(image.labels,
+                                                                         image_labels)}, image)
 
     # -- containers --------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
     API_TIMEOUT_S,
@@ -296,7 +297,10 @@ class EngineSocket:
 
     @contextmanager
     def _probe(self, image_id: str, labels: Mapping[str, str], action: str) -> Iterator[str]:
-        """As the SDK path's probe: created with interrupts held back, always removed."""
+        """As the SDK path's probe: created with interrupts held back, always removed; none of
+        the image's ``dev.sbx.*`` labels passes for sbx's (:func:`own_labels`)."""
+        image = self.image(image_id)
+        labels = own_labels(image.labels if image is not None else {}, labels)
         cid: str | None = None
         try:
             with deferred_interrupts():

@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from sbx.seams import owned
+
 
 @contextlib.contextmanager
 def name_lock(lock_dir: Path | None, name: str) -> Iterator[None]:
@@ -25,9 +27,10 @@ def name_lock(lock_dir: Path | None, name: str) -> Iterator[None]:
         return
     fd: int | None = None
     try:
-        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Only this user's own lock files (sbx.seams.owned): an unsafe one is refused.
+        owned.ensure_directory(lock_dir)
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-        fd = os.open(lock_dir / f"{digest}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = owned.open_lock(lock_dir / f"{digest}.lock")
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError:
         if fd is not None:

@@ -54,12 +54,16 @@ class AppContext:
 
     @cached_property
     def state_home(self) -> Path:
-        """The state home, refused (``state_unwritable``) when it exists but is not a
-        directory; a missing one is created by the first write."""
+        """The state home, refused when it exists but is not a directory
+        (``state_unwritable``) or is not this user's alone (``state_unsafe``); a missing one
+        is created by the first write."""
+        from sbx.seams import owned
         from sbx.seams.state import check_home
 
         home = paths.state_home(self.env)
-        check_home(home, paths.state_home_source(self.env))
+        source = paths.state_home_source(self.env)
+        check_home(home, source)
+        owned.check_home(home, source)
         return home
 
     @cached_property

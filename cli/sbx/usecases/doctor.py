@@ -475,9 +475,12 @@ def check_egress_ca(state: DoctorState) -> Verdict:
 def _ca_summary(path: Path, now: datetime) -> tuple[str, int] | None:
     from cryptography import x509
 
-    try:
-        certificate = x509.load_pem_x509_certificate(path.read_bytes())
-    except (OSError, ValueError):
+    from sbx.seams import owned
+
+    try:  # what is reported is the CA sbx would use: this user's own file
+        raw = owned.read_bytes(path, max_bytes=1024 * 1024)
+        certificate = x509.load_pem_x509_certificate(raw or b"")
+    except (OSError, ValueError, SbxError):
         return None
     after = certificate.not_valid_after_utc
     days = (after - now).days
@@ -769,7 +772,8 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     spec = build_spec(image=image.id, uid=uid, gid=uid, limits=limits,
                       workspace_target=DEFAULT_WORKSPACE, workspace_bind=None, extra_binds=(),
                       command=(), entrypoint=("/bin/sh", "-c", PROBE_SCRIPT), env={},
-                      home=FALLBACK_HOME, labels=labels, engine_log=True)
+                      home=FALLBACK_HOME, labels=labels, image_labels=image.labels,
+                      engine_log=True)
     run_dir = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
     container_id: str | None = None
     try:

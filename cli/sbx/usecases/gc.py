@@ -52,6 +52,7 @@ proxies, networks, volumes, per-run images and host firewall rules). In order:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -66,14 +67,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.domain.sandbox.runrecord import OWNER_LOCK, RUN_RECORD, RUNS_DIR
 from sbx.domain.sandbox.sources import NAMED_PREFIX, STAGING_ROOT, release_points, stale_staging
-from sbx.seams import audit
+from sbx.seams import audit, owned
 from sbx.seams.firewall import (
     FirewallError,
     FirewallUnavailable,
@@ -215,6 +216,7 @@ class ContainerEntry:
     run_id: str | None
     deadline_raw: str | None
     named: bool = False  # a named sandbox's (label dev.sbx.name): `sbx rm` removes it
+    name: str | None = None  # the label's value; trusted only as :func:`trust_names` says
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ class SharedEntry:
     run_id: str | None
     deadline_raw: str | None
     named: bool = False
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,7 @@ class ImageEntry:
     run_id: str | None
     deadline_raw: str | None
     named: bool = False
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,7 @@ class RunDirState:
     deadline: int | None
     proxy_pid: int | None
     named: bool = False  # the run that created a named sandbox: kept with it
+    name: str | None = None  # that sandbox's name, as sbx recorded it
     # Whether the sbx process that owns the run still holds its owner lock (runs/<id>/
     # owner.lock): None for runs without one. Unlike a pid, a lock cannot be reused.
     owner_alive: bool | None = None
@@ -299,7 +304,7 @@ def _parse_container(entry: object, home_hash: str) -> ContainerEntry:
         raise ListingInvalid(f"container {ident[:12]} has an unknown state ({_clip(state)})")
     labels = _labels(entry, f"container {ident[:12]}", home_hash)
     return ContainerEntry(ident, state, _run_label(labels), labels.get(label_keys.DEADLINE),
-                          label_keys.NAME in labels)
+                          name=label_keys.value(labels, label_keys.NAME))
 
 
 def _parse_network(entry: object, home_hash: str) -> SharedEntry:
@@ -310,7 +315,7 @@ def _parse_network(entry: object, home_hash: str) -> SharedEntry:
         raise ListingInvalid(f"a network entry has no valid id ({_clip(ident)})")
     labels = _labels(entry, f"network {ident[:12]}", home_hash)
     return SharedEntry("network", ident, _run_label(labels), labels.get(label_keys.DEADLINE),
-                       label_keys.NAME in labels)
+                       name=label_keys.value(labels, label_keys.NAME))
 
 
 def parse_images(raw: Sequence[Any], home_hash: str) -> tuple[ImageEntry, ...]:
@@ -331,7 +336,7 @@ def _parse_image(entry: object, home_hash: str) -> ImageEntry:
         raise ListingInvalid(f"image {_short(ident)} has unreadable tags ({_clip(tags)})")
     labels = _labels(entry, f"image {_short(ident)}", home_hash)
     return ImageEntry(ident, tuple(tags), _run_label(labels), labels.get(label_keys.DEADLINE),
-                      label_keys.NAME in labels)
+                      name=label_keys.value(labels, label_keys.NAME))
 
 
 def _parse_volume(entry: object, home_hash: str) -> SharedEntry:
@@ -342,7 +347,7 @@ def _parse_volume(entry: object, home_hash: str) -> SharedEntry:
         raise ListingInvalid(f"a volume entry has no valid name ({_clip(name)})")
     labels = _labels(entry, f"volume {name[:24]}", home_hash)
     return SharedEntry("volume", name, _run_label(labels), labels.get(label_keys.DEADLINE),
-                       label_keys.NAME in labels)
+                       name=label_keys.value(labels, label_keys.NAME))
 
 
 def _clip(value: object) -> str:
@@ -382,6 +387,7 @@ def proc_cmdline(pid: int) -> str | None:
 def read_run_dirs(state_home: Path, now: float) -> list[RunDir]:
     """Every ``runs/<run id>`` entry; anything else under ``runs/`` is ignored, never touched."""
     root = state_home / RUNS_DIR
+    owned.check_tree(root)  # what it finds there must be this user's to judge
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
@@ -421,9 +427,10 @@ def _newest_entry(path: Path) -> float:
 
 def _read_record(path: Path) -> RunDirState | None:
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_RECORD_BYTES + 1)
-    except OSError:
+        raw = owned.read_prefix(path, MAX_RECORD_BYTES + 1)  # this user's own record only
+    except (OSError, SbxError):
+        return None
+    if raw is None:
         return None
     if len(raw) > MAX_RECORD_BYTES:
         return None
@@ -433,16 +440,19 @@ def _read_record(path: Path) -> RunDirState | None:
         return None
     if not isinstance(data, dict):
         return None
+    name = data.get("name") if isinstance(data.get("name"), str) and data.get("name") else None
     return RunDirState(_int(data.get("pid")), _int(data.get("deadline")),
-                       _int(data.get("proxy_pid")), isinstance(data.get("name"), str),
-                       owner_alive(path.parent))
+                       _int(data.get("proxy_pid")), named=name is not None, name=name,
+                       owner_alive=owner_alive(path.parent))
 
 
 def owner_alive(run_dir: Path) -> bool | None:
     """Whether the run's owner holds ``owner.lock`` (None: the run has none)."""
     try:
-        fd = os.open(run_dir / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        fd = owned.open_file(run_dir / OWNER_LOCK)
+    except (OSError, SbxError):
+        return None
+    if fd is None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -492,6 +502,35 @@ class Clock:
         return (run is not None and run.real_dir and run.record is not None
                 and (run.record.owner_alive is not None or run.record.pid is not None)
                 and not self.run_live(run.record))
+
+
+_Entry = TypeVar("_Entry", ContainerEntry, SharedEntry, ImageEntry)
+
+
+def recorded_names(state_home: Path, runs: Mapping[str, RunDir]) -> dict[str, str]:
+    """run id -> the name of the sandbox it created, as sbx recorded it: in the run's own
+    record and in the named sandbox's record (this user's own files, sbx.seams.owned)."""
+    from sbx.domain.sandbox.records import SandboxStore
+
+    names = {run_id: run.record.name for run_id, run in runs.items()
+             if run.record is not None and run.record.name is not None}
+    store = SandboxStore(state_home)
+    for name in store.names():
+        try:
+            record = store.load(name)
+        except SbxError:
+            continue
+        if record is not None:
+            names[record.run_id] = record.name
+    return names
+
+
+def trust_names(entry: _Entry, names: Mapping[str, str]) -> _Entry:
+    """``entry`` named only when sbx recorded that its run made the sandbox its label names:
+    a ``dev.sbx.name`` an image carried (or anyone else set) is not sbx's word."""
+    trusted = entry.name is not None and entry.run_id is not None \
+        and names.get(entry.run_id) == entry.name
+    return dataclasses.replace(entry, named=trusted)
 
 
 def judge_container(entry: ContainerEntry, runs: Mapping[str, RunDir],
@@ -635,8 +674,8 @@ def gc_lock(state_home: Path) -> Iterator[bool]:
     """Hold ``<state>/gc.lock`` (non-blocking); yields False when another gc holds it."""
     path = state_home / LOCK_FILE
     try:
-        state_home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        owned.ensure_directory(state_home)
+        fd = owned.open_lock(path)
     except OSError as exc:
         raise SbxError(Reason.CLEANUP_FAILED, f"cannot open the gc lock {path}: {exc.strerror}",
                        hint="Check the state home's ownership and permissions.") from exc
@@ -767,6 +806,10 @@ class _Collector:
             self._keep_all_run_dirs(runs_list, "listing_invalid")
             return self.result
         runs = {run.name: run for run in runs_list if run.real_dir}
+        names = recorded_names(self.ctx.state_home, runs)
+        listing = Listing(tuple(trust_names(c, names) for c in listing.containers),
+                          tuple(trust_names(e, names) for e in listing.shared))
+        images = tuple(trust_names(i, names) for i in images)
         remaining: set[str] = set()  # run ids of objects that stay
         containers = self._plan_containers(listing.containers, runs, remaining)
         shared = self._plan_shared(listing.shared, runs, remaining, {c.id for c in containers})

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import owned
 
 READY_PREFIX: Final = "SBX-KEEPER-READY "
 START_TIMEOUT_S: Final = 20.0
@@ -45,6 +46,8 @@ FIRST_START_WAIT_S: Final = 900.0  # the create step (install hooks) may take th
 PID_FILE: Final = "keeper.pid"
 TOKEN_FILE: Final = "proxy.token"  # noqa: S105 - a file name, not a password
 MOVED_CONFIG: Final = "proxy.moved.json"  # the proxy's config on a free port (recorded taken)
+MAX_SMALL_FILE_BYTES: Final = 4096
+MAX_CONFIG_BYTES: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class KeptProxy:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                if phase_file.read_text(encoding="utf-8").strip() == "runtime":
+                phase = owned.read_bytes(phase_file, max_bytes=MAX_SMALL_FILE_BYTES)
+                if phase is not None and phase.strip() == b"runtime":
                     _persist_for_restart(self.run_dir, self.port)
                     return
             time.sleep(0.02)
@@ -113,15 +117,21 @@ def restart_kept_proxy(run_dir: Path, run_id: str,
     """The keeper for a later start of a named sandbox: the recorded port (or a free one when
     it is taken: :func:`recorded_port` says which the sandbox uses) and token, in the runtime
     phase (install hooks ran at creation), with the secrets resolved for this start."""
-    token = (run_dir / TOKEN_FILE).read_text(encoding="ascii").strip()
+    raw = owned.read_bytes(run_dir / TOKEN_FILE, max_bytes=MAX_SMALL_FILE_BYTES)
+    if raw is None:
+        raise SbxError(Reason.PROXY_FAILED, f"the sandbox's proxy token {run_dir / TOKEN_FILE} "
+                       "is missing; the sandbox does not start without its egress proxy",
+                       hint="Remove the sandbox (`sbx rm NAME`) and create it again.")
+    token = raw.decode("ascii", "replace").strip()
     return KeptProxy(start_keeper(run_dir, run_id, token, secrets), run_dir, run_id)
 
 
 def recorded_port(run_dir: Path) -> int | None:
     """The proxy port the sandbox's environment names (recorded at creation)."""
     try:
-        port = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))["listen_port"]
-    except (OSError, ValueError, KeyError, TypeError):
+        raw = owned.read_bytes(run_dir / "proxy.json", max_bytes=MAX_CONFIG_BYTES)
+        port = json.loads(raw or b"")["listen_port"]
+    except (OSError, ValueError, KeyError, TypeError, SbxError):
         return None
     return port if isinstance(port, int) and 0 < port < 65536 else None
 
@@ -131,18 +141,18 @@ def _persist_for_restart(run_dir: Path, port: int) -> None:
     in the runtime phase; the phase only goes forward (install → runtime)."""
     path = run_dir / "proxy.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = owned.read_bytes(path, max_bytes=MAX_CONFIG_BYTES)
+        data = json.loads(raw) if raw is not None else None
     except (OSError, ValueError):
+        return
+    if not isinstance(data, dict):
         return
     data["listen_port"] = port
     with contextlib.suppress(OSError):
-        if (run_dir / "proxy.phase").read_text(encoding="utf-8").strip() == "runtime":
+        phase = owned.read_bytes(run_dir / "proxy.phase", max_bytes=MAX_SMALL_FILE_BYTES)
+        if phase is not None and phase.decode("ascii", "replace").strip() == "runtime":
             data["phase"] = "runtime"
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
+    owned.write_file(path, json.dumps(data).encode("utf-8"))
 
 
 def keeper_argv(run_dir: Path, run_id: str) -> list[str]:
@@ -191,9 +201,10 @@ def stop_keeper(run_dir: Path, run_id: str) -> None:
     import signal
 
     try:
-        pid = int((run_dir / PID_FILE).read_text(encoding="utf-8").strip())
+        raw = owned.read_bytes(run_dir / PID_FILE, max_bytes=MAX_SMALL_FILE_BYTES)
+        pid = int((raw or b"").strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
+    except (OSError, ValueError, SbxError):
         return
     if run_id.encode() not in cmdline or b"sbx.usecases.keeper" not in cmdline:
         return  # gone, or the pid was reused by another process: never signal it
@@ -220,14 +231,12 @@ def _launch(run_dir: Path, run_id: str, token: str | None,
     try:
         return launch_proxy(config, run_dir, run_id, client_token=token, secrets=secrets)
     except SbxError:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(owned.read_bytes(config, max_bytes=MAX_CONFIG_BYTES) or b"{}")
         if not _taken(str(data.get("listen_host", "")), int(data.get("listen_port") or 0)):
             raise
     data["listen_port"] = 0
     moved = run_dir / MOVED_CONFIG
-    fd = os.open(moved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
+    owned.write_file(moved, json.dumps(data).encode("utf-8"))
     return launch_proxy(moved, run_dir, run_id, client_token=token, secrets=secrets)
 
 

@@ -21,7 +21,7 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,6 +33,7 @@ from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
+    from sbx.domain.sandbox.admission import Admission
     from sbx.seams.engine import Driver, OwnedObject
     from sbx.usecases.kitgate import Confirm as ConfirmKits
     from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
@@ -66,7 +67,7 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     try:
         record = store.load(name)
         if record is None:
-            if _owned(ctx, name):
+            if _owned(ctx, name, recorded_only=True):
                 raise SbxError(Reason.INVALID_ARGUMENT,
                                f"objects of a sandbox named {name} exist without its record",
                                hint=f"Remove them with `sbx rm -f {name}` and create it again.")
@@ -139,6 +140,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                  if plan.egress is not None else {},
                  "home_bounded": any(v.size is not None and v.path == plan.home
                                      for v in capabilities.volumes),
+                 "credential_names": sorted(plan.credential_names),
                  "options": creation_options(request)},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),
@@ -187,48 +189,74 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
     from sbx.seams.signals import deferred_interrupts
 
     _restarting_workspace(ctx, record, on_warning)
-    opened = _restage(ctx, record)
+    admission = admit_recorded(ctx, record)
     try:
+        unstaged = _restage(ctx, record, admission)
         _network_again(ctx, record, on_warning)
         with deferred_interrupts():
             driver.start(record.container_id)
-        if opened.unstaged:
-            _verify(driver, record.container_id, opened.unstaged)
+        if unstaged:
+            _verify(driver, record.container_id, unstaged)
     finally:
-        for source in opened.sources:
-            source.close()
+        admission.close()
 
 
-@dataclass
-class _Reopened:
-    sources: list[Any] = field(default_factory=list)
-    unstaged: list[tuple[str, Any]] = field(default_factory=list)  # (target, source)
+def admit_recorded(ctx: AppContext, record: SandboxRecord, *, env: Sequence[str] = (),
+                   env_files: Sequence[str] = ()) -> Admission:
+    """A start (or attach, or exec) of a named sandbox, decided as its first start was
+    (:func:`sbx.domain.sandbox.admission.admit`): its recorded host paths judged, opened and
+    scanned for sockets again, the variables by the run's rules, its recorded user."""
+    from sbx.domain.sandbox.admission import (
+        StartRequest,
+        admit,
+        recorded_paths,
+        recorded_user,
+    )
+    from sbx.domain.sandbox.mounts import MountPolicy
 
-
-def _restage(ctx: AppContext, record: SandboxRecord) -> _Reopened:
-    """Check and open the sandbox's host paths again; as root, stage them (and mount its
-    volume file systems) at the same points as at creation."""
-    from sbx.domain.sandbox.mounts import MountPolicy, check_source
-    from sbx.domain.sandbox.sources import Staging, open_checked, staging_available
-
+    names = record.request.get("credential_names")
+    if names is None and (env or env_files):
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{record.name} was created by an older sbx, which did not record the "
+                       "variables its credentials hold, so -e/--env-file cannot be checked",
+                       hint=f"Recreate it (`sbx rm {record.name}`, then `sbx run --name "
+                            f"{record.name} ...`), or run the command without -e.")
     config = ctx.load_config()
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home,
                                   extra_blocked=config.mounts.blocked.value,
                                   allowed_roots=config.mounts.allowed_roots.value)
     pins = record.request.get("pins") or []
-    reopened = _Reopened()
-    by_path: dict[str, Any] = {}
-    for pin in pins:
-        path = str(pin["path"])
-        if pin is pins[0] or not _inside(path, record.workspace):
-            check_source(policy, path)  # the policy again, on what is there now
-        source = open_checked(path)
-        reopened.sources.append(source)
-        by_path[path] = source
+    paths = recorded_paths(pins, record.workspace)
+    user = recorded_user(str(record.request.get("user") or ""), f"{record.name}'s record")
+    start = StartRequest(paths=paths, workspace=record.workspace is not None,
+                         env=tuple(env), env_files=tuple(env_files),
+                         credential_names=frozenset(str(n) for n in names or ()))
+    admission = admit(start, policy, host_env=ctx.env, cwd=ctx.cwd,
+                      user=lambda _owner: (user, ()))
+    assert admission is not None  # noqa: S101 - the recorded user never asks to plan again
+    for pin, host in zip(admission.mounts.pins, paths, strict=False):
+        if pin.source.path != host.path:
+            admission.close()
+            raise MountBlocked(f"{host.path} now resolves to {pin.source.path}; it changed "
+                               "while the sandbox was stopped (rule source_changed)",
+                               rule="source_changed", path=host.path,
+                               hint=f"Put {host.path} back, or `sbx rm {record.name}` and "
+                                    "create the sandbox again.")
+    return admission
+
+
+def _restage(ctx: AppContext, record: SandboxRecord,
+             admission: Admission) -> list[tuple[str, Any]]:
+    """As root, stage the admitted host paths (and mount the volume file systems) at the same
+    points as at creation; without root, the (target, source) pairs to verify after the
+    start."""
+    from sbx.domain.sandbox.sources import Staging, staging_available
+
+    pins = admission.mounts.pins
+    by_path: dict[str, Any] = {pin.source.path: pin.source for pin in pins}
     log = record.request.get("staging") or []
     if not log or not staging_available():
-        reopened.unstaged = [(str(pin["target"]), by_path[str(pin["path"])]) for pin in pins]
-        return reopened
+        return [(pin.target, pin.source) for pin in pins]
     staging = Staging.for_named(ctx.home_hash, record.name)
     problems = staging.release()
     if problems:
@@ -243,11 +271,7 @@ def _restage(ctx: AppContext, record: SandboxRecord) -> _Reopened:
                                    "mounts (rule source_changed)", rule="source_changed",
                                    path=str(entry.get("path")))
             staging.stage(staged)
-    return reopened
-
-
-def _inside(path: str, workspace: str | None) -> bool:
-    return workspace is not None and (path == workspace or path.startswith(workspace + "/"))
+    return []
 
 
 def _network_again(ctx: AppContext, record: SandboxRecord,
@@ -304,8 +328,11 @@ def _start_secrets(ctx: AppContext, record: SandboxRecord, run_dir: Path) -> dic
     if isinstance(recorded, dict):
         wanted = [_Needed(str(s), bool(optional)) for s, optional in recorded.items()]
     else:  # created before the record kept them: every API-key credential of its proxy
-        try:
-            config = json.loads((run_dir / "proxy.json").read_text(encoding="utf-8"))
+        from sbx.seams import owned
+
+        try:  # the run's own config only (sbx.seams.owned)
+            raw = owned.read_bytes(run_dir / "proxy.json", max_bytes=16 * 1024 * 1024)
+            config = json.loads(raw or b"{}")
             wanted = [_Needed(str(c["service"]), False) for c in config.get("credentials", [])
                       if c.get("domains")]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -356,6 +383,7 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
     if driver.container_state(record.container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
                        hint=f"Start it with `sbx run --name {name} {record.workload}`.")
+    admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
     mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
     keys = ctx.load_config().sandbox.detach_keys.value
     stream = driver.attach(record.container_id, stdin=mode.stdin,
@@ -389,7 +417,6 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
             on_warning: Callable[[str], None] = lambda _text: None) -> int:
     """Run a command in a running sandbox: its user, its hardening, its egress (the exec
     inherits the container's environment, proxy and sentinels included)."""
-    from sbx.domain.sandbox.envflags import parse_env
     from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
     from sbx.seams.session.mode import decide_mode
     from sbx.seams.session.pump import Session, SessionEnd
@@ -406,9 +433,11 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
                        hint=f"Start it with `sbx run --name {name} -d {record.workload}`.")
     mode = decide_mode(interactive=interactive, tty=tty, capture=False, host=host)
-    variables = parse_env(env, (), host_env=ctx.env, cwd=ctx.cwd)
+    admission = admit_recorded(ctx, record, env=env)
+    admission.close()  # the paths are the running container's; only the decision is needed
     stream, exec_id = driver.exec_attach(
-        record.container_id, argv, user=str(record.request.get("user") or ""), env=variables,
+        record.container_id, argv, user=f"{admission.user.uid}:{admission.user.gid}",
+        env=admission.env,
         workdir=str(record.request.get("workspace_target") or "") or None, tty=mode.tty,
         stdin=mode.stdin)
     size_fd = host.size_fd() if mode.tty else None
@@ -561,17 +590,22 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
     owned = ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash))
     states = {o.id: o.state for o in owned if o.kind == "container"}
     found = []
+    sandboxes: dict[str, str] = {}  # container id -> the name sbx recorded for it
     for name in store.names():
         record = store.load(name)
         if record is None:
             continue
+        sandboxes[record.container_id or ""] = record.name
         state = states.get(record.container_id or "", "missing")
         found.append(SandboxStatus(record.name, record.workload, record.kits, state,
                                    record.workspace, record.created,
                                    bool(record.request.get("home_bounded"))))
     if include_runs:
         for obj in owned:
-            if obj.kind != "container" or label_keys.NAME in obj.labels \
+            # A dev.sbx.name label counts only on the container sbx recorded under it (an
+            # image's own label is shadowed empty, and proves nothing either way).
+            label = label_keys.value(obj.labels, label_keys.NAME)
+            if obj.kind != "container" or (label is not None and sandboxes.get(obj.id) == label) \
                     or obj.labels.get(label_keys.ROLE) != label_keys.ROLE_SANDBOX:
                 continue
             found.append(SandboxStatus(f"(run {obj.labels.get(label_keys.RUN, '')[:12]})",
@@ -592,9 +626,23 @@ def _load(ctx: AppContext, name: str) -> SandboxRecord:
     return record
 
 
-def _owned(ctx: AppContext, name: str) -> list[OwnedObject]:
-    return ctx.driver.list_owned({**label_keys.home_selector(ctx.home_hash),
-                                  label_keys.NAME: name})
+def _owned(ctx: AppContext, name: str, *, recorded_only: bool = False) -> list[OwnedObject]:
+    """This home's objects labelled as sandbox ``name``'s; with ``recorded_only``, only those
+    whose run sbx recorded as creating ``name`` (a half-made sandbox), not whatever carries
+    the label."""
+    found = ctx.driver.list_owned({**label_keys.home_selector(ctx.home_hash),
+                                   label_keys.NAME: name})
+    if not recorded_only:
+        return found
+    return [o for o in found if _recorded_name(ctx, o.labels.get(label_keys.RUN, "")) == name]
+
+
+def _recorded_name(ctx: AppContext, run_id: str) -> str | None:
+    if not runrecord.RUN_ID.fullmatch(run_id):
+        return None
+    record = runrecord.read(runrecord.run_dir(ctx.state_home, run_id))
+    name = record.get("name") if record is not None else None
+    return name if isinstance(name, str) else None
 
 
 __all__ = ["CREATION_OPTIONS", "SandboxStatus", "attach", "exec_in", "list_sandboxes", "logs",

@@ -13,7 +13,15 @@ what planning decided — a :class:`Recipe` — and the next identical request r
    a few shell bookkeeping variables (:data:`VOLATILE_ENV`), the effective uid, and whether
    stdin/stdout are terminals. It names the entry's file.
 2. the content everything was derived from, stored in the entry and recomputed: the config
-   file's bytes (or its absence), and every file of every kit directory (names, modes, bytes).
+   file's bytes (or its absence), and every file of every kit directory (names, modes, bytes;
+   a symlink by its resolved path and the bytes it leads to, never by its link text).
+
+**What an entry never holds.** Privilege and the consent to it: a plan that needs
+``privileged@1`` is never cached, and a cached plan always runs unprivileged without consent.
+The hardened shape is built again by :func:`sbx.domain.sandbox.hardening.build_spec` and
+checked; the mount policy, ``-e``/``--env-file`` and the workspace owner are decided again
+(:func:`sbx.usecases.run.prepare_cached`). An entry is read only when it is this user's own
+file in this user's own state home (:mod:`sbx.seams.owned`, ``state_unsafe`` otherwise).
 
 Kits are cached only when every kit was read from a directory (none came from a registry
 through the kit lock). A word on the command line loads the directory it names whenever that
@@ -23,7 +31,8 @@ engine for every time. What must be checked on every run is not cached: see
 :func:`sbx.usecases.run.prepare_cached`.
 
 A missing, stale, unreadable or corrupt entry is a miss (the full path runs and writes a new
-one); nothing here raises. ``SBX_PLAN_CACHE=0`` turns the cache off.
+one); only an entry or home that is not this user's own raises (``state_unsafe``).
+``SBX_PLAN_CACHE=0`` turns the cache off.
 
 This module is imported on the cached path: it must stay light (no config, kit, YAML, schema or
 docker imports).
@@ -46,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx import __version__
 from sbx.base import paths
 from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams import owned
 
 if TYPE_CHECKING:
     from sbx.domain.kits.kitset import KitSet
@@ -55,7 +66,7 @@ if TYPE_CHECKING:
     from sbx.usecases.pipeline import WorkloadPlan
     from sbx.usecases.run import RunPlan, RunRequest
 
-FORMAT: Final = 1
+FORMAT: Final = 2
 SWITCH_ENV: Final = "SBX_PLAN_CACHE"  # "0": never read or write the plan cache
 # Shell bookkeeping that changes between identical commands and never reaches a plan.
 VOLATILE_ENV: Final = frozenset({"_", "OLDPWD", "SHLVL"})
@@ -63,6 +74,7 @@ MAX_ENTRIES: Final = 64  # plan files kept per state home (the oldest go first)
 MAX_KIT_FILES: Final = 2000  # a kit tree larger than this is not cached (hashing it would
 MAX_KIT_BYTES: Final = 32 * 1024 * 1024  # cost more than planning)
 CHUNK: Final = 1024 * 1024
+MAX_ENTRY_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ class PlanFacts:
     selection: Mapping[str, list[dict[str, Any]]] = field(
         default_factory=lambda: {"selected": [], "skipped": []})
     limits: Mapping[str, int] = field(default_factory=dict)
-    privileged: bool = False
+    privileged: bool = False  # never True for a cached plan (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,6 @@ class Recipe:
     exports: Mapping[str, str]
     home: str
     tmpfs: Mapping[str, tuple[int, int | None]]  # path -> (size, mode)
-    privileged: bool
     detach_keys: str
     explain_command: str
     notes: tuple[str, ...]
@@ -113,6 +124,7 @@ class Recipe:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        del data["facts"]["privileged"]
         return data
 
     @classmethod
@@ -143,7 +155,7 @@ class Recipe:
             exports=_str_map(data["exports"]), home=_str(data["home"]),
             tmpfs={_str(k): (_int(v[0]), None if v[1] is None else _int(v[1]))
                    for k, v in dict(data["tmpfs"]).items() if len(v) == 2},
-            privileged=_bool(data["privileged"]), detach_keys=_str(data["detach_keys"]),
+            detach_keys=_str(data["detach_keys"]),
             explain_command=_str(data["explain_command"]), notes=tuple(_strs(data["notes"])),
             blocked=tuple(_strs(data["blocked"])),
             allowed_roots=tuple(_strs(data["allowed_roots"])),
@@ -151,15 +163,17 @@ class Recipe:
                 workload=_str(facts["workload"]), kits=tuple(_strs(facts["kits"])),
                 selection={_str(k): [dict(r) for r in v]
                            for k, v in dict(facts["selection"]).items()},
-                limits={_str(k): _int(v) for k, v in dict(facts["limits"]).items()},
-                privileged=_bool(facts["privileged"])),
+                limits={_str(k): _int(v) for k, v in dict(facts["limits"]).items()}),
             kit_surfaces=tuple(_kit_surface(k) for k in _list(data["kit_surfaces"])),
             kit_files=tuple(_kit_files(k) for k in _list(data["kit_files"])))
+        if recipe.uid <= 0 or recipe.gid <= 0:
+            raise ValueError("user")
         if len(recipe.tmpfs) != len(data["tmpfs"]):
             raise ValueError("tmpfs")
         from sbx.domain.sandbox.hardening import Limits
 
-        if set(recipe.limits) != {f.name for f in dataclasses.fields(Limits)}:
+        if set(recipe.limits) != {f.name for f in dataclasses.fields(Limits)} \
+                or not all(v > 0 for v in recipe.limits.values()):
             raise ValueError("limits")
         if not math.isfinite(recipe.timeout_s) or recipe.timeout_s <= 0:
             raise ValueError("timeout_s")
@@ -221,25 +235,37 @@ def code_fingerprint() -> str:
 
 
 def file_digest(path: Path) -> str | None:
-    """The SHA-256 of a file's bytes, or None when there is no regular file."""
+    """The SHA-256 of the bytes ``path`` leads to (symlinks followed), or None when that is not
+    a regular file (a FIFO is not waited on)."""
     try:
-        with open(path, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None
-            digest = hashlib.sha256()
-            while chunk := handle.read(CHUNK):
-                digest.update(chunk)
-            return digest.hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest()
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 def tree_digest(directory: Path) -> str | None:
-    """A digest of a kit directory: every entry's relative name, type and mode, every file's
-    bytes and every link's target. None when it cannot be read in full or is too large."""
+    """A digest of a kit directory: its real path, every entry's relative name, type and mode,
+    every file's bytes. A symlink stands for what it resolves to (its real path, and that
+    file's bytes or that directory's tree), never for its link text: the loader follows it,
+    so a changed target must change the digest. None when it cannot be read in full or is
+    too large."""
     digest = hashlib.sha256()
     count = 0
     total = 0
+    root = os.path.realpath(directory)
+    digest.update(f"{root}\n".encode("utf-8", "surrogatepass"))
+    seen = {root}
     pending = [directory]
     try:
         while pending:
@@ -249,14 +275,22 @@ def tree_digest(directory: Path) -> str | None:
                 count += 1
                 if count > MAX_KIT_FILES:
                     return None
-                info = entry.stat(follow_symlinks=False)
                 relative = os.path.relpath(entry.path, directory)
-                digest.update(f"{relative}\0{info.st_mode:o}\0".encode("utf-8", "surrogatepass"))
-                if entry.is_symlink():
-                    digest.update(os.readlink(entry.path).encode("utf-8", "surrogatepass"))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
+                real = os.path.realpath(entry.path)
+                try:
+                    info = os.stat(entry.path)
+                except OSError:  # a dangling link: what the loader would find is nothing
+                    digest.update(f"{relative}\0dangling\0{real}\n".encode(
+                        "utf-8", "surrogatepass"))
+                    continue
+                via = f"\0->{real}" if entry.is_symlink() else ""
+                digest.update(f"{relative}{via}\0{info.st_mode:o}\0".encode(
+                    "utf-8", "surrogatepass"))
+                if stat.S_ISDIR(info.st_mode):
+                    if real not in seen:  # a link back up the tree is hashed once
+                        seen.add(real)
+                        pending.append(Path(entry.path))
+                elif stat.S_ISREG(info.st_mode):
                     total += info.st_size
                     if total > MAX_KIT_BYTES:
                         return None
@@ -272,7 +306,7 @@ def tree_digest(directory: Path) -> str | None:
 
 def _config_dependency(env: Mapping[str, str]) -> list[str | None]:
     path = paths.config_path(env)
-    return [str(path), file_digest(path)]
+    return [str(path), os.path.realpath(path), file_digest(path)]
 
 
 # -- store and look up ---------------------------------------------------------------------------
@@ -283,8 +317,10 @@ def cache_dir(state_home: Path) -> Path:
 
 
 def cacheable(planned: WorkloadPlan, plan: RunPlan, kit_set: KitSet) -> bool:
-    """Plans that need nothing but a container: everything else takes the full path."""
-    return (plan.name is None and plan.egress is None
+    """Plans that need nothing but an unprivileged container: everything else takes the full
+    path (privilege and consent are decided afresh on every run, never read from a file)."""
+    return (plan.name is None and plan.egress is None and not plan.spec.privileged
+            and not planned.capabilities.privileged
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
             and not planned.composition.credentials and not planned.capabilities.ports
             and not planned.capabilities.volumes
@@ -327,15 +363,15 @@ def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence
             "verbose": verbose, "traceback": traceback,
             "recipe": recipe.to_json(),
         }
-        directory = cache_dir(state_home)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = directory / f".{key}.{os.getpid()}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(entry, handle)
-        os.replace(temporary, directory / f"{key}.json")
+        directory = owned.ensure_directory(cache_dir(state_home))
+        owned.write_file(directory / f"{key}.json", json.dumps(entry).encode("utf-8"),
+                         durable=False)
         _evict(directory)
-    except (OSError, ValueError, TypeError, SbxError):
+    except SbxError as error:
+        if error.reason is Reason.STATE_UNSAFE:
+            raise
+        return False
+    except (OSError, ValueError, TypeError):
         return False
     return True
 
@@ -357,12 +393,12 @@ def lookup(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
         return None
     try:
         key = request_key(env, cwd, argv, passthrough, streams)
-        path = cache_dir(paths.state_home(env)) / f"{key}.json"
-        try:
-            with open(path, encoding="utf-8") as handle:
-                entry = json.load(handle)
-        except FileNotFoundError:
+        home = paths.state_home(env)
+        owned.check_home(home, paths.state_home_source(env))
+        raw = owned.read_bytes(cache_dir(home) / f"{key}.json", max_bytes=MAX_ENTRY_BYTES)
+        if raw is None:
             return None
+        entry = json.loads(raw)
         if entry.get("format") != FORMAT or entry.get("key") != key:
             return None
         deps = entry["deps"]
@@ -374,7 +410,12 @@ def lookup(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
         request = _request_from_json(entry["request"], streams)
         recipe = Recipe.from_json(entry["recipe"])
         return Hit(request, recipe, _int(entry["verbose"]), _bool(entry["traceback"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, SbxError):
+    except SbxError as error:
+        if error.reason is Reason.STATE_UNSAFE:
+            raise  # someone else's entry or home: refused, never a quiet miss
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            RecursionError):
         return None  # corrupt or unreadable: the full path plans (and rewrites it)
 
 

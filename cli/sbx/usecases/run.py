@@ -32,7 +32,13 @@ from sbx.base import paths
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.envflags import parse_env
+from sbx.domain.sandbox.admission import (
+    Admission,
+    HostPath,
+    StartRequest,
+    admit,
+    sentinel_names,
+)
 from sbx.domain.sandbox.hardening import (
     TMP_TARGET,
     BindMount,
@@ -48,7 +54,6 @@ from sbx.domain.sandbox.imagecache import record_use
 from sbx.domain.sandbox.images import SandboxUser, resolve_user
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
 from sbx.domain.sandbox.mounts import (
-    SOCKET,
     SOURCE_CHANGED,
     CheckedMount,
     MountPolicy,
@@ -57,15 +62,9 @@ from sbx.domain.sandbox.mounts import (
     parse_mount_flag,
 )
 from sbx.domain.sandbox.sources import (
-    SOCKET_SCAN_ENTRIES,
-    SOCKET_SCAN_SECONDS,
     HostMounts,
-    OpenedSource,
-    Pin,
     Staging,
     mount_mismatches,
-    open_checked,
-    sockets_inside,
     staging_available,
 )
 from sbx.seams import audit
@@ -167,6 +166,9 @@ class RunPlan:
     # What each writable host directory held before the run (workspace_trust.protect)
     workspace_baselines: tuple[Baseline, ...] = ()
     name: str | None = None  # a named sandbox: kept after the session (sbx.usecases.named)
+    # The variables that hold a credential's sentinel: never the user's to set (-e), at any
+    # later exec either.
+    credential_names: frozenset[str] = frozenset()
     explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
     # What the run reports about the kits (workload, references, selection, limits): read from
     # here, so a plan from the cache reports the same as the full plan it was made from.
@@ -364,20 +366,29 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
-    host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace, env=ctx.env,
-                                    kits=recipe_kit_files(recipe),
-                                    config_file=paths.config_path(ctx.env))
+
+    def recipe_user(owner: WorkspaceOwner | None,
+                    ) -> tuple[SandboxUser, tuple[str, ...]] | None:
+        if _owner_key(owner) != recipe.owner:
+            return None  # the user was chosen with another owner or mode: plan it again
+        return SandboxUser(recipe.uid, recipe.gid, recipe.user_source), recipe.user_warnings
+
+    # A cached plan holds no credential (plancache.cacheable), so no sentinel variables.
+    admission = admit(_start_request(request, workspace_host, workspace_target, access, checked,
+                                     credential_names=frozenset(),
+                                     kits=recipe_kit_files(recipe),
+                                     config_file=paths.config_path(ctx.env)),
+                      policy, host_env=ctx.env, cwd=ctx.cwd, user=recipe_user)
+    if admission is None:
+        return None
+    image_labels = next((i.labels for i in images if i.id == recipe.image.id), {})
     try:
-        plan = _plan_from_recipe(ctx, request, run_id, recipe, access=access,
+        return _plan_from_recipe(ctx, request, run_id, recipe, access=access,
                                  session_mode=session_mode, labels=labels, deadline=deadline,
-                                 host_mounts=host_mounts)
+                                 admission=admission, image_labels=image_labels)
     except BaseException:
-        host_mounts.close()
+        admission.close()
         raise
-    if plan is None:
-        host_mounts.close()
-    return plan
 
 
 def recipe_approved(state_home: Path, recipe: Recipe) -> bool:
@@ -420,22 +431,20 @@ def _marked(image: ImageInfo, home_hash: str) -> bool:
 
 def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe: Recipe, *,
                       access: str, session_mode: SessionMode, labels: Mapping[str, str],
-                      deadline: int, host_mounts: HostMounts) -> RunPlan | None:
+                      deadline: int, admission: Admission,
+                      image_labels: Mapping[str, str]) -> RunPlan:
     """:func:`_plan` for a cached recipe: the same spec, from the same values."""
     from sbx.domain.sandbox.hardening import Limits
 
+    host_mounts = admission.mounts
     workspace = host_mounts.workspace
-    owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
-    if _owner_key(owner) != recipe.owner:
-        return None  # the user was chosen with another owner or mode: plan it again
     workspace_host = workspace.path if workspace is not None else None
     workspace_target = recipe.workspace_target
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
                    for pin in host_mounts.pins if pin.source is not workspace]
-    user = SandboxUser(recipe.uid, recipe.gid, recipe.user_source)
+    user = admission.user
     limits = Limits(**recipe.limits)
-    user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
-                         credential_names=set())
+    user_env = admission.env
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
         image=recipe.image.id, uid=user.uid, gid=user.gid, limits=limits,
@@ -445,14 +454,15 @@ def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe:
         extra_binds=extra_binds, command=recipe.command, entrypoint=recipe.entrypoint,
         env={**recipe.exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
         home=recipe.home, labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        image_labels=image_labels,
         extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
                                          uid=user.uid, gid=user.gid)
                      for path, (size, mode) in recipe.tmpfs.items()},
-        privileged=recipe.privileged, network_mode="none", tty=session_mode.tty,
+        privileged=False, network_mode="none", tty=session_mode.tty,
         stdin_open=session_mode.stdin, stdin_once=True, engine_log=False, home_volume=None,
         name=None)
-    violations = hardening_violations(spec, limits,
-                                      privileged_consented=request.allow_privileged)
+    # No consent from a cached request: a cached plan is never privileged (plancache.cacheable).
+    violations = hardening_violations(spec, limits, privileged_consented=False)
     if violations:  # pragma: no cover - build_spec cannot produce these; a guard against drift
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened container: "
                        + "; ".join(violations))
@@ -523,25 +533,40 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
+    driver = ctx.driver
+
+    def choose(owner: WorkspaceOwner | None) -> tuple[SandboxUser, tuple[str, ...]]:
+        return choose_user(
+            flag=request.user, owner=owner, access=access,
+            root_workspace=config.sandbox.root_workspace.value,
+            image_user=lambda: resolve_user(
+                driver, planned.image, fallback_uid=config.sandbox.user.value,
+                fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
+                cache_dir=ctx.state_home / "cache" / "users", helper_labels=labels))
+
+    credential_names = _sentinel_variables(planned)
     kit_files = tuple(local_kit_files(kit_set, ctx.cwd))
-    host_mounts = _open_host_mounts(workspace_host, workspace_target, access, checked,
-                                    trust=request.trust_workspace, env=ctx.env,
-                                    kits=kit_files, config_file=paths.config_path(ctx.env))
+    admission = admit(_start_request(request, workspace_host, workspace_target, access, checked,
+                                     credential_names=credential_names, kits=kit_files,
+                                     config_file=paths.config_path(ctx.env)),
+                      policy, host_env=ctx.env, cwd=ctx.cwd, user=choose)
+    assert admission is not None  # noqa: S101 - choose never asks to plan again
     try:
         return _plan(ctx, request, run_id, planned=planned, access=access,
                      session_mode=session_mode, labels=labels, deadline=deadline,
-                     host_mounts=host_mounts, gated=(tuple(surfaces), kit_files))
+                     admission=admission, credential_names=credential_names,
+                     gated=(tuple(surfaces), kit_files))
     except BaseException:
-        host_mounts.close()
+        admission.close()
         raise
 
 
 def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: WorkloadPlan,
           access: str, session_mode: SessionMode, labels: Mapping[str, str],
-          deadline: int, host_mounts: HostMounts,
+          deadline: int, admission: Admission, credential_names: frozenset[str],
           gated: tuple[Sequence[KitSurface], Sequence[KitFiles]] = ((), ())) -> RunPlan:
-    """The host side of the plan, once the host paths are open (closed by the caller on
-    failure): the user, HOME, the command, the environment, the container spec."""
+    """The host side of the plan, once the start was admitted (its host paths are open and
+    closed by the caller on failure): HOME, the command, the container spec."""
     driver = ctx.driver
     config = planned.config
     kit_set = planned.kit_set
@@ -551,19 +576,13 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
     named = request.name
     if named is not None:
         labels = {**labels, label_keys.NAME: named}
+    host_mounts = admission.mounts
     workspace = host_mounts.workspace
-    owner = WorkspaceOwner.of_opened(workspace) if workspace is not None else None
+    owner = admission.owner
     workspace_host = workspace.path if workspace is not None else None
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
                    for pin in host_mounts.pins if pin.source is not workspace]
-    users_cache = ctx.state_home / "cache" / "users"
-    user, user_warnings = choose_user(
-        flag=request.user, owner=owner, access=access,
-        root_workspace=config.sandbox.root_workspace.value,
-        image_user=lambda: resolve_user(
-            driver, image, fallback_uid=config.sandbox.user.value,
-            fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
-            cache_dir=users_cache, helper_labels=labels))
+    user, user_warnings = admission.user, admission.user_notes
     exports = planned.exports
     container_env = planned.container_env
     composition = planned.composition
@@ -587,8 +606,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         TMP_TARGET, home, *capabilities.tmpfs,
         *((workspace_target,) if workspace_host is None else ())])
     command, entrypoint = _command(request, image, capabilities, kit_set)
-    user_env = parse_env(request.env, request.env_files, host_env=ctx.env, cwd=ctx.cwd,
-                         credential_names=_credential_names(composition))
+    user_env = admission.env
     # The CA goes into the per-run image, so a network policy always takes the create step.
     needs_create_step = capabilities.needs_create_step or egress is not None
     run_image_tag = f"sbx-run/{run_id}:1" if needs_create_step else None
@@ -619,6 +637,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         env={**exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
         home=home,
         labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
+        image_labels=image.labels,
         extra_tmpfs={path: tmpfs_options(size, mode=f"{mode if mode is not None else 0o700:o}",
                                          uid=user.uid, gid=user.gid)
                      for path, (size, mode) in capabilities.tmpfs.items()},
@@ -649,6 +668,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
                    detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
                    workspace_baselines=tuple(host_mounts.baselines), name=named,
+                   credential_names=credential_names,
                    explain_command=_explain_command(planned),
                    facts=_facts(kit_set, capabilities, egress))
     _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
@@ -716,7 +736,7 @@ def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan:
         timeout_s=plan.timeout_s, limits=dataclasses.asdict(limits),
         workspace_target=plan.workspace_target, command=command, entrypoint=entrypoint,
         exports=dict(planned.exports), home=plan.home, tmpfs=dict(capabilities.tmpfs),
-        privileged=capabilities.privileged, detach_keys=plan.detach_keys,
+        detach_keys=plan.detach_keys,
         explain_command=plan.explain_command, notes=tuple(capabilities.notes),
         blocked=tuple(config.mounts.blocked.value),
         allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts,
@@ -759,49 +779,28 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
     return argv[1:], argv[:1]
 
 
-def _open_host_mounts(workspace_host: str | None, workspace_target: str, access: str,
-                      checked: Sequence[CheckedMount], *, trust: bool,
-                      env: Mapping[str, str], kits: Sequence[KitFiles] = (),
-                      config_file: Path | None = None) -> HostMounts:
-    """Open every checked host path (so exactly it is mounted); the workspace first.
+def _start_request(request: RunRequest, workspace_host: str | None, workspace_target: str,
+                   access: str, checked: Sequence[CheckedMount], *,
+                   credential_names: frozenset[str], kits: Sequence[KitFiles] = (),
+                   config_file: Path | None = None) -> StartRequest:
+    """What this run asks to mount and pass (sbx.domain.sandbox.admission decides)."""
+    paths = [HostPath(workspace_host, workspace_target, access == "ro")] \
+        if workspace_host is not None else []
+    paths += [HostPath(str(m.source), m.target, m.read_only) for m in checked]
+    return StartRequest(paths=tuple(paths), workspace=workspace_host is not None,
+                        protect=True, trust=request.trust_workspace,
+                        env=request.env, env_files=request.env_files,
+                        credential_names=credential_names, kits=tuple(kits),
+                        config_file=config_file)
 
-    A read-write workspace, and every read-write directory mount, also gets what git and other
-    host tools execute in it pinned read-only unless the user trusts it, and a baseline for
-    the check after the run (sbx.domain.sandbox.workspace_trust); and the kit files under any
-    of them are pinned read-only (sbx.domain.sandbox.kitpins).
-    """
-    mounts = HostMounts()
-    try:
-        if workspace_host is not None:
-            workspace = open_checked(workspace_host)
-            mounts.workspace = workspace
-            mounts.pins.append(Pin(workspace, workspace_target, access == "ro"))
-            if not workspace.is_dir:
-                raise SbxError(Reason.INVALID_ARGUMENT,
-                               f"workspace {workspace_host} is not a directory")
-        for mount in checked:
-            mounts.pins.append(Pin(open_checked(str(mount.source)), mount.target,
-                                   mount.read_only))
-        for pin in list(mounts.pins):
-            _refuse_sockets(pin.source, mounts.notes)
-        primary = list(mounts.pins)  # the workspace and the --mounts
-        for pin in primary:
-            if not pin.read_only and pin.source.is_dir:
-                from sbx.domain.sandbox.workspace_trust import protect
 
-                protection = protect(pin.source, pin.target, trust=trust, env=env)
-                mounts.pins += protection.pins
-                mounts.notes += protection.notes
-                mounts.baselines.append(protection.baseline)
-        if kits or config_file is not None:
-            from sbx.domain.sandbox.kitpins import kit_pins
+def _sentinel_variables(planned: WorkloadPlan) -> frozenset[str]:
+    """The variables of this sandbox that hold a credential's sentinel."""
+    from sbx.domain.credentials.oauth import ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX
+    from sbx.domain.egress.proxyconfig import SENTINEL_PREFIX
 
-            mounts.pins += kit_pins(kits, [p for p in primary if not p.read_only],
-                                    [str(config_file)] if config_file is not None else [])
-    except BaseException:
-        mounts.close()
-        raise
-    return mounts
+    return sentinel_names(planned.exports, _credential_names(planned.composition),
+                          (SENTINEL_PREFIX, ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX))
 
 
 def _credential_names(composition: Composition) -> set[str]:
@@ -841,22 +840,6 @@ def _workspace_source(ctx: AppContext, policy: MountPolicy, request: RunRequest,
     # With --access none the path is checked (a blocked path is refused either way) but not
     # mounted: the sandbox gets a private tmpfs workspace.
     return None if access == "none" else str(canonical)
-
-
-def _refuse_sockets(source: OpenedSource, notes: list[str]) -> None:
-    """No socket below a mounted directory: each is a door to whatever listens on it."""
-    found, complete = sockets_inside(source)
-    if found:
-        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-        raise MountBlocked(
-            f"mount source {source.path} contains sockets: {shown} (rule {SOCKET})",
-            rule=SOCKET, path=source.path,
-            hint="Move the sockets out of the directory (or stop what listens there), or mount "
-                 "a narrower directory.")
-    if not complete:
-        notes.append(f"{source.path} is too large to check for sockets in full "
-                     f"(stopped after {SOCKET_SCAN_ENTRIES} entries or "
-                     f"{SOCKET_SCAN_SECONDS:g} s); sockets deeper down were not looked for")
 
 
 def _refuse_duplicate_targets(binds: Sequence[CheckedMount]) -> None:
@@ -1378,7 +1361,8 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
     volumes = _volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(
         image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
-        labels=plan.labels, keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+        labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
+        cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
     lifecycle = capabilities.lifecycle
     if plan.egress is not None and plan.network is not None:
         # Install hooks reach exactly the install phase's hosts, through the same proxy.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +19,11 @@ from typing import Any, Final
 
 from sbx.domain.sandbox import quarantine
 from sbx.domain.sandbox.workspace_trust import Baseline, Finding, Report, after_run
-from sbx.seams import audit, state
+from sbx.seams import audit, owned, state
 from sbx.usecases.context import AppContext
 
 BASELINE_FILE: Final = "workspace-baseline.json"
+MAX_BASELINE_BYTES: Final = 256 * 1024 * 1024  # far beyond what a bounded scan records
 # Written by a check made once the sandbox had stopped: until it starts again, what changes
 # in the workspace is the owner's own work, which its next start takes as the new baseline.
 CHECKED_STOPPED: Final = "workspace-checked-stopped"
@@ -122,19 +122,19 @@ def save(run_dir: Path, baselines: Sequence[Baseline]) -> None:
         return
     path = run_dir / BASELINE_FILE
     with state.writing(path, "keep the workspace baseline in", home=run_dir.parent.parent):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump([b.as_json() for b in baselines], handle)
+        owned.write_file(path, json.dumps([b.as_json() for b in baselines]).encode("utf-8"))
 
 
 def load(run_dir: Path) -> list[Baseline] | None:
     """The baselines :func:`save` kept (none when nothing was protected); None when the file
-    cannot be read."""
+    cannot be read; one that is not this user's own is refused (sbx.seams.owned): it would
+    decide what the check calls unchanged."""
     try:
-        data = json.loads((run_dir / BASELINE_FILE).read_text(encoding="utf-8"))
+        raw = owned.read_bytes(run_dir / BASELINE_FILE, max_bytes=MAX_BASELINE_BYTES)
+        if raw is None:
+            return []
+        data = json.loads(raw)
         return [Baseline.from_json(item) for item in data]
-    except FileNotFoundError:
-        return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 

@@ -187,6 +187,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_lost' -d 'Lost the eng
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State home not writable'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file damaged'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unsafe' -d 'State not sbx\'s own'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'

@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
+import contextlib
 import json
 import os
 import re
-import secrets as _random
 import select
 import signal
 import stat
@@ -57,7 +56,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams import audit
+from sbx.seams import audit, owned
 
 if TYPE_CHECKING:
     from sbx.seams.keyrings import Keyring
@@ -128,14 +127,17 @@ class SecretSource:
         return self.kind
 
 
+MASK_CLEAR_FROM: Final = 20  # shorter values show nothing of themselves
+MASK_MAX_PREFIX: Final = 6
+
+
 def mask(value: str) -> str:
-    """Mask a value for display (Docker sbx's rule): up to 6 characters all ``*``; 7-19 the first
-    6 then ``****``; 20 or more the first 6, ``****...****`` and the last 4."""
-    if len(value) <= 6:
-        return "*" * len(value)
-    if len(value) < 20:
-        return value[:6] + "****"
-    return value[:6] + "****...****" + value[-4:]
+    """Mask a value for display: below 20 characters nothing of it (``****``); from 20 on a
+    prefix of at most an eighth of it and at most 6 characters (``ghp_xJ****``), which names
+    the kind of token without giving much of it away. The length is shown separately."""
+    if len(value) < MASK_CLEAR_FROM:
+        return "****"
+    return value[:min(MASK_MAX_PREFIX, len(value) // 8)] + "****"
 
 
 def validate_service(service: str) -> str:
@@ -205,15 +207,14 @@ def _unsafe(path: Path, problem: str, fix: str) -> SbxError:
 def ensure_private_dir(directory: Path) -> Path:
     """Create ``directory`` (and parents) as 0700, or check an existing one.
 
-    An existing directory that is a symlink, not a directory or owned by another user is
-    refused (``secret_store_unsafe``); group/other permission bits on one we own are removed,
-    since tightening is always safe.
+    An existing directory that is a symlink, not a directory or owned by another user, or one
+    on a path someone else controls, is refused (``secret_store_unsafe``); group/other
+    permission bits on one we own are removed, since tightening is always safe.
     """
-    directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        directory.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
+        owned.ensure_directory(directory.parent, reason=Reason.SECRET_STORE_UNSAFE)
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
     except OSError as error:
         raise _unsafe(directory, f"cannot create it ({error.strerror})",
                       "Make the state home writable (or point SBX_HOME elsewhere).") from None
@@ -230,34 +231,12 @@ def ensure_private_dir(directory: Path) -> Path:
 
 
 def write_private_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Atomically replace ``path`` with ``data``: a fresh temporary file in the same directory
-    (O_CREAT|O_EXCL|O_NOFOLLOW, created with ``mode``), fsync, rename, fsync the directory."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{_random.token_hex(8)}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask may have cleared bits that `mode` asks for
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Atomically replace ``path`` with ``data`` (:func:`sbx.seams.owned.write_file`)."""
+    owned.write_file(path, data, mode=mode)
 
 
 def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    owned.fsync_directory(directory)
 
 
 def read_private_file(path: Path, *, max_bytes: int, forbidden_bits: int = _PRIVATE_BITS,
@@ -265,51 +244,17 @@ def read_private_file(path: Path, *, max_bytes: int, forbidden_bits: int = _PRIV
     """Read a private file, or None when it does not exist.
 
     Refuses (``secret_store_unsafe``) a symlink, a non-regular file, a file owned by another
-    user, one with any of ``forbidden_bits`` (default: every group/other bit; a public
-    certificate passes 0o022, group/other *write*) and a file larger than ``max_bytes``.
+    user or with another link, one with any of ``forbidden_bits`` (default: every group/other
+    bit; a public certificate passes 0o022, group/other *write*), a file larger than
+    ``max_bytes``, and a file in a directory someone else could swap it in
+    (:mod:`sbx.seams.owned`, the check every state file passes).
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None
+        return owned.read_file(path, max_bytes=max_bytes, forbidden_bits=forbidden_bits,
+                               reason=Reason.SECRET_STORE_UNSAFE)
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise _unsafe(path, "it is a symlink",
-                          f"Remove the link (`rm {path}`) and store the value again.") from None
         raise _unsafe(path, f"cannot read it ({error.strerror})",
                       f"Check the file's owner and permissions (`ls -l {path}`).") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _unsafe(path, "it is not a regular file",
-                          f"Remove it (`rm -r {path}`) and store the value again.")
-        if info.st_uid != os.geteuid():
-            raise _unsafe(path, f"it is owned by uid {info.st_uid}, not by this user",
-                          f"Remove it (`rm {path}`) and store the value again.")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & forbidden_bits:
-            raise _unsafe(path, f"its mode {mode:04o} lets other users read or change it",
-                          f"If nobody else could have touched it, `chmod 600 {path}`; "
-                          "otherwise rotate the secret and store the new value.")
-        if info.st_size > max_bytes:
-            raise _unsafe(path, f"it is larger than {max_bytes} bytes",
-                          f"Remove it (`rm {path}`) and store the value again.")
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1
-        while remaining > 0:
-            chunk = os.read(fd, remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > max_bytes:
-            raise _unsafe(path, f"it is larger than {max_bytes} bytes",
-                          f"Remove it (`rm {path}`) and store the value again.")
-        return data, info
-    finally:
-        os.close(fd)
 
 
 # -- dynamic sources -------------------------------------------------------------------------------

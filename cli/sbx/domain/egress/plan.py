@@ -39,6 +39,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.compose import Composition
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import CREDENTIAL
+from sbx.seams import owned
 
 READY_PREFIX: Final = "SBX-PROXY-READY "
 START_TIMEOUT_S: Final = 15.0
@@ -210,8 +211,9 @@ class ProxyProcess:
         self.process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + PHASE_ACK_TIMEOUT_S
         while time.monotonic() < deadline:  # bounded: the proxy acknowledges in milliseconds
-            try:
-                if self.phase_file.read_text(encoding="utf-8").strip() == "runtime":
+            try:  # the proxy's own acknowledgement only (sbx.seams.owned)
+                phase = owned.read_bytes(self.phase_file, max_bytes=64)
+                if phase is not None and phase.strip() == b"runtime":
                     return
             except OSError:
                 pass

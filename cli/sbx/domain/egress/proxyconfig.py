@@ -29,6 +29,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.compose import PHASES, Credential, Network, NetworkPhase, Origin, Phase, Rule
 
 CONFIG_FORMAT: Final = 1
+MAX_CONFIG_BYTES: Final = 16 * 1024 * 1024  # a policy of thousands of rules is a few MiB
 DEFAULT_HEADER: Final = "Authorization"
 DEFAULT_FORMAT: Final = "Bearer %s"
 SENTINEL_PREFIX: Final = "sbx-proxy-managed-"
@@ -488,10 +489,18 @@ class ProxyConfig:
 
     @classmethod
     def load(cls, path: Path) -> ProxyConfig:
-        try:
-            text = path.read_text(encoding="utf-8")
+        from sbx.base.errors import SbxError
+        from sbx.seams import owned
+
+        try:  # the run's own config only (sbx.seams.owned): its policy is the boundary
+            raw = owned.read_bytes(path, max_bytes=MAX_CONFIG_BYTES)
+            if raw is None:
+                raise FileNotFoundError(2, "No such file or directory")
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise ProxyConfigError(f"cannot read {path} ({error})") from None
+        except SbxError as error:
+            raise ProxyConfigError(error.message) from None
         return cls.from_json(text)
 
     def write(self, path: Path) -> None:

@@ -37,6 +37,7 @@ from sbx.domain.kits.diagnostics import (
     to_plain,
     value_position,
 )
+from sbx.seams import owned
 
 SYNTAX_LINE: Final = "# syntax=docker/sandbox-kit:3"
 MAX_DESCRIPTOR_BYTES: Final = 512 * 1024  # KIT-SPEC-V3 §1.9 size budget
@@ -547,20 +548,12 @@ def parse_descriptor_file(path: Path, *, cache_dir: Path | None = None) -> Descr
         f"sbx-descriptor-v3\0{validation_fingerprint()}\0{text}".encode("utf-8", "surrogatepass")
     ).hexdigest()
     entry = cache_dir / f"{key}.json"
-    try:
-        data = json.loads(entry.read_text(encoding="utf-8"))
-        if isinstance(data, dict):
-            return Descriptor(data=data, file=str(path))
-    except (OSError, ValueError, RecursionError):
-        pass  # a damaged cache entry is a miss: the descriptor is validated again
+    # Only this user's own entry is read (sbx.seams.owned); a damaged one is a miss.
+    data = owned.read_cache(entry, max_bytes=MAX_DESCRIPTOR_BYTES * 4)
+    if isinstance(data, dict):
+        return Descriptor(data=data, file=str(path))
     descriptor = parse_descriptor_text(text, str(path))
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        partial = entry.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(descriptor.data), encoding="utf-8")
-        partial.replace(entry)
-    except OSError:
-        pass  # a cache that cannot be written only costs speed
+    owned.write_cache(entry, descriptor.data)  # best effort: a miss only costs speed
     return descriptor
 
 

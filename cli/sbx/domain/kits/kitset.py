@@ -31,6 +31,7 @@ from sbx.domain.kits.descriptor import validation_fingerprint
 from sbx.domain.kits.local import LocalKit, load_local_kit, path_kind
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
 from sbx.domain.kits.selection import Selection, refuse_unsupported, select
+from sbx.seams import owned
 
 
 @dataclass(frozen=True)
@@ -179,12 +180,12 @@ def _validate_effective_cached(data: Mapping[str, Any], file: str,
         f"sbx-effective-v1\0{validation_fingerprint()}\0{payload}".encode(
             "utf-8", "surrogatepass")).hexdigest()
     marker = cache_dir / f"{key}.valid"
-    if marker.exists():
+    if owned.read_bytes(marker, max_bytes=0) is not None:  # this user's own marker only
         return
     validate_effective(data, file)
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        marker.touch()
+        owned.ensure_directory(cache_dir)
+        owned.write_file(marker, b"", durable=False)
     except OSError:
         pass  # a cache that cannot be written only costs speed
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from sbx.domain.kits.descriptor import (
 )
 from sbx.domain.kits.statefile import MAX_STATE_BYTES, read_state, write_atomic
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
-from sbx.seams import state
+from sbx.seams import owned, state
 from sbx.seams.registry import canonical_reference
 
 if TYPE_CHECKING:
@@ -157,21 +156,11 @@ def parse_published(text: str, file: str, state_home: Path) -> Descriptor:
     reported every time; a damaged entry is a miss.
     """
     entry = state_home.joinpath(*VERDICTS_DIR, f"{published_cache_key(text)}.json")
-    try:
-        with entry.open("rb") as handle:
-            cached = json.loads(handle.read(MAX_DESCRIPTOR_BYTES * 4 + 1))
-        if isinstance(cached, dict) and isinstance(cached.get("kind"), str):
-            return Descriptor(data=cached, file=file)
-    except (OSError, ValueError, RecursionError):
-        pass  # a miss: validated below
+    cached = owned.read_cache(entry, max_bytes=MAX_DESCRIPTOR_BYTES * 4)  # this user's only
+    if isinstance(cached, dict) and isinstance(cached.get("kind"), str):
+        return Descriptor(data=cached, file=file)
     descriptor = parse_descriptor_text(text, file, authored=False)
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        partial = entry.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(descriptor.data), encoding="utf-8")
-        partial.replace(entry)
-    except OSError:
-        pass  # a cache that cannot be written only costs speed
+    owned.write_cache(entry, descriptor.data)  # best effort: a miss only costs speed
     return descriptor
 
 
@@ -185,16 +174,16 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     stored = descriptor_path(state_home, entry.digest)
     fix = f"Move {stored} aside, then fetch it again with `sbx pull {reference}`."
     try:
-        with stored.open("rb") as handle:
-            raw = handle.read(MAX_DESCRIPTOR_BYTES + 1)
-    except FileNotFoundError as exc:
-        raise SbxError(Reason.IMAGE_MISSING,
-                       f"kit {reference} is locked at {entry.digest}, but its descriptor "
-                       f"({stored}) is missing",
-                       hint=f"Fetch it again with `sbx pull {reference}`.") from exc
+        found = owned.read_prefix(stored, MAX_DESCRIPTOR_BYTES + 1)  # this user's own only
     except OSError as exc:
         raise state.corrupt(stored, f"it cannot be read ({exc.strerror})",
                             what="the stored descriptor", fix=fix) from exc
+    if found is None:
+        raise SbxError(Reason.IMAGE_MISSING,
+                       f"kit {reference} is locked at {entry.digest}, but its descriptor "
+                       f"({stored}) is missing",
+                       hint=f"Fetch it again with `sbx pull {reference}`.")
+    raw = found
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -3,7 +3,8 @@
 The kit lock and the kit approvals are JSON files in the state home that the permission gates
 trust. A write replaces the file atomically (temp file in the same directory, fsync, rename),
 so a crash or a refusal never leaves a half-written file; a read of a damaged file is a
-refusal (``state_corrupt``), never an empty state, which would forget what was approved.
+refusal (``state_corrupt``), never an empty state, which would forget what was approved; a
+file that is not this user's own is refused (``state_unsafe``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from sbx.seams import state
+from sbx.seams import owned, state
 
 _T = TypeVar("_T")
 MAX_STATE_BYTES: Final = 16 * 1024 * 1024  # a lock of thousands of kits is a few MiB
@@ -26,14 +27,14 @@ def read_state(path: Path, parse: Callable[[Any], _T], absent: _T, *, what: str,
     """A JSON state file read strictly: ``absent`` when there is no file, ``state_corrupt``
     (naming ``what``) when it cannot be read, is too large, is not UTF-8 JSON, or ``parse``
     raises ``ValueError`` on it."""
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_STATE_BYTES + 1)
-    except FileNotFoundError:
-        return absent
+    try:  # this user's own file only (sbx.seams.owned): the gates trust what it says
+        found = owned.read_prefix(path, MAX_STATE_BYTES + 1)
     except OSError as exc:
         raise state.corrupt(path, f"it cannot be read ({exc.strerror})", what=what,
                             fix=fix) from exc
+    if found is None:
+        return absent
+    raw = found
     if len(raw) > MAX_STATE_BYTES:
         raise state.corrupt(path, f"it is larger than {MAX_STATE_BYTES} bytes", what=what,
                             fix=fix)
@@ -54,7 +55,7 @@ def write_atomic(path: Path, payload: bytes) -> None:
     """Write ``payload`` to ``path`` atomically; a full or read-only state home is
     ``state_unwritable`` (and the old file, if any, is left as it was)."""
     with state.writing(path, "write"):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owned.ensure_directory(path.parent)
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             try:

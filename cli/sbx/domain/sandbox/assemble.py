@@ -29,7 +29,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import posixpath
 import re
 import tarfile
@@ -42,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Final, Protocol
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import owned
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
@@ -352,18 +352,15 @@ def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
     """A mixin image's full file index, ancestors included; computed once per image id."""
     cache = _cache_file(cache_dir, image_id)
     try:
-        data = json.loads(cache.read_text(encoding="utf-8"))
+        data = owned.read_cache(cache)  # this user's own entry only
         if data["format"] == INDEX_FORMAT and data["image"] == image_id:
             return {str(p): FileEntry(str(v[0]), str(v[1])) for p, v in data["entries"].items()}
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
             RecursionError):  # a damaged cache entry is a miss
         pass
     index = with_parents(export_index(driver, image_id, helper_labels, None))
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = cache.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps({"format": INDEX_FORMAT, "image": image_id, "entries": {
-        p: [e.kind, e.digest] for p, e in sorted(index.items())}}), encoding="utf-8")
-    partial.replace(cache)
+    owned.write_cache(cache, {"format": INDEX_FORMAT, "image": image_id, "entries": {
+        p: [e.kind, e.digest] for p, e in sorted(index.items())}})
     return index
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sbx.base.labels import NAME as NAME_LABEL
+from sbx.base.labels import own_labels, value
 from sbx.seams.containerspec import BOUNDED_ENGINE_LOG, NO_ENGINE_LOG, BindMount, ContainerSpec
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ def build_spec(
     entrypoint: Sequence[str] | None,
     env: Mapping[str, str],
     labels: Mapping[str, str],
+    image_labels: Mapping[str, str],
     home: str,
     extra_tmpfs: Mapping[str, str] | None = None,
     privileged: bool = False,
@@ -78,7 +80,8 @@ def build_spec(
     Without a host workspace the workspace is a tmpfs owned by the sandbox user (mode 0700), so
     nothing the workload writes reaches the host disk. HOME is always a tmpfs of its own, owned
     by the sandbox user and capped at ``home_bytes``: the root stays read-only and the agent
-    still has somewhere to keep its caches and settings for the session.
+    still has somewhere to keep its caches and settings for the session. ``image_labels`` are
+    the image's own: none of its ``dev.sbx.*`` labels may pass for sbx's (:func:`own_labels`).
     """
     if uid == 0 or gid == 0:
         raise ValueError("the sandbox user must not be uid or gid 0")
@@ -101,7 +104,7 @@ def build_spec(
         command=tuple(command) if command is not None else None,
         entrypoint=tuple(entrypoint) if entrypoint is not None else None,
         env=full_env,
-        labels=dict(labels),
+        labels=own_labels(image_labels, labels),
         memory_bytes=limits.memory_bytes,
         memory_swap_bytes=limits.memory_bytes,  # swap = memory: no swap beyond the limit
         pids_limit=limits.pids,
@@ -135,7 +138,8 @@ def deadline_check(deadline: int, timeout_s: float) -> tuple[tuple[str, ...], in
 
 
 def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
-                           labels: Mapping[str, str], keepalive: Sequence[str],
+                           labels: Mapping[str, str], image_labels: Mapping[str, str],
+                           keepalive: Sequence[str],
                            cap_drop: Sequence[str],
                            binds: Sequence[BindMount] = ()) -> ContainerSpec:
     """The create step's container: writable root (its result is committed), root user for
@@ -147,7 +151,7 @@ def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
         command=None,
         entrypoint=tuple(keepalive),
         env={},
-        labels=dict(labels),
+        labels=own_labels(image_labels, labels),
         memory_bytes=limits.memory_bytes,
         memory_swap_bytes=limits.memory_bytes,
         pids_limit=limits.pids,
@@ -193,7 +197,8 @@ def hardening_violations(spec: ContainerSpec, limits: Limits, *,
     home = spec.env.get("HOME", "")
     home_tmpfs = spec.tmpfs.get(home, "")
     # A named sandbox keeps HOME in a volume of its own (it persists across stop/start).
-    home_kept = NAME_LABEL in spec.labels and any(b.target == home for b in spec.binds)
+    home_kept = value(spec.labels, NAME_LABEL) is not None and any(b.target == home
+                                                                   for b in spec.binds)
     if not home_kept and (f"size={limits.home_bytes}" not in home_tmpfs
                           or "nosuid" not in home_tmpfs):
         problems.append("HOME is not a size-capped nosuid tmpfs")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import owned
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
@@ -161,9 +162,14 @@ def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
     with progress(f"building {kit.reference}") as on_line:
         from sbx.domain.kits.local import RECIPE_NAME, build_context
 
-        image = driver.build(build_context(kit), RECIPE_NAME, tag,
-                             {KIT_LABEL: kit.stem, HASH_LABEL: digest,
-                              label_keys.VERSION: _version()}, on_line, args)
+        labels = {KIT_LABEL: kit.stem, HASH_LABEL: digest, label_keys.VERSION: _version()}
+        context = build_context(kit)
+        image = driver.build(context, RECIPE_NAME, tag, labels, on_line, args)
+        own = label_keys.own_labels(image.labels, labels)
+        if any(image.labels.get(key) for key in own.keys() - labels.keys()):
+            # The recipe (or its base image) sets dev.sbx.* labels: only sbx's may stand, so
+            # the image is labelled again (every step comes from the build cache).
+            image = driver.build(context, RECIPE_NAME, tag, own, on_line, args)
     return KitImage(image, tag, built=True)
 
 
@@ -263,8 +269,10 @@ def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int
 
 def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
+    cached = owned.read_cache(cache)  # this user's own entry only
+    if cached is None:
+        return None
     try:
-        cached = json.loads(cache.read_text(encoding="utf-8"))
         return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
                 {k: int(v) for k, v in cached["group"].items()})
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
@@ -290,8 +298,7 @@ def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
         fields = line.split(":")
         if len(fields) >= 3 and fields[2].isdigit():
             groups.setdefault(fields[0], int(fields[2]))
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cache.write_text(json.dumps({"passwd": passwd, "group": groups}), encoding="utf-8")
+    owned.write_cache(cache, {"passwd": passwd, "group": groups})
     return passwd, groups
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from sbx.base import labels as label_keys
+from sbx.seams import owned
 from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.locks import name_lock
 
@@ -77,21 +78,13 @@ def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], ca
                     helper_labels: Mapping[str, str]) -> dict[str, int | None]:
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
     known: dict[str, int | None] = {}
-    try:
-        loaded = json.loads(cache.read_text(encoding="utf-8"))
-        if isinstance(loaded, dict):
-            known = {str(k): (int(v) if isinstance(v, int) else None)
-                     for k, v in loaded.items()}
-    except (OSError, ValueError, RecursionError):  # a damaged cache entry is a miss
-        known = {}
+    loaded = owned.read_cache(cache)  # this user's own entry only; a damaged one is a miss
+    if isinstance(loaded, dict):
+        known = {str(k): (int(v) if isinstance(v, int) else None) for k, v in loaded.items()}
     missing = [p for p in paths if p not in known]
     if missing:
         known.update(driver.image_path_modes(image.id, missing, helper_labels))
-        try:
-            cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            cache.write_text(json.dumps(known), encoding="utf-8")
-        except OSError:
-            pass  # a cache that cannot be written only costs the probe next time
+        owned.write_cache(cache, known)  # best effort: a miss costs the probe next time
     return {p: known.get(p) for p in paths}
 
 

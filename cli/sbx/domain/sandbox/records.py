@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import owned
 
 SANDBOXES_DIR: Final = "sandboxes"
 RECORD_FILE: Final = "sandbox.json"
@@ -91,25 +92,20 @@ class SandboxStore:
     def load(self, name: str) -> SandboxRecord | None:
         path = self.directory(name) / RECORD_FILE
         try:
-            with path.open("rb") as handle:
-                raw = handle.read(MAX_RECORD_BYTES + 1)
-        except FileNotFoundError:
-            return None
+            raw = owned.read_prefix(path, MAX_RECORD_BYTES + 1)  # this user's own record only
         except OSError as exc:
             raise SbxError(Reason.STATE_UNWRITABLE,
                            f"the record {path} cannot be read ({exc.strerror})") from exc
+        if raw is None:
+            return None
         return SandboxRecord.from_json(raw.decode("utf-8", "replace"), path)
 
     def save(self, record: SandboxRecord) -> None:
         directory = self.directory(record.name)
         path = directory / RECORD_FILE
-        tmp = directory / f".{RECORD_FILE}.tmp"
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(record.as_json())
-            os.replace(tmp, path)
+            owned.ensure_directory(directory)
+            owned.write_file(path, record.as_json().encode("utf-8"))
         except OSError as exc:
             raise SbxError(Reason.STATE_UNWRITABLE,
                            f"the record {path} cannot be written ({exc.strerror})") from exc
@@ -147,9 +143,8 @@ class SandboxStore:
         """Take the name's lock (blocking); the descriptor releases it when closed."""
         check_name(name)
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.root / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                         0o600)
+            owned.ensure_directory(self.root)
+            fd = owned.open_lock(self.root / f".{name}.lock")
         except OSError as exc:
             raise SbxError(Reason.STATE_UNWRITABLE,
                            f"cannot lock the sandbox name {name} ({exc.strerror})") from exc

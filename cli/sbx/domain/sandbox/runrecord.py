@@ -14,16 +14,20 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from sbx.seams import state
+from sbx.base.errors import SbxError
+from sbx.seams import owned, state
 
 RUNS_DIR: Final = "runs"
 RUN_RECORD: Final = "run.json"
 OWNER_LOCK: Final = "owner.lock"
 LOGINS_DIR: Final = "oauth"  # OAuth logins made inside the sandbox, its own (0600)
+MAX_RECORD_BYTES: Final = 1024 * 1024
+RUN_ID: Final = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -66,12 +70,14 @@ def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> 
     would need the record is created."""
     path = run_dir(state_home, record.run_id)
     with state.writing(path, "write the run record in", home=state_home):
-        path.mkdir(parents=True, mode=0o700)
+        owned.ensure_directory(path.parent)
+        path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
         lock_fd: int | None = None
         if owner_lock:
-            lock_fd = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            lock_fd = owned.open_lock(path / OWNER_LOCK)
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        (path / RUN_RECORD).write_text(json.dumps(record.as_dict()), encoding="utf-8")
+        owned.write_file(path / RUN_RECORD, json.dumps(record.as_dict()).encode("utf-8"),
+                         durable=False)
     return path, lock_fd
 
 
@@ -79,20 +85,31 @@ def update(path: Path, **changes: Any) -> None:
     """Set fields of the record in ``path`` (a run directory), e.g. ``container_id=...``."""
     record = path / RUN_RECORD
     with state.writing(record, "update the run record", home=path.parent.parent):
-        data = json.loads(record.read_text(encoding="utf-8"))
+        raw = owned.read_bytes(record, max_bytes=MAX_RECORD_BYTES)
+        if raw is None:
+            raise FileNotFoundError(2, "No such file or directory", str(record))
+        data = json.loads(raw)
         data.update({k: v for k, v in changes.items() if v is not None})
-        record.write_text(json.dumps(data), encoding="utf-8")
+        owned.write_file(record, json.dumps(data).encode("utf-8"), durable=False)
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """The record in the run directory ``path``; None when it is missing, damaged or not this
+    user's own file (sbx.seams.owned): never trusted, never raises."""
+    try:
+        raw = owned.read_bytes(path / RUN_RECORD, max_bytes=MAX_RECORD_BYTES)
+        data = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError, RecursionError, SbxError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def container_id(path: Path) -> str | None:
     """The container recorded in the run directory ``path``, if any (never raises)."""
-    try:
-        data = json.loads((path / RUN_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    cid = data.get("container_id") if isinstance(data, dict) else None
+    data = read(path)
+    cid = data.get("container_id") if data is not None else None
     return cid if isinstance(cid, str) and cid else None
 
 
-__all__ = ["LOGINS_DIR", "OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "container_id",
-           "create", "login_dir", "run_dir", "update"]
+__all__ = ["LOGINS_DIR", "MAX_RECORD_BYTES", "OWNER_LOCK", "RUNS_DIR", "RUN_ID", "RUN_RECORD",
+           "RunRecord", "container_id", "create", "login_dir", "read", "run_dir", "update"]
