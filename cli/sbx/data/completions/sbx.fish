@@ -192,6 +192,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Resp
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d 'OAuth token answer could not be rewritten'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host command timed out'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
