@@ -73,6 +73,7 @@ from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd
+from sbx.seams.session.sanitize import for_terminal
 from sbx.seams.session.terminal import raw_mode, terminal_environment, window_size
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
 from sbx.usecases.context import AppContext
@@ -128,6 +129,9 @@ class RunRequest:
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
     accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate)
+    # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
+    # reaches the user's terminal, those acting outside the screen included
+    terminal_passthrough: bool = False
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -163,6 +167,7 @@ class RunPlan:
     mode: SessionMode = field(default_factory=lambda: SessionMode(False, False, False))
     home: str = FALLBACK_HOME
     detach_keys: str = DEFAULT_DETACH_KEYS
+    terminal_passthrough: bool = False  # sbx.seams.session.sanitize
     host_mounts: HostMounts = field(default_factory=HostMounts)
     # What each writable host directory held before the run (workspace_trust.protect)
     workspace_baselines: tuple[Baseline, ...] = ()
@@ -464,6 +469,7 @@ def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe:
                    container_env={}, run_image_tag=None,
                    warnings=(*recipe.user_warnings, *host_mounts.notes, *recipe.notes),
                    mode=session_mode, home=recipe.home, detach_keys=recipe.detach_keys,
+                   terminal_passthrough=recipe.terminal_passthrough,
                    host_mounts=host_mounts,
                    workspace_baselines=tuple(host_mounts.baselines),
                    explain_command=recipe.explain_command, facts=recipe.facts)
@@ -648,6 +654,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
                    detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
+                   terminal_passthrough=(request.terminal_passthrough
+                                         or config.sandbox.terminal_passthrough.value),
                    workspace_baselines=tuple(host_mounts.baselines), name=named,
                    explain_command=_explain_command(planned),
                    facts=_facts(kit_set, capabilities, egress))
@@ -717,6 +725,7 @@ def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan:
         workspace_target=plan.workspace_target, command=command, entrypoint=entrypoint,
         exports=dict(planned.exports), home=plan.home, tmpfs=dict(capabilities.tmpfs),
         privileged=capabilities.privileged, detach_keys=plan.detach_keys,
+        terminal_passthrough=plan.terminal_passthrough,
         explain_command=plan.explain_command, notes=tuple(capabilities.notes),
         blocked=tuple(config.mounts.blocked.value),
         allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts,
@@ -892,6 +901,10 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
              on_notice: Callable[[str], None]) -> RunResult:
     driver = ctx.driver
     capture = _Capture() if request.capture_output else None
+    # What reaches a terminal loses the sequences that act outside the screen (the install
+    # hooks' output too); captured or piped output stays byte for byte.
+    on_output, end_output = for_terminal(on_output, request.host, ctx.env,
+                                         passthrough=plan.terminal_passthrough)
     sink: OutputSink = capture if capture is not None else on_output
     run_dir = _write_run_dir(ctx, plan)
     if plan.workspace_baselines:  # for the check after a named sandbox's sessions, or gc's
@@ -945,6 +958,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
                            hint=error.hint, details=error.details) from error
         raise
     finally:
+        with contextlib.suppress(OSError):  # a closed reader must not stop the cleanup
+            end_output()
         # A signal here (a closing terminal sends SIGHUP twice) must not stop the removal
         # halfway: it is held back and raised once everything is gone.
         with deferred_interrupts():

@@ -31,7 +31,7 @@ __sbx_node() {
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --accept --trust-workspace --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --accept --trust-workspace --terminal-passthrough --json -h --help'
             __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name'
             __sbx_nargs=2
             ;;
@@ -62,16 +62,16 @@ __sbx_node() {
             __sbx_options='--json -q --quiet --all -h --help'
             ;;
         'sbx attach')
-            __sbx_options='-h --help'
+            __sbx_options='--terminal-passthrough -h --help'
             __sbx_nargs=1
             ;;
         'sbx exec')
-            __sbx_options='-i --interactive -t --tty --no-tty -e --env -h --help'
+            __sbx_options='-i --interactive -t --tty --no-tty -e --env --terminal-passthrough -h --help'
             __sbx_value_options='-e --env'
             __sbx_nargs=1
             ;;
         'sbx logs')
-            __sbx_options='-f --follow -h --help'
+            __sbx_options='-f --follow --terminal-passthrough -h --help'
             __sbx_nargs=1
             ;;
         'sbx stop')

@@ -139,6 +139,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created 
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
 complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run (new hosts, cred...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
+complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -225,6 +226,7 @@ complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that a
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
 
 # sbx attach
+complete -c sbx -n '__sbx_in "sbx attach"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx attach"' -s h -l help -d 'Show this message and exit'
 
 # sbx exec
@@ -232,10 +234,12 @@ complete -c sbx -n '__sbx_in "sbx exec"' -s i -l interactive -d 'Forward stdin t
 complete -c sbx -n '__sbx_in "sbx exec"' -s t -l tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -l no-tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -s e -l env -x -d 'Set a variable for the command (repeatable)'
+complete -c sbx -n '__sbx_in "sbx exec"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx exec"' -s h -l help -d 'Show this message and exit'
 
 # sbx logs
 complete -c sbx -n '__sbx_in "sbx logs"' -s f -l follow -d 'Keep following'
+complete -c sbx -n '__sbx_in "sbx logs"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx logs"' -s h -l help -d 'Show this message and exit'
 
 # sbx stop
