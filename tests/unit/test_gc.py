@@ -178,6 +178,10 @@ class Harness:
     def home(self) -> str:
         return home_hash(self.state)
 
+    def marked(self, image: CachedImage) -> CachedImage:
+        """``image`` with this home's mark (it built or used it)."""
+        return dataclasses.replace(image, tags=(*image.tags, use_tag(self.home, image.id)))
+
     def ctx(self, *, as_json: bool = False, verbose: int = 0) -> AppContext:
         renderer = Renderer(self.out, self.err, as_json=as_json, env=self.env, width=88)
         engine = self.engine
@@ -1201,12 +1205,24 @@ def judge(image: CachedImage, home: str = "a" * 64, users: int = 0) -> tuple[str
     return decision.why, decision.untag
 
 
-def test_a_cached_image_nobody_marks_goes_with_its_cache_tags_only_when_idle() -> None:
-    image = cached(["sbx-kit/k:1", "sbx-prep/p:1"])
-    assert judge(image) == ("unused", ("sbx-kit/k:1", "sbx-prep/p:1"))
-    assert judge(cached(["sbx-kit/k:1"], idle=60))[0] == "recently_used"
-    assert judge(cached(["sbx-kit/k:1"], idle=None)) == ("last_use_unknown", ())
+def test_a_cached_image_this_home_marks_goes_with_its_cache_tags_only_when_idle() -> None:
+    plain = cached(["sbx-kit/k:1", "sbx-prep/p:1"])
+    mine = use_tag("a" * 64, plain.id)
+    image = dataclasses.replace(plain, tags=(*plain.tags, mine))
+    # The cache tags first, the mark last (kept if the engine keeps the image).
+    assert judge(image) == ("unused", ("sbx-kit/k:1", "sbx-prep/p:1", mine))
+    assert judge(dataclasses.replace(image, last_tagged=NOW - 60))[0] == "recently_used"
+    assert judge(dataclasses.replace(image, last_tagged=None)) == ("last_use_unknown", ())
     assert judge(image, users=1) == ("in_use", ())
+
+
+def test_an_image_this_home_neither_built_nor_marks_is_never_removed() -> None:
+    """Another home built it and no home marks it (any more): not this home's to take."""
+    assert judge(cached(["sbx-kit/k:1", "sbx-prep/p:1"])) == ("not_this_home", ())
+    image = cached(["sbx-kit/k:1"])
+    theirs = use_tag("b" * 64, image.id)
+    assert judge(dataclasses.replace(image, tags=(*image.tags, theirs))) == (
+        "not_this_home", ())
 
 
 def test_only_this_homes_mark_goes_while_another_home_marks_the_image() -> None:
@@ -1214,18 +1230,15 @@ def test_only_this_homes_mark_goes_while_another_home_marks_the_image() -> None:
     mine, theirs = use_tag("a" * 64, image.id), use_tag("b" * 64, image.id)
     shared_image = dataclasses.replace(image, tags=(*image.tags, mine, theirs))
     assert judge(shared_image) == ("used_by_another_home", (mine,))
-    # Not marked by this home: nothing of this home's to remove.
-    assert judge(dataclasses.replace(image, tags=(*image.tags, theirs))) == (
-        "used_by_another_home", ())
-    # Marked by this home alone: the mark and the cache tags go together.
+    # Marked by this home alone: the cache tags and then the mark go.
     assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == (
-        "unused", (mine, "sbx-kit/k:1"))
+        "unused", ("sbx-kit/k:1", mine))
 
 
 def test_a_tag_sbx_did_not_make_keeps_the_image() -> None:
     image = cached(["sbx-kit/k:1", "myteam/agent:latest"])
     mine = use_tag("a" * 64, image.id)
-    assert judge(image) == ("foreign_tag", ())
+    assert judge(image) == ("not_this_home", ())
     assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == ("foreign_tag", (mine,))
 
 
@@ -1253,11 +1266,12 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     h = Harness(tmp_path)
     h.config.write_text("[gc]\nimage_idle_seconds = 600\n", encoding="utf-8")
     h.run_dir()  # the home ran a sandbox once
-    idle = cached(["sbx-kit/old:1"])
-    recent = cached(["sbx-kit/new:1"], idle=30)
-    used = cached(["sbx-prep/p:1"])
-    refused = cached(["sbx-kit/held:1"])
-    h.engine.cached = [idle, recent, used, refused]
+    idle, recent, used, refused = (
+        h.marked(cached(tags, idle=after))
+        for tags, after in ((["sbx-kit/old:1"], 7200), (["sbx-kit/new:1"], 30),
+                            (["sbx-prep/p:1"], 7200), (["sbx-kit/held:1"], 7200)))
+    foreign = cached(["sbx-kit/other:1"])  # built by another home, marked by none
+    h.engine.cached = [idle, recent, used, refused, foreign]
     h.engine.users = {used.id: ["c" * 64]}
     h.engine.untag_refused = {"sbx-kit/held:1"}
     dry = h.collect(dry_run=True)
@@ -1266,5 +1280,10 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     result = h.collect()
     assert {i.id for i in result.removed if i.kind == "cached_image"} == {idle.id}
     kept = {i.id: i.why for i in result.kept if i.kind == "cached_image"}
-    assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use"}
-    assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id]
+    assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use",
+                    foreign.id: "not_this_home"}
+    assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id,
+                                                       foreign.id]
+    # The image the engine kept is still this home's: its mark stayed, a later gc retries.
+    held = next(image for image in h.engine.cached if image.id == refused.id)
+    assert use_tag(h.home, refused.id) in held.tags

@@ -607,7 +607,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
     limits = capabilities.limits
     image = prepare_mountpoints(driver, image, home=home,
                                 cache_dir=ctx.state_home / "cache" / "mountpoints",
-                                helper_labels=labels, lock_dir=ctx.state_home / "locks")
+                                helper_labels=labels, lock_dir=ctx.state_home / "locks",
+                                home_hash=ctx.home_hash)
     # the last use, for gc (sbx.domain.sandbox.imagecache)
     record_use(driver, ctx.home_hash, [image])
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
