@@ -1287,3 +1287,91 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     # The image the engine kept is still this home's: its mark stayed, a later gc retries.
     held = next(image for image in h.engine.cached if image.id == refused.id)
     assert use_tag(h.home, refused.id) in held.tags
+
+
+# -- a live owner: whatever the state of what its run holds, gc never touches it --------------
+
+
+def _hold_owner(path: Path) -> int:
+    """Take ``path``'s owner lock as a live run does; the caller closes the descriptor."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_an_exited_container_of_a_live_run_is_never_removed(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_020, deadline=int(NOW) - 100_000)  # its pid looks gone
+    gone = container("exited", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    net = shared("network", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    vol = shared("volume", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    h.engine.containers, h.engine.networks, h.engine.volumes = [gone], [net], [vol]
+    h.firewall.rules = [rule(rid)]
+    fd = _hold_owner(path)
+    try:
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert result.removed == [] and result.failed == []
+    assert {(i.kind, i.why) for i in result.kept if i.run_id == rid} == {
+        ("container", "live"), ("network", "live"), ("volume", "live"),
+        ("firewall_rule", "live"), ("run_dir", "in_use")}
+    assert h.engine.containers == [gone] and path.exists() and h.firewall.removed() == []
+    # Once its owner is gone, the same pass removes it all.
+    result = h.collect(grace=0)
+    assert {i.kind for i in result.removed} >= {"container", "network", "volume",
+                                                "firewall_rule", "run_dir"}
+
+
+def test_a_claimed_run_without_its_record_yet_is_live(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.state / "runs" / rid
+    fd = _hold_owner(path)  # what `sbx run` holds while it plans (no run.json yet)
+    stamp = NOW - 10_000
+    os.utime(path, (stamp, stamp))
+    probe = container("created", home=h.home, run=rid, deadline=str(int(NOW) - 10))
+    h.engine.containers = [probe]
+    try:
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert result.removed == [] and path.exists() and h.engine.containers == [probe]
+    assert {(i.kind, i.why) for i in result.kept} == {("container", "live"),
+                                                      ("run_dir", "in_use")}
+    h.engine.containers = []
+    fd = _hold_owner(path)
+    try:  # nothing of it is left, and still its directory is its owner's
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert path.exists() and {(i.kind, i.why) for i in result.kept} == {("run_dir", "live")}
+
+
+def test_a_run_that_starts_after_gc_read_the_runs_is_seen_at_removal(h: Harness) -> None:
+    """The race: gc reads the run directories, then a run starts (its lock first, then its
+    container, which exits at once), then gc lists and removes. The lock is looked at again
+    right before the removal."""
+    ran(h)
+    rid = run_id()
+    late = container("exited", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    held: list[int] = []
+    listing = h.engine.list_labelled
+
+    def list_after_the_run_started(labels: Any) -> Any:
+        if not held:
+            held.append(_hold_owner(h.state / "runs" / rid))
+            h.engine.containers.append(late)
+        return listing(labels)
+
+    h.engine.list_labelled = list_after_the_run_started  # type: ignore[method-assign]
+    try:
+        result = h.collect(grace=0)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert late in h.engine.containers
+    assert ("container", late["Id"], "live") in {(i.kind, i.id, i.why) for i in result.kept}
+    assert "remove_container" not in h.engine.names()

@@ -560,9 +560,37 @@ class DockerDriver:
                 return True
             except docker.errors.APIError as exc:
                 if exc.status_code == 409 and "already in progress" in str(exc):
-                    return True
+                    return self._gone(container_id)
                 raise
         return True
+
+    def _gone(self, container_id: str) -> bool:
+        """Another removal is under way: confirmed, not assumed (a dead container left by a
+        removal the engine gave up on is removed again)."""
+        import time
+
+        import docker
+
+        seconds = quick(self._env).idle_s
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
+                try:
+                    attrs = self._api.inspect_container(container_id)
+                except docker.errors.NotFound:
+                    return True
+                if (attrs.get("State") or {}).get("Status") == "dead":
+                    try:
+                        self._api.remove_container(container_id, force=True, v=True)
+                        return True
+                    except docker.errors.NotFound:
+                        return True
+                    except docker.errors.APIError:
+                        pass
+            time.sleep(0.1)
+        raise SbxError(Reason.CLEANUP_FAILED,
+                       f"removing the sandbox: the engine was still removing it after "
+                       f"{seconds:g}s")
 
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
         """Containers, networks and volumes carrying every given label (all states)."""

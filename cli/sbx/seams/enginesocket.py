@@ -295,8 +295,32 @@ class EngineSocket:
             return True
         decoded = _maybe_json(data)
         if status == 409 and "already in progress" in _message(decoded, data):
-            return True
+            return self._gone(container_id, action)
         raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
+
+    def _gone(self, container_id: str, action: str) -> bool:
+        """Another removal is under way (gc, the engine's own): confirmed, not assumed; a
+        removal the engine gave up on leaves a dead container, removed here again."""
+        import time
+
+        deadline = time.monotonic() + timeout_s(self._env)
+        while time.monotonic() < deadline:
+            status, data, _response = self._call(
+                "GET", f"/containers/{container_id}/json", action=action,
+                reason=Reason.CLEANUP_FAILED)
+            if status == 404:
+                return True
+            state = _maybe_json(data)
+            if isinstance(state, dict) and (state.get("State") or {}).get("Status") == "dead":
+                retried, _data, _response = self._call(
+                    "DELETE", f"/containers/{container_id}", action=action,
+                    reason=Reason.CLEANUP_FAILED, params={"force": 1, "v": 1})
+                if retried in (204, 404):
+                    return True
+            time.sleep(0.1)
+        raise SbxError(Reason.CLEANUP_FAILED,
+                       f"{action}: the engine was still removing it after "
+                       f"{timeout_s(self._env):g}s")
 
     # -- probes: a container of an image, never started (a new image's users and mount points)
 

@@ -280,12 +280,17 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
     named sandbox)."""
     run_id = new_run_id()
+    _claim(ctx, run_id)
     try:
         plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                        on_notice=on_notice)
     except SbxError as error:
+        _unclaim(ctx, run_id)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
+        raise
+    except BaseException:
+        _unclaim(ctx, run_id)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -301,14 +306,19 @@ def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_outpu
     its image, the workspace changed owner, or a kit's approval no longer covers it, the full
     plan is made instead."""
     run_id = new_run_id()
+    _claim(ctx, run_id)
     try:
         plan = prepare_cached(ctx, request, run_id, recipe)
         if plan is None:
             plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                            on_notice=on_notice)
     except SbxError as error:
+        _unclaim(ctx, run_id)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
+        raise
+    except BaseException:
+        _unclaim(ctx, run_id)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -907,11 +917,7 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
     on_output, end_output = for_terminal(on_output, request.host, ctx.env,
                                          passthrough=plan.terminal_passthrough)
     sink: OutputSink = capture if capture is not None else on_output
-    run_dir = _write_run_dir(ctx, plan)
-    if plan.workspace_baselines:  # for the check after a named sandbox's sessions, or gc's
-        from sbx.usecases import workspace_check
-
-        workspace_check.save(run_dir, plan.workspace_baselines)
+    run_dir = _open_run_dir(ctx, plan)
     created = _Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
@@ -1458,49 +1464,59 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     stop first (nothing may leave or enter while the rest goes), then the container (it holds
     the image, the volumes and the network), the image, the volumes, the network; the bridge's
     firewall rules go last, so they outlive every object they protect
-    (tests/unit/test_run_cleanup.py checks this order on a failure at every step)."""
-    if created.stream is not None:
-        created.stream.close()
-    if created.forwarder is not None:
-        created.forwarder.stop()
-    if created.kept:
-        plan.host_mounts.close()
-        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
-        return []
-    if created.proxy is not None:
-        created.proxy.stop()
-    steps: list[tuple[str, Callable[[], bool]]] = []
-    if created.container is not None:
-        container = created.container
-        steps.append(("container_remove_failed", lambda: driver.remove_container(container)))
-    if created.image is not None:
-        image = created.image
-        steps.append(("image_remove_failed", lambda: driver.remove_image(image)))
-    steps.extend(("volume_remove_failed", functools.partial(driver.remove_volume, name))
-                 for name in created.volumes)
-    if created.network is not None:
-        steps.append(("network_remove_failed",
-                      functools.partial(driver.remove_network, created.network)))
+    (tests/unit/test_run_cleanup.py checks this order on a failure at every step). A step
+    that fails, in any way, never stops the ones after it: its failure is returned."""
     errors: list[str] = []
     failed: dict[str, int] = {}
-    for reason, remove in steps:
+
+    def step(reason: str, undo: Callable[[], object]) -> bool:
         try:
-            remove()
-        except SbxError as error:
-            errors.append(str(error))
+            undo()
+        except Exception as error:  # every failure is reported, and none stops the rest
+            text = str(error) if isinstance(error, SbxError) else \
+                f"{reason.removesuffix('_failed').replace('_', ' ')}: " \
+                f"{type(error).__name__}: {error}"
+            errors.append(text)
             failed[reason] = failed.get(reason, 0) + 1
+            return False
+        return True
+
+    if created.stream is not None:
+        step("stream_close_failed", created.stream.close)
+    if created.forwarder is not None:
+        step("forwarder_stop_failed", created.forwarder.stop)
+    if created.kept:
+        step("mount_release_failed", plan.host_mounts.close)
+        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
+        return errors
+    if created.proxy is not None:
+        step("proxy_stop_failed", created.proxy.stop)
+    if created.container is not None:
+        container = created.container
+        step("container_remove_failed", lambda: driver.remove_container(container))
+    if created.image is not None:
+        image = created.image
+        step("image_remove_failed", lambda: driver.remove_image(image))
+    for name in created.volumes:
+        step("volume_remove_failed", functools.partial(driver.remove_volume, name))
+    if created.network is not None:
+        step("network_remove_failed", functools.partial(driver.remove_network, created.network))
     if not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
     if created.staging is not None:
-        staging_errors = created.staging.release()
-        errors.extend(staging_errors)
-        if staging_errors:
+        staging = created.staging
+        staging_errors: list[str] = []
+        if step("staging_release_failed", lambda: staging_errors.extend(staging.release())) \
+                and staging_errors:
+            errors.extend(staging_errors)
             failed["staging_release_failed"] = len(staging_errors)
-    plan.host_mounts.close()
+    step("mount_release_failed", plan.host_mounts.close)
     if created.guard is not None:
-        rule_errors = created.guard.remove()
-        errors.extend(rule_errors)
-        if rule_errors:
+        guard = created.guard
+        rule_errors: list[str] = []
+        if step("firewall_rule_remove_failed", lambda: rule_errors.extend(guard.remove())) \
+                and rule_errors:
+            errors.extend(rule_errors)
             failed["firewall_rule_remove_failed"] = len(rule_errors)
     for reason, count in failed.items():
         _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
@@ -1519,12 +1535,41 @@ def _release_owner(run_id: str) -> None:
             os.close(fd)
 
 
+def _open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
+    """The run's record in the run directory it claimed, with the workspace baselines (for the
+    check after a named sandbox's sessions, or gc's); a failure gives the claim back."""
+    try:
+        run_dir = _write_run_dir(ctx, plan)
+        if plan.workspace_baselines:
+            from sbx.usecases import workspace_check
+
+            workspace_check.save(run_dir, plan.workspace_baselines)
+    except BaseException:
+        _unclaim(ctx, plan.run_id)
+        raise
+    return run_dir
+
+
+def _claim(ctx: AppContext, run_id: str) -> None:
+    """The run's owner lock, taken before its plan creates anything (probe containers,
+    images): ``sbx gc`` never touches what a live owner holds."""
+    _path, lock_fd = runrecord.claim(ctx.state_home, run_id)
+    _OWNER_LOCKS[run_id] = lock_fd
+
+
+def _unclaim(ctx: AppContext, run_id: str) -> None:
+    """A run refused before it started: its (empty) run directory goes with its lock."""
+    shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
+    _release_owner(run_id)
+
+
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
+    claimed = plan.run_id in _OWNER_LOCKS
     path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
         run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload,
         kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
-        volumes=plan.volume_names, name=plan.name), owner_lock=True)
+        volumes=plan.volume_names, name=plan.name), owner_lock=True, claimed=claimed)
     if lock_fd is not None:
         _OWNER_LOCKS[plan.run_id] = lock_fd
     return path

@@ -57,20 +57,35 @@ def login_dir(state_home: Path, run_id: str) -> Path:
     return run_dir(state_home, run_id) / LOGINS_DIR
 
 
-def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> tuple[Path,
-                                                                                     int | None]:
-    """Make ``runs/<id>/`` and write its record; with ``owner_lock``, also take the owner lock
-    and return its descriptor (the caller keeps it open for as long as the run lives).
+def claim(state_home: Path, run_id: str) -> tuple[Path, int]:
+    """Make ``runs/<id>/`` and take its owner lock, before the run creates anything (gc never
+    touches what a live owner holds); the descriptor stays open for as long as the run lives.
+    :func:`create` then writes the record into it."""
+    path = run_dir(state_home, run_id)
+    with state.writing(path, "write the run record in", home=state_home):
+        path.mkdir(parents=True, mode=0o700)
+        lock_fd = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    return path, lock_fd
+
+
+def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False,
+           claimed: bool = False) -> tuple[Path, int | None]:
+    """Make ``runs/<id>/`` (already made by :func:`claim` when ``claimed``) and write its
+    record; with ``owner_lock``, also take the owner lock and return its descriptor (the
+    caller keeps it open for as long as the run lives).
 
     A full or read-only state home refuses here (``state_unwritable``), before anything that
     would need the record is created."""
     path = run_dir(state_home, record.run_id)
     with state.writing(path, "write the run record in", home=state_home):
-        path.mkdir(parents=True, mode=0o700)
         lock_fd: int | None = None
-        if owner_lock:
-            lock_fd = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        if not claimed:
+            path.mkdir(parents=True, mode=0o700)
+            if owner_lock:
+                lock_fd = os.open(path / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                  0o600)
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
         (path / RUN_RECORD).write_text(json.dumps(record.as_dict()), encoding="utf-8")
     return path, lock_fd
 
@@ -94,5 +109,5 @@ def container_id(path: Path) -> str | None:
     return cid if isinstance(cid, str) and cid else None
 
 
-__all__ = ["LOGINS_DIR", "OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "container_id",
-           "create", "login_dir", "run_dir", "update"]
+__all__ = ["LOGINS_DIR", "OWNER_LOCK", "RUNS_DIR", "RUN_RECORD", "RunRecord", "claim",
+           "container_id", "create", "login_dir", "run_dir", "update"]
