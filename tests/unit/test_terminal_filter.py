@@ -202,3 +202,23 @@ def test_a_control_sequence_with_a_stray_byte_inside_never_completes() -> None:
     # A control character inside is the terminal's to execute; the sequence stands.
     assert _filtered(b"\x1b[1;\n31m") == b"\x1b[1;\n31m"
     assert _filtered(b"\x1b[8;\n1;1t") == b""
+
+
+def test_sbx_own_messages_show_control_characters_as_escapes() -> None:
+    """A build's or a hook's words in sbx's messages (a failure's log tail, -v, a progress
+    line) cannot act on the terminal either."""
+    import io
+
+    from sbx.base.errors import SbxError
+    from sbx.base.reasons import Reason
+    from sbx.base.render import Renderer
+
+    err = io.StringIO()
+    renderer = Renderer(io.StringIO(), err, as_json=False, env={"NO_COLOR": "1"})
+    renderer.error(SbxError(Reason.BUILD_FAILED, "building k failed: \x1b]52;c;" + B64.decode()
+                            + "\x07", details={"log_tail": ["step \x1b]0;owned\x07 done"]}),
+                   "run")
+    renderer.trace("line \x9d2;x\x9c and\ttab")
+    text = err.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\x9d" not in text
+    assert "\\x1b]52;c;" in text and "\\x1b]0;owned\\x07" in text and "and\ttab" in text

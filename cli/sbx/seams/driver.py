@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import math
 import socket
 import struct
 import subprocess
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
-    API_TIMEOUT_S,
     MAX_IMAGE_FILE_BYTES,
     CachedImage,
     EngineInfo,
@@ -54,6 +54,7 @@ from sbx.seams.enginebounds import (
     json_lines,
     quick,
     stream,
+    timeout_s,
     transfer,
     waiting,
 )
@@ -111,7 +112,7 @@ class DockerDriver:
                 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
                 client = docker.DockerClient.from_env(
-                    environment=dict(self._env), timeout=API_TIMEOUT_S,
+                    environment=dict(self._env), timeout=math.ceil(timeout_s(self._env)),
                     version=MINIMUM_DOCKER_API_VERSION)
                 api: Any = client.api
                 _bound_transport(api)
