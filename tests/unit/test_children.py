@@ -170,3 +170,16 @@ def test_a_credential_helper_still_answers(tmp_path: Path,
     assert found is not None
     assert (found.username, found.password) == ("me", "pw-registry.example:5000")
     assert _gone_within(_pids(pids)) == []
+
+
+def test_a_child_of_sbx_that_exited_before_is_left_to_its_owner() -> None:
+    """Adopting what a command left must never reap one of sbx's own children (an exited
+    proxy not waited for yet): its owner still reads its real status."""
+    import subprocess
+
+    own = subprocess.Popen(["/bin/sh", "-c", "exit 7"])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(own.pid):
+        time.sleep(0.02)
+    children.run(["/bin/sh", "-c", "sleep 300 & echo x"], timeout=10, env=PATH)
+    assert own.wait(timeout=5) == 7

@@ -103,7 +103,8 @@ class _Adoption:
         self.previous = _subreaper(None)
         if self.previous is not None and not self.previous:
             _subreaper(1)
-        self.before = {pid for pid, _sid in _processes(parent=os.getpid())}
+        # Zombies too: a child of sbx's own that exited (not reaped yet) is never taken.
+        self.before = {pid for pid, _sid in _processes(parent=os.getpid(), zombies=True)}
         return self
 
     def __exit__(self, *_exc: object) -> None:

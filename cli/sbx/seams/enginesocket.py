@@ -1,7 +1,9 @@
 """The engine's unix socket, spoken directly: a small HTTP/1.1 client for the calls a run and a
 pull make (create, attach, start, wait, remove, info, inspect, tag, pull), so those paths need
 neither the docker SDK nor requests. :class:`sbx.seams.driver.DockerDriver` hands them over when
-the engine is local; everything else stays on the SDK.
+the engine is local; everything else stays on the SDK. Every answer is read within the bounds
+of :mod:`sbx.seams.enginebounds` (a total time and a size; a pull by its silence and message
+length), and an attach stream is released from them once its head is read.
 """
 
 from __future__ import annotations
