@@ -1,6 +1,7 @@
-"""An engine on a unix socket that answers every request in one hostile way (or a plain one), for
-the tests of sbx's bounds on engine answers. Every connection is served by its own thread, which
-stops when sbx hangs up, after :data:`SEND_LIMIT` bytes, or after :data:`SERVE_LIMIT_S`."""
+"""An engine on a unix socket (or loopback tcp) that answers every request in one hostile way
+(or a plain one), for the tests of sbx's bounds on engine answers. Every connection is served by
+its own thread, which stops when sbx hangs up, after :data:`SEND_LIMIT` bytes, or after
+:data:`SERVE_LIMIT_S`."""
 
 from __future__ import annotations
 
@@ -84,16 +85,23 @@ class HostileEngine:
     """``with HostileEngine(path, "slow_body") as engine:`` serves until the block ends;
     ``engine.requests`` holds the request lines it saw."""
 
-    def __init__(self, path: Path, behaviour: str | Callable[[socket.socket], None]) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, behaviour: str | Callable[[socket.socket], None]
+                 ) -> None:
+        self.path = path  # None: on loopback tcp (``port`` once entered)
+        self.port = 0
         self.answer = BEHAVIOURS[behaviour] if isinstance(behaviour, str) else behaviour
         self.requests: list[str] = []
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server = socket.socket(socket.AF_UNIX if path is not None else socket.AF_INET,
+                                     socket.SOCK_STREAM)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def __enter__(self) -> HostileEngine:
-        self._server.bind(str(self.path))
+        if self.path is not None:
+            self._server.bind(str(self.path))
+        else:
+            self._server.bind(("127.0.0.1", 0))
+            self.port = self._server.getsockname()[1]
         self._server.listen(16)
         self._server.settimeout(0.2)
         accepter = threading.Thread(target=self._accept, daemon=True)

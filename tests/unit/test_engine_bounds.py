@@ -310,3 +310,17 @@ def test_sbx_ends_with_a_reason_in_bounded_memory(engine_path: Path, tmp_path: P
     assert b"sbx stopped reading" in stderr
     growth_mib = (peak - baseline) / 1024
     assert growth_mib < 100, f"{behaviour}: {growth_mib:.0f} MiB more than a plain engine's"
+
+
+@pytest.mark.parametrize("behaviour", ["slow_body", "huge_body", "endless_chunk", "slowloris",
+                                       "endless_headers"])
+def test_a_hostile_engine_over_tcp_is_bounded_too(behaviour: str) -> None:
+    with HostileEngine(None, behaviour) as engine:
+        driver = DockerDriver({"DOCKER_HOST": f"tcp://127.0.0.1:{engine.port}",
+                               "SBX_ENGINE_TIMEOUT": "1"})
+        started = time.monotonic()
+        with pytest.raises(SbxError) as raised:
+            driver.info()
+        elapsed = time.monotonic() - started
+    assert raised.value.reason is Reason.DOCKER_UNREACHABLE
+    assert elapsed < 20, f"{behaviour} over tcp took {elapsed:.1f}s"

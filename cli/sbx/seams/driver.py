@@ -988,10 +988,11 @@ def _upgraded_socket(response: Any) -> socket.socket:
 
 
 def _bound_transport(api: Any) -> None:
-    """Make the SDK's connections to a unix-socket engine :class:`BoundedSocket`\\ s, so each
-    call's answer keeps to the bound :meth:`DockerDriver._engine_errors` sets (head and body,
-    chunked or not), and cap a streaming call's answer that turns out to be a plain body.
-    Engines over tcp or ssh keep the SDK's per-read timeout (the README's residual risk)."""
+    """Make the SDK's connections to a unix-socket or plain-tcp engine
+    :class:`BoundedSocket`\\ s, so each call's answer keeps to the bound
+    :meth:`DockerDriver._engine_errors` sets (head and body, chunked or not), and cap a
+    streaming call's answer that turns out to be a plain body. Engines over TLS or ssh keep the
+    SDK's per-read timeout (the README's residual risk)."""
     from docker.transport.unixconn import (
         UnixHTTPAdapter,
         UnixHTTPConnection,
@@ -1002,6 +1003,9 @@ def _bound_transport(api: Any) -> None:
     # The SDK reads a progress stream chunk by chunk, each whole (a chunk may claim gigabytes)
     # and joins JSON without bound: its pull, push and build streams are read here instead.
     api._stream_helper = functools.partial(_stream_pieces, api)
+    if str(getattr(api, "base_url", "")).startswith("http://"):
+        api.mount("http://", _bounded_tcp_adapter())
+        return
     current = getattr(api, "_custom_adapter", None)
     if not isinstance(current, UnixHTTPAdapter):
         return
@@ -1046,6 +1050,32 @@ def _stream_pieces(api: Any, response: Any, decode: bool = False) -> Iterator[An
         yield from json_lines(pieces) if decode else pieces
     finally:
         response.close()  # also when the reader stops early (a bound, an error message)
+
+
+def _bounded_tcp_adapter() -> Any:
+    """requests' adapter for a plain-tcp engine, its sockets :class:`BoundedSocket`\\ s."""
+    import requests.adapters
+    import urllib3.connection
+    import urllib3.connectionpool
+
+    class _Connection(urllib3.connection.HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            plain = super()._new_conn()
+            timeout = plain.gettimeout()
+            sock = BoundedSocket(fileno=plain.detach())
+            sock.settimeout(timeout)
+            return sock
+
+    class _Pool(urllib3.connectionpool.HTTPConnectionPool):
+        ConnectionCls = _Connection
+
+    class _Adapter(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {
+                **self.poolmanager.pool_classes_by_scheme, "http": _Pool}
+
+    return _Adapter()
 
 
 def _cap_plain_body(response: Any, *_args: Any, **_kwargs: Any) -> Any:
