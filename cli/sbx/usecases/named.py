@@ -82,7 +82,8 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         on_notice(f"{name} is running; `sbx attach {name}` to use it")
         return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
     code = attach(ctx, name, request.host, on_output=on_output, on_warning=on_warning,
-                  on_notice=on_notice, interactive=request.interactive)
+                  on_notice=on_notice, interactive=request.interactive,
+                  terminal_passthrough=request.terminal_passthrough)
     return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
 
 
