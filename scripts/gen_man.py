@@ -73,6 +73,10 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("SBX_ENGINE_SOCKET", "When 0, every engine call goes through the docker SDK (by default a "
                           "local engine's socket serves a run's own calls and a pull's "
                           "directly)."),
+    ("SBX_ENGINE_TIMEOUT", "Seconds an engine answer may take in total (default 60); a pull, "
+                           "push or build is bounded by its silence instead (30 min). Past "
+                           "it, or past sbx's size bounds, sbx stops reading "
+                           "(`docker_unreachable`, or `engine_lost` during a run)."),
     ("SBX_FAST_PULL", "When 0, `sbx pull` is always read by the full command-line parser (by "
                       "default a pull with only its plain flags is read without it)."),
     ("SBX_REGISTRY_HTTP", "When `requests`, every registry request goes through requests (by "

@@ -99,8 +99,9 @@ def _command_name(args: Sequence[str]) -> str:
 
 
 
-def host_streams(stdin: IO[Any] | None, stdout: IO[Any]) -> HostStreams:
-    """What sbx's stdin and stdout are: a usable stdin descriptor (None when closed or not a
+def host_streams(stdin: IO[Any] | None, stdout: IO[Any],
+                 stderr: IO[Any] | None = None) -> HostStreams:
+    """What sbx's standard streams are: a usable stdin descriptor (None when closed or not a
     real file, as under pytest), and whether each is a terminal."""
     fd: int | None
     try:
@@ -111,7 +112,8 @@ def host_streams(stdin: IO[Any] | None, stdout: IO[Any]) -> HostStreams:
         fd = None
     out_fd = _fileno(stdout)
     return HostStreams(stdin_fd=fd, stdin_is_terminal=is_terminal(fd),
-                       stdout_is_terminal=is_terminal(out_fd), stdout_fd=out_fd)
+                       stdout_is_terminal=is_terminal(out_fd), stdout_fd=out_fd,
+                       stderr_is_terminal=is_terminal(_fileno(stderr)) if stderr else False)
 
 
 def _fileno(stream: IO[Any]) -> int | None:
@@ -134,7 +136,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
         env=environment, cwd=cwd or Path.cwd(), passthrough=tail, as_json="--json" in head,
         stdout=out, stderr=err,
         stdout_bytes=getattr(out, "buffer", None), stderr_bytes=getattr(err, "buffer", None),
-        streams=host_streams(stdin if stdin is not None else sys.stdin, out),
+        streams=host_streams(stdin if stdin is not None else sys.stdin, out, err),
         argv=tuple(head),
     )
     try:

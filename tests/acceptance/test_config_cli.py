@@ -22,7 +22,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 SETTINGS = {
     "sandbox.memory_bytes", "sandbox.pids", "sandbox.cpu_millis", "sandbox.tmp_bytes",
     "sandbox.workspace_bytes", "sandbox.home_bytes", "sandbox.timeout_ms", "sandbox.user",
-    "sandbox.root_workspace", "sandbox.detach_keys", "network.upstream_proxy",
+    "sandbox.root_workspace", "sandbox.detach_keys", "sandbox.terminal_passthrough",
+    "network.upstream_proxy",
     "network.upstream_ca_file", "network.proxy_bind_host", "mounts.allowed_roots",
     "mounts.blocked", "gc.grace_seconds", "gc.batch_size", "gc.named_ttl",
     "gc.image_idle_seconds",

@@ -176,6 +176,28 @@ def test_from_env_and_from_command_store_only_the_reference(tmp_path: Path) -> N
     _nothing_stored(tmp_path)
 
 
+def test_a_from_command_that_backgrounds_a_child_leaves_nothing_running(
+        tmp_path: Path) -> None:
+    """The child a command puts in the background is ended with it, within seconds (not at
+    the command's 30 s deadline, and not never)."""
+    import time
+
+    pids = tmp_path / "pids"
+    done = _sbx_env(_env(tmp_path), "secret", "set", "svc", "--from-command",
+                    f"sleep 300 & echo $! > {pids}; setsid sleep 301 & echo $! >> {pids}; "
+                    "sleep 0.2; echo tok-123")
+    assert done.returncode == 0, done.stderr
+    started = [int(word) for word in pids.read_text().split()]
+    assert len(started) == 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists()
+                                              for pid in started):
+        time.sleep(0.05)
+    alive = [pid for pid in started if Path(f"/proc/{pid}/stat").exists()
+             and Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"]
+    assert alive == []
+
+
 def test_import_offers_known_variables_and_needs_yes_without_a_terminal(
         tmp_path: Path) -> None:
     env = {**_env(tmp_path), "ANTHROPIC_API_KEY": TOKEN, "GH_TOKEN": TOKEN + "gh"}

@@ -190,7 +190,7 @@ def test_sigkilled_run_still_running_goes_once_its_owner_is_gone_past_the_grace(
 def test_a_live_run_inside_its_deadline_is_never_touched(
         busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
         sbx_cli: Any) -> None:
-    process = spawn_run(busybox_kit, env, "sleep 4")
+    process = spawn_run(busybox_kit, env, "sleep 12")  # outlives gc on a busy machine
     try:
         sandbox = running_sandbox(process, engine, state_home)
         result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
@@ -198,7 +198,7 @@ def test_a_live_run_inside_its_deadline_is_never_touched(
         data: Any = result.envelope()["data"]
         assert data["removed"] == [] and data["failed"] == []
         kept = {i["id"]: i["why"] for i in data["kept"]}
-        assert kept[sandbox.id] == "inside_deadline"
+        assert kept[sandbox.id] == "live"  # its owner holds the run's lock
         assert kept[sandbox.labels[label_keys.RUN]] in {"in_use", "live"}  # its run dir
         assert (state_home / "runs" / sandbox.labels[label_keys.RUN]).is_dir()
         assert sandbox_in_state(engine, state_home, "running") is not None
@@ -597,3 +597,99 @@ def test_a_sigkilled_run_with_a_port_and_a_create_step_leaves_nothing_after_gc(
         if rid and IPTABLES is not None and os.geteuid() == 0:
             delete_rules(rid)
         shutil.rmtree(state_home / "runs", ignore_errors=True)
+
+
+# -- a live owner: whatever the state, gc never touches what it holds ---------------------------
+
+
+def _own(home: Path, run_id: str) -> int:
+    """Hold a run's owner lock (and write its record) as a live `sbx run` does."""
+    path = home / "runs" / run_id
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"run_id": run_id, "pid": os.getpid(),
+                                               "deadline": 1}), encoding="utf-8")
+    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_an_exited_container_of_a_live_owner_stays_until_its_owner_is_gone(
+        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+    run_id = uuid.uuid4().hex
+    fd = _own(state_home, run_id)
+    ident = create_container(engine, labelled(state_home, run=run_id, deadline="1"),
+                             command=("true",), start=True)
+    try:
+        wait_for("the container to exit", lambda: engine.container_state(ident) == "exited")
+        for _ in range(3):  # as gc --grace 0 run in a loop beside the run
+            result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+            assert result.exit_code == 0, result.stderr
+            data: Any = result.envelope()["data"]
+            assert {i["id"]: i["why"] for i in data["kept"]}[ident] == "live"
+            assert data["removed"] == []
+        assert engine.container_state(ident) == "exited"
+        os.close(fd)
+        fd = -1
+        result = sbx_cli(["gc", "--grace", "0", "--json"], env=env)
+        assert ident in {i["id"] for i in result.envelope()["data"]["removed"]}
+        assert owned(engine, state_home) == []
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        remove_everything(engine, state_home)
+
+
+def test_gc_looping_beside_live_runs_never_breaks_one(
+        busybox_kit: Path, env: dict[str, str], engine: DockerDriver,
+        state_home: Path) -> None:
+    """Runs whose workload exits at once, beside `sbx gc --grace 0` in a loop: every run ends
+    with its own status and output, and nothing is left."""
+    stop = threading.Event()
+    gc_failures: list[str] = []
+
+    def loop() -> None:
+        for _ in range(400):  # bounded in count, and by the runs' end
+            if stop.is_set():
+                return
+            done = subprocess.run([SBX, "gc", "--grace", "0"], env=env, capture_output=True,
+                                  timeout=120, check=False)
+            if done.returncode != 0:
+                gc_failures.append(done.stderr.decode(errors="replace"))
+
+    looper = threading.Thread(target=loop, daemon=True)
+    looper.start()
+    try:
+        for index in range(8):
+            done = subprocess.run([SBX, "run", str(busybox_kit), "--", "sh", "-c",
+                                   f"echo run-{index}; exit {index % 3}"], env=env,
+                                  capture_output=True, timeout=120, check=False)
+            assert (done.returncode, done.stdout) == (index % 3, f"run-{index}\n".encode()), \
+                done.stderr
+    finally:
+        stop.set()
+        looper.join(timeout=180)
+    assert gc_failures == []
+    assert owned(engine, state_home) == []
+
+
+# -- a reader that closes sbx's output early -------------------------------------------------
+
+
+@pytest.mark.parametrize("networked", [False, True], ids=["plain", "networked"])
+def test_a_closed_reader_never_leaves_the_sandbox_behind(
+        kit_factory: Callable[..., Path], env: dict[str, str], engine: DockerDriver,
+        state_home: Path, networked: bool) -> None:
+    """`sbx run ... | head -c1`, a bounded number of times: each time sbx exits 141 after its
+    cleanup, and no container, network or run directory of the home is left."""
+    from tests.support.kits import capabilities, network_policy
+
+    extra = capabilities(network_policy(runtime=["example.invalid"])) if networked else ""
+    kit = kit_factory("chatty", f"FROM {BUSYBOX}\nUSER agent\nCMD [\"true\"]\n", extra)
+    for attempt in range(4):
+        done = subprocess.run(
+            ["bash", "-c", f'{SBX} run {kit} -- sh -c "yes" | head -c1 >/dev/null; '
+                           'exit "${PIPESTATUS[0]}"'],
+            env=env, capture_output=True, timeout=120, check=False)
+        assert done.returncode == 141, (attempt, done.stderr)
+        assert owned(engine, state_home) == [], attempt
+        assert list((state_home / "runs").iterdir()) == [], attempt

@@ -95,6 +95,45 @@ def test_runs_mark_what_they_use_and_gc_takes_only_its_homes_mark(
                        timeout=60, check=False)
 
 
+def test_gc_never_takes_an_image_another_home_built_and_no_home_marks(
+        kit_factory: Callable[..., Path], tmp_path: Path, engine: DockerDriver,
+        state_home: Path) -> None:
+    """A home marks what it builds at once, even when its run then fails; an image no home
+    marks is left to its builder (or `docker rmi`), never taken by another home's gc."""
+    nonce = uuid.uuid4().hex
+    kit = kit_factory("builtkit", f"FROM {BUSYBOX}\nLABEL test.nonce={nonce}\nUSER agent\n")
+    idle_now = tmp_path / "idle-now.toml"
+    idle_now.write_text("[gc]\nimage_idle_seconds = 0\n", encoding="utf-8")
+    builder = tmp_path / "builder-state"
+    try:
+        # Refused after the build (HOME is the boundary's): the build is marked anyway.
+        failed = run_sbx(["run", "-e", "HOME=/x", str(kit), "--", "true"],
+                         env=_env(builder, idle_now))
+        assert failed.returncode == 2 and b"building" in failed.stderr
+        assert b"(invalid_argument)" in failed.stderr
+        image_id = _kit_image(engine, nonce)
+        builders_mark = use_tag(home_hash(builder), image_id)
+        assert builders_mark in _tags(engine, image_id)
+
+        # Another home, which ran sandboxes but never built nor used this image, keeps it.
+        other = run_sbx(["run", "--access", "none", str(kit), "--", "true"],
+                        env=_env(state_home, Path(os.devnull)))
+        assert other.returncode == 0, other.stderr
+        engine.untag_image(use_tag(home_hash(state_home), image_id))
+        verdict, why, _ = _decision(_gc_plan(_env(state_home, idle_now)), image_id)
+        assert (verdict, why) == ("kept", "not_this_home")
+        # The same once no home marks it at all.
+        engine.untag_image(builders_mark)
+        verdict, why, _ = _decision(_gc_plan(_env(state_home, idle_now)), image_id)
+        assert (verdict, why) == ("kept", "not_this_home")
+        real = run_sbx(["gc", "--json"], env=_env(state_home, idle_now))
+        assert real.returncode == 0, real.stderr
+        assert engine.image(image_id) is not None
+    finally:
+        subprocess.run(["docker", "rmi", "-f", *_refs(engine, nonce)], capture_output=True,
+                       timeout=60, check=False)
+
+
 def _refs(engine: DockerDriver, nonce: str) -> list[str]:
     listed = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",
                              f"label=test.nonce={nonce}"],

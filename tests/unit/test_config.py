@@ -115,6 +115,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.user": 1000,
         "sandbox.root_workspace": "refuse",
         "sandbox.detach_keys": "ctrl-p,ctrl-q",
+        "sandbox.terminal_passthrough": False,
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -173,6 +174,7 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
     ("[sandbox]\nroot_workspace = \"sandbox-user\"\n",
      {"sandbox.root_workspace": "sandbox-user"}),
     ("[sandbox]\ndetach_keys = \"ctrl-x,x\"\n", {"sandbox.detach_keys": "ctrl-x,x"}),
+    ("[sandbox]\nterminal_passthrough = true\n", {"sandbox.terminal_passthrough": True}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -342,11 +344,11 @@ UNKNOWN_CASES = [
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, timeout_ms, tmp_bytes, user, "
+     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, timeout_ms, tmp_bytes, user, "
+     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
@@ -361,7 +363,7 @@ UNKNOWN_CASES = [
      "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, timeout_ms, tmp_bytes, user, "
+     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
 ]
 

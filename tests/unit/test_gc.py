@@ -179,6 +179,10 @@ class Harness:
     def home(self) -> str:
         return home_hash(self.state)
 
+    def marked(self, image: CachedImage) -> CachedImage:
+        """``image`` with this home's mark (it built or used it)."""
+        return dataclasses.replace(image, tags=(*image.tags, use_tag(self.home, image.id)))
+
     def ctx(self, *, as_json: bool = False, verbose: int = 0) -> AppContext:
         renderer = Renderer(self.out, self.err, as_json=as_json, env=self.env, width=88)
         engine = self.engine
@@ -1202,12 +1206,24 @@ def judge(image: CachedImage, home: str = "a" * 64, users: int = 0) -> tuple[str
     return decision.why, decision.untag
 
 
-def test_a_cached_image_nobody_marks_goes_with_its_cache_tags_only_when_idle() -> None:
-    image = cached(["sbx-kit/k:1", "sbx-prep/p:1"])
-    assert judge(image) == ("unused", ("sbx-kit/k:1", "sbx-prep/p:1"))
-    assert judge(cached(["sbx-kit/k:1"], idle=60))[0] == "recently_used"
-    assert judge(cached(["sbx-kit/k:1"], idle=None)) == ("last_use_unknown", ())
+def test_a_cached_image_this_home_marks_goes_with_its_cache_tags_only_when_idle() -> None:
+    plain = cached(["sbx-kit/k:1", "sbx-prep/p:1"])
+    mine = use_tag("a" * 64, plain.id)
+    image = dataclasses.replace(plain, tags=(*plain.tags, mine))
+    # The cache tags first, the mark last (kept if the engine keeps the image).
+    assert judge(image) == ("unused", ("sbx-kit/k:1", "sbx-prep/p:1", mine))
+    assert judge(dataclasses.replace(image, last_tagged=NOW - 60))[0] == "recently_used"
+    assert judge(dataclasses.replace(image, last_tagged=None)) == ("last_use_unknown", ())
     assert judge(image, users=1) == ("in_use", ())
+
+
+def test_an_image_this_home_neither_built_nor_marks_is_never_removed() -> None:
+    """Another home built it and no home marks it (any more): not this home's to take."""
+    assert judge(cached(["sbx-kit/k:1", "sbx-prep/p:1"])) == ("not_this_home", ())
+    image = cached(["sbx-kit/k:1"])
+    theirs = use_tag("b" * 64, image.id)
+    assert judge(dataclasses.replace(image, tags=(*image.tags, theirs))) == (
+        "not_this_home", ())
 
 
 def test_only_this_homes_mark_goes_while_another_home_marks_the_image() -> None:
@@ -1215,18 +1231,15 @@ def test_only_this_homes_mark_goes_while_another_home_marks_the_image() -> None:
     mine, theirs = use_tag("a" * 64, image.id), use_tag("b" * 64, image.id)
     shared_image = dataclasses.replace(image, tags=(*image.tags, mine, theirs))
     assert judge(shared_image) == ("used_by_another_home", (mine,))
-    # Not marked by this home: nothing of this home's to remove.
-    assert judge(dataclasses.replace(image, tags=(*image.tags, theirs))) == (
-        "used_by_another_home", ())
-    # Marked by this home alone: the mark and the cache tags go together.
+    # Marked by this home alone: the cache tags and then the mark go.
     assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == (
-        "unused", (mine, "sbx-kit/k:1"))
+        "unused", ("sbx-kit/k:1", mine))
 
 
 def test_a_tag_sbx_did_not_make_keeps_the_image() -> None:
     image = cached(["sbx-kit/k:1", "myteam/agent:latest"])
     mine = use_tag("a" * 64, image.id)
-    assert judge(image) == ("foreign_tag", ())
+    assert judge(image) == ("not_this_home", ())
     assert judge(dataclasses.replace(image, tags=(*image.tags, mine))) == ("foreign_tag", (mine,))
 
 
@@ -1254,11 +1267,12 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     h = Harness(tmp_path)
     h.config.write_text("[gc]\nimage_idle_seconds = 600\n", encoding="utf-8")
     h.run_dir()  # the home ran a sandbox once
-    idle = cached(["sbx-kit/old:1"])
-    recent = cached(["sbx-kit/new:1"], idle=30)
-    used = cached(["sbx-prep/p:1"])
-    refused = cached(["sbx-kit/held:1"])
-    h.engine.cached = [idle, recent, used, refused]
+    idle, recent, used, refused = (
+        h.marked(cached(tags, idle=after))
+        for tags, after in ((["sbx-kit/old:1"], 7200), (["sbx-kit/new:1"], 30),
+                            (["sbx-prep/p:1"], 7200), (["sbx-kit/held:1"], 7200)))
+    foreign = cached(["sbx-kit/other:1"])  # built by another home, marked by none
+    h.engine.cached = [idle, recent, used, refused, foreign]
     h.engine.users = {used.id: ["c" * 64]}
     h.engine.untag_refused = {"sbx-kit/held:1"}
     dry = h.collect(dry_run=True)
@@ -1267,8 +1281,15 @@ def test_gc_removes_idle_cached_images_and_keeps_what_is_used(tmp_path: Path) ->
     result = h.collect()
     assert {i.id for i in result.removed if i.kind == "cached_image"} == {idle.id}
     kept = {i.id: i.why for i in result.kept if i.kind == "cached_image"}
-    assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use"}
-    assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id]
+    assert kept == {recent.id: "recently_used", used.id: "in_use", refused.id: "in_use",
+                    foreign.id: "not_this_home"}
+    assert [image.id for image in h.engine.cached] == [recent.id, used.id, refused.id,
+                                                       foreign.id]
+    # The image the engine kept is still this home's: its mark stayed, a later gc retries.
+    held = next(image for image in h.engine.cached if image.id == refused.id)
+    assert use_tag(h.home, refused.id) in held.tags
+
+
 
 
 # -- labels are sbx's alone ------------------------------------------------------------------
@@ -1329,3 +1350,91 @@ def test_own_labels_shadow_every_sbx_label_of_the_image() -> None:
     assert merged[label_keys.HOME] == "mine" and merged[label_keys.DEADLINE] == "9"
     assert merged["org.opencontainers.image.title"] == "kept"
     assert label_keys.own_labels(image, {**own, label_keys.NAME: "box"})[label_keys.NAME] == "box"
+
+
+# -- a live owner: whatever the state of what its run holds, gc never touches it --------------
+
+
+def _hold_owner(path: Path) -> int:
+    """Take ``path``'s owner lock as a live run does; the caller closes the descriptor."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_an_exited_container_of_a_live_run_is_never_removed(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.run_dir(rid, pid=4_000_020, deadline=int(NOW) - 100_000)  # its pid looks gone
+    gone = container("exited", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    net = shared("network", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    vol = shared("volume", home=h.home, run=rid, deadline=str(int(NOW) - 100_000))
+    h.engine.containers, h.engine.networks, h.engine.volumes = [gone], [net], [vol]
+    h.firewall.rules = [rule(rid)]
+    fd = _hold_owner(path)
+    try:
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert result.removed == [] and result.failed == []
+    assert {(i.kind, i.why) for i in result.kept if i.run_id == rid} == {
+        ("container", "live"), ("network", "live"), ("volume", "live"),
+        ("firewall_rule", "live"), ("run_dir", "in_use")}
+    assert h.engine.containers == [gone] and path.exists() and h.firewall.removed() == []
+    # Once its owner is gone, the same pass removes it all.
+    result = h.collect(grace=0)
+    assert {i.kind for i in result.removed} >= {"container", "network", "volume",
+                                                "firewall_rule", "run_dir"}
+
+
+def test_a_claimed_run_without_its_record_yet_is_live(h: Harness) -> None:
+    ran(h)
+    rid = run_id()
+    path = h.state / "runs" / rid
+    fd = _hold_owner(path)  # what `sbx run` holds while it plans (no run.json yet)
+    stamp = NOW - 10_000
+    os.utime(path, (stamp, stamp))
+    probe = container("created", home=h.home, run=rid, deadline=str(int(NOW) - 10))
+    h.engine.containers = [probe]
+    try:
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert result.removed == [] and path.exists() and h.engine.containers == [probe]
+    assert {(i.kind, i.why) for i in result.kept} == {("container", "live"),
+                                                      ("run_dir", "in_use")}
+    h.engine.containers = []
+    fd = _hold_owner(path)
+    try:  # nothing of it is left, and still its directory is its owner's
+        result = h.collect(grace=0)
+    finally:
+        os.close(fd)
+    assert path.exists() and {(i.kind, i.why) for i in result.kept} == {("run_dir", "live")}
+
+
+def test_a_run_that_starts_after_gc_read_the_runs_is_seen_at_removal(h: Harness) -> None:
+    """The race: gc reads the run directories, then a run starts (its lock first, then its
+    container, which exits at once), then gc lists and removes. The lock is looked at again
+    right before the removal."""
+    ran(h)
+    rid = run_id()
+    late = container("exited", home=h.home, run=rid, deadline=str(int(NOW) + 3600))
+    held: list[int] = []
+    listing = h.engine.list_labelled
+
+    def list_after_the_run_started(labels: Any) -> Any:
+        if not held:
+            held.append(_hold_owner(h.state / "runs" / rid))
+            h.engine.containers.append(late)
+        return listing(labels)
+
+    h.engine.list_labelled = list_after_the_run_started  # type: ignore[method-assign]
+    try:
+        result = h.collect(grace=0)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert late in h.engine.containers
+    assert ("container", late["Id"], "live") in {(i.kind, i.id, i.why) for i in result.kept}
+    assert "remove_container" not in h.engine.names()

@@ -403,3 +403,37 @@ def test_host_seams_failing_with_their_own_errors_still_clean_up(
         monkeypatch: pytest.MonkeyPatch, kit: Path) -> None:
     run = sbx_run(tmp_path / "failing", monkeypatch, kit, failing(step, reference, error))
     check_cleanup(run, position(run.engine.calls, step))
+
+
+# -- an undo step that fails in any way: the rest still goes --------------------------------
+
+UNDO_FAILURES = [
+    ("forwarder.stop", OSError(9, "Bad file descriptor")),
+    ("proxy.stop", OSError(32, "Broken pipe")),
+    ("proxy.stop", subprocess.TimeoutExpired(["proxy"], 5)),
+    ("guard.remove", subprocess.TimeoutExpired(["iptables"], 10)),
+    ("guard.remove", FileNotFoundError(2, "No such file or directory", "iptables")),
+]
+
+
+@pytest.mark.parametrize(("seam", "error"), UNDO_FAILURES,
+                         ids=[f"{seam}-{type(e).__name__}" for seam, e in UNDO_FAILURES])
+def test_an_undo_step_failing_with_any_error_does_not_stop_the_others(
+        seam: str, error: BaseException, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        kit: Path) -> None:
+    run = sbx_run(tmp_path / "undo", monkeypatch, kit,
+                  lambda _engine, host: host.failures.__setitem__(seam, error))
+    names = [name for name, _ in run.engine.calls]
+    assert seam in names
+    # Every engine object still went, and the run said what it could not undo.
+    assert (run.engine.containers, run.engine.networks, run.engine.volumes) == ([], [], [])
+    for removal in ("remove_container", "remove_image", "remove_volume", "remove_network",
+                    "guard.remove"):
+        assert removal in names, removal
+    assert run.result.exit_code != int(ExitStatus.INTERNAL), run.result.stderr
+    from sbx.seams import audit
+
+    failed = [event["details"]["reason"] for event in audit.read_events(run.state)
+              if event["event_type"] == audit.CLEANUP_FAILED]
+    assert failed == [seam.replace(".", "_").replace("guard_remove", "firewall_rule_remove")
+                      + "_failed"]

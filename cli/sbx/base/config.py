@@ -67,6 +67,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "user": 1000,
         "root_workspace": "refuse",
         "detach_keys": "ctrl-p,ctrl-q",
+        "terminal_passthrough": False,
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,
@@ -97,6 +98,7 @@ _PATTERN_MESSAGES: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 _TOML_TYPE_NAMES: Final[Mapping[str, str]] = MappingProxyType({
+    "boolean": "a boolean (true or false)",
     "integer": "an integer",
     "string": "a string",
     "object": "a table",
@@ -145,6 +147,8 @@ class SandboxSettings:
     user: Sourced[int]  # fallback uid when the image's USER is root/unset; gid = same number
     root_workspace: Sourced[str]  # "refuse" | "sandbox-user": a root-owned rw workspace
     detach_keys: Sourced[str]  # the keys that end a TTY session from the host
+    # pass the sandbox's clipboard, title, hyperlink... sequences to the user's terminal
+    terminal_passthrough: Sourced[bool]
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,7 @@ class Config:
         ``Reason.INVALID_ARGUMENT`` naming ``source`` (e.g. ``"flag --timeout"``).
         """
         names = [f.name for f in dataclasses.fields(SandboxSettings)
-                 if f.name not in ("root_workspace", "detach_keys")]
+                 if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)

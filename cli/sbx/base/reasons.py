@@ -86,6 +86,7 @@ class Reason(enum.StrEnum):
     TOKEN_ANSWER_UNREWRITABLE = "token_answer_unrewritable"  # noqa: S105 - a code
     TOKEN_ENDPOINT_AMBIGUOUS = "token_endpoint_ambiguous"  # noqa: S105 - a code
     STATE_UNSAFE = "state_unsafe"
+    COMMAND_TIMEOUT = "command_timeout"
 
     @property
     def info(self) -> ReasonInfo:
@@ -493,6 +494,17 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "Send the request with a plain path (no encoded `/`, no %00). Token requests go to the "
         "kit's oauth.tokenEndpoint as written.",
         _E.DENIED,
+    ),
+    _R.COMMAND_TIMEOUT: ReasonInfo(
+        "Host command timed out",
+        "A command sbx runs on the host for you (a secret's `--from-command`, a Docker "
+        "credential helper) did not finish within its time. sbx ended it together with "
+        "everything it started (its whole session, and what left the session) and used none "
+        "of its output.",
+        "Run the command named in the message yourself and see why it hangs (a prompt waiting "
+        "for input, a network call, a lock), make it finish on its own, or store the value "
+        "itself: `printf %s \"$VALUE\" | sbx secret set SERVICE`.",
+        _E.REFUSED,
     ),
 }
 

@@ -229,7 +229,7 @@ class Renderer:
             return
         with self.err.status(escape(title)) as status:
             def update(line: str) -> None:
-                status.update(f"{escape(title)} [dim]{escape(line[-100:])}[/]")
+                status.update(f"{escape(visible(title))} [dim]{escape(visible(line[-100:]))}[/]")
             yield update
 
     # -- reason registry ---------------------------------------------------------------------
@@ -294,7 +294,7 @@ class Renderer:
         for column in header:
             table.add_column(column)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(visible(cell) for cell in row))
         self.out.print(table)
 
     def confirm(self, question: str) -> bool:
@@ -333,9 +333,20 @@ _ASCII_FALLBACK: Final = str.maketrans({
     "\u201d": '"', "\u2022": "*", "\u00a7": "S", "\u00d7": "x"})
 
 
+# Control characters in a message (a build's or a hook's words, a name from a kit) would act on
+# the terminal (a clipboard write, a title): shown as escapes instead; newlines and tabs stay.
+_CONTROLS: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but newline and tab written as an escape."""
+    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def _encodable(text: str, file: IO[str]) -> str:
     """``text`` as ``file``'s encoding can carry it (lone surrogates from a non-UTF-8 command
-    line or file name included)."""
+    line or file name included), its control characters made visible."""
+    text = visible(text)
     encoding = getattr(file, "encoding", None)
     if not isinstance(encoding, str):
         return text

@@ -69,6 +69,10 @@ def run(
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
              "(config, hooks, repositories; by default pinned read-only, and what the run "
              "planted is quarantined after it). Still reported.")] = False,
+    terminal_passthrough: Annotated[bool, typer.Option(
+        "--terminal-passthrough",
+        help="Let the sandbox's clipboard, title, hyperlink and notification sequences reach "
+             "this terminal (dropped by default).")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -105,6 +109,7 @@ def run(
         name=name,
         detach=detach,
         accept=accept,
+        terminal_passthrough=terminal_passthrough,
         host=app.streams,
     )
     from sbx.views.kit import kit_confirmation

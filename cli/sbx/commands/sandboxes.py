@@ -12,6 +12,10 @@ from sbx.views import sandboxes as sandboxes_view
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sandbox's name.")]
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...",
                                                     help="One or more sandbox names.")]
+PassthroughOption = Annotated[bool, typer.Option(
+    "--terminal-passthrough",
+    help="Let the sandbox's clipboard, title, hyperlink and notification sequences reach this "
+         "terminal (dropped by default).")]
 
 
 def ls(
@@ -30,14 +34,16 @@ def ls(
     return 0
 
 
-def attach(ctx: typer.Context, name: NameArgument) -> int:
+def attach(ctx: typer.Context, name: NameArgument,
+           terminal_passthrough: PassthroughOption = False) -> int:
     """Attach to a running named sandbox (the detach keys leave it running)."""
     from sbx.usecases.named import attach as attach_core
 
     app = ctx.obj
     renderer = app.renderer
     return attach_core(app, name, app.streams, on_output=renderer.workload_output,
-                       on_warning=renderer.warn, on_notice=renderer.note)
+                       on_warning=renderer.warn, on_notice=renderer.note,
+                       terminal_passthrough=terminal_passthrough)
 
 
 def exec_(
@@ -50,6 +56,7 @@ def exec_(
     env: Annotated[list[str] | None, typer.Option(
         "--env", "-e", metavar="NAME[=VALUE]",
         help="Set a variable for the command (repeatable).")] = None,
+    terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Run a command in a running named sandbox: its user, hardening and egress.
 
@@ -60,19 +67,21 @@ def exec_(
     app = ctx.obj
     return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
                    interactive=interactive, tty=tty, on_output=app.renderer.workload_output,
-                   on_warning=app.renderer.warn)
+                   on_warning=app.renderer.warn, terminal_passthrough=terminal_passthrough)
 
 
 def logs(
     ctx: typer.Context,
     name: NameArgument,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
+    terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
     from sbx.usecases.named import logs as logs_core
 
     app = ctx.obj
-    logs_core(app, name, follow=follow, on_output=app.renderer.workload_output)
+    logs_core(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
+              terminal_passthrough=terminal_passthrough)
     return 0
 
 

@@ -16,19 +16,21 @@ explicitly on every path).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import math
 import socket
 import struct
+import subprocess
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
-    API_TIMEOUT_S,
     MAX_IMAGE_FILE_BYTES,
     CachedImage,
     EngineInfo,
@@ -42,6 +44,20 @@ from sbx.seams.engine import (
     situation_hint,
     split_tag,
     unix_mode,
+)
+from sbx.seams.enginebounds import (
+    AnswerBound,
+    AnswerExceeded,
+    BoundedSocket,
+    bounded,
+    cap_body,
+    exceeded,
+    json_lines,
+    quick,
+    stream,
+    timeout_s,
+    transfer,
+    waiting,
 )
 from sbx.seams.enginesocket import engine_socket
 from sbx.seams.signals import deferred_interrupts
@@ -90,17 +106,32 @@ class DockerDriver:
     def _client(self) -> docker.DockerClient:
         if self._client_obj is None:
             import docker
+            import requests
 
             try:
-                # from_env negotiates the API version with one request, which also proves the
-                # engine answers; no separate ping.
-                self._client_obj = docker.DockerClient.from_env(
-                    environment=dict(self._env), timeout=API_TIMEOUT_S)
-            except docker.errors.DockerException as exc:
+                # The API version is asked for below, once the connections are bounded.
+                from docker.constants import MINIMUM_DOCKER_API_VERSION
+
+                client = docker.DockerClient.from_env(
+                    environment=dict(self._env), timeout=math.ceil(timeout_s(self._env)),
+                    version=MINIMUM_DOCKER_API_VERSION)
+                api: Any = client.api
+                _bound_transport(api)
+                # The answer also proves the engine answers; no separate ping.
+                with bounded(quick(self._env)):
+                    version = api.version(api_version=False).get("ApiVersion")
+                if not isinstance(version, str) or not version:
+                    raise docker.errors.DockerException(
+                        "the engine's /version answer names no ApiVersion")
+                api._version = version  # what from_env's own negotiation sets
+            except AnswerExceeded as exc:
+                raise exceeded("cannot reach the Docker engine", exc, self._env) from None
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 message, hint = short_error(exc), situation_hint(self._env, str(exc))
                 _collect_failed_client(exc)
                 raise EngineUnavailable(f"cannot reach the Docker engine: {message}",
                                         hint=hint) from exc
+            self._client_obj = client
         return self._client_obj
 
     @property
@@ -110,15 +141,22 @@ class DockerDriver:
         return self._client.api
 
     @contextmanager
-    def _engine_errors(self, action: str, reason: Reason = Reason.CREATE_FAILED) -> Iterator[None]:
-        """Translate SDK and transport errors into reason-coded errors, at one place."""
+    def _engine_errors(self, action: str, reason: Reason = Reason.CREATE_FAILED,
+                       bound: AnswerBound | str | None = "quick") -> Iterator[None]:
+        """Translate SDK and transport errors into reason-coded errors, at one place; every
+        engine read inside is held to ``bound`` (sbx.seams.enginebounds): a quick call's by
+        default, None for a stream of the workload's own output."""
         import docker
         import requests
 
         try:
-            yield
+            with bounded(quick(self._env) if bound == "quick"
+                         else bound if isinstance(bound, AnswerBound) else None):
+                yield
         except SbxError:
             raise
+        except AnswerExceeded as exc:
+            raise exceeded(action, exc, self._env) from None
         except docker.errors.ImageNotFound as exc:
             raise SbxError(
                 Reason.IMAGE_MISSING, f"{action}: image not found: {short_error(exc)}",
@@ -170,28 +208,33 @@ class DockerDriver:
               on_line: Callable[[str], None],
               build_args: Mapping[str, str] | None = None) -> ImageInfo:
         log: list[str] = []
-        with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED):
-            stream = self._api.build(
+        # Long by nature (a RUN step may be silent for long): bounded in idle time and
+        # message size, not in total.
+        with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED, stream(self._env)):
+            chunks = self._api.build(
                 fileobj=io.BytesIO(context_tar), custom_context=True,
                 dockerfile=dockerfile, tag=tag, labels=dict(labels),
                 buildargs=dict(build_args or {}),
-                rm=True, forcerm=True, pull=False, decode=True, nocache=False,
+                rm=True, forcerm=True, pull=False, decode=False, nocache=False,
                 # A kit's RUN steps get no network: the default bridge would give them a route
                 # out and the host's resolver, outside any policy. What needs the network
                 # belongs in an install-phase hook, which goes through the egress proxy.
                 network_mode="none",
             )
-            for chunk in stream:
-                if "error" in chunk:
-                    detail = str(chunk.get("error", "")).strip()
-                    raise SbxError(
-                        Reason.BUILD_FAILED, f"building {tag} failed: {detail}",
-                        hint="Fix the dockerfile; its base image must be present locally.",
-                        details={"log_tail": log[-20:]})
-                text = str(chunk.get("stream", "")).strip()
-                if text:
-                    log.append(text)
-                    on_line(text)
+            with closing(chunks):
+                for chunk in json_lines(chunks):
+                    if not isinstance(chunk, dict):
+                        continue
+                    if "error" in chunk:
+                        detail = str(chunk.get("error", "")).strip()
+                        raise SbxError(
+                            Reason.BUILD_FAILED, f"building {tag} failed: {detail}",
+                            hint="Fix the dockerfile; its base image must be present locally.",
+                            details={"log_tail": log[-20:]})
+                    text = str(chunk.get("stream", "")).strip()
+                    if text:
+                        log.append(text)
+                        on_line(text)
         image = self.image(tag)
         if image is None:
             raise SbxError(Reason.BUILD_FAILED, f"building {tag} produced no image",
@@ -302,7 +345,8 @@ class DockerDriver:
         """Graceful stop (SIGTERM, then SIGKILL after ``timeout_s``); gone or stopped is fine."""
         import docker
 
-        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
+        bound = waiting(timeout_s + quick(self._env).idle_s)  # the engine waits timeout_s
+        with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED, bound):
             try:
                 self._api.stop(container_id, timeout=timeout_s)
             except docker.errors.NotFound:
@@ -408,7 +452,9 @@ class DockerDriver:
             # Docker's multiplexed framing: 8-byte header (stream id, 3 pad bytes, big-endian
             # length), then the payload; read through urllib3 so chunked encoding is undone.
             try:
-                with self._engine_errors("reading the sandbox's output", Reason.START_FAILED):
+                # The workload's own output: never cut (bound None).
+                with self._engine_errors("reading the sandbox's output", Reason.START_FAILED,
+                                         None):
                     while tty:
                         data = response.raw.read(65536, decode_content=False) \
                             if not hasattr(response.raw, "read1") else response.raw.read1(65536)
@@ -478,10 +524,15 @@ class DockerDriver:
             return self._socket.wait(container_id, timeout_s)
         import requests
 
-        with self._engine_errors("waiting for the sandbox", Reason.START_FAILED):
+        with self._engine_errors("waiting for the sandbox", Reason.START_FAILED,
+                                 waiting(timeout_s)):
             try:
                 result: dict[str, Any] = self._api.wait(container_id,
                                                               timeout=max(timeout_s, 0.001))
+            except AnswerExceeded as exc:
+                if exc.slow:
+                    return None
+                raise
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
                 if _is_read_timeout(exc):
                     return None
@@ -515,9 +566,37 @@ class DockerDriver:
                 return True
             except docker.errors.APIError as exc:
                 if exc.status_code == 409 and "already in progress" in str(exc):
-                    return True
+                    return self._gone(container_id)
                 raise
         return True
+
+    def _gone(self, container_id: str) -> bool:
+        """Another removal is under way: confirmed, not assumed (a dead container left by a
+        removal the engine gave up on is removed again)."""
+        import time
+
+        import docker
+
+        seconds = quick(self._env).idle_s
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
+                try:
+                    attrs = self._api.inspect_container(container_id)
+                except docker.errors.NotFound:
+                    return True
+                if (attrs.get("State") or {}).get("Status") == "dead":
+                    try:
+                        self._api.remove_container(container_id, force=True, v=True)
+                        return True
+                    except docker.errors.NotFound:
+                        return True
+                    except docker.errors.APIError:
+                        pass
+            time.sleep(0.1)
+        raise SbxError(Reason.CLEANUP_FAILED,
+                       f"removing the sandbox: the engine was still removing it after "
+                       f"{seconds:g}s")
 
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
         """Containers, networks and volumes carrying every given label (all states)."""
@@ -571,10 +650,12 @@ class DockerDriver:
             exec_id = str(created["Id"])
             sock = self._api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)
+        if isinstance(raw, BoundedSocket):
+            raw.release()  # the hook's output from here on: never cut
 
         def chunks() -> Iterator[tuple[str, bytes]]:
             try:
-                with self._engine_errors("reading a hook's output", Reason.START_FAILED):
+                with self._engine_errors("reading a hook's output", Reason.START_FAILED, None):
                     for stream_id, data in framing.frames_iter(raw, False):
                         if data:
                             yield ("stderr" if stream_id == framing.STDERR else "stdout"), data
@@ -834,7 +915,7 @@ class DockerDriver:
 
         action = f"exporting the files of image {image_id[:19]}"
         with self._probe_container(image_id, labels, action) as cid, \
-                self._engine_errors(action, Reason.BUILD_FAILED):
+                self._engine_errors(action, Reason.BUILD_FAILED, transfer(self._env)):
             try:
                 yield from self._api.export(cid)
             except urllib3.exceptions.HTTPError as exc:
@@ -857,10 +938,14 @@ class DockerDriver:
     def push_image(self, ref: str, on_line: Callable[[str], None]) -> None:
         """Push a local tag to its registry; the stream's errors become reason-coded errors."""
         repository, tag = split_tag(ref)
-        with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE):
-            for chunk in self._api.push(repository, tag=tag, stream=True, decode=True,
-                                        auth_config=self._auth_config(ref)):
-                registry_chunk(f"pushing {ref}", chunk, on_line)
+        auth = self._auth_config(ref)
+        with self._engine_errors(f"pushing {ref}", Reason.REGISTRY_UNREACHABLE,
+                                 stream(self._env)), \
+                closing(self._api.push(repository, tag=tag, stream=True, decode=False,
+                                       auth_config=auth)) as pieces:
+            for chunk in json_lines(pieces):
+                if isinstance(chunk, dict):
+                    registry_chunk(f"pushing {ref}", chunk, on_line)
 
     def _auth_config(self, ref: str) -> dict[str, str] | None:
         """The user's Docker credentials for ``ref``'s registry host (from this driver's
@@ -876,10 +961,14 @@ class DockerDriver:
         """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
         if self._socket is not None:
             return self._socket.pull_image(ref, on_line, self._auth_config(ref))
-        with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE):
-            for chunk in self._api.pull(ref, stream=True, decode=True,
-                                        auth_config=self._auth_config(ref)):
-                registry_chunk(f"pulling {ref}", chunk, on_line)
+        auth = self._auth_config(ref)
+        with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE,
+                                 stream(self._env)), \
+                closing(self._api.pull(ref, stream=True, decode=False,
+                                       auth_config=auth)) as pieces:
+            for chunk in json_lines(pieces):
+                if isinstance(chunk, dict):
+                    registry_chunk(f"pulling {ref}", chunk, on_line)
         image = self.image(ref)
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
@@ -898,7 +987,106 @@ def _upgraded_socket(response: Any) -> socket.socket:
         raise SbxError(Reason.START_FAILED,
                        "this engine transport cannot carry an interactive session",
                        hint="Use the engine's unix socket (unset DOCKER_HOST) or tcp.")
+    if isinstance(sock, BoundedSocket):
+        sock.release()  # the workload's output from here on: never cut
     return sock
+
+
+def _bound_transport(api: Any) -> None:
+    """Make the SDK's connections to a unix-socket or plain-tcp engine
+    :class:`BoundedSocket`\\ s, so each call's answer keeps to the bound
+    :meth:`DockerDriver._engine_errors` sets (head and body, chunked or not), and cap a
+    streaming call's answer that turns out to be a plain body. Engines over TLS or ssh keep the
+    SDK's per-read timeout (the README's residual risk)."""
+    from docker.transport.unixconn import (
+        UnixHTTPAdapter,
+        UnixHTTPConnection,
+        UnixHTTPConnectionPool,
+    )
+
+    api.hooks["response"].append(_cap_plain_body)
+    # The SDK reads a progress stream chunk by chunk, each whole (a chunk may claim gigabytes)
+    # and joins JSON without bound: its pull, push and build streams are read here instead.
+    api._stream_helper = functools.partial(_stream_pieces, api)
+    if str(getattr(api, "base_url", "")).startswith("http://"):
+        api.mount("http://", _bounded_tcp_adapter())
+        return
+    current = getattr(api, "_custom_adapter", None)
+    if not isinstance(current, UnixHTTPAdapter):
+        return
+
+    class _Connection(UnixHTTPConnection):
+        def connect(self) -> None:
+            sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            sock.connect(self.unix_socket)
+            self.sock = sock
+
+    class _Pool(UnixHTTPConnectionPool):
+        def _new_conn(self) -> Any:
+            timeout: Any = self.timeout
+            return _Connection(self.base_url, self.socket_path, timeout)
+
+    class _Adapter(UnixHTTPAdapter):
+        def get_connection(self, url: Any, proxies: Any = None) -> _Pool:
+            with self.pools.lock:
+                pool = self.pools.get(url)
+                if pool is None:
+                    pool = _Pool(url, self.socket_path, self.timeout,
+                                 maxsize=self.max_pool_size)
+                    self.pools[url] = pool
+            return pool
+
+    adapter = _Adapter("http+unix://" + current.socket_path, current.timeout,
+                       max_pool_size=current.max_pool_size)
+    api.mount("http+docker://", adapter)
+    api._custom_adapter = adapter
+    current.close()
+
+
+def _stream_pieces(api: Any, response: Any, decode: bool = False) -> Iterator[Any]:
+    """The SDK's ``_stream_helper``, bounded: a chunked stream in pieces of at most 64 KiB
+    (however large a chunk claims to be), JSON decoded line by line with a bound per line."""
+    if str(response.headers.get("Transfer-Encoding", "")).lower() != "chunked":
+        yield api._result(response, json=decode)  # an answer, not a stream (capped)
+        return
+    try:
+        pieces = response.raw.stream(64 * 1024, decode_content=False)
+        yield from json_lines(pieces) if decode else pieces
+    finally:
+        response.close()  # also when the reader stops early (a bound, an error message)
+
+
+def _bounded_tcp_adapter() -> Any:
+    """requests' adapter for a plain-tcp engine, its sockets :class:`BoundedSocket`\\ s."""
+    import requests.adapters
+    import urllib3.connection
+    import urllib3.connectionpool
+
+    class _Connection(urllib3.connection.HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            plain = super()._new_conn()
+            timeout = plain.gettimeout()
+            sock = BoundedSocket(fileno=plain.detach())
+            sock.settimeout(timeout)
+            return sock
+
+    class _Pool(urllib3.connectionpool.HTTPConnectionPool):
+        ConnectionCls = _Connection
+
+    class _Adapter(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {
+                **self.poolmanager.pool_classes_by_scheme, "http": _Pool}
+
+    return _Adapter()
+
+
+def _cap_plain_body(response: Any, *_args: Any, **_kwargs: Any) -> Any:
+    if str(response.headers.get("Transfer-Encoding", "")).lower() != "chunked":
+        cap_body()
+    return response
 
 
 def docker_auth_config(registry: str, config_file: Path,
@@ -921,14 +1109,63 @@ def docker_auth_config(registry: str, config_file: Path,
         config = auth.load_config(config_path=str(config_file), credstore_env=dict(env))
     except (ValueError, TypeError, DockerException) as exc:
         raise ValueError(type(exc).__name__) from None
+    store = None
     try:
         with warnings.catch_warnings():
             # The SDK warns when a helper is not on PATH; the caller reports that itself.
             warnings.simplefilter("ignore")
+            store = config.get_credential_store(registry)
+            if store:
+                # The SDK's helper protocol, with the helper run as every host command is.
+                internals: Any = config  # its store cache, as _get_store_instance fills it
+                internals._stores[store] = _helper_store(store, internals._credstore_env)
             found = config.resolve_authconfig(registry)
+    except _HelperTimeout:
+        raise TimeoutError(f"docker-credential-{store}") from None
     except (DockerException, credentials.StoreError, ValueError, KeyError) as exc:
         raise LookupError(type(exc).__name__) from None
     return dict(found) if found else None
+
+
+HELPER_TIMEOUT_S = 30.0
+
+
+class _HelperTimeout(Exception):
+    """A credential helper did not finish in time (it and what it started were ended)."""
+
+
+def _helper_store(name: str, environment: Any) -> Any:
+    """docker's ``credentials.Store`` for helper ``name``, its helper run in a session of its
+    own with a deadline (sbx.seams.children): a hanging helper cannot hang sbx, nor leave
+    anything running, and what it prints on stderr never reaches the terminal."""
+    from docker import credentials
+    from docker.credentials import utils
+
+    from sbx.seams import children
+
+    environment_of: Any = utils.create_environment_dict  # untyped in the SDK
+
+    class _Store(credentials.Store):
+        def _execute(self, subcmd: str, data_input: bytes | None) -> bytes:
+            if self.exe is None:
+                raise credentials.StoreError(f"{self.program} not installed or not available "
+                                             "in PATH")
+            try:
+                done = children.run([self.exe, subcmd], timeout=HELPER_TIMEOUT_S,
+                                    input_data=data_input or b"",
+                                    env=environment_of(self.environment))
+            except children.CommandTimeout:
+                raise _HelperTimeout(self.program) from None
+            except OSError as exc:
+                raise credentials.StoreError(f"{self.program} could not run "
+                                             f"({exc.strerror})") from None
+            if done.returncode != 0:
+                failed = subprocess.CalledProcessError(done.returncode, [self.exe, subcmd],
+                                                       done.stdout)
+                raise credentials.errors.process_store_error(failed, self.program)
+            return done.stdout
+
+    return _Store(name, environment=environment)
 
 
 def docker_credential_store(registry: str, config_file: Path) -> str | None:

@@ -18,11 +18,6 @@ if TYPE_CHECKING:
     from sbx.seams.session.stream import AttachedStream
 
 
-# Engine calls that should answer quickly (inspect, create, remove) get this many seconds; the
-# wait for a workload uses its own deadline.
-API_TIMEOUT_S: Final = 60
-
-
 MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
 
 

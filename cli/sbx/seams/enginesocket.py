@@ -1,7 +1,9 @@
 """The engine's unix socket, spoken directly: a small HTTP/1.1 client for the calls a run and a
 pull make (create, attach, start, wait, remove, info, inspect, tag, pull), so those paths need
 neither the docker SDK nor requests. :class:`sbx.seams.driver.DockerDriver` hands them over when
-the engine is local; everything else stays on the SDK.
+the engine is local; everything else stays on the SDK. Every answer is read within the bounds
+of :mod:`sbx.seams.enginebounds` (a total time and a size; a pull by its silence and message
+length), and an attach stream is released from them once its head is read.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import socket
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -19,7 +21,6 @@ from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
-    API_TIMEOUT_S,
     MAX_IMAGE_FILE_BYTES,
     EngineInfo,
     ImageInfo,
@@ -31,7 +32,21 @@ from sbx.seams.engine import (
     split_tag,
     unix_mode,
 )
-from sbx.seams.http11 import unchunk
+from sbx.seams.enginebounds import (
+    MAX_ANSWER_BYTES,
+    MAX_HEAD_BYTES,
+    AnswerBound,
+    AnswerExceeded,
+    BoundedSocket,
+    bounded,
+    cap_body,
+    exceeded,
+    json_lines,
+    quick,
+    stream,
+    timeout_s,
+    waiting,
+)
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -44,9 +59,8 @@ DEFAULT_SOCKET: Final = "/var/run/docker.sock"
 
 
 SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": every engine call through the SDK
-
-
-_HEADER_LIMIT: Final = 64 * 1024  # an upgrade response's status line and headers
+_READ_BYTES: Final = 64 * 1024
+_SIZE_LINE_BYTES: Final = 4096  # a chunk's size line, extensions included
 
 
 def engine_socket(env: Mapping[str, str]) -> EngineSocket | None:
@@ -67,42 +81,26 @@ class _Response:
     body: bytes
 
 
-def _exchange(path: str, request: bytes, timeout: float | None) -> _Response:
+def _exchange(path: str, request: bytes, bound: AnswerBound, *,
+              expect_body: bool = True) -> _Response:
     """One HTTP/1.1 exchange on a fresh connection to the unix socket ``path``, closed by the
-    engine after the response (``Connection: close``). Raises OSError (TimeoutError for a
-    read timeout) and ValueError (an answer that is not HTTP)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
+    engine after the response (``Connection: close``), held to ``bound`` as a whole. Raises
+    OSError, ValueError (an answer that is not HTTP) and AnswerExceeded."""
+    sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with bounded(bound), closing(sock):
+        sock.settimeout(bound.idle_s)
         sock.connect(path)
         sock.sendall(request)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    finally:
-        sock.close()
-    return _parse_response(b"".join(chunks))
+        status, headers = _parse_head(_read_head(sock))
+        body = bytearray()
+        for piece in _body(sock, headers,
+                           expected=expect_body and status not in (204, 304) and status >= 200):
+            body += piece
+    return _Response(status, headers, bytes(body))
 
 
-def _parse_response(raw: bytes) -> _Response:
-    head, separator, body = raw.partition(b"\r\n\r\n")
-    if not separator:
-        raise ValueError("the engine's answer ended before its headers did")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = unchunk(body)
-    elif "content-length" in headers and headers["content-length"].isdigit():
-        body = body[:int(headers["content-length"])]
-    return _Response(int(parts[1]), headers, body)
-
-
+class _StillRunning(Exception):
+    """A wait whose time ran out: the container still runs."""
 
 
 class EngineSocket:
@@ -131,9 +129,12 @@ class EngineSocket:
 
     def _call(self, method: str, path: str, *, action: str, reason: Reason,
               params: Mapping[str, Any] | None = None, body: Any = None,
-              timeout: float | None = API_TIMEOUT_S) -> tuple[int, bytes, _Response]:
-        """(status, body, response) of one request; a transport failure is an
-        :class:`EngineUnavailable` (a read timeout propagates as :class:`TimeoutError`)."""
+              bound: AnswerBound | None = None,
+              waits: bool = False) -> tuple[int, bytes, _Response]:
+        """(status, body, response) of one request, held to ``bound`` (default: a quick
+        call's); a transport failure or an answer past its bound is an
+        :class:`EngineUnavailable`, except the time running out on a call that ``waits``
+        (:class:`_StillRunning`)."""
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
         payload = json.dumps(body).encode() if body is not None else b""
         request = (f"{method} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
@@ -141,9 +142,12 @@ class EngineSocket:
                    + ("Content-Type: application/json\r\n" if body is not None else "")
                    + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
         try:
-            response = _exchange(self._socket_path, request, timeout)
-        except TimeoutError:
-            raise
+            response = _exchange(self._socket_path, request, bound or quick(self._env),
+                                 expect_body=method != "HEAD")
+        except AnswerExceeded as exc:
+            if waits and exc.slow:
+                raise _StillRunning from None
+            raise exceeded(action, exc, self._env) from None
         except (OSError, ValueError) as exc:
             raise self._unreachable(action, exc) from exc
         self._reached = True
@@ -160,10 +164,11 @@ class EngineSocket:
     def _json(self, method: str, path: str, *, action: str, reason: Reason,
               params: Mapping[str, Any] | None = None, body: Any = None,
               ok: tuple[int, ...] = (200, 201, 204),
-              timeout: float | None = API_TIMEOUT_S) -> tuple[int, Any]:
+              bound: AnswerBound | None = None, waits: bool = False) -> tuple[int, Any]:
         """(status, decoded JSON or None); statuses outside ``ok`` are the engine's refusal."""
         status, data, _response = self._call(method, path, action=action, reason=reason,
-                                             params=params, body=body, timeout=timeout)
+                                             params=params, body=body, bound=bound,
+                                             waits=waits)
         decoded: Any = None
         if data:
             try:
@@ -243,32 +248,35 @@ class EngineSocket:
         request = (f"POST /containers/{container_id}/attach?{urllib.parse.urlencode(params)} "
                    "HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\nConnection: Upgrade\r\n"
                    "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n").encode()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(API_TIMEOUT_S)
-            try:
-                sock.connect(self._socket_path)
-                sock.sendall(request)
-                head = _read_head(sock)
-            except (OSError, ValueError) as exc:
-                raise self._unreachable(action, exc) from exc
-            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            parts = status_line.split(" ", 2)
-            status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-            if status not in (101, 200):
-                body = sock.recv(65536)
-                raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body), body)
+            bound = quick(self._env)
+            with bounded(bound):
+                try:
+                    sock.settimeout(bound.idle_s)
+                    sock.connect(self._socket_path)
+                    sock.sendall(request)
+                    status, _headers = _parse_head(_read_head(sock))
+                    if status not in (101, 200):
+                        body = sock.recv(65536)
+                        raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body),
+                                       body)
+                except AnswerExceeded as exc:
+                    raise exceeded(action, exc, self._env) from None
+                except (OSError, ValueError) as exc:
+                    raise self._unreachable(action, exc) from exc
         except BaseException:
             sock.close()
             raise
+        sock.release()  # the workload's output from here on: never cut
         return AttachedStream(sock)
 
     def wait(self, container_id: str, timeout_s: float) -> int | None:
         try:
             _status, result = self._json(
                 "POST", f"/containers/{container_id}/wait", action="waiting for the sandbox",
-                reason=Reason.START_FAILED, timeout=max(timeout_s, 0.001))
-        except TimeoutError:
+                reason=Reason.START_FAILED, bound=waiting(timeout_s), waits=True)
+        except _StillRunning:
             return None
         return int((result or {}).get("StatusCode", -1)) if isinstance(result, dict) else -1
 
@@ -290,8 +298,32 @@ class EngineSocket:
             return True
         decoded = _maybe_json(data)
         if status == 409 and "already in progress" in _message(decoded, data):
-            return True
+            return self._gone(container_id, action)
         raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
+
+    def _gone(self, container_id: str, action: str) -> bool:
+        """Another removal is under way (gc, the engine's own): confirmed, not assumed; a
+        removal the engine gave up on leaves a dead container, removed here again."""
+        import time
+
+        deadline = time.monotonic() + timeout_s(self._env)
+        while time.monotonic() < deadline:
+            status, data, _response = self._call(
+                "GET", f"/containers/{container_id}/json", action=action,
+                reason=Reason.CLEANUP_FAILED)
+            if status == 404:
+                return True
+            state = _maybe_json(data)
+            if isinstance(state, dict) and (state.get("State") or {}).get("Status") == "dead":
+                retried, _data, _response = self._call(
+                    "DELETE", f"/containers/{container_id}", action=action,
+                    reason=Reason.CLEANUP_FAILED, params={"force": 1, "v": 1})
+                if retried in (204, 404):
+                    return True
+            time.sleep(0.1)
+        raise SbxError(Reason.CLEANUP_FAILED,
+                       f"{action}: the engine was still removing it after "
+                       f"{timeout_s(self._env):g}s")
 
     # -- probes: a container of an image, never started (a new image's users and mount points)
 
@@ -388,38 +420,30 @@ class EngineSocket:
         request = (f"POST /images/create?{urllib.parse.urlencode(params)} HTTP/1.1\r\n"
                    "Host: docker\r\nUser-Agent: sbx\r\nConnection: close\r\n" + auth
                    + "Content-Length: 0\r\n\r\n").encode()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
+        sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # As long as the engine works on it (a pull can be long), but never silent for long
+        # and never one message without end.
+        with closing(sock), bounded(stream(self._env)):
             try:
-                sock.settimeout(API_TIMEOUT_S)
+                sock.settimeout(timeout_s(self._env))
                 sock.connect(self._socket_path)
-                sock.settimeout(None)  # as the SDK's pull: as long as the engine works on it
                 sock.sendall(request)
                 status, headers = _parse_head(_read_head(sock))
+                self._reached = True
+                if status != 200 or not _chunked(headers):
+                    cap_body()  # an answer, not a stream
+                body = _body(sock, headers)
+                if status != 200:
+                    data = b"".join(body)
+                    raise _refusal(action, Reason.REGISTRY_UNREACHABLE, status,
+                                   _maybe_json(data), data)
+                for decoded in json_lines(body):
+                    if isinstance(decoded, dict):
+                        registry_chunk(action, decoded, on_line)
+            except AnswerExceeded as exc:
+                raise exceeded(action, exc, self._env) from None
             except (OSError, ValueError) as exc:
                 raise self._unreachable(action, exc) from exc
-            self._reached = True
-            chunks = _body_chunks(sock, chunked=headers.get("transfer-encoding", "").lower()
-                                  == "chunked")
-            if status != 200:
-                try:
-                    data = b"".join(chunks)
-                except (OSError, ValueError) as exc:
-                    raise self._unreachable(action, exc) from exc
-                raise _refusal(action, Reason.REGISTRY_UNREACHABLE, status, _maybe_json(data),
-                               data)
-            pending = b""
-            try:
-                for chunk in chunks:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        _progress_line(action, line, on_line)
-            except (OSError, ValueError) as exc:
-                raise self._unreachable(action, exc) from exc
-            _progress_line(action, pending, on_line)
-        finally:
-            sock.close()
         image = self.image(ref)
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
@@ -439,60 +463,95 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
-def _body_chunks(sock: socket.socket, *, chunked: bool) -> Iterator[bytes]:
-    """A response body as it arrives: de-chunked, or everything up to the engine's close."""
-    if not chunked:
-        while data := sock.recv(65536):
+def _chunked(headers: Mapping[str, str]) -> bool:
+    return headers.get("transfer-encoding", "").lower() == "chunked"
+
+
+def _body(sock: socket.socket, headers: Mapping[str, str], *,
+          expected: bool = True) -> Iterator[bytes]:
+    """A response body as it arrives: de-chunked, exactly its Content-Length, or everything up
+    to the engine's close; nothing for an answer that has none (HEAD, 204, 304)."""
+    if not expected:
+        return
+    if _chunked(headers):
+        yield from _dechunked(sock)
+        return
+    length = headers.get("content-length", "")
+    if length.isdigit():
+        left = int(length)
+        if left > MAX_ANSWER_BYTES:
+            # Refused before a byte is read: no call of sbx expects an answer this large.
+            raise AnswerExceeded(f"declares {left} bytes, more than sbx reads", slow=False)
+        while left:
+            data = sock.recv(min(left, _READ_BYTES))
+            if not data:
+                raise ValueError("the engine's answer was cut short")
+            left -= len(data)
             yield data
         return
-    buffer = b""
+    while data := sock.recv(_READ_BYTES):
+        yield data
+
+
+def _dechunked(sock: socket.socket) -> Iterator[bytes]:
+    """A ``Transfer-Encoding: chunked`` body, piece by piece as it arrives (never a whole
+    chunk held: one may be endless); the socket's bound limits the whole."""
+    buffer = bytearray()
     while True:
-        while b"\r\n" not in buffer:
-            more = sock.recv(65536)
+        while (end := buffer.find(b"\r\n")) < 0:
+            if len(buffer) > _SIZE_LINE_BYTES:
+                raise ValueError("the engine sent a chunk size line without end")
+            more = sock.recv(_READ_BYTES)
             if not more:
                 raise ValueError("the stream ended inside a chunk's size line")
             buffer += more
-        size_line, _, buffer = buffer.partition(b"\r\n")
-        size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            return
-        while len(buffer) < size + 2:
-            more = sock.recv(65536)
+        size_text = bytes(buffer[:end]).split(b";", 1)[0].strip() or b"0"
+        del buffer[:end + 2]
+        try:
+            left = int(size_text, 16)
+        except ValueError:
+            raise ValueError(f"not a chunk size: {size_text[:20]!r}") from None
+        if left == 0:
+            return  # trailers, if any, are not read: the engine closes the connection
+        while left:
+            if not buffer:
+                more = sock.recv(min(left, _READ_BYTES) + 2)
+                if not more:
+                    raise ValueError("a chunk cut short")
+                buffer += more
+            piece = bytes(buffer[:left])
+            del buffer[:len(piece)]
+            left -= len(piece)
+            yield piece
+        while len(buffer) < 2:
+            more = sock.recv(_READ_BYTES)
             if not more:
                 raise ValueError("a chunk cut short")
             buffer += more
-        yield buffer[:size]
-        buffer = buffer[size + 2:]
-
-
-def _progress_line(action: str, line: bytes, on_line: Callable[[str], None]) -> None:
-    """One of the engine's JSON progress objects (one a line) through :func:`registry_chunk`."""
-    if not line.strip():
-        return
-    try:
-        decoded = json.loads(line)
-    except ValueError as exc:
-        raise ValueError(f"the engine's progress is not JSON: {line[:80]!r}") from exc
-    if isinstance(decoded, dict):
-        registry_chunk(action, decoded, on_line)
+        if buffer[:2] != b"\r\n":
+            raise ValueError("a chunk without its line end")
+        del buffer[:2]
 
 
 def _read_head(sock: socket.socket) -> bytes:
     """The status line and headers of an HTTP response, consumed exactly (the bytes after
-    them belong to the upgraded stream)."""
+    them belong to an upgraded stream) and at most MAX_HEAD_BYTES. Each wait is the socket's:
+    a bounded socket holds the whole head to the call's time."""
+    head = bytearray()
     while True:
-        peeked = sock.recv(_HEADER_LIMIT, socket.MSG_PEEK)
+        room = MAX_HEAD_BYTES - len(head)
+        if room <= 0:
+            raise AnswerExceeded(f"sent a head longer than {MAX_HEAD_BYTES} bytes", slow=False)
+        # Look at what has arrived without taking it, then take exactly what is head.
+        peeked = sock.recv(min(room, 4096), socket.MSG_PEEK)
         if not peeked:
             raise ValueError("the engine closed the connection")
-        end = peeked.find(b"\r\n\r\n")
+        seen = bytes(head[-3:]) + peeked
+        end = seen.find(b"\r\n\r\n")
+        take = len(peeked) if end < 0 else end + 4 - min(len(head), 3)
+        head += _recv_exactly(sock, take)
         if end >= 0:
-            return _recv_exactly(sock, end + 4)
-        if len(peeked) >= _HEADER_LIMIT:
-            raise ValueError("the engine's response headers are too long")
-        # Not all there yet: wait for more than is already buffered.
-        import select
-
-        select.select([sock], [], [], API_TIMEOUT_S)
+            return bytes(head)
 
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes:

@@ -44,9 +44,11 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import children
 
 COMMENT_PREFIX: Final = "sbx-run-"
 IPTABLES_TIMEOUT_S: Final = 10
+_MAX_LISTING_BYTES: Final = 64 * 1024 * 1024  # `iptables -S` of a host with many rules
 # gc waits this long for the xtables lock (Docker edits the tables too) before giving up.
 LOCK_WAIT_S: Final = 5
 CHAIN: Final = "INPUT"
@@ -124,9 +126,9 @@ class BridgeGuard:
         restore = _restore_binary(iptables)
         if restore is not None:
             try:
-                subprocess.run([restore, "-w", str(LOCK_WAIT_S), "--noflush"],
-                               input=self.restore_script().encode("ascii"), check=True,
-                               capture_output=True, timeout=IPTABLES_TIMEOUT_S)
+                children.run([restore, "-w", str(LOCK_WAIT_S), "--noflush"],
+                             input_data=self.restore_script().encode("ascii"), check=True,
+                             timeout=IPTABLES_TIMEOUT_S)
             except subprocess.CalledProcessError:
                 pass  # all or nothing: nothing was applied; try rule by rule below
             else:
@@ -173,11 +175,10 @@ class BridgeGuard:
             return [], []
         found: list[list[list[str]]] = []
         for table, chain in (("filter", CHAIN), ("nat", NAT_CHAIN)):
-            done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), "-t", table, "-S", chain],
-                                  capture_output=True, text=True, timeout=IPTABLES_TIMEOUT_S,
-                                  check=False, stdin=subprocess.DEVNULL)
+            done = children.run([iptables, "-w", str(LOCK_WAIT_S), "-t", table, "-S", chain],
+                                timeout=IPTABLES_TIMEOUT_S, max_output=_MAX_LISTING_BYTES)
             rules = []
-            for line in done.stdout.splitlines():
+            for line in done.stdout.decode("utf-8", "replace").splitlines():
                 parts = shlex.split(line)
                 if parts[:2] == ["-A", chain] and self.comment in parts:
                     rules.append(parts[2:])
@@ -206,9 +207,8 @@ class BridgeGuard:
 def _present(iptables: str, table: str | None, rule: list[str]) -> bool:
     where = ["-t", table] if table else []
     chain = NAT_CHAIN if table == "nat" else CHAIN
-    done = subprocess.run([iptables, "-w", str(LOCK_WAIT_S), *where, "-C", chain, *rule],
-                          capture_output=True, timeout=IPTABLES_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL, check=False)
+    done = children.run([iptables, "-w", str(LOCK_WAIT_S), *where, "-C", chain, *rule],
+                        timeout=IPTABLES_TIMEOUT_S)
     return done.returncode == 0
 
 
@@ -226,8 +226,7 @@ def _refusals_as_reasons(bridge: str) -> Iterator[None]:
 
 
 def _iptables(argv: list[str]) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=IPTABLES_TIMEOUT_S,
-                   stdin=subprocess.DEVNULL)
+    children.run(argv, check=True, timeout=IPTABLES_TIMEOUT_S)
 
 
 def _restore_binary(iptables: str) -> str | None:
@@ -377,20 +376,22 @@ def _managing_iptables() -> str:
 
 def _run_iptables(argv: list[str], action: str) -> str:
     try:
-        done = subprocess.run(argv, check=False, capture_output=True, text=True,
-                              timeout=IPTABLES_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = children.run(argv, timeout=IPTABLES_TIMEOUT_S, max_output=_MAX_LISTING_BYTES)
     except subprocess.TimeoutExpired as exc:
         raise FirewallError(f"{action}: iptables did not answer within "
                             f"{IPTABLES_TIMEOUT_S}s") from exc
     except OSError as exc:
         raise FirewallError(f"{action}: cannot run iptables: {exc.strerror}") from exc
+    if done.overflow:
+        raise FirewallError(f"{action}: iptables printed more than {_MAX_LISTING_BYTES} bytes")
     if done.returncode != 0:
-        detail = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
+        errors = done.stderr.decode("utf-8", "replace")
+        detail = " ".join(errors.split())[:300] or f"exit status {done.returncode}"
         if "permission denied" in detail.lower():
             # Root without CAP_NET_ADMIN (a container): no rule could have been installed.
             raise FirewallUnavailable(f"iptables refused: {detail}")
         raise FirewallError(f"{action}: {detail}")
-    return done.stdout
+    return done.stdout.decode("utf-8", "replace")
 
 
 def list_sbx_rules() -> list[SbxRule]:

@@ -81,6 +81,15 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
         raise _error(host, f"an auths entry in the Docker configuration {path} is not valid "
                            "base64 user:password", hint="Fix or remove it (docker login "
                                                         "again), then retry.") from None
+    except TimeoutError:
+        from sbx.seams.driver import HELPER_TIMEOUT_S
+
+        raise SbxError(Reason.COMMAND_TIMEOUT,
+                       f"registry credentials for {host}: the credential helper "
+                       f"docker-credential-{helper} did not finish within "
+                       f"{HELPER_TIMEOUT_S:g}s; it was ended with everything it started",
+                       hint=f"Run `echo {host} | docker-credential-{helper} get` yourself to "
+                            "see why it hangs (a prompt, a locked keychain).") from None
     except LookupError:
         raise _error(host, f"the credential helper docker-credential-{helper} failed",
                      hint=f"Run `docker-credential-{helper} list` to check it, or docker "

@@ -774,7 +774,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
                       command=(), entrypoint=("/bin/sh", "-c", PROBE_SCRIPT), env={},
                       home=FALLBACK_HOME, labels=labels, image_labels=image.labels,
                       engine_log=True)
-    run_dir = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
+    run_dir, owner = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
     container_id: str | None = None
     try:
         container_id = driver.create(spec)
@@ -791,6 +791,8 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
         removed = container_id is None or _remove_quietly(driver, container_id)
         if removed:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if owner is not None:
+            os.close(owner)  # from now on gc may take what is left
     return parse_probe_output(output.decode("utf-8", "replace"))
 
 
@@ -801,10 +803,13 @@ def _remove_quietly(driver: Driver, container_id: str) -> bool:
         return False  # the run directory stays, so `sbx gc` removes the probe later
 
 
-def _write_probe_record(state_home: Path, run_id: str, deadline: int, image_ref: str) -> Path:
-    path, _lock = runrecord.create(state_home, runrecord.RunRecord(
-        run_id=run_id, deadline=deadline, workload=PROBE_KIT, image=image_ref))
-    return path
+def _write_probe_record(state_home: Path, run_id: str, deadline: int,
+                        image_ref: str) -> tuple[Path, int | None]:
+    """The probe's run directory, with its owner lock held (gc leaves a probe alone while
+    doctor reads it, even once it has exited)."""
+    return runrecord.create(state_home, runrecord.RunRecord(
+        run_id=run_id, deadline=deadline, workload=PROBE_KIT, image=image_ref),
+        owner_lock=True)
 
 
 def parse_probe_output(text: str) -> dict[str, str]:

@@ -11,7 +11,10 @@ proxies, networks, volumes, per-run images and host firewall rules). In order:
    labelled with this home's hash, and parse every entry strictly. A failed listing or one
    entry that does not parse means **nothing is deleted** — not even run directories — and the
    failure is reported and audited.
-4. **Decide** per object (pure functions, unit-tested on their own):
+4. **Decide** per object (pure functions, unit-tested on their own). Whatever its state, an
+   object whose run's owner is alive (it holds ``runs/<id>/owner.lock``, taken before the run
+   creates anything) is never touched; the lock is looked at again right before each removal,
+   so a run that started after gc read its run directories is seen too.
 
    - a container is removed when it is ``exited``/``dead``; or when its deadline label is more
      than the grace in the past; or when it is ``created`` (never started) and the sbx process
@@ -407,6 +410,9 @@ def read_run_dirs(state_home: Path, now: float) -> list[RunDir]:
         if real_dir:
             newest = max(newest, _newest_entry(path))
             record = _read_record(path / RUN_RECORD)
+            if record is None and owner_alive(path):
+                # Its owner holds the lock but has not written the record yet (or it broke).
+                record = RunDirState(None, None, None, owner_alive=True)
         found.append(RunDir(name, path, real_dir, max(0.0, now - newest), record))
     return found
 
@@ -538,6 +544,8 @@ def judge_container(entry: ContainerEntry, runs: Mapping[str, RunDir],
     """``(remove, why, detail)`` for one container."""
     if entry.named:
         return False, *_NAMED
+    if _owner_holds(entry.run_id, runs):
+        return False, *_LIVE
     if entry.state in FINISHED_STATES:
         return True, entry.state, f"the container is {entry.state}"
     if entry.state == "removing":
@@ -566,6 +574,8 @@ def judge_shared(entry: SharedEntry, runs: Mapping[str, RunDir],
     no container still uses it."""
     if entry.named:
         return False, *_NAMED
+    if _owner_holds(entry.run_id, runs):
+        return False, *_LIVE
     deadline = _deadline(entry.deadline_raw)
     if deadline is None:
         return False, *_deadline_problem(entry.deadline_raw)
@@ -629,6 +639,13 @@ def judge_rule(rule: SbxRule, runs: Mapping[str, RunDir], known: Mapping[str, in
 
 _NAMED: Final = ("named", "a named sandbox's: `sbx rm NAME` removes it (`sbx gc --named` "
                           "or `[gc] named_ttl` for stopped ones)")
+_LIVE: Final = ("live", "the sbx process that owns it is alive (it holds its run's owner lock)")
+
+
+def _owner_holds(run_id: str | None, runs: Mapping[str, RunDir]) -> bool:
+    """The run's owner holds its owner lock: whatever the object's state, it is the owner's."""
+    run = runs.get(run_id) if run_id is not None else None
+    return run is not None and run.record is not None and run.record.owner_alive is True
 
 
 def judge_run_dir(run: RunDir, in_use: Set[str], clock: Clock) -> tuple[bool, str, str]:
@@ -1015,6 +1032,8 @@ class _Collector:
         for start in range(0, len(planned), self.batch):
             attempted: list[GcItem] = []
             for item in planned[start:start + self.batch]:
+                if self._owner_now(item, remaining):
+                    continue
                 try:
                     remover(item.id)
                 except SbxError as error:
@@ -1063,6 +1082,8 @@ class _Collector:
         for start in range(0, len(planned), self.batch):
             attempted: list[tuple[SbxRule, GcItem]] = []
             for rule, item in planned[start:start + self.batch]:
+                if self._owner_now(item, remaining):
+                    continue
                 try:
                     self.firewall.remove_rule(rule)
                 except (FirewallError, FirewallUnavailable) as error:
@@ -1114,7 +1135,7 @@ class _Collector:
             if self.dry_run:
                 self.result.removed.append(item)
                 continue
-            if not self._release_staging(run.name):
+            if self._owner_now(item, set()) or not self._release_staging(run.name):
                 continue
             self._check_workspace(run)
             try:
@@ -1204,6 +1225,16 @@ class _Collector:
                        f"proxy {pid} of run {run_id} is still running after SIGKILL", run_id)
             return False
         self.result.removed.append(item)
+        return True
+
+    def _owner_now(self, item: GcItem, remaining: set[str]) -> bool:
+        """Right before a removal: whether the item's run has an owner now (one that started
+        after gc read the run directories); then the item is kept."""
+        if item.run_id is None or owner_alive(self.ctx.state_home / RUNS_DIR / item.run_id) \
+                is not True:
+            return False
+        self.result.kept.append(GcItem(item.kind, item.id, item.run_id, *_LIVE))
+        _note_run(remaining, item.run_id)
         return True
 
     # -- bookkeeping ---------------------------------------------------------------------

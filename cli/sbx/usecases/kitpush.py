@@ -53,7 +53,8 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     base = None
     if kit.dockerfile_text is not None:
         base = ensure_kit_image(app.driver, kit, progress, published.build_args,
-                                lock_dir=app.state_home / "locks").tag
+                                lock_dir=app.state_home / "locks",
+                                home_hash=app.home_hash).tag
     elif kit.descriptor.kind != "mixin":
         raise SbxError(Reason.INVALID_KIT,
                        f"{kit.descriptor.kind} kit {kit.reference} has no recipe (no "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -83,7 +83,8 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         on_notice(f"{name} is running; `sbx attach {name}` to use it")
         return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
     code = attach(ctx, name, request.host, on_output=on_output, on_warning=on_warning,
-                  on_notice=on_notice, interactive=request.interactive)
+                  on_notice=on_notice, interactive=request.interactive,
+                  terminal_passthrough=request.terminal_passthrough)
     return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
 
 
@@ -368,7 +369,7 @@ def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) 
 
 def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            on_warning: Callable[[str], None], on_notice: Callable[[str], None],
-           interactive: bool | None = None) -> int:
+           interactive: bool | None = None, terminal_passthrough: bool = False) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
     or the user detaches (0: it keeps running)."""
     from sbx.seams.session.escape import parse_detach_keys
@@ -386,6 +387,7 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
     admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
     mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
     keys = ctx.load_config().sandbox.detach_keys.value
+    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
     stream = driver.attach(record.container_id, stdin=mode.stdin,
                            detach_keys=keys if record.tty else None)
     size_fd = host.size_fd() if record.tty else None
@@ -396,7 +398,8 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
                       sink=on_output, escape=parse_detach_keys(keys),
                       on_resize=resize if size_fd is not None else None)
     with session, session.resize_on_sigwinch(), \
-            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()), \
+            end_output:
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
         if end is SessionEnd.EOF:
             session.drain(OUTPUT_DRAIN_S)
@@ -414,7 +417,8 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
 def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
             env: Sequence[str], interactive: bool | None, tty: bool | None,
             on_output: OutputSink,
-            on_warning: Callable[[str], None] = lambda _text: None) -> int:
+            on_warning: Callable[[str], None] = lambda _text: None,
+            terminal_passthrough: bool = False) -> int:
     """Run a command in a running sandbox: its user, its hardening, its egress (the exec
     inherits the container's environment, proxy and sentinels included)."""
     from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
@@ -435,6 +439,7 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
     mode = decide_mode(interactive=interactive, tty=tty, capture=False, host=host)
     admission = admit_recorded(ctx, record, env=env)
     admission.close()  # the paths are the running container's; only the decision is needed
+    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
     stream, exec_id = driver.exec_attach(
         record.container_id, argv, user=f"{admission.user.uid}:{admission.user.gid}",
         env=admission.env,
@@ -454,7 +459,8 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
                       on_resize=resize if size_fd is not None else None)
     resize()
     with session, session.resize_on_sigwinch(), \
-            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()):
+            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()), \
+            end_output:
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
@@ -467,11 +473,35 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
     return 0 if end is SessionEnd.DETACHED else 126
 
 
-def logs(ctx: AppContext, name: str, *, follow: bool, on_output: OutputSink) -> None:
+def logs(ctx: AppContext, name: str, host: Any, *, follow: bool, on_output: OutputSink,
+         terminal_passthrough: bool = False) -> None:
     record = _load(ctx, name)
     assert record.container_id is not None  # noqa: S101 - _load checks
-    for stream, chunk in ctx.driver.output(record.container_id, follow=follow):
-        on_output(stream, chunk)
+    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
+    with end_output:
+        for stream, chunk in ctx.driver.output(record.container_id, follow=follow):
+            on_output(stream, chunk)
+
+
+def _to_terminal(ctx: AppContext, host: Any, on_output: OutputSink, flag: bool,
+                 ) -> tuple[OutputSink, contextlib.AbstractContextManager[None]]:
+    """``on_output`` filtered where it reaches a terminal (sbx.seams.session.sanitize), unless
+    the flag or ``[sandbox] terminal_passthrough`` passes everything; and the context whose
+    end ends the filtering."""
+    from sbx.seams.session.sanitize import for_terminal
+
+    passthrough = flag or ctx.load_config().sandbox.terminal_passthrough.value
+    sink, end = for_terminal(on_output, host, ctx.env, passthrough=passthrough)
+
+    @contextlib.contextmanager
+    def ending() -> Iterator[None]:
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                end()
+
+    return sink, ending()
 
 
 # -- stop / rm / ls ---------------------------------------------------------------------------

@@ -210,10 +210,12 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
     workload = kit_set.workload
     locks = ctx.state_home / "locks"
     workload_image = ensure_kit_image(driver, workload.local, progress,
-                                      workload.expanded.build_args, lock_dir=locks)
+                                      workload.expanded.build_args, lock_dir=locks,
+                                      home_hash=ctx.home_hash)
     mixin_images = [
         (kit.reference, ensure_kit_image(driver, kit.local, progress,
-                                         kit.expanded.build_args, lock_dir=locks).image
+                                         kit.expanded.build_args, lock_dir=locks,
+                                         home_hash=ctx.home_hash).image
          if kit.local.dockerfile_text is not None or kit.local.image is not None else None)
         for kit in kit_set.mixins
     ]
@@ -225,7 +227,7 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
     assembled = assemble(driver, workload_image, mixin_images, progress,
                          workload_ref=workload.reference,
                          cache_dir=ctx.state_home / "cache" / "files", helper_labels=labels,
-                         lock_dir=locks)
+                         lock_dir=locks, home_hash=ctx.home_hash)
     return (assembled.image, assembled.tag, workload_image.built or assembled.built,
             (*used, assembled.image))
 

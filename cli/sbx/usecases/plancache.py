@@ -121,6 +121,7 @@ class Recipe:
     # pinned read-only again under a writable mount.
     kit_surfaces: tuple[Mapping[str, Any], ...] = ()
     kit_files: tuple[Mapping[str, Any], ...] = ()
+    terminal_passthrough: bool = False  # the flag or [sandbox] terminal_passthrough
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -156,6 +157,7 @@ class Recipe:
             tmpfs={_str(k): (_int(v[0]), None if v[1] is None else _int(v[1]))
                    for k, v in dict(data["tmpfs"]).items() if len(v) == 2},
             detach_keys=_str(data["detach_keys"]),
+            terminal_passthrough=_bool(data["terminal_passthrough"]),
             explain_command=_str(data["explain_command"]), notes=tuple(_strs(data["notes"])),
             blocked=tuple(_strs(data["blocked"])),
             allowed_roots=tuple(_strs(data["allowed_roots"])),
@@ -450,7 +452,8 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         env=tuple(_strs(data["env"])), env_files=tuple(_strs(data["env_files"])),
         user=_opt_str(data["user"]), detach_keys=_opt_str(data["detach_keys"]),
         trust_workspace=_bool(data["trust_workspace"]), name=_opt_str(data["name"]),
-        detach=_bool(data["detach"]), accept=_bool(data["accept"]), host=streams)
+        detach=_bool(data["detach"]), accept=_bool(data["accept"]),
+        terminal_passthrough=_bool(data["terminal_passthrough"]), host=streams)
 
 
 # -- strict JSON readers -------------------------------------------------------------------------

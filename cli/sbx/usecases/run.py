@@ -72,6 +72,7 @@ from sbx.seams.engine import Driver, ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd
+from sbx.seams.session.sanitize import for_terminal
 from sbx.seams.session.terminal import raw_mode, terminal_environment, window_size
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
 from sbx.usecases.context import AppContext
@@ -127,6 +128,9 @@ class RunRequest:
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
     accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate)
+    # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
+    # reaches the user's terminal, those acting outside the screen included
+    terminal_passthrough: bool = False
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -162,6 +166,7 @@ class RunPlan:
     mode: SessionMode = field(default_factory=lambda: SessionMode(False, False, False))
     home: str = FALLBACK_HOME
     detach_keys: str = DEFAULT_DETACH_KEYS
+    terminal_passthrough: bool = False  # sbx.seams.session.sanitize
     host_mounts: HostMounts = field(default_factory=HostMounts)
     # What each writable host directory held before the run (workspace_trust.protect)
     workspace_baselines: tuple[Baseline, ...] = ()
@@ -277,12 +282,17 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
     named sandbox)."""
     run_id = new_run_id()
+    _claim(ctx, run_id)
     try:
         plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                        on_notice=on_notice)
     except SbxError as error:
+        _unclaim(ctx, run_id)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
+        raise
+    except BaseException:
+        _unclaim(ctx, run_id)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -298,14 +308,19 @@ def run_cached(ctx: AppContext, request: RunRequest, recipe: Recipe, *, on_outpu
     its image, the workspace changed owner, or a kit's approval no longer covers it, the full
     plan is made instead."""
     run_id = new_run_id()
+    _claim(ctx, run_id)
     try:
         plan = prepare_cached(ctx, request, run_id, recipe)
         if plan is None:
             plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                            on_notice=on_notice)
     except SbxError as error:
+        _unclaim(ctx, run_id)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
+        raise
+    except BaseException:
+        _unclaim(ctx, run_id)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -474,6 +489,7 @@ def _plan_from_recipe(ctx: AppContext, request: RunRequest, run_id: str, recipe:
                    container_env={}, run_image_tag=None,
                    warnings=(*recipe.user_warnings, *host_mounts.notes, *recipe.notes),
                    mode=session_mode, home=recipe.home, detach_keys=recipe.detach_keys,
+                   terminal_passthrough=recipe.terminal_passthrough,
                    host_mounts=host_mounts,
                    workspace_baselines=tuple(host_mounts.baselines),
                    explain_command=recipe.explain_command, facts=recipe.facts)
@@ -619,7 +635,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
     limits = capabilities.limits
     image = prepare_mountpoints(driver, image, home=home,
                                 cache_dir=ctx.state_home / "cache" / "mountpoints",
-                                helper_labels=labels, lock_dir=ctx.state_home / "locks")
+                                helper_labels=labels, lock_dir=ctx.state_home / "locks",
+                                home_hash=ctx.home_hash)
     # the last use, for gc (sbx.domain.sandbox.imagecache)
     record_use(driver, ctx.home_hash, [image])
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
@@ -667,6 +684,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                    volume_names=volume_names, network=network, bridge=bridge,
                    egress=egress, warnings=warnings, mode=session_mode, home=home,
                    detach_keys=planned.loaded.detach_keys, host_mounts=host_mounts,
+                   terminal_passthrough=(request.terminal_passthrough
+                                         or config.sandbox.terminal_passthrough.value),
                    workspace_baselines=tuple(host_mounts.baselines), name=named,
                    credential_names=credential_names,
                    explain_command=_explain_command(planned),
@@ -736,7 +755,7 @@ def _remember(ctx: AppContext, request: RunRequest, planned: WorkloadPlan, plan:
         timeout_s=plan.timeout_s, limits=dataclasses.asdict(limits),
         workspace_target=plan.workspace_target, command=command, entrypoint=entrypoint,
         exports=dict(planned.exports), home=plan.home, tmpfs=dict(capabilities.tmpfs),
-        detach_keys=plan.detach_keys,
+        detach_keys=plan.detach_keys, terminal_passthrough=plan.terminal_passthrough,
         explain_command=plan.explain_command, notes=tuple(capabilities.notes),
         blocked=tuple(config.mounts.blocked.value),
         allowed_roots=tuple(config.mounts.allowed_roots.value), facts=plan.facts,
@@ -875,12 +894,12 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
              on_notice: Callable[[str], None]) -> RunResult:
     driver = ctx.driver
     capture = _Capture() if request.capture_output else None
+    # What reaches a terminal loses the sequences that act outside the screen (the install
+    # hooks' output too); captured or piped output stays byte for byte.
+    on_output, end_output = for_terminal(on_output, request.host, ctx.env,
+                                         passthrough=plan.terminal_passthrough)
     sink: OutputSink = capture if capture is not None else on_output
-    run_dir = _write_run_dir(ctx, plan)
-    if plan.workspace_baselines:  # for the check after a named sandbox's sessions, or gc's
-        from sbx.usecases import workspace_check
-
-        workspace_check.save(run_dir, plan.workspace_baselines)
+    run_dir = _open_run_dir(ctx, plan)
     created = _Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
@@ -928,6 +947,8 @@ def _execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Out
                            hint=error.hint, details=error.details) from error
         raise
     finally:
+        with contextlib.suppress(OSError):  # a closed reader must not stop the cleanup
+            end_output()
         # A signal here (a closing terminal sends SIGHUP twice) must not stop the removal
         # halfway: it is held back and raised once everything is gone.
         with deferred_interrupts():
@@ -1426,49 +1447,59 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     stop first (nothing may leave or enter while the rest goes), then the container (it holds
     the image, the volumes and the network), the image, the volumes, the network; the bridge's
     firewall rules go last, so they outlive every object they protect
-    (tests/unit/test_run_cleanup.py checks this order on a failure at every step)."""
-    if created.stream is not None:
-        created.stream.close()
-    if created.forwarder is not None:
-        created.forwarder.stop()
-    if created.kept:
-        plan.host_mounts.close()
-        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
-        return []
-    if created.proxy is not None:
-        created.proxy.stop()
-    steps: list[tuple[str, Callable[[], bool]]] = []
-    if created.container is not None:
-        container = created.container
-        steps.append(("container_remove_failed", lambda: driver.remove_container(container)))
-    if created.image is not None:
-        image = created.image
-        steps.append(("image_remove_failed", lambda: driver.remove_image(image)))
-    steps.extend(("volume_remove_failed", functools.partial(driver.remove_volume, name))
-                 for name in created.volumes)
-    if created.network is not None:
-        steps.append(("network_remove_failed",
-                      functools.partial(driver.remove_network, created.network)))
+    (tests/unit/test_run_cleanup.py checks this order on a failure at every step). A step
+    that fails, in any way, never stops the ones after it: its failure is returned."""
     errors: list[str] = []
     failed: dict[str, int] = {}
-    for reason, remove in steps:
+
+    def step(reason: str, undo: Callable[[], object]) -> bool:
         try:
-            remove()
-        except SbxError as error:
-            errors.append(str(error))
+            undo()
+        except Exception as error:  # every failure is reported, and none stops the rest
+            text = str(error) if isinstance(error, SbxError) else \
+                f"{reason.removesuffix('_failed').replace('_', ' ')}: " \
+                f"{type(error).__name__}: {error}"
+            errors.append(text)
             failed[reason] = failed.get(reason, 0) + 1
+            return False
+        return True
+
+    if created.stream is not None:
+        step("stream_close_failed", created.stream.close)
+    if created.forwarder is not None:
+        step("forwarder_stop_failed", created.forwarder.stop)
+    if created.kept:
+        step("mount_release_failed", plan.host_mounts.close)
+        _release_owner(plan.run_id)  # the named sandbox owns itself from now on
+        return errors
+    if created.proxy is not None:
+        step("proxy_stop_failed", created.proxy.stop)
+    if created.container is not None:
+        container = created.container
+        step("container_remove_failed", lambda: driver.remove_container(container))
+    if created.image is not None:
+        image = created.image
+        step("image_remove_failed", lambda: driver.remove_image(image))
+    for name in created.volumes:
+        step("volume_remove_failed", functools.partial(driver.remove_volume, name))
+    if created.network is not None:
+        step("network_remove_failed", functools.partial(driver.remove_network, created.network))
     if not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
     if created.staging is not None:
-        staging_errors = created.staging.release()
-        errors.extend(staging_errors)
-        if staging_errors:
+        staging = created.staging
+        staging_errors: list[str] = []
+        if step("staging_release_failed", lambda: staging_errors.extend(staging.release())) \
+                and staging_errors:
+            errors.extend(staging_errors)
             failed["staging_release_failed"] = len(staging_errors)
-    plan.host_mounts.close()
+    step("mount_release_failed", plan.host_mounts.close)
     if created.guard is not None:
-        rule_errors = created.guard.remove()
-        errors.extend(rule_errors)
-        if rule_errors:
+        guard = created.guard
+        rule_errors: list[str] = []
+        if step("firewall_rule_remove_failed", lambda: rule_errors.extend(guard.remove())) \
+                and rule_errors:
+            errors.extend(rule_errors)
             failed["firewall_rule_remove_failed"] = len(rule_errors)
     for reason, count in failed.items():
         _audit(ctx, audit.CLEANUP_FAILED, plan.run_id, "warning",
@@ -1487,12 +1518,41 @@ def _release_owner(run_id: str) -> None:
             os.close(fd)
 
 
+def _open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
+    """The run's record in the run directory it claimed, with the workspace baselines (for the
+    check after a named sandbox's sessions, or gc's); a failure gives the claim back."""
+    try:
+        run_dir = _write_run_dir(ctx, plan)
+        if plan.workspace_baselines:
+            from sbx.usecases import workspace_check
+
+            workspace_check.save(run_dir, plan.workspace_baselines)
+    except BaseException:
+        _unclaim(ctx, plan.run_id)
+        raise
+    return run_dir
+
+
+def _claim(ctx: AppContext, run_id: str) -> None:
+    """The run's owner lock, taken before its plan creates anything (probe containers,
+    images): ``sbx gc`` never touches what a live owner holds."""
+    _path, lock_fd = runrecord.claim(ctx.state_home, run_id)
+    _OWNER_LOCKS[run_id] = lock_fd
+
+
+def _unclaim(ctx: AppContext, run_id: str) -> None:
+    """A run refused before it started: its (empty) run directory goes with its lock."""
+    shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
+    _release_owner(run_id)
+
+
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
+    claimed = plan.run_id in _OWNER_LOCKS
     path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
         run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload,
         kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
-        volumes=plan.volume_names, name=plan.name), owner_lock=True)
+        volumes=plan.volume_names, name=plan.name), owner_lock=True, claimed=claimed)
     if lock_fd is not None:
         _OWNER_LOCKS[plan.run_id] = lock_fd
     return path

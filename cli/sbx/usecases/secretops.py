@@ -94,7 +94,10 @@ def set_reference(store: SecretStore, service: str, env: Mapping[str, str], *,
             else:
                 run_command(service, source.reference or "", env)
         except SbxError as error:
-            raise SbxError(Reason.INVALID_ARGUMENT, f"{error.message}; nothing was stored",
+            # A command that hangs keeps its own reason; any other failure is the argument's.
+            reason = (Reason.COMMAND_TIMEOUT if error.reason is Reason.COMMAND_TIMEOUT
+                      else Reason.INVALID_ARGUMENT)
+            raise SbxError(reason, f"{error.message}; nothing was stored",
                            hint=(error.hint or "") + " (--no-verify stores the source anyway.)",
                            details={"service": service}) from None
     return store.set_reference(service, source)

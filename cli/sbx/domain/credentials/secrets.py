@@ -42,11 +42,7 @@ import contextlib
 import json
 import os
 import re
-import select
-import signal
 import stat
-import subprocess
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -304,54 +300,32 @@ def run_command(service: str, command: str, env: Mapping[str, str], *,
     """Run ``command`` with ``/bin/sh -c`` on the host and return what it prints, checked.
 
     Its stdin is empty and its stderr discarded (a helper may print anything there); stdout is
-    read no further than the value limit, within ``timeout`` seconds, then the command's whole
-    process group is killed. Messages name the command and its exit status, never output.
+    read no further than the value limit, within ``timeout`` seconds. The command runs in a
+    session of its own, ended whole when it exits or times out (sbx.seams.children): nothing
+    it starts in the background outlives it. Messages name the command and its exit status,
+    never output.
     """
+    from sbx.seams import children
+
     fix = f"Run `{command}` yourself to see why, then retry."
     try:
-        process = subprocess.Popen(
-            ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=dict(env), start_new_session=True)
+        done = children.run(["/bin/sh", "-c", command], timeout=timeout, env=env,
+                            max_output=MAX_VALUE_BYTES + 2, keep_stderr=False)
+    except children.CommandTimeout:
+        raise SbxError(Reason.COMMAND_TIMEOUT,
+                       f"the secret for {service!r}: its command did not finish within "
+                       f"{timeout:.0f}s; it was ended with everything it started", hint=fix,
+                       details={"service": service}) from None
     except OSError as exc:
         raise _unresolved(service, f"cannot run its command ({exc.strerror})", fix) from None
-    assert process.stdout is not None  # noqa: S101 -- stdout=PIPE above
-    chunks: list[bytes] = []
-    size = 0
-    deadline = time.monotonic() + timeout
+    if done.overflow:
+        raise _unresolved(service, f"its command printed more than {MAX_VALUE_BYTES} bytes",
+                          fix)
+    if done.returncode != 0:
+        raise _unresolved(service, f"its command `{command}` failed (exit {done.returncode})",
+                          fix)
     try:
-        while size <= MAX_VALUE_BYTES + 2:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _unresolved(service, f"its command did not finish within {timeout:.0f}s",
-                                  fix)
-            ready, _, _ = select.select([process.stdout], [], [], min(left, 0.5))
-            if not ready:
-                continue
-            chunk = os.read(process.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_VALUE_BYTES + 2:
-            raise _unresolved(service, f"its command printed more than {MAX_VALUE_BYTES} bytes",
-                              fix)
-        status = process.wait(max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-        raise _unresolved(service, f"its command did not exit within {timeout:.0f}s",
-                          fix) from None
-    finally:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
-            process.wait()
-        process.stdout.close()
-    if status != 0:
-        raise _unresolved(service, f"its command `{command}` failed (exit {status})", fix)
-    try:
-        text = b"".join(chunks).decode("utf-8")
-        return normalize_value(text)
+        return normalize_value(done.stdout.decode("utf-8"))
     except (UnicodeDecodeError, SbxError):
         raise _unresolved(service, f"its command `{command}` printed no usable value (one "
                                    "line of UTF-8, no control characters)", fix) from None

@@ -406,7 +406,7 @@ def _context(recipe: str) -> bytes:
 def assemble(driver: Driver, workload: WorkloadImage,
              mixins: Sequence[tuple[str, ImageInfo | None]], progress: ProgressFactory, *,
              workload_ref: str, cache_dir: Path, helper_labels: Mapping[str, str],
-             lock_dir: Path | None = None) -> AssembledImage:
+             lock_dir: Path | None = None, home_hash: str | None = None) -> AssembledImage:
     """The runnable image: the workload, unchanged without mixins, else assembled (or reused).
 
     ``mixins`` are ``(reference, image)`` in composition order; ``None`` marks a
@@ -420,9 +420,14 @@ def assemble(driver: Driver, workload: WorkloadImage,
     key = assembly_key(workload.image.id, [image.id for _, image in content], _version())
     tag = assembled_tag(key)
     with name_lock(lock_dir, tag):  # one assembly per tag however many runs start at once
-        return _cached_or_assembled(driver, workload, content, progress, key=key, tag=tag,
-                                    workload_ref=workload_ref, cache_dir=cache_dir,
-                                    helper_labels=helper_labels)
+        found = _cached_or_assembled(driver, workload, content, progress, key=key, tag=tag,
+                                     workload_ref=workload_ref, cache_dir=cache_dir,
+                                     helper_labels=helper_labels)
+        if found.built and home_hash is not None:  # this home's from its creation (for gc)
+            from sbx.domain.sandbox.imagecache import record_use
+
+            record_use(driver, home_hash, [found.image])
+        return found
 
 
 def _cached_or_assembled(driver: Driver, workload: WorkloadImage,

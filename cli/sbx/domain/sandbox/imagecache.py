@@ -1,20 +1,24 @@
 """The image cache: kit builds, assemblies and prepared images, and who last used them.
 
 These images are named by their content (``sbx-kit/…``, ``sbx-assembled/…``, ``sbx-prep/…``)
-and shared by every state home on an engine, so no home owns one and no label can say who
-needs it. Each run therefore marks every cached image it uses with a tag of its own home,
+and shared by every state home on an engine, so no label can say who needs one. A home marks
+every cached image it creates, and every one a run of it uses, with a tag of its own,
 ``sbx-use/<home hash>:<image id>``; tagging also sets the engine's ``LastTagTime``, which is
-thereby the image's last use by anyone. ``sbx gc`` of a home (pure decisions below):
+thereby the image's last use by anyone. ``sbx gc`` of a home touches only images that home
+marks (it created them or used them; the pure decisions below):
 
-1. drops its home's use tag from an image no container uses and nobody used within the grace
-   (an untag, never a deletion);
-2. then removes the cache tags of an image that no home marks any more, that carries nothing
-   but cache tags (a tag a user added keeps it), that no container uses and that nobody
-   tagged within the grace. The engine deletes the image with its last tag, and refuses while
-   a container or a child image still uses it (that image is kept and retried later).
+1. drops its home's mark from an image no container uses and nobody used within the grace
+   (an untag, never a deletion), when another home still marks it;
+2. removes the cache tags, then its mark, of an image that only its home marks, that carries
+   nothing but cache tags (a tag a user added keeps it), that no container uses and that
+   nobody tagged within the grace. The engine deletes the image with its last tag, and refuses
+   while a container or a child image still uses it: the mark then stays, and a later gc
+   tries again.
 
-A run of another home that starts using an image between gc's listing and its removal keeps
-the image (its own use tag stays) and at worst loses the cache tag: its next run rebuilds.
+An image no home marks (built before homes marked their builds, or whose homes dropped their
+marks at the same moment) is never removed by gc: ``docker rmi`` it. A run of another home
+that starts using an image between gc's listing and its removal keeps the image (its own
+mark stays) and at worst loses the cache tag: its next run rebuilds.
 """
 
 from __future__ import annotations
@@ -76,20 +80,24 @@ def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int
     if idle < grace_s:
         return CacheDecision(image.id, (), "recently_used",
                              f"last used {int(idle)}s ago (grace {grace_s}s)")
+    if mine not in marks:
+        # Another home built it or marks it, or none does: never this home's to remove.
+        return CacheDecision(image.id, (), "not_this_home",
+                             "this state home neither built nor marks it")
     others = [tag for tag in marks if tag != mine]
     if others:
         # Another home still marks it: only this home's mark goes.
-        untag = (mine,) if mine in marks else ()
-        return CacheDecision(image.id, untag, "used_by_another_home",
+        return CacheDecision(image.id, (mine,), "used_by_another_home",
                              f"{len(others)} other home(s) mark it")
     foreign = [tag for tag in image.tags
                if not tag.startswith((USE_REPOSITORY, *CACHE_REPOSITORIES))]
     if foreign:
-        untag = (mine,) if mine in marks else ()
-        return CacheDecision(image.id, untag, "foreign_tag",
+        return CacheDecision(image.id, (mine,), "foreign_tag",
                              f"also tagged {foreign[0]}; sbx removes only its own tags")
     cache_tags = tuple(tag for tag in image.tags if tag.startswith(CACHE_REPOSITORIES))
-    return CacheDecision(image.id, (*marks, *cache_tags), "unused",
+    # The mark goes last: if the engine keeps the image (a child image, a container that
+    # appeared), it is still this home's and a later gc retries.
+    return CacheDecision(image.id, (*cache_tags, mine), "unused",
                          f"unused for {int(idle)}s")
 
 

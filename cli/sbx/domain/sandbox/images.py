@@ -103,8 +103,9 @@ class KitImage:
 def ensure_kit_image(driver: Driver, kit: LocalKit,
                      progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
                      build_args: Mapping[str, str] | None = None, *,
-                     lock_dir: Path | None = None) -> KitImage:
-    """The kit's image: reused when an image with the kit's content hash exists, else built.
+                     lock_dir: Path | None = None, home_hash: str | None = None) -> KitImage:
+    """The kit's image: reused when an image with the kit's content hash exists, else built
+    (and marked as ``home_hash``'s at once: gc removes only what its home built or marks).
 
     ``progress(title)`` is entered only when a build actually runs. A locked registry kit is
     never built: its pinned image must be present (only `sbx pull` fetches or moves it).
@@ -135,7 +136,12 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
     tag = kit_tag(kit, digest)
     # One build per tag however many runs start at once (sbx.seams.locks).
     with name_lock(lock_dir, tag):
-        return _cached_or_built(driver, kit, tag, digest, args, progress)
+        kit_image = _cached_or_built(driver, kit, tag, digest, args, progress)
+        if kit_image.built and home_hash is not None:
+            from sbx.domain.sandbox.imagecache import record_use
+
+            record_use(driver, home_hash, [kit_image.image])
+        return kit_image
 
 
 def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,

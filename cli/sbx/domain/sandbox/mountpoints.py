@@ -56,7 +56,7 @@ def directory_tar(modes: Mapping[str, int]) -> bytes:
 
 def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_dir: Path,
                         helper_labels: Mapping[str, str],
-                        lock_dir: Path | None = None) -> ImageInfo:
+                        lock_dir: Path | None = None, home_hash: str | None = None) -> ImageInfo:
     """``image`` itself when its /tmp and HOME mount points are fine, else the derived image."""
     observed = _observed_modes(driver, image, (TMP_PATH, home), cache_dir, helper_labels)
     fixes = wanted_modes(observed, home=home)
@@ -68,10 +68,15 @@ def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_di
         existing = driver.image(tag)
         if existing is not None:
             return existing
-        return driver.derive_image(
+        derived = driver.derive_image(
             image, directory_tar(fixes), tag,
             image_labels={PREPARED_FROM_LABEL: image.id, label_keys.VERSION: _version()},
             helper_labels=helper_labels)
+        if home_hash is not None:  # this home's from its creation (for gc)
+            from sbx.domain.sandbox.imagecache import record_use
+
+            record_use(driver, home_hash, [derived])
+        return derived
 
 
 def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,

@@ -61,21 +61,36 @@ def login_dir(state_home: Path, run_id: str) -> Path:
     return run_dir(state_home, run_id) / LOGINS_DIR
 
 
-def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False) -> tuple[Path,
-                                                                                     int | None]:
-    """Make ``runs/<id>/`` and write its record; with ``owner_lock``, also take the owner lock
-    and return its descriptor (the caller keeps it open for as long as the run lives).
+def claim(state_home: Path, run_id: str) -> tuple[Path, int]:
+    """Make ``runs/<id>/`` and take its owner lock, before the run creates anything (gc never
+    touches what a live owner holds); the descriptor stays open for as long as the run lives.
+    :func:`create` then writes the record into it."""
+    path = run_dir(state_home, run_id)
+    with state.writing(path, "write the run record in", home=state_home):
+        owned.ensure_directory(path.parent)
+        path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
+        lock_fd = owned.open_lock(path / OWNER_LOCK)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    return path, lock_fd
+
+
+def create(state_home: Path, record: RunRecord, *, owner_lock: bool = False,
+           claimed: bool = False) -> tuple[Path, int | None]:
+    """Make ``runs/<id>/`` (already made by :func:`claim` when ``claimed``) and write its
+    record; with ``owner_lock``, also take the owner lock and return its descriptor (the
+    caller keeps it open for as long as the run lives).
 
     A full or read-only state home refuses here (``state_unwritable``), before anything that
     would need the record is created."""
     path = run_dir(state_home, record.run_id)
     with state.writing(path, "write the run record in", home=state_home):
-        owned.ensure_directory(path.parent)
-        path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
         lock_fd: int | None = None
-        if owner_lock:
-            lock_fd = owned.open_lock(path / OWNER_LOCK)
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        if not claimed:
+            owned.ensure_directory(path.parent)
+            path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
+            if owner_lock:
+                lock_fd = owned.open_lock(path / OWNER_LOCK)
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
         owned.write_file(path / RUN_RECORD, json.dumps(record.as_dict()).encode("utf-8"),
                          durable=False)
     return path, lock_fd
@@ -112,4 +127,5 @@ def container_id(path: Path) -> str | None:
 
 
 __all__ = ["LOGINS_DIR", "MAX_RECORD_BYTES", "OWNER_LOCK", "RUNS_DIR", "RUN_ID", "RUN_RECORD",
-           "RunRecord", "container_id", "create", "login_dir", "read", "run_dir", "update"]
+           "RunRecord", "claim", "container_id", "create", "login_dir", "read", "run_dir",
+           "update"]

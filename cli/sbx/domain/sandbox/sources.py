@@ -298,6 +298,8 @@ class Staging:
         size the kernel enforces. The loop device goes with the unmount (autoclear)."""
         import subprocess
 
+        from sbx.seams import children
+
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
@@ -311,10 +313,10 @@ class Staging:
             for argv in (["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
                           "-E", f"root_owner={uid}:{gid}", str(image)],
                          _mount_argv(image, point)):
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                                      check=False, stdin=subprocess.DEVNULL)
+                done = children.run(argv, timeout=60)
                 if done.returncode != 0:
-                    raise OSError(f"{argv[0]}: {(done.stderr or done.stdout).strip()[:200]}")
+                    text = (done.stderr or done.stdout).decode("utf-8", "replace")
+                    raise OSError(f"{argv[0]}: {text.strip()[:200]}")
             os.chmod(point, mode if mode is not None else 0o755)
             with contextlib.suppress(OSError):
                 (point / "lost+found").rmdir()  # mkfs's, not the sandbox's
@@ -330,17 +332,24 @@ class Staging:
         mounted again on the next point."""
         import subprocess
 
+        from sbx.seams import children
+
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
         self.points.append(point)
         self.log.append({"kind": "fs", "image": str(image)})
-        done = subprocess.run(_mount_argv(image, point), capture_output=True, text=True,
-                              timeout=60, check=False, stdin=subprocess.DEVNULL)
+        try:
+            done = children.run(_mount_argv(image, point), timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SbxError(Reason.CREATE_FAILED,
+                           f"could not mount the volume file system {image}: {exc}",
+                           hint="Check that `mount` works on this host, then retry.") from exc
         if done.returncode != 0:
+            text = (done.stderr or done.stdout).decode("utf-8", "replace")
             raise SbxError(Reason.CREATE_FAILED,
                            f"could not mount the volume file system {image}: "
-                           f"{(done.stderr or done.stdout).strip()[:200]}",
+                           f"{text.strip()[:200]}",
                            hint="`sbx rm` the sandbox and create it again if the file is gone.")
         return str(point)
 

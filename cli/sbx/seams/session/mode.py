@@ -27,6 +27,7 @@ class HostStreams:
     stdin_is_terminal: bool
     stdout_is_terminal: bool
     stdout_fd: int | None = None
+    stderr_is_terminal: bool = False
 
     def size_fd(self) -> int | None:
         """The terminal a TTY session takes its window size from: stdout's, as docker does,
