@@ -49,6 +49,7 @@ from sbx.seams.enginebounds import (
     timeout_s,
     waiting,
 )
+from sbx.seams.http11 import parse_head
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _exchange(path: str, request: bytes, bound: AnswerBound, *,
         sock.settimeout(bound.idle_s)
         sock.connect(path)
         sock.sendall(request)
-        status, headers = _parse_head(_read_head(sock))
+        status, headers = parse_head(_read_head(sock))
         body = bytearray()
         for piece in _body(sock, headers,
                            expected=expect_body and status not in (204, 304) and status >= 200):
@@ -245,7 +246,7 @@ class SocketEngine(SdkEngine):
                     sock.settimeout(bound.idle_s)
                     sock.connect(self._socket_path)
                     sock.sendall(request)
-                    status, _headers = _parse_head(_read_head(sock))
+                    status, _headers = parse_head(_read_head(sock))
                     if status not in (101, 200):
                         body = sock.recv(65536)
                         raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body),
@@ -417,7 +418,7 @@ class SocketEngine(SdkEngine):
                 sock.settimeout(timeout_s(self._env))
                 sock.connect(self._socket_path)
                 sock.sendall(request)
-                status, headers = _parse_head(_read_head(sock))
+                status, headers = parse_head(_read_head(sock))
                 self._reached = True
                 if status != 200 or not _chunked(headers):
                     cap_body()  # an answer, not a stream
@@ -437,19 +438,6 @@ class SocketEngine(SdkEngine):
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
         return image
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """(status, lower-case headers) of a response's head."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
 
 
 def _chunked(headers: Mapping[str, str]) -> bool:
