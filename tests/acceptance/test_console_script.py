@@ -18,7 +18,7 @@ import pytest
 from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
-from sbx.seams.driver import DockerDriver
+from sbx.seams.transports import open_engine
 
 SBX = shutil.which("sbx", path=str(Path(sys.executable).parent)) or "sbx"
 BUSYBOX = "sbx-test/busybox:1"
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.acceptance
 def _nothing_left_behind(tmp_path: Path) -> Iterator[None]:
     """After every refusal or run, no object labelled for this test's state home remains."""
     yield
-    driver = DockerDriver(dict(os.environ))
+    driver = open_engine(dict(os.environ))
     try:
         leftovers = driver.list_owned(labels.home_selector(home_hash(tmp_path / "state")))
     except SbxError:
@@ -155,7 +155,7 @@ def test_unexpected_crash_writes_a_report(tmp_path: Path) -> None:
 @pytest.mark.docker
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_run_removes_everything(tmp_path: Path, sig: signal.Signals) -> None:
-    driver = DockerDriver(dict(os.environ))
+    driver = open_engine(dict(os.environ))
     try:
         driver.info()
     except Exception as error:

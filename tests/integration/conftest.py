@@ -12,8 +12,9 @@ import pytest
 from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import OwnedObject
+from sbx.seams.transports import open_engine
 from tests.support.kits import write_kit
 from tests.support.origin import Internet
 
@@ -21,8 +22,8 @@ BUSYBOX = "sbx-test/busybox:1"
 
 
 @pytest.fixture(scope="session")
-def engine() -> DockerDriver:
-    driver = DockerDriver(dict(os.environ))
+def engine() -> SdkEngine:
+    driver = open_engine(dict(os.environ))
     try:
         driver.info()
         present = driver.image(BUSYBOX) is not None
@@ -55,12 +56,12 @@ def user_owned(path: Path, uid: int = 1000) -> Path:
     return path
 
 
-def owned(driver: DockerDriver, state_home: Path) -> list[OwnedObject]:
+def owned(driver: SdkEngine, state_home: Path) -> list[OwnedObject]:
     return driver.list_owned(labels.home_selector(home_hash(state_home)))
 
 
 @pytest.fixture
-def state_home(tmp_path: Path, engine: DockerDriver) -> Iterator[Path]:
+def state_home(tmp_path: Path, engine: SdkEngine) -> Iterator[Path]:
     """The test's state home; after the test, nothing labelled with it may remain."""
     home = tmp_path / "state"
     yield home

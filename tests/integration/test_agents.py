@@ -33,7 +33,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from sbx.domain.credentials.secrets import SecretStore
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.registry import DESCRIPTOR_ANNOTATION, get_manifest, parse_reference
 from tests.support.agent_api import AnthropicAPI, GeminiAPI, NpmRegistry, OpenAIAPI, Script, StandIn
 from tests.support.origin import Internet, Seen
@@ -125,7 +125,7 @@ def _bind(home: Path, agent: Agent) -> None:
 
 
 @pytest.fixture(scope="session")
-def agent_versions(engine: DockerDriver,
+def agent_versions(engine: SdkEngine,
                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Each kit's image, built once per session from the staged packages (later runs find it
     by its content hash), and what ``<agent> --version`` printed in a sandbox."""
@@ -357,7 +357,7 @@ def test_tui_starts_answers_with_the_real_key_and_a_refused_tool_call_is_explain
 
 
 @pytest.fixture(scope="module")
-def kit_registry(engine: DockerDriver,
+def kit_registry(engine: SdkEngine,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     """One local registry for the module: the kits share their base image's layers."""
     started = start_registry(tmp_path_factory.mktemp("kit-registry"))

@@ -23,7 +23,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.local import load_local_kit
 from sbx.domain.sandbox.assemble import AssembledImage, assemble, export_index
 from sbx.domain.sandbox.images import KitImage, ensure_kit_image
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import ImageInfo
 
 from .conftest import BUSYBOX
@@ -42,7 +42,7 @@ def _quiet(_title: str) -> Iterator[Callable[[str], None]]:
 class Kits:
     """Writes kit directories, builds them, and remembers every image to remove afterwards."""
 
-    def __init__(self, engine: DockerDriver, root: Path, state_home: Path) -> None:
+    def __init__(self, engine: SdkEngine, root: Path, state_home: Path) -> None:
         self.engine = engine
         self.root = root
         self.state_home = state_home
@@ -93,7 +93,7 @@ class Kits:
 
 
 @pytest.fixture
-def kits(engine: DockerDriver, tmp_path: Path, state_home: Path) -> Iterator[Kits]:
+def kits(engine: SdkEngine, tmp_path: Path, state_home: Path) -> Iterator[Kits]:
     made = Kits(engine, tmp_path / "kits", state_home)
     yield made
     for tag in reversed(made.created):  # assemblies before the kit images they derive from

@@ -25,7 +25,7 @@ from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
 from sbx.domain.kits.markers import INDEX_END, INDEX_START
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support import statehome
 
 from .conftest import BUSYBOX, owned
@@ -53,7 +53,7 @@ def _clean(result: subprocess.CompletedProcess[str]) -> None:
     assert "(internal_error)" not in result.stderr + result.stdout
 
 
-def _stale_container(engine: DockerDriver, home: Path) -> str:
+def _stale_container(engine: SdkEngine, home: Path) -> str:
     """An exited container labelled for ``home`` whose deadline passed long ago."""
     labels = label_keys.object_labels(home_hash=home_hash(home), run_id="f" * 32, deadline=1,
                                       kits=["test"], role=label_keys.ROLE_SANDBOX)
@@ -66,7 +66,7 @@ def _stale_container(engine: DockerDriver, home: Path) -> str:
     return ident
 
 
-def _remove(engine: DockerDriver, ident: str) -> None:
+def _remove(engine: SdkEngine, ident: str) -> None:
     with contextlib.suppress(SbxError):  # already gone; the leak check reports what stays
         engine.remove_container(ident)
 
@@ -74,7 +74,7 @@ def _remove(engine: DockerDriver, ident: str) -> None:
 @pytest.mark.parametrize("shape", ["read-only", "full"])
 def test_run_and_doctor_refuse_on_an_unwritable_state_home(
         shape: str, tmp_path: Path, state_home: Path, busybox_kit: Path,
-        engine: DockerDriver) -> None:
+        engine: SdkEngine) -> None:
     env = _env(state_home)
     warm = _sbx(["run", str(busybox_kit), "--", "true"], env)  # builds the image, writes state
     assert warm.returncode == 0, warm.stderr
@@ -100,7 +100,7 @@ def test_run_and_doctor_refuse_on_an_unwritable_state_home(
 
 
 def test_gc_keeps_working_on_a_full_state_home(state_home: Path,
-                                               engine: DockerDriver) -> None:
+                                               engine: SdkEngine) -> None:
     with statehome.full(state_home, keep=("runs",)):
         ident = _stale_container(engine, state_home)
         try:
@@ -113,7 +113,7 @@ def test_gc_keeps_working_on_a_full_state_home(state_home: Path,
 
 
 def test_gc_deletes_nothing_when_it_cannot_lock_a_read_only_home(
-        tmp_path: Path, state_home: Path, engine: DockerDriver) -> None:
+        tmp_path: Path, state_home: Path, engine: SdkEngine) -> None:
     source = tmp_path / "state-source"
     (source / "runs").mkdir(parents=True)
     state_home.mkdir()
@@ -129,7 +129,7 @@ def test_gc_deletes_nothing_when_it_cannot_lock_a_read_only_home(
 
 
 def test_doctor_on_an_ascii_terminal_prints_every_line(state_home: Path,
-                                                       engine: DockerDriver) -> None:
+                                                       engine: SdkEngine) -> None:
     doctor = _sbx(["doctor"], _env(state_home, PYTHONIOENCODING="ascii"))
     _clean(doctor)
     assert doctor.stdout.isascii()
@@ -142,7 +142,7 @@ def test_doctor_on_an_ascii_terminal_prints_every_line(state_home: Path,
 
 
 def test_kit_prose_cannot_forge_the_profile_markers(kit_factory: Any, state_home: Path,
-                                                    engine: DockerDriver) -> None:
+                                                    engine: SdkEngine) -> None:
     variants = ["<!--SBX:END-->", "<!--  sbx : end -->", "<!-- \uff53\uff42\uff58:end -->",
                 "<!-- \u0455b\u0445:kit-index -->", "<!-- s\u200bbx:end -->",
                 "\uff1c!-- sbx:end --\uff1e", "<!\u2014 SBX:end -->"]

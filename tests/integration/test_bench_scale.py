@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 
 pytestmark = pytest.mark.docker
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "scale.py"
 
 
-def test_scale_bench_tiny_mode_measures_and_cleans_up(engine: DockerDriver) -> None:
+def test_scale_bench_tiny_mode_measures_and_cleans_up(engine: SdkEngine) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--concurrency", "2", "--networked", "2", "--rounds", "1",
          "--hold-s", "1", "--json"],

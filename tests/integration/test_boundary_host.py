@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import SBX, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, make_kit, owned, reachable_by_others, user_owned
@@ -194,7 +194,7 @@ def test_swapped_workspace_is_not_what_gets_mounted(slow_kit: Path, env: dict[st
 
 
 def test_swap_is_caught_without_root(tester_sbx: list[str], tmp_path: Path,
-                                     engine: DockerDriver) -> None:
+                                     engine: SdkEngine) -> None:
     reachable_by_others(tmp_path)  # the test user must reach its directory below
     root = tmp_path / "tester"
     root.mkdir()
@@ -296,7 +296,7 @@ def test_a_kit_build_gets_no_network(kit_factory: Callable[..., Path],
 
 def test_the_sandbox_keeps_its_deadline_when_sbx_is_killed(busybox_kit: Path,
                                                            env: dict[str, str],
-                                                           engine: DockerDriver,
+                                                           engine: SdkEngine,
                                                            state_home: Path) -> None:
     process = subprocess.Popen([str(SBX), "run", "--timeout", "3s", str(busybox_kit), "--",
                                 "sleep", "600"], env=env, stdin=subprocess.DEVNULL,
@@ -348,7 +348,7 @@ BUSY_DESCRIPTOR = """
 @pytest.mark.parametrize("delay", [0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.05, 1.2, 1.4, 1.6, 1.8,
                                    2.1])
 def test_sigterm_at_any_start_up_point_leaves_nothing(delay: float, tmp_path: Path,
-                                                      env: dict[str, str], engine: DockerDriver,
+                                                      env: dict[str, str], engine: SdkEngine,
                                                       state_home: Path) -> None:
     kit = make_kit(tmp_path / "kits", "busy", SLOW_RECIPE, BUSY_DESCRIPTOR)
     warm = run_sbx(["run", str(kit), "--", "true"], env=env)  # build once, outside the timing
@@ -453,7 +453,7 @@ def contextlib_suppress() -> Any:
 
 
 def test_losing_the_engine_after_the_start_is_a_failure_that_says_what_is_left(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
         tmp_path: Path) -> None:
     relay = _SocketRelay(tmp_path / "engine.sock")
     relayed = {**env, "DOCKER_HOST": f"unix://{relay.path}"}

@@ -32,7 +32,7 @@ import pytest
 from sbx.base import labels
 from sbx.base.paths import home_hash
 from sbx.domain.credentials.secrets import SecretStore
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.kits import api_key_credential, capabilities, network_policy, rule
 from tests.support.sbxproc import SBX, Finished, run_sbx
 
@@ -196,7 +196,7 @@ def _sbx(env: dict[str, str], *args: str, timeout: float = 120) -> Finished:
 
 def test_a_socket_created_while_a_named_sandbox_was_stopped_is_refused_at_its_restart(
         kit_factory: Callable[..., Path], env: dict[str, str], name: str, tmp_path: Path,
-        engine: DockerDriver, state_home: Path) -> None:
+        engine: SdkEngine, state_home: Path) -> None:
     kit = kit_factory("restart", f"FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\n")
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -274,7 +274,7 @@ def _until(probe: Callable[[], bool], timeout: float = WAIT_S) -> None:
 
 def test_a_kit_images_sbx_labels_do_not_survive_on_its_runs(
         kit_factory: Callable[..., Path], env: dict[str, str], state_home: Path, name: str,
-        engine: DockerDriver) -> None:
+        engine: SdkEngine) -> None:
     forged = {labels.NAME: name, labels.HOME: home_hash(state_home),
               labels.DEADLINE: "99999999999", labels.ROLE: "helper",
               labels.RUN: "0" * 32, "dev.sbx.extra": "x"}

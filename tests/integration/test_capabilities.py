@@ -26,7 +26,7 @@ import pytest
 from sbx.base import labels as label_keys
 from sbx.base.paths import home_hash
 from sbx.domain.sandbox.capabilities import SUPPORTED
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 
 from .conftest import BUSYBOX, owned, user_owned
 
@@ -105,7 +105,7 @@ def _values(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def _labelled_images(engine: DockerDriver, state_home: Path) -> list[Any]:
+def _labelled_images(engine: SdkEngine, state_home: Path) -> list[Any]:
     api: Any = engine._api
     selector = label_keys.home_selector(home_hash(state_home))
     return list(api.images(all=True,
@@ -176,7 +176,7 @@ echo again >> /var/log/order 2>&1; echo "append=$?"
 
 def test_install_and_startup_hooks_run_in_dependency_order_whatever_the_flag_order(
         kit_factory: KitMaker, mixin_factory: KitMaker, sbx_cli: Runner, env: dict[str, str],
-        engine: DockerDriver, state_home: Path) -> None:
+        engine: SdkEngine, state_home: Path) -> None:
     workload, first, second = _ordered_lifecycle_kits(kit_factory, mixin_factory)
     # The flags name the dependent mixin first: order comes from requires, never from flags.
     args = [str(workload), "--kit", str(second), "--kit", str(first)]
@@ -313,7 +313,7 @@ def test_hook_environment_is_declared_names_plus_baseline(kit_factory: KitMaker,
 
 def test_failing_install_hook_fails_the_run_naming_kit_and_hook_and_leaves_nothing(
         kit_factory: KitMaker, mixin_factory: KitMaker, sbx_cli: Runner, env: dict[str, str],
-        engine: DockerDriver, state_home: Path) -> None:
+        engine: SdkEngine, state_home: Path) -> None:
     workload = kit_factory("failw", WORKLOAD_DOCKERFILE, """
         provides: ["failw@1.0.0"]
         capabilities:
@@ -445,7 +445,7 @@ def test_tmpfs_volume_is_mounted_size_capped_and_writable_by_the_sandbox_user(
 
 
 def test_volume_is_fresh_writable_by_the_sandbox_user_and_removed_after_the_run(
-        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], engine: DockerDriver,
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], engine: SdkEngine,
         state_home: Path, tmp_path: Path) -> None:
     # The image already has files at the path: the volume must still start empty.
     dockerfile = (f"FROM {BUSYBOX}\nRUN mkdir -p /data && echo seed > /data/seed\n"

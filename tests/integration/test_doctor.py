@@ -19,7 +19,7 @@ import pytest
 
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.usecases.context import AppContext
 from sbx.usecases.doctor import CHECKS, DoctorRequest, Status, diagnose
 
@@ -39,7 +39,7 @@ def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(tmp_path / "cfg.toml")}
 
 
-def test_real_probe_passes_and_leaves_nothing(engine: DockerDriver, env: dict[str, str],
+def test_real_probe_passes_and_leaves_nothing(engine: SdkEngine, env: dict[str, str],
                                               state_home: Path, sbx_cli: Any) -> None:
     result = sbx_cli(["doctor"], env=env)
     assert result.exit_code == 0, result.stdout
@@ -51,7 +51,7 @@ def test_real_probe_passes_and_leaves_nothing(engine: DockerDriver, env: dict[st
     assert list((state_home / "runs").iterdir()) == []
 
 
-def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, str],
+def test_configured_limits_are_read_back(engine: SdkEngine, env: dict[str, str],
                                          state_home: Path, sbx_cli: Any) -> None:
     Path(env["SBX_CONFIG"]).write_text(
         "[sandbox]\nmemory_bytes = 67108864\npids = 32\ncpu_millis = 500\n"
@@ -70,7 +70,7 @@ def test_configured_limits_are_read_back(engine: DockerDriver, env: dict[str, st
     assert owned(engine, state_home) == []
 
 
-def test_json_contract(engine: DockerDriver, env: dict[str, str], sbx_cli: Any) -> None:
+def test_json_contract(engine: SdkEngine, env: dict[str, str], sbx_cli: Any) -> None:
     result = sbx_cli(["doctor", "--json"], env=env)
     envelope = result.envelope()
     assert result.stderr == ""
@@ -88,7 +88,7 @@ def test_json_contract(engine: DockerDriver, env: dict[str, str], sbx_cli: Any) 
     assert engine_check["data"]["cgroup_version"] in {"1", "2"}
 
 
-def test_gc_check_counts_what_a_crash_left(engine: DockerDriver, env: dict[str, str],
+def test_gc_check_counts_what_a_crash_left(engine: SdkEngine, env: dict[str, str],
                                            state_home: Path, sbx_cli: Any) -> None:
     from .test_gc import create_container, labelled, remove_everything
 

@@ -12,7 +12,9 @@ from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.paths import home_hash
 from sbx.base.reasons import Reason
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
+from sbx.seams.enginesocket import SocketEngine
+from sbx.seams.transports import open_engine
 
 from .conftest import BUSYBOX
 
@@ -20,14 +22,14 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
-def drivers(engine: DockerDriver) -> tuple[DockerDriver, DockerDriver]:
-    socket = DockerDriver(dict(os.environ))
-    sdk = DockerDriver({**os.environ, "SBX_ENGINE_SOCKET": "0"})
-    assert socket._socket is not None and sdk._socket is None
+def drivers(engine: SdkEngine) -> tuple[SdkEngine, SdkEngine]:
+    socket = open_engine(dict(os.environ))
+    sdk = open_engine({**os.environ, "SBX_ENGINE_SOCKET": "0"})
+    assert isinstance(socket, SocketEngine) and not isinstance(sdk, SocketEngine)
     return socket, sdk
 
 
-def test_queries_answer_as_the_sdk(drivers: tuple[DockerDriver, DockerDriver]) -> None:
+def test_queries_answer_as_the_sdk(drivers: tuple[SdkEngine, SdkEngine]) -> None:
     socket, sdk = drivers
     assert socket.info() == sdk.info()
     assert socket.image(BUSYBOX) == sdk.image(BUSYBOX)
@@ -35,7 +37,7 @@ def test_queries_answer_as_the_sdk(drivers: tuple[DockerDriver, DockerDriver]) -
     assert socket.image("NOT A VALID REFERENCE") is None
 
 
-def test_probes_read_what_the_sdk_reads(drivers: tuple[DockerDriver, DockerDriver],
+def test_probes_read_what_the_sdk_reads(drivers: tuple[SdkEngine, SdkEngine],
                                         state_home: Path) -> None:
     socket, sdk = drivers
     image = sdk.image(BUSYBOX)
@@ -52,7 +54,7 @@ def test_probes_read_what_the_sdk_reads(drivers: tuple[DockerDriver, DockerDrive
         sdk.image_path_modes(image.id, paths, probe_labels)
 
 
-def test_refusals_carry_the_same_reasons(drivers: tuple[DockerDriver, DockerDriver]) -> None:
+def test_refusals_carry_the_same_reasons(drivers: tuple[SdkEngine, SdkEngine]) -> None:
     socket, _sdk = drivers
     missing = uuid.uuid4().hex
     assert socket.remove_container(missing) is True  # gone already: fine

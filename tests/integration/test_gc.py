@@ -31,7 +31,7 @@ import pytest
 from sbx.base import labels as label_keys
 from sbx.base.paths import home_hash
 from sbx.seams import audit, firewall
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import OwnedObject
 
 from .conftest import BUSYBOX, owned
@@ -60,11 +60,11 @@ def wait_for(what: str, probe: Callable[[], Any], *, timeout_s: float = 60.0,
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def containers(engine: DockerDriver, home: Path) -> list[OwnedObject]:
+def containers(engine: SdkEngine, home: Path) -> list[OwnedObject]:
     return [o for o in owned(engine, home) if o.kind == "container"]
 
 
-def sandbox_in_state(engine: DockerDriver, home: Path, state: str) -> OwnedObject | None:
+def sandbox_in_state(engine: SdkEngine, home: Path, state: str) -> OwnedObject | None:
     for obj in containers(engine, home):
         if obj.labels.get(label_keys.ROLE) == label_keys.ROLE_SANDBOX and obj.state == state:
             return obj
@@ -83,7 +83,7 @@ def labelled(home: Path, *, run: str | None = None, deadline: str | None = None,
     return labels
 
 
-def create_container(engine: DockerDriver, labels: dict[str, str], *,
+def create_container(engine: SdkEngine, labels: dict[str, str], *,
                      command: tuple[str, ...] = ("sleep", "30"), start: bool = False) -> str:
     api: Any = engine._api
     created = api.create_container(BUSYBOX, command=list(command), labels=labels,
@@ -94,7 +94,7 @@ def create_container(engine: DockerDriver, labels: dict[str, str], *,
     return ident
 
 
-def remove_everything(engine: DockerDriver, home: Path) -> None:
+def remove_everything(engine: SdkEngine, home: Path) -> None:
     """Best-effort cleanup of everything labelled for ``home`` (containers first)."""
     objects = owned(engine, home)
     for obj in sorted(objects, key=lambda o: o.kind != "container"):
@@ -112,7 +112,7 @@ def spawn_run(busybox_kit: Path, env: dict[str, str], *args: str) -> subprocess.
                                 stdin=subprocess.DEVNULL)
 
 
-def running_sandbox(process: subprocess.Popen[bytes], engine: DockerDriver,
+def running_sandbox(process: subprocess.Popen[bytes], engine: SdkEngine,
                     home: Path) -> OwnedObject:
     """Wait until the run's sandbox container runs; fail early if sbx itself exited."""
 
@@ -137,7 +137,7 @@ def sigkill(process: subprocess.Popen[bytes]) -> None:
 
 
 def test_sigkilled_run_left_a_finished_container_gc_removes_everything(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
         sbx_cli: Any) -> None:
     process = spawn_run(busybox_kit, env, "sleep 2")
     try:
@@ -157,7 +157,7 @@ def test_sigkilled_run_left_a_finished_container_gc_removes_everything(
 
 
 def test_sigkilled_run_still_running_goes_once_its_owner_is_gone_past_the_grace(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
         sbx_cli: Any) -> None:
     process = spawn_run(busybox_kit, env, "--timeout", "30", "sleep 60")
     try:
@@ -188,7 +188,7 @@ def test_sigkilled_run_still_running_goes_once_its_owner_is_gone_past_the_grace(
 
 
 def test_a_live_run_inside_its_deadline_is_never_touched(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
         sbx_cli: Any) -> None:
     process = spawn_run(busybox_kit, env, "sleep 12")  # outlives gc on a busy machine
     try:
@@ -214,7 +214,7 @@ def test_a_live_run_inside_its_deadline_is_never_touched(
 
 
 def test_another_homes_containers_are_never_touched(
-        engine: DockerDriver, env: dict[str, str], state_home: Path, tmp_path: Path,
+        engine: SdkEngine, env: dict[str, str], state_home: Path, tmp_path: Path,
         sbx_cli: Any) -> None:
     other = tmp_path / "other-home"
     (state_home / "runs").mkdir(parents=True)
@@ -235,7 +235,7 @@ def test_another_homes_containers_are_never_touched(
         remove_everything(engine, state_home)
 
 
-def test_a_garbage_deadline_is_kept_and_reported(engine: DockerDriver, env: dict[str, str],
+def test_a_garbage_deadline_is_kept_and_reported(engine: SdkEngine, env: dict[str, str],
                                                  state_home: Path, sbx_cli: Any) -> None:
     (state_home / "runs").mkdir(parents=True)
     odd = create_container(engine, labelled(state_home, deadline="tomorrow"))
@@ -256,7 +256,7 @@ def test_a_garbage_deadline_is_kept_and_reported(engine: DockerDriver, env: dict
 
 
 def test_unused_per_run_networks_and_volumes_go_used_ones_stay(
-        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+        engine: SdkEngine, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
     api: Any = engine._api
     (state_home / "runs").mkdir(parents=True)
     past = str(int(time.time()) - 10)
@@ -367,7 +367,7 @@ def test_a_failing_listing_removes_nothing_exits_126_and_is_audited(
     assert failures == [{"reason": "list_failed", "count": 1, "source": "gc"}] * 2
 
 
-def test_concurrent_gc_backs_off_without_acting(engine: DockerDriver, env: dict[str, str],
+def test_concurrent_gc_backs_off_without_acting(engine: SdkEngine, env: dict[str, str],
                                                 state_home: Path, sbx_cli: Any) -> None:
     (state_home / "runs").mkdir(parents=True)
     stale = create_container(engine, labelled(state_home, deadline="1"))
@@ -390,7 +390,7 @@ def test_concurrent_gc_backs_off_without_acting(engine: DockerDriver, env: dict[
         remove_everything(engine, state_home)
 
 
-def test_two_gc_processes_at_once_never_fail(engine: DockerDriver, env: dict[str, str],
+def test_two_gc_processes_at_once_never_fail(engine: SdkEngine, env: dict[str, str],
                                              state_home: Path) -> None:
     (state_home / "runs").mkdir(parents=True)
     for _ in range(6):
@@ -421,18 +421,18 @@ capabilities:
 """
 
 
-def images_of(engine: DockerDriver, home: Path) -> list[str]:
+def images_of(engine: SdkEngine, home: Path) -> list[str]:
     """Ids of every image labelled for ``home`` (untagged ones included)."""
     return [str(i["Id"]) for i in engine.list_labelled_images(
         label_keys.home_selector(home_hash(home)))]
 
 
-def remove_images(engine: DockerDriver, home: Path) -> None:
+def remove_images(engine: SdkEngine, home: Path) -> None:
     for ident in images_of(engine, home):
         engine.remove_image(ident)
 
 
-def commit_run_image(engine: DockerDriver, labels: dict[str, str]) -> str:
+def commit_run_image(engine: SdkEngine, labels: dict[str, str]) -> str:
     """What the create step leaves: ``sbx-run/<run id>:1`` committed with the run's labels."""
     api: Any = engine._api
     helper = str(api.create_container(BUSYBOX, command=["true"], network_disabled=True,
@@ -483,7 +483,7 @@ def delete_rules(rid: str) -> None:
 
 
 def test_a_stale_runs_image_goes_a_live_runs_image_stays(
-        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+        engine: SdkEngine, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
     stale, live = uuid.uuid4().hex, uuid.uuid4().hex
     past, future = int(time.time()) - 10, int(time.time()) + 3600
     stale_dir = write_run_dir(state_home, stale, pid=dead_pid(), deadline=past)
@@ -552,7 +552,7 @@ def test_a_stale_runs_firewall_rule_goes_an_unknown_runs_rule_stays(
 
 
 def test_a_sigkilled_run_with_a_port_and_a_create_step_leaves_nothing_after_gc(
-        kit_factory: Callable[..., Path], env: dict[str, str], engine: DockerDriver,
+        kit_factory: Callable[..., Path], env: dict[str, str], engine: SdkEngine,
         state_home: Path, sbx_cli: Any) -> None:
     kit = kit_factory("gcport", f"FROM {BUSYBOX}\nUSER agent\n", PORT_LIFECYCLE_KIT)
     log = state_home.parent / "run-gcport.log"
@@ -614,7 +614,7 @@ def _own(home: Path, run_id: str) -> int:
 
 
 def test_an_exited_container_of_a_live_owner_stays_until_its_owner_is_gone(
-        engine: DockerDriver, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
+        engine: SdkEngine, env: dict[str, str], state_home: Path, sbx_cli: Any) -> None:
     run_id = uuid.uuid4().hex
     fd = _own(state_home, run_id)
     ident = create_container(engine, labelled(state_home, run=run_id, deadline="1"),
@@ -640,7 +640,7 @@ def test_an_exited_container_of_a_live_owner_stays_until_its_owner_is_gone(
 
 
 def test_gc_looping_beside_live_runs_never_breaks_one(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine,
         state_home: Path) -> None:
     """Runs whose workload exits at once, beside `sbx gc --grace 0` in a loop: every run ends
     with its own status and output, and nothing is left."""
@@ -677,7 +677,7 @@ def test_gc_looping_beside_live_runs_never_breaks_one(
 
 @pytest.mark.parametrize("networked", [False, True], ids=["plain", "networked"])
 def test_a_closed_reader_never_leaves_the_sandbox_behind(
-        kit_factory: Callable[..., Path], env: dict[str, str], engine: DockerDriver,
+        kit_factory: Callable[..., Path], env: dict[str, str], engine: SdkEngine,
         state_home: Path, networked: bool) -> None:
     """`sbx run ... | head -c1`, a bounded number of times: each time sbx exits 141 after its
     cleanup, and no container, network or run directory of the home is left."""

@@ -17,7 +17,7 @@ import pytest
 
 from sbx.base.paths import home_hash
 from sbx.domain.sandbox.imagecache import use_tag
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import run_sbx
 
 from .conftest import BUSYBOX
@@ -29,7 +29,7 @@ def _env(home: Path, config: Path) -> dict[str, str]:
     return {**os.environ, "SBX_HOME": str(home), "SBX_CONFIG": str(config), "NO_COLOR": "1"}
 
 
-def _kit_image(engine: DockerDriver, nonce: str) -> str:
+def _kit_image(engine: SdkEngine, nonce: str) -> str:
     listed = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",
                              f"label=test.nonce={nonce}", "--filter", "reference=sbx-kit/*"],
                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
@@ -37,7 +37,7 @@ def _kit_image(engine: DockerDriver, nonce: str) -> str:
     return listed[0]
 
 
-def _tags(engine: DockerDriver, image_id: str) -> set[str]:
+def _tags(engine: SdkEngine, image_id: str) -> set[str]:
     found = engine.image(image_id)
     return set(found.tags) if found is not None else set()
 
@@ -59,7 +59,7 @@ def _decision(plan: dict[str, Any], image_id: str) -> tuple[str, str, str]:
 
 
 def test_runs_mark_what_they_use_and_gc_takes_only_its_homes_mark(
-        kit_factory: Callable[..., Path], tmp_path: Path, engine: DockerDriver,
+        kit_factory: Callable[..., Path], tmp_path: Path, engine: SdkEngine,
         state_home: Path) -> None:
     nonce = uuid.uuid4().hex
     kit = kit_factory("cachekit", f"FROM {BUSYBOX}\nLABEL test.nonce={nonce}\nUSER agent\n")
@@ -96,7 +96,7 @@ def test_runs_mark_what_they_use_and_gc_takes_only_its_homes_mark(
 
 
 def test_gc_never_takes_an_image_another_home_built_and_no_home_marks(
-        kit_factory: Callable[..., Path], tmp_path: Path, engine: DockerDriver,
+        kit_factory: Callable[..., Path], tmp_path: Path, engine: SdkEngine,
         state_home: Path) -> None:
     """A home marks what it builds at once, even when its run then fails; an image no home
     marks is left to its builder (or `docker rmi`), never taken by another home's gc."""
@@ -134,7 +134,7 @@ def test_gc_never_takes_an_image_another_home_built_and_no_home_marks(
                        timeout=60, check=False)
 
 
-def _refs(engine: DockerDriver, nonce: str) -> list[str]:
+def _refs(engine: SdkEngine, nonce: str) -> list[str]:
     listed = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",
                              f"label=test.nonce={nonce}"],
                             capture_output=True, text=True, timeout=30, check=False)
@@ -142,7 +142,7 @@ def _refs(engine: DockerDriver, nonce: str) -> list[str]:
 
 
 def test_an_untag_never_deletes_an_image_in_use_or_held_by_another_tag(
-        engine: DockerDriver) -> None:
+        engine: SdkEngine) -> None:
     nonce = uuid.uuid4().hex[:12]
     image = engine.image(BUSYBOX)
     assert image is not None
@@ -178,7 +178,7 @@ def test_an_untag_never_deletes_an_image_in_use_or_held_by_another_tag(
                        timeout=60, check=False)
 
 
-def test_cached_images_reports_when_each_was_last_tagged(engine: DockerDriver) -> None:
+def test_cached_images_reports_when_each_was_last_tagged(engine: SdkEngine) -> None:
     nonce = uuid.uuid4().hex[:12]
     tag = f"sbx-prep/lasttag-{nonce}:1"
     image = engine.image(BUSYBOX)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 
 from .conftest import BUSYBOX
 
@@ -49,7 +49,7 @@ def _uncomment_network_example(descriptor: Path) -> None:
 
 
 def test_an_initialised_workload_validates_and_runs(env: dict[str, str], tmp_path: Path,
-                                                   engine: DockerDriver) -> None:
+                                                   engine: SdkEngine) -> None:
     created = _data(_sbx(env, tmp_path, "kit", "init", "--json", "--from", BUSYBOX, "agent"))
     assert (created["kind"], created["base_image"]) == ("workload", BUSYBOX)
     valid = _data(_sbx(env, tmp_path, "kit", "validate", "--json", "agent"))
@@ -66,7 +66,7 @@ def test_an_initialised_workload_validates_and_runs(env: dict[str, str], tmp_pat
 
 
 def test_an_initialised_mixin_composes_with_a_workload(env: dict[str, str], tmp_path: Path,
-                                                      engine: DockerDriver) -> None:
+                                                      engine: SdkEngine) -> None:
     assert _sbx(env, tmp_path, "kit", "init", "--from", BUSYBOX, "app").returncode == 0
     created = _data(_sbx(env, tmp_path, "kit", "init", "--mixin", "--json", "net"))
     assert [Path(f).name for f in created["files"]] == ["net.yaml"]

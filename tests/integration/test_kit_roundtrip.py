@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.registry import (
     CAPABILITIES_ANNOTATION,
     DESCRIPTOR_ANNOTATION,
@@ -44,7 +44,7 @@ def env(state_home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def clean_images(engine: DockerDriver, registry: Registry) -> Iterator[None]:
+def clean_images(engine: SdkEngine, registry: Registry) -> Iterator[None]:
     yield
     remove_local(registry)
 

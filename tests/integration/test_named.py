@@ -23,7 +23,7 @@ import pytest
 from sbx.base import labels
 from sbx.base.paths import home_hash
 from sbx.domain.credentials.secrets import SecretStore
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.kits import api_key_credential, capabilities, network_policy, rule
 from tests.support.origin import Internet
 from tests.support.sbxproc import SBX, Finished, run_sbx
@@ -82,7 +82,7 @@ def ls(env: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 def test_lifecycle_create_exec_stop_start_persist_rm(kit: Path, env: dict[str, str],
                                                      name: str, cleanup: list[str],
-                                                     engine: DockerDriver,
+                                                     engine: SdkEngine,
                                                      state_home: Path) -> None:
     cleanup.append(name)
     created = sbx(env, "run", "--name", name, "-d", str(kit), "--", "sh", "-c",
@@ -166,7 +166,7 @@ def test_missing_names_and_rm_without_a_terminal(env: dict[str, str], kit: Path,
 
 
 def test_two_concurrent_creations_make_one_sandbox(kit: Path, env: dict[str, str], name: str,
-                                                   cleanup: list[str], engine: DockerDriver,
+                                                   cleanup: list[str], engine: SdkEngine,
                                                    state_home: Path) -> None:
     cleanup.append(name)
     results: list[Finished] = []
@@ -254,7 +254,7 @@ def egress_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_egress_and_credentials_survive_stop_start_and_the_cli(
         egress_kit: Path, egress: dict[str, str], name: str, cleanup: list[str],
-        internet: Internet, engine: DockerDriver, state_home: Path) -> None:
+        internet: Internet, engine: SdkEngine, state_home: Path) -> None:
     cleanup.append(name)
     # Created attached by a CLI that is then SIGKILLed: the sandbox and its proxy live on.
     process = subprocess.Popen([str(SBX), "run", "--name", name, str(egress_kit), "--",
@@ -315,7 +315,7 @@ def _proxy_port(state_home: Path) -> int:
     return int(json.loads(config.read_text(encoding="utf-8"))["listen_port"])
 
 
-def _gateway(engine: DockerDriver, state_home: Path, name: str) -> str:
+def _gateway(engine: SdkEngine, state_home: Path, name: str) -> str:
     [network] = [o for o in owned(engine, state_home)
                  if o.kind == "network" and o.labels.get(labels.NAME) == name]
     return engine.network_gateway(network.id)
@@ -323,7 +323,7 @@ def _gateway(engine: DockerDriver, state_home: Path, name: str) -> str:
 
 def test_gc_leaves_named_sandboxes_and_collects_runs_whose_owner_died(
         kit: Path, busybox_kit: Path, env: dict[str, str], name: str, cleanup: list[str],
-        engine: DockerDriver, state_home: Path) -> None:
+        engine: SdkEngine, state_home: Path) -> None:
     cleanup.append(name)
     assert sbx(env, "run", "--name", name, "-d", str(kit), "--", "sleep", "600").returncode \
         == 0

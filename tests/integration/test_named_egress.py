@@ -20,7 +20,7 @@ import pytest
 from sbx.base import labels
 from sbx.domain.credentials.oauth import OAuthStore, Tokens
 from sbx.domain.sandbox import runrecord
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.agent_api import OAuthServer, TokenState
 from tests.support.kits import api_key_credential, capabilities, network_policy, rule
 from tests.support.origin import Internet
@@ -179,7 +179,7 @@ def _nat_rules(run_id: str) -> list[str]:
 @pytest.mark.skipif(os.geteuid() != 0, reason="another user and the host firewall need root")
 def test_a_recorded_proxy_port_another_user_took_does_not_stop_the_start(
         egress_kit: Path, env: dict[str, str], name: str, internet: Internet,
-        engine: DockerDriver, state_home: Path) -> None:
+        engine: SdkEngine, state_home: Path) -> None:
     from sbx.domain.credentials.secrets import SecretStore
 
     SecretStore(state_home, keyring=None).set("github", SECRET)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import SBX, Finished, read_some, run_digested, run_sbx
 
 from .conftest import make_kit, owned, user_owned
@@ -88,7 +88,7 @@ while view:
 
 
 @pytest.fixture(scope="module")
-def deb_kit(tmp_path_factory: pytest.TempPathFactory, engine: DockerDriver) -> Path:
+def deb_kit(tmp_path_factory: pytest.TempPathFactory, engine: SdkEngine) -> Path:
     """A bookworm workload kit, built before the tests so no build note reaches stderr."""
     root = tmp_path_factory.mktemp("lossless")
     kit = make_kit(root / "kits", "deb", DEB_DOCKERFILE)
@@ -287,7 +287,7 @@ READER_PAUSE_S = 3  # the reader pauses before it leaves (`| less`, then q): out
 EXIT_AFTER_CLOSE_S = 20  # kill + remove take a second or two; the hang lasts 60 s
 
 
-def _reader_goes_away(kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+def _reader_goes_away(kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
                       errors: Path) -> tuple[bytes, int | None, bytes]:
     """`sbx run KIT -- sh -c 'yes | head -c 50000000' | (read 10 bytes, pause, leave)`: (the 10
     bytes, sbx's status or None when it had not exited EXIT_AFTER_CLOSE_S after the close, its
@@ -320,7 +320,7 @@ def _reader_goes_away(kit: Path, env: dict[str, str], engine: DockerDriver, stat
 
 
 def test_closed_reader_stops_the_workload_quietly_with_141(deb_kit: Path, env: dict[str, str],
-                                                           engine: DockerDriver,
+                                                           engine: SdkEngine,
                                                            state_home: Path,
                                                            tmp_path: Path) -> None:
     for attempt in range(READER_ATTEMPTS):

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from sbx.base import labels
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
+from sbx.seams.enginesocket import SocketEngine
 from sbx.usecases import run as run_module
 
 from .conftest import BUSYBOX, user_owned
@@ -50,7 +51,6 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
     """Which planner each run used, and the engine's inspect of every sandbox it started."""
     seen: dict[str, list[Any]] = {"full": [], "cached": [], "inspect": []}
     prepare, prepare_cached = run_module.prepare, run_module.prepare_cached
-    start = DockerDriver.start
 
     def full(*args: Any, **kwargs: Any) -> Any:
         seen["full"].append(1)
@@ -61,15 +61,18 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
         seen["cached"].append(plan is not None)
         return plan
 
-    def started(self: DockerDriver, container_id: str) -> None:
-        start(self, container_id)
-        done = subprocess.run(["docker", "inspect", container_id], capture_output=True,
-                              text=True, check=True, timeout=60)
-        seen["inspect"].append(json.loads(done.stdout)[0])
+    def inspected(start: Callable[[Any, str], None]) -> Callable[[SdkEngine, str], None]:
+        def started(self: SdkEngine, container_id: str) -> None:
+            start(self, container_id)
+            done = subprocess.run(["docker", "inspect", container_id], capture_output=True,
+                                  text=True, check=True, timeout=60)
+            seen["inspect"].append(json.loads(done.stdout)[0])
+        return started
 
     monkeypatch.setattr(run_module, "prepare", full)
     monkeypatch.setattr(run_module, "prepare_cached", cached)
-    monkeypatch.setattr(DockerDriver, "start", started)
+    for transport in (SdkEngine, SocketEngine):  # whichever the run opens
+        monkeypatch.setattr(transport, "start", inspected(transport.start))
     yield seen
 
 
@@ -137,7 +140,7 @@ def test_the_json_envelope_is_the_same_from_the_cache(kit: Path, sbx_cli: Any,
 
 
 def test_a_changed_kit_or_a_removed_image_plans_again(kit: Path, sbx_cli: Any,
-                                                      env: dict[str, str], engine: DockerDriver,
+                                                      env: dict[str, str], engine: SdkEngine,
                                                       observed: dict[str, list[Any]]) -> None:
     argv = ["run", "--json", str(kit), "--", "true"]
     first = sbx_cli(argv, env=env).envelope()

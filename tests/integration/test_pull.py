@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sbx.seams import audit
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.registry import (
     CAPABILITIES_ANNOTATION,
     DESCRIPTOR_ANNOTATION,
@@ -50,7 +50,7 @@ def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def clean_images(engine: DockerDriver, registry: Registry) -> Iterator[None]:
+def clean_images(engine: SdkEngine, registry: Registry) -> Iterator[None]:
     yield
     remove_local(registry)
 
@@ -106,7 +106,7 @@ def events(state_home: Path, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.usefixtures("clean_images")
 def test_push_pull_pins_digest_and_surface(env: dict[str, str], state_home: Path,
                                            tmp_path: Path, registry: Registry,
-                                           engine: DockerDriver) -> None:
+                                           engine: SdkEngine) -> None:
     ref = registry.ref("kits/probe", "1")
     digest = push(env, tmp_path, "v1", ref, network("a.example.com"))
     manifest = get_manifest(parse_reference(ref))
@@ -216,7 +216,7 @@ def test_a_credential_moved_to_another_allowed_host_is_a_widening(
 
 @pytest.mark.usefixtures("clean_images")
 def test_plain_image_is_pulled_as_an_image(env: dict[str, str], state_home: Path,
-                                           registry: Registry, engine: DockerDriver) -> None:
+                                           registry: Registry, engine: SdkEngine) -> None:
     ref = registry.ref("plain/busybox", "1")
     base = engine.image(BUSYBOX)
     assert base is not None
@@ -280,7 +280,7 @@ def test_registry_down_is_a_clear_refusal(env: dict[str, str], state_home: Path,
 @pytest.mark.usefixtures("clean_images")
 def test_run_of_a_locked_reference_uses_the_locked_digest(
         env: dict[str, str], state_home: Path, tmp_path: Path, registry: Registry,
-        engine: DockerDriver) -> None:
+        engine: SdkEngine) -> None:
     ref = registry.ref("kits/runnable", "1")
     first = push(env, tmp_path, "v1", ref, "")
     remove_local(registry)

@@ -24,7 +24,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import audit
-from sbx.seams.driver import DockerDriver
+from sbx.seams.enginesocket import SocketEngine
 from sbx.seams.registry import (
     OCI_INDEX,
     fetch_kit_manifest,
@@ -32,6 +32,7 @@ from sbx.seams.registry import (
     parse_reference,
     put_manifest,
 )
+from sbx.seams.transports import open_engine
 
 from .registry import Registry, free_port, registry
 from .test_pull import env, local_names, network, push, remove_local
@@ -295,9 +296,9 @@ def test_socket_pull_lands_what_the_sdk_pull_lands(env: dict[str, str], tmp_path
     ref = registry.ref("kits/probe", "1")
     digest = push(env, tmp_path, "v1", ref, network("a.example.com"))
     pinned = f"{registry.host}/kits/probe@{digest}"
-    socket, sdk = DockerDriver(dict(os.environ)), DockerDriver({**os.environ,
+    socket, sdk = open_engine(dict(os.environ)), open_engine({**os.environ,
                                                                 "SBX_ENGINE_SOCKET": "0"})
-    assert socket._socket is not None and sdk._socket is None
+    assert isinstance(socket, SocketEngine) and not isinstance(sdk, SocketEngine)
     pulled: dict[str, Any] = {}
     for name, driver in (("socket", socket), ("sdk", sdk)):
         remove_local(registry)

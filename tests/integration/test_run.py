@@ -13,7 +13,8 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
+from sbx.seams.transports import open_engine
 from sbx.usecases.context import AppContext
 from sbx.usecases.run import RunRequest, run
 
@@ -86,7 +87,7 @@ def test_required_unknown_capability_is_refused_by_type_name(kit_factory: Callab
 
 def test_timeout_kills_exits_124_and_removes_the_container(busybox_kit: Path, sbx_cli: Any,
                                                            env: dict[str, str],
-                                                           engine: DockerDriver,
+                                                           engine: SdkEngine,
                                                            state_home: Path) -> None:
     result = sbx_cli(["run", str(busybox_kit), "--timeout", "1", "--", "sleep", "30"], env=env)
     assert result.exit_code == 124
@@ -176,7 +177,7 @@ def test_named_user_resolving_to_uid_0_is_not_trusted(kit_factory: Callable[...,
 
 def test_missing_base_image_is_refused_without_pulling(kit_factory: Callable[..., Path],
                                                        sbx_cli: Any, env: dict[str, str],
-                                                       engine: DockerDriver) -> None:
+                                                       engine: SdkEngine) -> None:
     kit = kit_factory("missing", "FROM sbx-test/does-not-exist:42\nCMD [\"true\"]\n")
     result = sbx_cli(["run", str(kit)], env=env)
     assert result.exit_code == 125 and "(image_missing)" in result.stderr
@@ -209,7 +210,7 @@ def test_missing_command_exits_127_like_a_shell(busybox_kit: Path, sbx_cli: Any,
 class _FailingWait:
     """The real driver, except that waiting fails as if the engine vanished mid-run."""
 
-    def __init__(self, inner: DockerDriver) -> None:
+    def __init__(self, inner: SdkEngine) -> None:
         self.inner = inner
         self.created: list[str] = []
 
@@ -226,11 +227,11 @@ class _FailingWait:
 
 
 def test_engine_error_mid_run_still_removes_the_container(
-        busybox_kit: Path, env: dict[str, str], engine: DockerDriver, state_home: Path,
+        busybox_kit: Path, env: dict[str, str], engine: SdkEngine, state_home: Path,
         tmp_path: Path) -> None:
     from sbx.base.render import Renderer
 
-    failing = _FailingWait(DockerDriver(env))
+    failing = _FailingWait(open_engine(env))
     console = io.StringIO()
     renderer = Renderer(console, console, as_json=True, env=env)
     ctx = AppContext(env=env, cwd=tmp_path, renderer=renderer,
@@ -258,7 +259,7 @@ def _no_progress(_title: str) -> _NoProgress:
 
 
 @pytest.fixture(autouse=True)
-def _no_stray_helpers(engine: DockerDriver, state_home: Path) -> Iterator[None]:
+def _no_stray_helpers(engine: SdkEngine, state_home: Path) -> Iterator[None]:
     yield
     # Helper containers (reading /etc/passwd out of an image) are removed right after use.
     assert [o for o in owned(engine, state_home) if o.kind == "container"] == []

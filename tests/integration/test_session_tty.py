@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import pytest
 
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import OwnedObject
 
 from .conftest import BUSYBOX, owned
@@ -262,11 +262,11 @@ def shell_kit(kit_factory: Callable[..., Path]) -> Path:
     return kit_factory("shell", SHELL_KIT)
 
 
-def _nothing_owned(engine: DockerDriver, state_home: Path) -> None:
+def _nothing_owned(engine: SdkEngine, state_home: Path) -> None:
     assert owned(engine, state_home) == []
 
 
-def _remove_leftovers(engine: DockerDriver, state_home: Path) -> list[OwnedObject]:
+def _remove_leftovers(engine: SdkEngine, state_home: Path) -> list[OwnedObject]:
     """What the run left behind; removed now (polled: an aborted removal may still be in
     progress in the engine), so a known bug does not also fail the teardown."""
     left = owned(engine, state_home)
@@ -356,7 +356,7 @@ def test_tty_without_a_terminal_stdin_still_gets_the_window_size(pane: Pane,
     pytest.param("--timeout 3 kits/shell -- sleep 60", 124, id="timeout"),
 ])
 def test_host_terminal_is_restored_after_the_run(pane: Pane, shell_kit: Path, args: str,
-                                                 expected: int, engine: DockerDriver,
+                                                 expected: int, engine: SdkEngine,
                                                  state_home: Path) -> None:
     pane.sbx("a", args)
     assert pane.status("a") == expected
@@ -371,7 +371,7 @@ def test_host_terminal_is_restored_after_the_run(pane: Pane, shell_kit: Path, ar
                          ids=lambda s: s.name)
 def test_signal_ends_the_session_and_restores_the_terminal(pane: Pane, shell_kit: Path,
                                                            sig: signal.Signals,
-                                                           engine: DockerDriver,
+                                                           engine: SdkEngine,
                                                            state_home: Path) -> None:
     pane.sbx("a", "kits/shell")
     pane.wait(BUSYBOX_PROMPT)
@@ -388,7 +388,7 @@ def test_signal_ends_the_session_and_restores_the_terminal(pane: Pane, shell_kit
 
 
 def test_closing_the_terminal_exits_130_and_removes_the_sandbox(
-        pane: Pane, shell_kit: Path, engine: DockerDriver, state_home: Path) -> None:
+        pane: Pane, shell_kit: Path, engine: SdkEngine, state_home: Path) -> None:
     # The wrapping shell ignores SIGHUP so that it outlives the terminal to record the status;
     # sbx installs its own SIGHUP handler, so it is hung up as usual.
     pane.started.append("a")
@@ -406,7 +406,7 @@ def test_closing_the_terminal_exits_130_and_removes_the_sandbox(
 
 
 def test_repeated_sighup_still_removes_the_sandbox(pane: Pane, shell_kit: Path,
-                                                   engine: DockerDriver,
+                                                   engine: SdkEngine,
                                                    state_home: Path) -> None:
     pane.sbx("a", "kits/shell")
     pane.wait(BUSYBOX_PROMPT)
@@ -424,7 +424,7 @@ def test_repeated_sighup_still_removes_the_sandbox(pane: Pane, shell_kit: Path,
 # -- detach keys ---------------------------------------------------------------------------------
 
 
-def test_default_detach_keys_end_the_session(pane: Pane, shell_kit: Path, engine: DockerDriver,
+def test_default_detach_keys_end_the_session(pane: Pane, shell_kit: Path, engine: SdkEngine,
                                              state_home: Path) -> None:
     pane.sbx("a", "kits/shell")
     pane.wait(BUSYBOX_PROMPT)
@@ -437,7 +437,7 @@ def test_default_detach_keys_end_the_session(pane: Pane, shell_kit: Path, engine
 
 
 def test_custom_detach_keys_end_it_and_the_default_ones_reach_the_workload(
-        pane: Pane, shell_kit: Path, engine: DockerDriver, state_home: Path) -> None:
+        pane: Pane, shell_kit: Path, engine: SdkEngine, state_home: Path) -> None:
     pane.sbx("a", "--detach-keys ctrl-x,x kits/shell")
     pane.wait(BUSYBOX_PROMPT)
     # The workload reads two raw bytes and prints them: ctrl-p ctrl-q arrive as 0x10 0x11.
@@ -458,7 +458,7 @@ def test_custom_detach_keys_end_it_and_the_default_ones_reach_the_workload(
     _nothing_owned(engine, state_home)
 
 
-def test_detach_keys_from_the_config_file(pane: Pane, shell_kit: Path, engine: DockerDriver,
+def test_detach_keys_from_the_config_file(pane: Pane, shell_kit: Path, engine: SdkEngine,
                                          state_home: Path) -> None:
     (pane.workdir / "detach.toml").write_text('[sandbox]\ndetach_keys = "ctrl-x,x"\n',
                                               encoding="utf-8")

@@ -23,7 +23,7 @@ import pytest
 
 from sbx.base import labels
 from sbx.base.paths import home_hash
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import Finished, run_sbx
 
 from .conftest import BUSYBOX, TESTER_UID, reachable_by_others
@@ -155,7 +155,7 @@ def test_root_owned_workspace_read_only_refused_or_as_configured(busybox_kit: Pa
 # -- 3. /tmp and HOME ---------------------------------------------------------------------------
 
 
-def _image_tmp_mode(engine: DockerDriver, state_home: Path, image: str) -> int | None:
+def _image_tmp_mode(engine: SdkEngine, state_home: Path, image: str) -> int | None:
     helper = labels.object_labels(home_hash=home_hash(state_home), run_id=uuid.uuid4().hex,
                                   deadline=int(time.time()) + 600, kits=[],
                                   role=labels.ROLE_HELPER)
@@ -168,7 +168,7 @@ def _image_tmp_mode(engine: DockerDriver, state_home: Path, image: str) -> int |
 ], ids=["image-tmp-0755", "image-without-tmp"])
 def test_tmp_is_1777_and_writable_whatever_the_image_has(
         name: str, dockerfile: str, image_tmp: int | None, kit_factory: Callable[..., Path],
-        env: dict[str, str], engine: DockerDriver, state_home: Path) -> None:
+        env: dict[str, str], engine: SdkEngine, state_home: Path) -> None:
     kit = kit_factory(name, dockerfile)
     for _attempt in range(2):  # the second run reuses what the first prepared
         result = run_sbx(["run", "--json", str(kit), "--", "sh", "-c", PROBE_TMP], env=env,

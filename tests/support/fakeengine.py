@@ -1,4 +1,4 @@
-"""One in-memory engine for unit tests: implements :class:`sbx.seams.driver.Driver`.
+"""One in-memory engine for unit tests: implements every role of :class:`sbx.seams.engine.Driver`.
 
 Unit tests of pure decisions (gc, doctor, run preparation and cleanup, image assembly, pull)
 use this fake instead of the Docker engine. It keeps:
@@ -11,8 +11,8 @@ use this fake instead of the Docker engine. It keeps:
 - **failures**: :meth:`FakeEngine.fail` makes a named method raise a given error, on every
   call, on its Nth call only, or only for one key argument (an object id, a reference).
 
-The fake is typed against the Protocol (``_DRIVER`` below), so mypy reports any drift between
-the two. It never filters listings by label: a test puts in exactly what the engine would list.
+The fake subclasses each role protocol, so mypy reports any drift between a role and the fake.
+It never filters listings by label: a test puts in exactly what the engine would list.
 """
 
 from __future__ import annotations
@@ -30,7 +30,20 @@ from typing import Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.containerspec import ContainerSpec
-from sbx.seams.engine import CachedImage, Driver, EngineInfo, ImageInfo, OwnedObject, RawListing
+from sbx.seams.engine import (
+    CachedImage,
+    Containers,
+    Distribution,
+    Driver,
+    EngineInfo,
+    ImageInfo,
+    Images,
+    Inventory,
+    Networks,
+    OwnedObject,
+    RawListing,
+    Sessions,
+)
 from sbx.seams.session.stream import AttachedStream
 
 Call = tuple[str, tuple[Any, ...]]
@@ -73,7 +86,7 @@ def tar_of(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-class FakeEngine:
+class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory):
     """An engine held in memory; see the module docstring."""
 
     def __init__(self, *, info: EngineInfo = DEFAULT_INFO) -> None:

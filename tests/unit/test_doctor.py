@@ -432,9 +432,9 @@ def test_a_bug_in_a_check_is_not_swallowed(h: Harness) -> None:
 
 def test_cli_exit_status_and_dispatch(h: Harness, monkeypatch: pytest.MonkeyPatch,
                                       sbx_cli: Any) -> None:
-    import sbx.seams.driver
+    import sbx.seams.transports
 
-    monkeypatch.setattr(sbx.seams.driver, "DockerDriver", lambda _env: h.engine)
+    monkeypatch.setattr(sbx.seams.transports, "open_engine", lambda _env: h.engine)
     env = {**os.environ, **h.env}
     ok = sbx_cli(["doctor"], env=env)
     assert ok.exit_code == 0, ok.stdout + ok.stderr

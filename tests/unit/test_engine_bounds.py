@@ -23,9 +23,10 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import enginebounds
-from sbx.seams.driver import DockerDriver
+from sbx.seams.driver import SdkEngine
 from sbx.seams.enginebounds import AnswerExceeded, json_lines
-from sbx.seams.enginesocket import EngineSocket
+from sbx.seams.enginesocket import SocketEngine
+from sbx.seams.transports import open_engine
 from tests.support.hostileengine import OK_HEAD, HostileEngine
 
 HOSTILE = ("slow_body", "huge_body", "huge_declared", "huge_header", "endless_headers",
@@ -54,7 +55,7 @@ def _env(path: Path, transport: str, seconds: str = "1") -> dict[str, str]:
 
 
 def _info(path: Path, transport: str) -> Callable[[], Any]:
-    driver = DockerDriver(_env(path, transport))
+    driver = open_engine(_env(path, transport))
     return driver.info
 
 
@@ -91,7 +92,7 @@ def test_a_silent_engine_is_ended_by_the_total_bound_too(engine_path: Path) -> N
         time.sleep(5)
 
     with HostileEngine(engine_path, silent), pytest.raises(SbxError) as raised:
-        EngineSocket(_env(engine_path, "socket"), str(engine_path)).info()
+        SocketEngine(_env(engine_path, "socket"), str(engine_path)).info()
     assert "took longer than 1s" in raised.value.message
 
 
@@ -157,7 +158,7 @@ def test_an_attach_stream_is_not_cut_by_the_bound(engine_path: Path, transport: 
 
 def test_an_attach_head_is_bounded(engine_path: Path) -> None:
     with HostileEngine(engine_path, "slowloris"), pytest.raises(SbxError) as raised:
-        EngineSocket(_env(engine_path, "socket"), str(engine_path)).attach("c" * 64,
+        SocketEngine(_env(engine_path, "socket"), str(engine_path)).attach("c" * 64,
                                                                             stdin=False)
     assert raised.value.reason is Reason.DOCKER_UNREACHABLE
 
@@ -165,10 +166,10 @@ def test_an_attach_head_is_bounded(engine_path: Path) -> None:
 # -- progress streams: idle time and message size, not total -----------------------------------
 
 
-def _driver(path: Path, transport: str) -> DockerDriver:
+def _driver(path: Path, transport: str) -> SdkEngine:
     """A driver for the engine at ``path``; through the SDK, its client already made (the
     SDK's version negotiation answered by a plain engine)."""
-    driver = DockerDriver(_env(path, transport))
+    driver = open_engine(_env(path, transport))
     if transport == "sdk":
         with HostileEngine(path, "plain"):
             driver._client  # noqa: B018 -- the version negotiation, first
@@ -176,14 +177,11 @@ def _driver(path: Path, transport: str) -> DockerDriver:
     return driver
 
 
-def _pull(path: Path, transport: str, driver: DockerDriver) -> list[str]:
+def _pull(path: Path, transport: str, driver: SdkEngine) -> list[str]:
     lines: list[str] = []
     driver._auth_config = lambda ref: None  # type: ignore[method-assign]
-    if transport == "socket":
-        assert driver._socket is not None
-        driver._socket.pull_image("example.test/kit:1", lines.append)
-    else:
-        driver.pull_image("example.test/kit:1", lines.append)
+    assert isinstance(driver, SocketEngine) == (transport == "socket")
+    driver.pull_image("example.test/kit:1", lines.append)
     return lines
 
 
@@ -316,7 +314,7 @@ def test_sbx_ends_with_a_reason_in_bounded_memory(engine_path: Path, tmp_path: P
                                        "endless_headers"])
 def test_a_hostile_engine_over_tcp_is_bounded_too(behaviour: str) -> None:
     with HostileEngine(None, behaviour) as engine:
-        driver = DockerDriver({"DOCKER_HOST": f"tcp://127.0.0.1:{engine.port}",
+        driver = open_engine({"DOCKER_HOST": f"tcp://127.0.0.1:{engine.port}",
                                "SBX_ENGINE_TIMEOUT": "1"})
         started = time.monotonic()
         with pytest.raises(SbxError) as raised:

@@ -700,9 +700,9 @@ def test_json_envelope(h: Harness) -> None:
 
 @pytest.fixture
 def fake_cli(h: Harness, monkeypatch: pytest.MonkeyPatch, sbx_cli: Any) -> Callable[..., Any]:
-    import sbx.seams.driver
+    import sbx.seams.transports
 
-    monkeypatch.setattr(sbx.seams.driver, "DockerDriver", lambda _env: h.engine)
+    monkeypatch.setattr(sbx.seams.transports, "open_engine", lambda _env: h.engine)
 
     def call(args: list[str]) -> Any:
         return sbx_cli(args, env={**os.environ, **h.env})

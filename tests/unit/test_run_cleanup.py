@@ -33,8 +33,8 @@ import pytest
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.domain.egress import plan as egress_plan
-from sbx.seams import driver as driver_module
 from sbx.seams import firewall, ports
+from sbx.seams import transports as transports_module
 from sbx.seams.ports import PublishedPort
 from tests.conftest import CliResult, run_cli
 from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of
@@ -115,7 +115,7 @@ def install_host(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> Host:
         def stop(self) -> None:
             host.record("forwarder.stop", self.target_ip)
 
-    monkeypatch.setattr(driver_module, "DockerDriver", lambda _env: engine)
+    monkeypatch.setattr(transports_module, "open_engine", lambda _env: engine)
     monkeypatch.setattr(egress_plan, "start_proxy", start_proxy)  # run imports it per call
     monkeypatch.setattr(firewall, "BridgeGuard", FakeGuard)
     monkeypatch.setattr(firewall, "bridge_network", lambda _bridge: BRIDGE_NETWORK)

@@ -16,7 +16,8 @@ from sbx.domain.sandbox.hardening import (
     deadline_check,
 )
 from sbx.seams.engine import create_body, create_kwargs
-from sbx.seams.enginesocket import EngineSocket, engine_socket
+from sbx.seams.enginesocket import SocketEngine
+from sbx.seams.transports import open_engine
 
 LIMITS = Limits(memory_bytes=1 << 30, pids=64, cpu_millis=500, tmp_bytes=1 << 26,
                 workspace_bytes=1 << 27, home_bytes=1 << 26)
@@ -37,7 +38,7 @@ def _spec(**changes: Any) -> ContainerSpec:
 
 
 def _sdk_body(spec: ContainerSpec) -> dict[str, Any]:
-    """What DockerDriver.create sends: the SDK's config, top-level nulls dropped."""
+    """What SdkEngine.create sends: the SDK's config, top-level nulls dropped."""
     from docker.api.client import APIClient
 
     api = APIClient(base_url="unix:///nonexistent.sock", version="1.41")
@@ -86,15 +87,15 @@ def test_create_body_with_a_deadline_healthcheck() -> None:
     ({"DOCKER_HOST": "unix://"}, None), ({"SBX_ENGINE_SOCKET": "0"}, None),
 ])
 def test_transport_follows_docker_host(env: dict[str, str], socket: str | None) -> None:
-    chosen = engine_socket(env)
-    assert (chosen._socket_path if chosen is not None else None) == socket
+    chosen = open_engine(env)
+    assert (chosen._socket_path if isinstance(chosen, SocketEngine) else None) == socket
 
 
 def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:
     from sbx.base.errors import EngineUnavailable
     from sbx.base.reasons import Reason
 
-    driver = EngineSocket({}, str(tmp_path / "missing.sock"))
+    driver = SocketEngine({}, str(tmp_path / "missing.sock"))
     with pytest.raises(EngineUnavailable) as raised:
         driver.info()
     assert raised.value.reason is Reason.DOCKER_UNREACHABLE
@@ -153,8 +154,8 @@ def test_a_pull_reads_the_progress_stream_as_it_comes(tmp_path: Any) -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(IMAGE_JSON)).encode() + b"\r\n\r\n"
         + IMAGE_JSON])
     seen: list[str] = []
-    image = EngineSocket({}, path).pull_image(f"h:5000/kits/x@sha256:{'d' * 64}", seen.append,
-                                              {"username": "u", "password": "p"})
+    engine = SocketEngine({}, path, lambda _host: {"username": "u", "password": "p"})
+    image = engine.pull_image(f"h:5000/kits/x@sha256:{'d' * 64}", seen.append)
     thread.join(timeout=5)
     assert image.id == "sha256:abc" and image.user == "agent"
     assert seen == ["1 Pulling from kits/x", "aa Downloading [=>  ] 1MB/4MB",
@@ -187,7 +188,7 @@ def test_a_pull_failure_is_reason_coded(tmp_path: Any, answer: bytes, reason: st
     path = str(tmp_path / "engine.sock")
     thread, _requests = _canned_engine(path, [answer])
     with pytest.raises(SbxError) as raised:
-        EngineSocket({}, path).pull_image("h:5000/x:1", lambda _line: None)
+        SocketEngine({}, path).pull_image("h:5000/x:1", lambda _line: None)
     thread.join(timeout=5)
     assert raised.value.reason.value == reason
     assert text in raised.value.message

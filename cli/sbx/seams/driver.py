@@ -1,13 +1,13 @@
 """The Docker driver: the only module that imports the docker SDK.
 
-Everything sbx asks of the engine goes through :class:`DockerDriver`, which returns sbx-owned
+Everything sbx asks of the engine through the SDK goes through :class:`SdkEngine`, which returns
 dataclasses and translates every SDK or transport exception into a reason-coded
 :class:`~sbx.base.errors.SbxError` at one boundary (:func:`_engine_errors`). The SDK is imported
 lazily inside the factory so that ``sbx --help`` and ``sbx explain`` never pay for it.
 
-When the engine is local, the calls of a run and a pull go to :mod:`sbx.seams.enginesocket`
-(the engine's socket spoken directly); the values and the :class:`~sbx.seams.engine.Driver`
-protocol live in :mod:`sbx.seams.engine`.
+A local engine's hot-path calls are made by :class:`sbx.seams.enginesocket.SocketEngine` (a
+subclass speaking the socket directly); :mod:`sbx.seams.transports` picks the class once, where
+the engine is opened. The values and the role protocols live in :mod:`sbx.seams.engine`.
 
 Two SDK conveniences are avoided on purpose: ``containers.run`` (it pulls a missing image — sbx
 never pulls at run time) and ``auto_remove`` (sbx needs the exit status before removal and removes
@@ -33,6 +33,7 @@ from sbx.base.reasons import Reason
 from sbx.seams.engine import (
     MAX_IMAGE_FILE_BYTES,
     CachedImage,
+    Driver,
     EngineInfo,
     ImageInfo,
     OwnedObject,
@@ -59,7 +60,6 @@ from sbx.seams.enginebounds import (
     transfer,
     waiting,
 )
-from sbx.seams.enginesocket import engine_socket
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -91,14 +91,18 @@ def _collect_failed_client(error: BaseException) -> None:
         gc.collect()
 
 
-class DockerDriver:
-    """The docker-SDK implementation of :class:`Driver`."""
+class SdkEngine(Driver):
+    """Every role through the docker SDK: the transport for engines sbx's own client does not
+    speak, and the base of those it does (:mod:`sbx.seams.transports` chooses)."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str],
+                 credentials: Callable[[str], Mapping[str, str] | None] = lambda _host: None,
+                 ) -> None:
         self._env = env
         self._client_obj: docker.DockerClient | None = None
-        # The run's hot-path calls go straight to a local engine's socket (EngineSocket).
-        self._socket = engine_socket(env)
+        # The user's registry credentials for a host, as the SDK's auth_config (None:
+        # anonymous); handed in by the factory, so the driver never imports their resolver.
+        self._credentials = credentials
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -170,8 +174,6 @@ class DockerDriver:
     # -- queries -----------------------------------------------------------------------------
 
     def info(self) -> EngineInfo:
-        if self._socket is not None:
-            return self._socket.info()
         with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
             info: dict[str, Any] = self._client.info()
         security = tuple(str(s) for s in info.get("SecurityOptions") or ())
@@ -186,8 +188,6 @@ class DockerDriver:
         )
 
     def image(self, ref: str) -> ImageInfo | None:
-        if self._socket is not None:
-            return self._socket.image(ref)
         import docker
 
         with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
@@ -244,8 +244,6 @@ class DockerDriver:
     def read_image_file(self, image_id: str, path: str,
                         labels: Mapping[str, str]) -> bytes | None:
         """Read one file out of an image without starting anything (create, copy, remove)."""
-        if self._socket is not None:
-            return self._socket.read_image_file(image_id, path, labels)
         import docker
 
         action = f"reading {path} from image {image_id[:19]}"
@@ -270,8 +268,6 @@ class DockerDriver:
         """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
         image; None for a path that is absent or not a directory. Nothing is started: one
         container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
-        if self._socket is not None:
-            return self._socket.image_path_modes(image_id, paths, labels)
         import base64
 
         action = f"inspecting paths in image {image_id[:19]}"
@@ -325,8 +321,6 @@ class DockerDriver:
     # -- containers --------------------------------------------------------------------------
 
     def create(self, spec: ContainerSpec) -> str:
-        if self._socket is not None:
-            return self._socket.create(spec)
         kwargs = create_kwargs(spec)
         name = kwargs.pop("name", None)
         stdin_once = kwargs.pop("stdin_once", True)
@@ -424,9 +418,6 @@ class DockerDriver:
                     raise
 
     def start(self, container_id: str) -> None:
-        if self._socket is not None:
-            self._socket.start(container_id)
-            return
         with self._engine_errors("starting the sandbox container", Reason.START_FAILED):
             self._api.start(container_id)
 
@@ -485,8 +476,6 @@ class DockerDriver:
         missed at either end (unlike a followed log). Without a TTY the bytes are framed
         (:mod:`sbx.seams.session.frames`); with one they are the terminal's raw stream.
         """
-        if self._socket is not None:
-            return self._socket.attach(container_id, stdin=stdin, detach_keys=detach_keys)
         from sbx.seams.session.stream import AttachedStream
 
         params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
@@ -505,9 +494,6 @@ class DockerDriver:
 
     def resize(self, container_id: str, *, rows: int, columns: int) -> None:
         """Set the sandbox terminal's size (a TTY session); a finished container is ignored."""
-        if self._socket is not None:
-            self._socket.resize(container_id, rows=rows, columns=columns)
-            return
         import docker
 
         with self._engine_errors("resizing the sandbox terminal", Reason.START_FAILED):
@@ -520,8 +506,6 @@ class DockerDriver:
 
     def wait(self, container_id: str, timeout_s: float) -> int | None:
         """The exit status, or None when the container still runs after ``timeout_s``."""
-        if self._socket is not None:
-            return self._socket.wait(container_id, timeout_s)
         import requests
 
         with self._engine_errors("waiting for the sandbox", Reason.START_FAILED,
@@ -540,9 +524,6 @@ class DockerDriver:
         return int(result.get("StatusCode", -1))
 
     def kill(self, container_id: str) -> None:
-        if self._socket is not None:
-            self._socket.kill(container_id)
-            return
         import docker
 
         with self._engine_errors("stopping the sandbox", Reason.CLEANUP_FAILED):
@@ -555,8 +536,6 @@ class DockerDriver:
 
     def remove_container(self, container_id: str) -> bool:
         """Force-remove; True when it is gone (including when it was already gone)."""
-        if self._socket is not None:
-            return self._socket.remove_container(container_id)
         import docker
 
         with self._engine_errors("removing the sandbox", Reason.CLEANUP_FAILED):
@@ -719,8 +698,6 @@ class DockerDriver:
 
     def container_pid(self, container_id: str) -> int | None:
         """The host pid of the container's first process; None once it is not running."""
-        if self._socket is not None:
-            return self._socket.container_pid(container_id)
         with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
             attrs = self._api.inspect_container(container_id)
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
@@ -928,9 +905,6 @@ class DockerDriver:
 
     def tag_image(self, image: str, ref: str) -> None:
         """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
-        if self._socket is not None:
-            self._socket.tag_image(image, ref)
-            return
         repository, tag = split_tag(ref)
         with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
             self._api.tag(image, repository, tag=tag, force=True)
@@ -948,19 +922,15 @@ class DockerDriver:
                     registry_chunk(f"pushing {ref}", chunk, on_line)
 
     def _auth_config(self, ref: str) -> dict[str, str] | None:
-        """The user's Docker credentials for ``ref``'s registry host (from this driver's
-        environment), as the SDK's ``auth_config``; None for anonymous access."""
-        from sbx.seams.registry_auth import resolve
-
+        """The user's Docker credentials for ``ref``'s registry host, as the SDK's
+        ``auth_config``; None for anonymous access."""
         first = ref.split("/", 1)[0]
         explicit = "/" in ref and ("." in first or ":" in first or first == "localhost")
-        credentials = resolve(first if explicit else "docker.io", self._env)
-        return None if credentials is None else credentials.auth_config()
+        found = self._credentials(first if explicit else "docker.io")
+        return None if found is None else dict(found)
 
     def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
         """Pull ``ref`` (best ``repo@sha256:...``) with progress lines; return the image."""
-        if self._socket is not None:
-            return self._socket.pull_image(ref, on_line, self._auth_config(ref))
         auth = self._auth_config(ref)
         with self._engine_errors(f"pulling {ref}", Reason.REGISTRY_UNREACHABLE,
                                  stream(self._env)), \
@@ -995,7 +965,7 @@ def _upgraded_socket(response: Any) -> socket.socket:
 def _bound_transport(api: Any) -> None:
     """Make the SDK's connections to a unix-socket or plain-tcp engine
     :class:`BoundedSocket`\\ s, so each call's answer keeps to the bound
-    :meth:`DockerDriver._engine_errors` sets (head and body, chunked or not), and cap a
+    :meth:`SdkEngine._engine_errors` sets (head and body, chunked or not), and cap a
     streaming call's answer that turns out to be a plain body. Engines over TLS or ssh keep the
     SDK's per-read timeout (the README's residual risk)."""
     from docker.transport.unixconn import (
@@ -1213,4 +1183,4 @@ def _timestamp(raw: object) -> float | None:
     return moment.timestamp() + (int(digits) / 10 ** len(digits) if digits else 0.0)
 
 
-__all__ = ["DockerDriver", "docker_auth_config", "docker_credential_store"]
+__all__ = ["SdkEngine", "docker_auth_config", "docker_credential_store"]

@@ -1,9 +1,10 @@
 """The engine's unix socket, spoken directly: a small HTTP/1.1 client for the calls a run and a
 pull make (create, attach, start, wait, remove, info, inspect, tag, pull), so those paths need
-neither the docker SDK nor requests. :class:`sbx.seams.driver.DockerDriver` hands them over when
-the engine is local; everything else stays on the SDK. Every answer is read within the bounds
-of :mod:`sbx.seams.enginebounds` (a total time and a size; a pull by its silence and message
-length), and an attach stream is released from them once its head is read.
+neither the docker SDK nor requests. :class:`SocketEngine` is the local engine's transport
+(chosen by :mod:`sbx.seams.transports`); what it does not speak itself is its base's, the
+SDK's. Every answer is read within the bounds of :mod:`sbx.seams.enginebounds` (a total time
+and a size; a pull by its silence and message length), and an attach stream is released from
+them once its head is read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
+from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import (
     MAX_IMAGE_FILE_BYTES,
     EngineInfo,
@@ -47,6 +49,7 @@ from sbx.seams.enginebounds import (
     timeout_s,
     waiting,
 )
+from sbx.seams.http11 import parse_head
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -55,23 +58,8 @@ if TYPE_CHECKING:
     from sbx.seams.session.stream import AttachedStream
 
 
-DEFAULT_SOCKET: Final = "/var/run/docker.sock"
-
-
-SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": every engine call through the SDK
 _READ_BYTES: Final = 64 * 1024
 _SIZE_LINE_BYTES: Final = 4096  # a chunk's size line, extensions included
-
-
-def engine_socket(env: Mapping[str, str]) -> EngineSocket | None:
-    """The socket transport for ``env``'s engine when it listens on a local unix socket (the
-    default, or ``DOCKER_HOST=unix://...``); None for anything else (tcp, ssh: the SDK's)."""
-    if env.get(SOCKET_SWITCH_ENV) == "0":
-        return None
-    host = env.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
-    if host.startswith("unix://") and len(host) > len("unix://"):
-        return EngineSocket(env, host[len("unix://"):])
-    return None
 
 
 @dataclass(frozen=True)
@@ -91,7 +79,7 @@ def _exchange(path: str, request: bytes, bound: AnswerBound, *,
         sock.settimeout(bound.idle_s)
         sock.connect(path)
         sock.sendall(request)
-        status, headers = _parse_head(_read_head(sock))
+        status, headers = parse_head(_read_head(sock))
         body = bytearray()
         for piece in _body(sock, headers,
                            expected=expect_body and status not in (204, 304) and status >= 200):
@@ -103,25 +91,27 @@ class _StillRunning(Exception):
     """A wait whose time ran out: the container still runs."""
 
 
-class EngineSocket:
-    """The calls of a run's hot path, made straight on the engine's unix socket with a small
-    HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
-    urllib3, charset detection: the largest import of a run). :class:`DockerDriver` hands them
-    here when the engine is local; everything else stays the SDK's (imported on first use).
+class SocketEngine(SdkEngine):
+    """A local engine: the calls of a run's hot path made straight on its unix socket with a
+    small HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
+    urllib3, charset detection: the largest import of a run); every other call is
+    :class:`SdkEngine`'s, on the same socket (the SDK imported on first use).
 
-    Its calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`, :meth:`attach`,
-    :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`, :meth:`remove_container`,
-    :meth:`container_pid`, :meth:`pull_image`, with :class:`DockerDriver`'s signatures and
-    errors. Paths carry no API version: the engine then speaks its own, which is the version
-    the SDK negotiates with it too. The create body is the SDK's (``create_container_config``
-    + ``create_host_config``), built here from the same :func:`create_kwargs` (a unit test
-    holds the two equal). A pull's progress stream is read as it comes (the SDK's
-    ``pull(stream=True, decode=True)``). ``SBX_ENGINE_SOCKET=0`` sends every call through the
-    SDK instead.
+    Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
+    :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
+    :meth:`remove_container`, :meth:`container_pid`, :meth:`read_image_file`,
+    :meth:`image_path_modes`, :meth:`pull_image`, with the SDK's signatures and errors. Paths
+    carry no API version: the engine then speaks its own, which is the version the SDK
+    negotiates with it too. The create body is the SDK's (``create_container_config`` +
+    ``create_host_config``), built here from the same :func:`create_kwargs` (a unit test holds
+    the two equal). A pull's progress stream is read as it comes (the SDK's ``pull(stream=True,
+    decode=True)``). ``SBX_ENGINE_SOCKET=0`` sends every call through the SDK instead.
     """
 
-    def __init__(self, env: Mapping[str, str], socket_path: str) -> None:
-        self._env = env
+    def __init__(self, env: Mapping[str, str], socket_path: str,
+                 credentials: Callable[[str], Mapping[str, str] | None] = lambda _host: None,
+                 ) -> None:
+        super().__init__(env, credentials)
         self._socket_path = socket_path
         self._reached = False
 
@@ -256,7 +246,7 @@ class EngineSocket:
                     sock.settimeout(bound.idle_s)
                     sock.connect(self._socket_path)
                     sock.sendall(request)
-                    status, _headers = _parse_head(_read_head(sock))
+                    status, _headers = parse_head(_read_head(sock))
                     if status not in (101, 200):
                         body = sock.recv(65536)
                         raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body),
@@ -298,10 +288,10 @@ class EngineSocket:
             return True
         decoded = _maybe_json(data)
         if status == 409 and "already in progress" in _message(decoded, data):
-            return self._gone(container_id, action)
+            return self._removal_confirmed(container_id, action)
         raise _refusal(action, Reason.CLEANUP_FAILED, status, decoded, data)
 
-    def _gone(self, container_id: str, action: str) -> bool:
+    def _removal_confirmed(self, container_id: str, action: str) -> bool:
         """Another removal is under way (gc, the engine's own): confirmed, not assumed; a
         removal the engine gave up on leaves a dead container, removed here again."""
         import time
@@ -399,8 +389,7 @@ class EngineSocket:
 
     # -- a pull ----------------------------------------------------------------------------------
 
-    def pull_image(self, ref: str, on_line: Callable[[str], None],
-                   auth_config: Mapping[str, str] | None = None) -> ImageInfo:
+    def pull_image(self, ref: str, on_line: Callable[[str], None]) -> ImageInfo:
         """As the SDK's ``pull(ref, stream=True, decode=True, auth_config=...)``: ``POST
         /images/create?fromImage=REPO&tag=TAG`` (a digest is the tag, as the SDK splits it),
         the credentials in ``X-Registry-Auth``, then the engine's JSON progress objects read
@@ -412,6 +401,7 @@ class EngineSocket:
         elif ":" in ref and "/" not in ref.rsplit(":", 1)[1]:
             params["fromImage"], params["tag"] = ref.rsplit(":", 1)
         auth = ""
+        auth_config = self._auth_config(ref)
         if auth_config is not None:
             import base64
 
@@ -428,7 +418,7 @@ class EngineSocket:
                 sock.settimeout(timeout_s(self._env))
                 sock.connect(self._socket_path)
                 sock.sendall(request)
-                status, headers = _parse_head(_read_head(sock))
+                status, headers = parse_head(_read_head(sock))
                 self._reached = True
                 if status != 200 or not _chunked(headers):
                     cap_body()  # an answer, not a stream
@@ -448,19 +438,6 @@ class EngineSocket:
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
         return image
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """(status, lower-case headers) of a response's head."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise ValueError(f"not an HTTP answer: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
 
 
 def _chunked(headers: Mapping[str, str]) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlencode, urlsplit
 
-from sbx.seams.http11 import unchunk
+from sbx.seams.http11 import parse_head, unchunk
 
 SWITCH_ENV: Final = "SBX_REGISTRY_HTTP"  # "requests": every registry request through requests
 # What makes requests (trust_env) differ from a plain connection: a proxy, a netrc.
@@ -162,16 +162,10 @@ def _parse(raw: bytes) -> Answer:
     head, separator, body = raw.partition(b"\r\n\r\n")
     if not separator or len(head) > _MAX_HEAD:
         raise TransportError("ConnectionError")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise TransportError("ConnectionError")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        key = name.strip().lower()
-        # Repeated headers are joined, as requests (urllib3's HTTPHeaderDict) joins them.
-        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+    try:
+        status, headers = parse_head(head)
+    except ValueError:
+        raise TransportError("ConnectionError") from None
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _unchunk(body)
     elif headers.get("content-length", "").isdigit():
@@ -179,7 +173,7 @@ def _parse(raw: bytes) -> Answer:
         if len(body) < length:
             raise TransportError("ChunkedEncodingError")  # requests: an IncompleteRead
         body = body[:length]
-    return Answer(int(parts[1]), headers, body)
+    return Answer(status, headers, body)
 
 
 def _unchunk(data: bytes) -> bytes:

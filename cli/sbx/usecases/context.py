@@ -24,9 +24,9 @@ NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_termi
 
 
 def _docker_driver(env: Mapping[str, str]) -> Driver:
-    from sbx.seams.driver import DockerDriver
+    from sbx.seams.transports import open_engine
 
-    return DockerDriver(env)
+    return open_engine(env)
 
 
 @dataclass(frozen=True)

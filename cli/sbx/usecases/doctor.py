@@ -36,7 +36,10 @@ from sbx.domain.sandbox.requirements import sandbox_limits
 if TYPE_CHECKING:
     from sbx.base.config import Config
     from sbx.domain.sandbox.hardening import Limits
-    from sbx.seams.engine import Driver, EngineInfo
+    from sbx.seams.engine import Containers, EngineInfo, Images, Inventory, Sessions
+
+    class ProbeEngine(Images, Containers, Sessions, Protocol):
+        """The roles the limit probe uses: its image, its container and the container's log."""
     from sbx.usecases.context import AppContext
 
 CHECK_TIMEOUT_S: Final = 10.0
@@ -286,7 +289,7 @@ def check_limits(state: DoctorState) -> Verdict:
         return Verdict(Status.FAIL, "not probed: the config is invalid (see the config check)",
                        Reason.INVALID_CONFIG, "Fix the config file, then run `sbx doctor` again.")
     limits = sandbox_limits(state.config)
-    driver = state.ctx.driver
+    driver: Inventory = state.ctx.driver
     candidates = probe_candidates(driver.local_images())
     if not candidates:
         return Verdict(Status.WARN, "not probed: no local image to run the probe in",
@@ -758,7 +761,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE, build_spec
     from sbx.domain.sandbox.identity import FALLBACK_HOME
 
-    driver = ctx.driver
+    driver: ProbeEngine = ctx.driver
     image = driver.image(image_ref)
     if image is None:
         raise SbxError(Reason.IMAGE_MISSING, f"{image_ref} is not present locally")
@@ -796,7 +799,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     return parse_probe_output(output.decode("utf-8", "replace"))
 
 
-def _remove_quietly(driver: Driver, container_id: str) -> bool:
+def _remove_quietly(driver: Containers, container_id: str) -> bool:
     try:
         return driver.remove_container(container_id)
     except SbxError:

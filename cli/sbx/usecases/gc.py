@@ -70,7 +70,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
@@ -89,7 +89,10 @@ from sbx.seams.firewall import (
 )
 
 if TYPE_CHECKING:
-    from sbx.seams.engine import Driver, RawListing
+    from sbx.seams.engine import Containers, Images, Inventory, Networks, RawListing
+
+    class GcEngine(Inventory, Containers, Networks, Images, Protocol):
+        """The roles gc uses: listings, and removal of every kind of object."""
     from sbx.usecases.context import AppContext
 from sbx.usecases.workspace_check import BASELINE_FILE
 
@@ -799,7 +802,7 @@ class _Collector:
         self.result = GcResult("done", request.dry_run, grace)
 
     @property
-    def driver(self) -> Driver:
+    def driver(self) -> GcEngine:
         return self.ctx.driver
 
     def run(self) -> GcResult:

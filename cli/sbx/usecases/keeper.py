@@ -266,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
     from sbx.domain.credentials.secrets import decode_provided
-    from sbx.seams.driver import DockerDriver
+    from sbx.seams.engine import Containers
+    from sbx.seams.transports import open_engine
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
@@ -291,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"{READY_PREFIX}{proxy.port} {proxy.pid}\n")
         sys.stdout.flush()
         sys.stdout.close()
-        driver = DockerDriver(dict(os.environ))
+        driver: Containers = open_engine(dict(os.environ))
         started = time.monotonic()
         seen_running = False
         while proxy.alive():

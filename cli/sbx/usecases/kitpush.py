@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
@@ -24,6 +24,12 @@ from sbx.domain.kits.publish import Published, publish_form, staging_context
 from sbx.domain.sandbox.images import KIT_LABEL, ensure_kit_image
 from sbx.seams.registry import annotate, kit_annotations, parse_reference
 from sbx.usecases.context import AppContext
+
+if TYPE_CHECKING:
+    from sbx.seams.engine import Distribution, Images
+
+    class PushEngine(Images, Distribution, Protocol):
+        """The roles a kit push uses: its images built, then pushed."""
 
 Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
 
@@ -50,9 +56,10 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     kit = load_local_kit(directory, cwd=app.cwd, cache_dir=app.state_home / "cache" / "descriptors")
     published = publish_form(kit, parse_arg_assignments(arg_items))
     _check_published(reference, published)
+    engine: PushEngine = app.driver
     base = None
     if kit.dockerfile_text is not None:
-        base = ensure_kit_image(app.driver, kit, progress, published.build_args,
+        base = ensure_kit_image(engine, kit, progress, published.build_args,
                                 lock_dir=app.state_home / "locks",
                                 home_hash=app.home_hash).tag
     elif kit.descriptor.kind != "mixin":
@@ -64,11 +71,11 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     tagged = f"{ref.name}:{ref.tag or 'latest'}"
     context, dockerfile = staging_context(published, base)
     with progress(f"staging the kit sources of {kit.reference}") as on_line:
-        app.driver.build(context, dockerfile, tagged,
+        engine.build(context, dockerfile, tagged,
                          {KIT_LABEL: kit.stem},
                          on_line)
     with progress(f"pushing {tagged}") as on_line:
-        app.driver.push_image(tagged, on_line)
+        engine.push_image(tagged, on_line)
     annotations = kit_annotations(published.descriptor)
     digest = annotate(ref, annotations, env=app.env)
     return PushResult(tagged, digest, ref.pinned(digest), kit.descriptor.kind,

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition
     from sbx.domain.kits.selection import SelectionRecord
     from sbx.domain.sandbox.images import SandboxUser
-    from sbx.seams.engine import EngineInfo, ImageInfo
+    from sbx.seams.engine import EngineInfo, ImageInfo, Images, Inventory
     from sbx.usecases.context import AppContext
 
 ProgressFactory = Callable[[str], AbstractContextManager[Callable[[str], None]]]
@@ -174,7 +174,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
     from sbx.domain.sandbox.sources import staging_available
 
-    driver = ctx.driver
+    driver: Inventory = ctx.driver
     engine = driver.info()
     check_engine(engine)
     kit_set = loaded.kit_set
@@ -206,7 +206,7 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
     assembled onto it."""
     from sbx.domain.sandbox.images import ensure_kit_image
 
-    driver = ctx.driver
+    driver: Images = ctx.driver
     workload = kit_set.workload
     locks = ctx.state_home / "locks"
     workload_image = ensure_kit_image(driver, workload.local, progress,

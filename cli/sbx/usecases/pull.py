@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
@@ -44,6 +44,12 @@ from sbx.domain.kits.surface import (
 from sbx.seams import audit
 from sbx.seams.registry import KitManifest, fetch_kit_manifest, parse_reference
 from sbx.usecases.context import AppContext
+
+if TYPE_CHECKING:
+    from sbx.seams.engine import Distribution, Images
+
+    class PullEngine(Images, Distribution, Protocol):
+        """The roles a pull uses: the local image, else the registry's, and its tag."""
 
 Progress = Callable[[str], AbstractContextManager[Callable[[str], None]]]
 # (reference, widenings, first pull?) → approved?
@@ -193,17 +199,18 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
                           + format_surface(candidate))
         planned.append(PullItem(text, manifest.digest, pinned, kind, candidate, result,
                                 previous_digest, descriptor_text=manifest.descriptor_text))
+    engine: PullEngine = app.driver
     done: list[PullItem] = []
     for item in planned:
         # An image the engine already holds as repo@digest is that very manifest's image
         # (content addressed): nothing to fetch. Otherwise the engine pulls it by digest.
-        image = app.driver.image(item.image)
+        image = engine.image(item.image)
         if image is None:
             with progress(f"pulling {item.image}") as on_line:
-                image = app.driver.pull_image(item.image, on_line)
+                image = engine.pull_image(item.image, on_line)
         # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
         if "@" not in item.reference:
-            app.driver.tag_image(image.id, item.reference)
+            engine.tag_image(image.id, item.reference)
         done.append(PullItem(item.reference, item.digest, item.image, item.kind,
                              item.permissions, item.gate, item.previous_digest, image.id,
                              item.descriptor_text))

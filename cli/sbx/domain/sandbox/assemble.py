@@ -42,7 +42,7 @@ from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import owned
-from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
 
 if TYPE_CHECKING:
@@ -336,7 +336,7 @@ class _ChunkReader(io.RawIOBase):
 # -- engine-facing parts ----------------------------------------------------------------------
 
 
-def export_index(driver: Driver, image_id: str, helper_labels: Mapping[str, str],
+def export_index(driver: Images, image_id: str, helper_labels: Mapping[str, str],
                  wanted: Callable[[str], bool] | None) -> dict[str, FileEntry]:
     """An image's file index (see :func:`read_index`) from a streamed export."""
     with closing(driver.export_image(image_id, helper_labels)) as chunks:
@@ -347,7 +347,7 @@ def _cache_file(cache_dir: Path, image_id: str) -> Path:
     return cache_dir / f"{image_id.replace(':', '-').replace('/', '-')}.json"
 
 
-def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
+def mixin_index(driver: Images, image_id: str, cache_dir: Path,
                 helper_labels: Mapping[str, str]) -> dict[str, FileEntry]:
     """A mixin image's full file index, ancestors included; computed once per image id."""
     cache = _cache_file(cache_dir, image_id)
@@ -364,7 +364,7 @@ def mixin_index(driver: Driver, image_id: str, cache_dir: Path,
     return index
 
 
-def workload_index(driver: Driver, image_id: str, paths: set[str],
+def workload_index(driver: Images, image_id: str, paths: set[str],
                    helper_labels: Mapping[str, str]) -> dict[str, FileEntry]:
     """The workload's entries for ``paths`` only, hashed while its export streams by.
 
@@ -403,7 +403,7 @@ def _context(recipe: str) -> bytes:
     return buffer.getvalue()
 
 
-def assemble(driver: Driver, workload: WorkloadImage,
+def assemble(driver: Images, workload: WorkloadImage,
              mixins: Sequence[tuple[str, ImageInfo | None]], progress: ProgressFactory, *,
              workload_ref: str, cache_dir: Path, helper_labels: Mapping[str, str],
              lock_dir: Path | None = None, home_hash: str | None = None) -> AssembledImage:
@@ -430,7 +430,7 @@ def assemble(driver: Driver, workload: WorkloadImage,
         return found
 
 
-def _cached_or_assembled(driver: Driver, workload: WorkloadImage,
+def _cached_or_assembled(driver: Images, workload: WorkloadImage,
                          content: Sequence[tuple[str, ImageInfo]], progress: ProgressFactory,
                          *, key: str, tag: str, workload_ref: str, cache_dir: Path,
                          helper_labels: Mapping[str, str]) -> AssembledImage:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from sbx.seams.engine import CachedImage, Driver, ImageInfo
+    from sbx.seams.engine import CachedImage, ImageInfo, Images
 
 USE_REPOSITORY: Final = "sbx-use/"
 CACHE_REPOSITORIES: Final = ("sbx-kit/", "sbx-assembled/", "sbx-prep/")
@@ -47,7 +47,7 @@ def is_cached(tags: Iterable[str]) -> bool:
     return any(tag.startswith(CACHE_REPOSITORIES) for tag in tags)
 
 
-def record_use(driver: Driver, home_hash: str, images: Iterable[ImageInfo]) -> None:
+def record_use(driver: Images, home_hash: str, images: Iterable[ImageInfo]) -> None:
     """Mark the cached images a run uses (plain images of the user's are left alone)."""
     seen: set[str] = set()
     for image in images:

@@ -21,7 +21,7 @@ from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import owned
-from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class KitImage:
     built: bool  # False when the cached image was reused
 
 
-def ensure_kit_image(driver: Driver, kit: LocalKit,
+def ensure_kit_image(driver: Images, kit: LocalKit,
                      progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
                      build_args: Mapping[str, str] | None = None, *,
                      lock_dir: Path | None = None, home_hash: str | None = None) -> KitImage:
@@ -144,7 +144,7 @@ def ensure_kit_image(driver: Driver, kit: LocalKit,
         return kit_image
 
 
-def _cached_or_built(driver: Driver, kit: LocalKit, tag: str, digest: str,
+def _cached_or_built(driver: Images, kit: LocalKit, tag: str, digest: str,
                      args: Mapping[str, str],
                      progress: Callable[[str], AbstractContextManager[Callable[[str], None]]],
                      ) -> KitImage:
@@ -195,7 +195,7 @@ class SandboxUser:
     source: str  # "image USER agent" | "config [sandbox] user (...)"
 
 
-def resolve_user(driver: Driver, image: ImageInfo, *, fallback_uid: int, fallback_source: str,
+def resolve_user(driver: Images, image: ImageInfo, *, fallback_uid: int, fallback_source: str,
                  cache_dir: Path, helper_labels: Mapping[str, str]) -> SandboxUser:
     """The image's USER when it is not uid/gid 0, else the configured fallback (SPEC §5).
 
@@ -286,7 +286,7 @@ def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
         return None  # a damaged entry is a miss
 
 
-def _image_accounts(driver: Driver, image: ImageInfo, cache_dir: Path,
+def _image_accounts(driver: Images, image: ImageInfo, cache_dir: Path,
                     helper_labels: Mapping[str, str]) -> Accounts:
     cached = _cached_accounts(image, cache_dir)
     if cached is not None:

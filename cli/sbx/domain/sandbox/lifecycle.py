@@ -20,14 +20,14 @@ import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.compose import Hook
 from sbx.domain.sandbox.hardening import ContainerSpec
 from sbx.domain.sandbox.mountpoints import TMP_MODE, TMP_PATH
-from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.engine import Containers, ImageInfo, Images, Sessions
 from sbx.seams.signals import deferred_interrupts
 
 SBX_DIR: Final = "/.sbx"
@@ -163,9 +163,13 @@ def _tar(entries: Sequence[tuple[str, bytes | None, int, int, int]]) -> bytes:
     return buffer.getvalue()
 
 
+class CreateStepEngine(Containers, Images, Sessions, Protocol):
+    """The roles the create step uses: a container, its files and hooks, its commit."""
+
+
 @dataclass(frozen=True)
 class CreateStep:
-    driver: Driver
+    driver: CreateStepEngine
     spec: ContainerSpec  # the create-step container (see build_create_step_spec)
     image_tag: str
     image_labels: Mapping[str, str]

@@ -20,7 +20,7 @@ from typing import Final
 
 from sbx.base import labels as label_keys
 from sbx.seams import owned
-from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
 
 TMP_PATH: Final = "/tmp"  # noqa: S108 - the sandbox's /tmp, not a host temp file
@@ -54,7 +54,7 @@ def directory_tar(modes: Mapping[str, int]) -> bytes:
     return buffer.getvalue()
 
 
-def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_dir: Path,
+def prepare_mountpoints(driver: Images, image: ImageInfo, *, home: str, cache_dir: Path,
                         helper_labels: Mapping[str, str],
                         lock_dir: Path | None = None, home_hash: str | None = None) -> ImageInfo:
     """``image`` itself when its /tmp and HOME mount points are fine, else the derived image."""
@@ -79,7 +79,7 @@ def prepare_mountpoints(driver: Driver, image: ImageInfo, *, home: str, cache_di
         return derived
 
 
-def _observed_modes(driver: Driver, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,
+def _observed_modes(driver: Images, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,
                     helper_labels: Mapping[str, str]) -> dict[str, int | None]:
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
     known: dict[str, int | None] = {}
