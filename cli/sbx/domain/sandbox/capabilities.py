@@ -9,7 +9,7 @@ enforced at the egress proxy (sbx.domain.egress) and bound by sbx.domain.sandbox
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -51,6 +51,7 @@ class CapabilityPlan:
     volumes: tuple[NamedVolume, ...] = ()
     lifecycle: LifecyclePlan = field(default_factory=LifecyclePlan)
     ports: tuple[int, ...] = ()  # TCP container ports to publish on 127.0.0.1
+    env: Mapping[str, str] = field(default_factory=dict)  # the sandbox's, hooks' included
     skipped: tuple[SelectionRecord, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -68,6 +69,7 @@ class _Planner:
     workspace_target: str
     volume_sizes_enforced: bool
     kits: Mapping[str, LocalKit]
+    host_git_identity: Callable[[], tuple[str, str] | None]
     privileged: bool = False
     tmpfs: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     volumes: list[NamedVolume] = field(default_factory=list)
@@ -77,6 +79,7 @@ class _Planner:
     ports: list[int] = field(default_factory=list)
     skipped: list[SelectionRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def set_limits(self, *, memory_bytes: int, cpu_millis: int) -> None:
         self.limits = dataclasses.replace(self.limits, memory_bytes=memory_bytes,
@@ -103,6 +106,12 @@ class _Planner:
         self.install = (*self.install, *install)
         self.startup = (*self.startup, *startup)
 
+    def add_env(self, name: str, value: str) -> None:
+        self.env[name] = value
+
+    def git_identity(self) -> tuple[str, str] | None:
+        return self.host_git_identity()
+
     def skip(self, record: SelectionRecord) -> None:
         self.skipped.append(record)
 
@@ -116,18 +125,21 @@ class _Planner:
             lifecycle=LifecyclePlan(install=self.install, startup=self.startup,
                                     files=tuple(self.files)),
             ports=tuple(sorted(set(self.ports))), skipped=tuple(self.skipped),
-            notes=tuple(self.notes))
+            notes=tuple(self.notes), env=dict(self.env))
 
 
 def plan_capabilities(composition: Composition, *, limits: Limits, allow_privileged: bool,
                       workspace_target: str, kits: Mapping[str, LocalKit],
-                      volume_sizes_enforced: bool = False) -> CapabilityPlan:
+                      volume_sizes_enforced: bool = False,
+                      git_identity: Callable[[], tuple[str, str] | None] = lambda: None,
+                      ) -> CapabilityPlan:
     """``volume_sizes_enforced``: whether sbx can give a sized ``volume@1`` a file system of
     that size (it needs root); when it cannot, such a volume is refused (skipped if optional)
-    rather than left unbounded."""
+    rather than left unbounded. ``git_identity`` reads the host's (only when a kit asks)."""
     planner = _Planner(limits=limits, allow_privileged=allow_privileged,
                        workspace_target=workspace_target,
-                       volume_sizes_enforced=volume_sizes_enforced, kits=kits)
+                       volume_sizes_enforced=volume_sizes_enforced, kits=kits,
+                       host_git_identity=git_identity)
     for handler in captypes.PLAN_ORDER:
         handler.plan(composition, planner)
     return planner.plan()

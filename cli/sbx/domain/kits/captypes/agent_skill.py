@@ -35,6 +35,7 @@ SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 class AgentSkill(Handler):
     types = (AGENT_SKILL,)
+    refusal = ("sbx has no skills destination (agent-skills@1) to expose a bundle in yet")
     on_surface = False
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,

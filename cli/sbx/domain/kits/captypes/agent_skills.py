@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 class AgentSkills(Handler):
     types = (AGENT_SKILLS,)
+    refusal = ("sbx has no host skills store yet")
 
     def claim(self, entry: CapabilityEntry, keys: Keys, out: Out) -> None:
         path = string(entry.config.get("path"))

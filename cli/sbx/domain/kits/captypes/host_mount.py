@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 class HostMountType(Handler):
     types = (HOST_MOUNT,)
+    refusal = ("sbx keeps no kit-owned host directories yet; a per-run volume would lose what "
+               "this type promises to keep past the sandbox")
 
     def claim(self, entry: CapabilityEntry, keys: Keys, out: Out) -> None:
         claim_storage(entry, "host mount", keys, out)

@@ -13,6 +13,7 @@ from sbx.domain.kits.types import KIT_REGISTRY
 
 class KitRegistry(Handler):
     types = (KIT_REGISTRY,)
+    refusal = ("sbx runs no kit registry a sandbox could be routed to")
     singleton = True
     configless = True
 

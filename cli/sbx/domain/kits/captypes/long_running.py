@@ -14,6 +14,7 @@ from sbx.domain.kits.types import LONG_RUNNING
 
 class LongRunning(Handler):
     types = (LONG_RUNNING,)
+    refusal = ("sbx does not yet keep a workload running apart from its client's session")
     singleton = True
     configless = True
     on_surface = False

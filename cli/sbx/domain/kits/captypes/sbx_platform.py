@@ -14,6 +14,8 @@ from sbx.domain.kits.types import SBX
 
 class SbxPlatform(Handler):
     types = (SBX,)
+    refusal = ("sbx runs the workload's own entrypoint; it does not launch agents into a "
+               "waiting sandbox")
     singleton = True
     configless = True
     on_surface = False

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 class SSHAgent(Handler):
     types = (SSH_AGENT,)
+    refusal = ("sbx has no SSH agent relay yet (one that passes only list-identities and "
+               "filtered sign requests); keys never enter a sandbox, so there is no fallback")
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
               out: Out) -> None:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 class USBDevice(Handler):
     types = (USB_DEVICE,)
+    refusal = ("no device passthrough on these engines: sbx never adds host devices to a "
+               "sandbox (it would need --device and cgroup device rules the hardened shape "
+               "forbids)")
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
               out: Out) -> None:
