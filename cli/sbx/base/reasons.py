@@ -60,6 +60,7 @@ class Reason(enum.StrEnum):
     PERMISSION_WIDENED = "permission_widened"
     PERMISSION_UNAPPROVED = "permission_unapproved"
     CONSENT_REQUIRED = "consent_required"
+    GIT_IDENTITY_MISSING = "git_identity_missing"
     HOST_SERVICES_EXPOSED = "host_services_exposed"
     BUILD_FAILED = "build_failed"
     HOOK_FAILED = "hook_failed"
@@ -265,6 +266,15 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "grants only when the user consents on the command line for that run.",
         "Pass --allow-privileged if you accept running the sandbox privileged, or drop the "
         "kit that asks for it.",
+        _E.REFUSED,
+    ),
+    _R.GIT_IDENTITY_MISSING: ReasonInfo(
+        "No git identity to give the sandbox",
+        "A kit requires git-identity@1 (the user's git user.name and user.email inside the "
+        "sandbox), and the host's global git config names no usable pair. sbx never takes "
+        "it from a repository's config.",
+        "Set a global identity: git config --global user.name 'Your Name' && "
+        "git config --global user.email you@example.com (or mark the capability optional).",
         _E.REFUSED,
     ),
     _R.HOST_SERVICES_EXPOSED: ReasonInfo(

@@ -125,8 +125,8 @@ def warnings(reference: str, data: Mapping[str, Any]) -> list[str]:
         c for c in data.get("capabilities") or [] if isinstance(c, Mapping)]
     selection = select(reference, capabilities, SUPPORTED)
     for record in selection.skipped:
-        out.append(f"{record.path} ({record.type}) is optional and not implemented by this "
-                   "sbx: `sbx run` skips it")
+        out.append(f"{record.path} ({record.type}) is optional and {record.reason}: "
+                   "`sbx run` skips it")
     for record in selection.refused:
         kinds = ", ".join(record.rejected_types) if record.type == "group" else record.type
         out.append(f"{record.path} ({kinds}) is required and not implemented by this sbx: "

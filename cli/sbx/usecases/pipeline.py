@@ -173,6 +173,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     from sbx.domain.sandbox.binding import bind_credentials
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
     from sbx.domain.sandbox.sources import staging_available
+    from sbx.seams.hostgit import global_identity
 
     driver: Inventory = ctx.driver
     engine = driver.info()
@@ -192,7 +193,8 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
         composition, limits=sandbox_limits(loaded.config),
         allow_privileged=loaded.request.allow_privileged, workspace_target=workspace_target,
         volume_sizes_enforced=staging_available(),
-        kits={k.reference: k.local for k in kit_set.kits})
+        kits={k.reference: k.local for k in kit_set.kits},
+        git_identity=lambda: global_identity(ctx.env))
     egress = bind_credentials(composition, capabilities, state_home=ctx.state_home, env=ctx.env,
                               resolve_values=resolve_secrets)
     return WorkloadPlan(loaded, engine, image, image_tag, image_built, used, workspace_target,

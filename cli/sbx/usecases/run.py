@@ -651,7 +651,7 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         extra_binds=[*extra_binds, *_volume_binds(volume_names, capabilities.volumes, {})],
         command=command,
         entrypoint=entrypoint,
-        env={**exports, **session_env, **user_env, "SBX_RUN_ID": run_id},
+        env={**exports, **capabilities.env, **session_env, **user_env, "SBX_RUN_ID": run_id},
         home=home,
         labels={**labels, label_keys.ROLE: label_keys.ROLE_SANDBOX},
         image_labels=image.labels,
@@ -1398,7 +1398,7 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
         accounts=parse_accounts(passwd.decode("utf-8", "replace")),
         workdir=plan.workspace_target,
         on_output=lambda _stream, chunk: on_output("stderr", chunk),
-        boundary_env=boundary, home=plan.home,
+        boundary_env={**capabilities.env, **boundary}, home=plan.home,
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))

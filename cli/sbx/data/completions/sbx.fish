@@ -168,6 +168,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount bloc
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit asks for more than was approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_unapproved' -d 'Kit permissions not approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'git_identity_missing' -d 'No git identity to give the sandbox'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'

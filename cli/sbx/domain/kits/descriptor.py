@@ -85,6 +85,7 @@ _SCHEMA_BASE: Final = "https://sbx.dev/schema/"
 # Sources whose text decides whether a descriptor is valid: hashed into the validation cache key,
 # so editing a schema or a rule can never serve a stale "valid" verdict.
 # Names inside this package (sbx.domain.kits); tests/unit/test_descriptor.py checks each exists.
+# Every capability type's handler (captypes/) is hashed too: its rules decide validity.
 _RULE_MODULES: Final = ("descriptor.py", "diagnostics.py", "rules.py", "versions.py", "args.py",
                         "placeholders.py", "patterns.py")
 
@@ -104,9 +105,13 @@ def _schema_files() -> list[tuple[str, str]]:
 def _schema_text() -> str:
     parts = [f"{name}\0{text}" for name, text in _schema_files()]
     package = resources.files(__package__ or "sbx.domain.kits")
-    for module in _RULE_MODULES:
+    handlers = package.joinpath("captypes")
+    modules = [*_RULE_MODULES, *sorted(f"captypes/{entry.name}" for entry in handlers.iterdir()
+                                       if entry.name.endswith(".py"))]
+    for module in modules:
         try:
-            parts.append(f"{module}\0{package.joinpath(module).read_text(encoding='utf-8')}")
+            text = package.joinpath(*module.split("/")).read_text(encoding="utf-8")
+            parts.append(f"{module}\0{text}")
         except OSError:  # pragma: no cover - a zipped install without sources
             parts.append(module)
     return "\0".join(parts)

@@ -31,8 +31,8 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.args import expand_build_phase
 from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.local import LocalKit
+from sbx.domain.kits.types import STAGE_ROOT
 
-STAGE_ROOT: Final = "/usr/share/sandbox/kit"
 AGENT_CONTEXT: Final = "com.docker.sandbox/agent-context@1"
 # A staged context file is prose for the agent; a kit cannot make sbx publish a huge one.
 MAX_STAGED_BYTES: Final = 1024 * 1024

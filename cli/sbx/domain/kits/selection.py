@@ -47,6 +47,14 @@ class Selection:
 NOT_IMPLEMENTED = "not implemented by this sbx"
 
 
+def why_not(ctype: str) -> str:
+    """The reason a type is not provided: its handler's own words when sbx knows the type."""
+    from sbx.domain.kits import captypes
+
+    refusal = captypes.handler(ctype).refusal
+    return f"{NOT_IMPLEMENTED}: {refusal}" if refusal else NOT_IMPLEMENTED
+
+
 def select(kit: str, capabilities: Sequence[Mapping[str, Any]],
            supported: Collection[str]) -> Selection:
     """Select the capability entries of one kit against the set of supported types."""
@@ -85,9 +93,9 @@ def select(kit: str, capabilities: Sequence[Mapping[str, Any]],
             paths.append(path)
             selected_records.append(record)
         elif item.get("optional") is True:
-            skipped.append(SelectionRecord(kit, path, ctype, NOT_IMPLEMENTED))
+            skipped.append(SelectionRecord(kit, path, ctype, why_not(ctype)))
         else:
-            refused.append(SelectionRecord(kit, path, ctype, NOT_IMPLEMENTED))
+            refused.append(SelectionRecord(kit, path, ctype, why_not(ctype)))
     return Selection(tuple(selected), tuple(selected_records), tuple(skipped), tuple(refused),
                      tuple(paths))
 
@@ -104,11 +112,12 @@ def refuse_unsupported(selection: Selection | Sequence[Selection]) -> None:
         if record.type == "group":
             for member, mtype in zip(record.rejected, record.rejected_types, strict=True):
                 types.append(mtype)
-                lines.append(f"{record.kit} {member} ({mtype}): required, {NOT_IMPLEMENTED}")
+                lines.append(f"{record.kit} {member} ({mtype}): required, "
+                             f"{why_not(mtype)}")
         else:
             types.append(record.type)
             lines.append(f"{record.kit} {record.path} ({record.type}): required, "
-                         f"{NOT_IMPLEMENTED}")
+                         f"{why_not(record.type)}")
     names = ", ".join(sorted(set(types)))
     raise SbxError(
         Reason.UNSUPPORTED_CAPABILITY,
@@ -119,4 +128,5 @@ def refuse_unsupported(selection: Selection | Sequence[Selection]) -> None:
     )
 
 
-__all__ = ["NOT_IMPLEMENTED", "Selection", "SelectionRecord", "refuse_unsupported", "select"]
+__all__ = ["NOT_IMPLEMENTED", "Selection", "SelectionRecord", "refuse_unsupported", "select",
+           "why_not"]

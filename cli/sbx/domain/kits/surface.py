@@ -24,29 +24,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final
 
-from sbx.domain.kits.destinations import credential_destinations
-from sbx.domain.kits.types import (
-    ACP,
-    AGENT_CONTEXT,
-    AGENT_SESSIONS,
-    AGENT_SKILL,
-    AGENT_SKILLS,
-    CREDENTIAL,
-    HOST_MOUNT,
-    LIFECYCLE,
-    LONG_RUNNING,
-    PORT,
-    PRIVILEGED,
-    RESOURCES,
-    SBX,
-    SSH_AGENT,
-    USB_DEVICE,
-    VOLUME,
-)
-from sbx.domain.kits.types import INTERACTIVE_SESSIONS as AGENT_INTERACTIVE_SESSIONS
-from sbx.domain.kits.types import NETWORK_V1 as NETWORK_POLICY_V1
-from sbx.domain.kits.types import NETWORK_V2 as NETWORK_POLICY_V2
-
 if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition
 
@@ -58,8 +35,13 @@ METHOD_ANY: Final = "ANY"
 # Declarations that grant nothing across the boundary the gate guards: they constrain the kit
 # (resources), run on the entrypoint's own trust plane (hooks, files, session verbs, launch
 # mode), or expose content the image already carries (context, bundled skills, ACP adapters).
-NOT_SURFACE: Final = frozenset({RESOURCES, LONG_RUNNING, AGENT_SKILL, AGENT_SESSIONS,
-                                AGENT_INTERACTIVE_SESSIONS, LIFECYCLE, AGENT_CONTEXT, SBX, ACP})
+# Each type's handler says so (sbx.domain.kits.captypes); listed here for the lock's readers.
+NOT_SURFACE: Final = frozenset({
+    "com.docker.sandbox/resources@1", "com.docker.sandbox/long-running@1",
+    "com.docker.sandbox/agent-skill@1", "com.docker.sandbox/agent-sessions@1",
+    "com.docker.sandbox/agent-interactive-sessions@1", "com.docker.sandbox/lifecycle@1",
+    "com.docker.sandbox/agent-context@1", "com.docker.sandbox/sbx@1",
+    "com.docker.sandbox/acp@1"})
 
 # attribute name -> JSON field name (the lock's spelling, §5.1).
 JSON_FIELDS: Final = {
@@ -107,7 +89,7 @@ CATEGORIES: Final = (
     "privileged",
     "services",
 )
-PRIVILEGED_DETAIL: Final = "requests privileged execution"
+PRIVILEGED_DETAIL: Final = "requests privileged execution"  # captypes.privileged's
 _UNIVERSAL_HOSTS: Final = frozenset({"*", "**"})
 
 
@@ -212,20 +194,20 @@ def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]
         entries = source
     else:  # a Composition (not imported here: see PHASES)
         entries = source.capabilities()
+    from sbx.domain.kits import captypes
+
     lists: dict[str, list[str]] = {f.name: [] for f in fields(Surface) if f.name != "privileged"}
-    privileged = False
+    flags = {"privileged": False}
     for item in _flatten(entries):
         ctype = str(item.get("type", ""))
         config = item.get("config")
-        if ctype in NOT_SURFACE:
+        handler = captypes.handler(ctype)
+        if not handler.on_surface:
             continue
-        if ctype == PRIVILEGED:
-            privileged = True
-            continue
-        if not _project(ctype, config, lists):
+        if not handler.project(ctype, config, lists, flags):
             # A well-known entry whose config does not decode still cannot escape the surface.
             lists["services"].append(service_entry(ctype, config))
-    return Surface(privileged=privileged, **{k: tuple(v) for k, v in lists.items()})
+    return Surface(privileged=flags["privileged"], **{k: tuple(v) for k, v in lists.items()})
 
 
 def _flatten(entries: Iterable[Any]) -> Iterator[Mapping[str, Any]]:
@@ -240,111 +222,6 @@ def _flatten(entries: Iterable[Any]) -> Iterator[Mapping[str, Any]]:
             yield item
 
 
-def _project(ctype: str, config: Any, out: dict[str, list[str]]) -> bool:
-    """Add one entry's grants to ``out``; ``False`` when it is not a decodable well-known entry."""
-    if ctype in (NETWORK_POLICY_V1, NETWORK_POLICY_V2):
-        return _project_network(config, out, v2=ctype == NETWORK_POLICY_V2)
-    if not isinstance(config, Mapping):
-        return False
-    if ctype == CREDENTIAL:
-        service, phases = config.get("service"), _phase_list(config.get("phase"))
-        if not isinstance(service, str) or phases is None:
-            return False
-        destinations = credential_destinations(service, phases, config)
-        if destinations is None:
-            return False
-        out["credential_destinations"].extend(destinations)
-        for phase in phases:
-            out[f"credentials_{'install' if phase == 'install' else 'runtime'}"].append(service)
-        return True
-    if ctype == SSH_AGENT:
-        atoms = _ssh_atoms(config)
-        if atoms is None:
-            return False
-        out["ssh_agent"].extend(atoms)
-        return True
-    if ctype in (VOLUME, HOST_MOUNT, AGENT_SKILLS):
-        path = config.get("path")
-        if not isinstance(path, str):
-            return False
-        if ctype == AGENT_SKILLS:
-            out["skills_paths"].append(path)
-            if config.get("mode") == "readwrite":
-                out["skills_write_paths"].append(path)
-        else:
-            from sbx.domain.kits.compose import clean_path
-
-            out["storage_paths" if ctype == VOLUME else "host_mount_paths"].append(
-                clean_path(path))
-        return True
-    if ctype == PORT:
-        container, transport = config.get("container"), config.get("transport") or "tcp"
-        if isinstance(container, bool) or not isinstance(container, int):
-            return False
-        out["ports"].append(f"{container}/{transport}")
-        return True
-    if ctype == USB_DEVICE:
-        usb_class, vendor, product = (config.get("class"), config.get("vendorId"),
-                                      config.get("productId"))
-        if isinstance(usb_class, str) and usb_class:
-            out["usb"].append(f"class:{usb_class}")
-        elif isinstance(vendor, str) and isinstance(product, str):
-            out["usb"].append(f"{vendor}:{product}")
-        else:
-            return False
-        return True
-    return False
-
-
-def _project_network(config: Any, out: dict[str, list[str]], *, v2: bool) -> bool:
-    if config is None:
-        return True  # nothing requested in either phase
-    if not isinstance(config, Mapping) or not set(config) <= set(PHASES):
-        return False
-    decoded: dict[tuple[str, str], list[tuple[list[str], list[str], list[str]]]] = {}
-    for phase in PHASES:
-        block = config.get(phase)
-        if block is None:
-            continue
-        if not isinstance(block, Mapping) or not set(block) <= {"allow", "deny"}:
-            return False
-        for action in ("allow", "deny"):
-            entries = block.get(action) or []
-            if not isinstance(entries, list):
-                return False
-            for entry in entries:
-                parsed = _network_entry(entry, v2=v2)
-                if parsed is None:
-                    return False
-                decoded.setdefault((phase, action), []).append(parsed)
-    # Only a fully decoded policy projects: a half-read one would under-state the request.
-    for (phase_name, action_name), parsed_entries in decoded.items():
-        for hosts, methods, paths in parsed_entries:
-            if not methods and not paths:
-                out[f"network_{phase_name}_{action_name}"].extend(hosts)
-            out[f"network_{phase_name}_http_{action_name}"].extend(
-                http_atoms(hosts, methods, paths))
-    return True
-
-
-def _network_entry(entry: Any, *, v2: bool) -> tuple[list[str], list[str], list[str]] | None:
-    if isinstance(entry, str):
-        return [entry], [], []
-    if not v2 or not isinstance(entry, Mapping) or not set(entry) <= {"hosts", "methods",
-                                                                        "paths"}:
-        return None
-    lists: list[list[str]] = []
-    for key in ("hosts", "methods", "paths"):
-        value = entry.get(key)
-        if value is None:
-            value = []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            return None
-        lists.append(list(value))
-    hosts, methods, paths = lists
-    return (hosts, methods, paths) if hosts else None
-
-
 def http_atoms(hosts: Iterable[str], methods: Sequence[str], paths: Sequence[str]) -> list[str]:
     """One ``"<METHOD> <host><path>"`` atom per method x host x path of one entry.
 
@@ -353,31 +230,6 @@ def http_atoms(hosts: Iterable[str], methods: Sequence[str], paths: Sequence[str
     effective_methods = [METHOD_ANY] if not methods or METHOD_ANY in methods else list(methods)
     effective_paths = list(paths) or ["/**"]
     return [f"{m} {h}{p}" for h in hosts for m in effective_methods for p in effective_paths]
-
-
-def _phase_list(value: Any) -> list[str] | None:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return list(value)
-    return None
-
-
-def _ssh_atoms(config: Mapping[str, Any]) -> list[str] | None:
-    phases = _phase_list(config.get("phase"))
-    unrestricted = config.get("unrestricted", True)
-    sign, authenticate = config.get("sign") or [], config.get("authenticate") or []
-    if (phases is None or not isinstance(unrestricted, bool)
-            or not isinstance(sign, list) or not isinstance(authenticate, list)):
-        return None
-    atoms: list[str] = []
-    for phase in phases:
-        if unrestricted:
-            atoms.append(phase)
-            continue
-        atoms.extend(f"{phase} sign {ns}" for ns in sign)
-        atoms.extend(f"{phase} authenticate {dest}" for dest in authenticate)
-    return atoms
 
 
 def service_entry(ctype: str, config: Any) -> str:
@@ -407,45 +259,10 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
 
     A removed deny widens (the deny was part of what made the grant acceptable).
     """
-    out: list[Widening] = []
+    from sbx.domain.kits import captypes
 
-    def add(category: str, details: Iterable[str]) -> None:
-        out.extend(Widening(category, detail) for detail in details)
-
-    g, c = granted, candidate
-    add("network.install.allow", _missing(g.network_install_allow, c.network_install_allow))
-    add("network.runtime.allow", _missing(g.network_runtime_allow, c.network_runtime_allow))
-    add("network.install.deny-removed", _missing(c.network_install_deny, g.network_install_deny))
-    add("network.runtime.deny-removed", _missing(c.network_runtime_deny, g.network_runtime_deny))
-    add("network.install.http.allow", _http_widenings(
-        g.network_install_allow, c.network_install_allow,
-        complete_http_grants(g.network_install_allow, g.network_install_http_allow),
-        c.network_install_http_allow))
-    add("network.runtime.http.allow", _http_widenings(
-        g.network_runtime_allow, c.network_runtime_allow,
-        complete_http_grants(g.network_runtime_allow, g.network_runtime_http_allow),
-        c.network_runtime_http_allow))
-    add("network.install.http.deny-removed", _http_deny_removals(
-        g.network_install_deny, c.network_install_deny,
-        g.network_install_http_deny, c.network_install_http_deny))
-    add("network.runtime.http.deny-removed", _http_deny_removals(
-        g.network_runtime_deny, c.network_runtime_deny,
-        g.network_runtime_http_deny, c.network_runtime_http_deny))
-    add("credentials.install", _missing(g.credentials_install, c.credentials_install))
-    add("credentials.runtime", _missing(g.credentials_runtime, c.credentials_runtime))
-    add("credentials.destinations", _missing(g.credential_destinations,
-                                             c.credential_destinations))
-    add("ssh-agent", _ssh_widenings(g.ssh_agent, c.ssh_agent))
-    add("storage", _missing(g.storage_paths, c.storage_paths))
-    add("host-mount", _missing(g.host_mount_paths, c.host_mount_paths))
-    add("skills", _missing(g.skills_paths, c.skills_paths))
-    add("skills.write", _missing(g.skills_write_paths, c.skills_write_paths))
-    add("ports", _missing(g.ports, c.ports))
-    add("usb", _missing(g.usb, c.usb))
-    if c.privileged and not g.privileged:
-        out.append(Widening("privileged", PRIVILEGED_DETAIL))
-    add("services", _missing(g.services, c.services))
-    return out
+    return [w for handler in captypes.WIDENING_ORDER
+            for w in handler.widenings(granted, candidate)]
 
 
 def format_widenings(widenings: Iterable[Widening]) -> str:
@@ -516,7 +333,7 @@ def complete_http_grants(hosts: Iterable[str], grants: Iterable[str]) -> tuple[s
     return tuple(sorted({*grants, *implied}))
 
 
-def _http_widenings(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
+def http_widenings(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
                     granted_http: Sequence[str], candidate_http: Sequence[str]) -> list[str]:
     fresh = set(_missing(granted_hosts, candidate_hosts))
 
@@ -539,7 +356,7 @@ def _http_widenings(granted_hosts: Sequence[str], candidate_hosts: Sequence[str]
     return out
 
 
-def _http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
+def http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[str],
                         granted_deny: Sequence[str], candidate_deny: Sequence[str]) -> list[str]:
     # A bare deny projects twice (host list and ANY host/**); dropping it is one loss, already
     # reported by the host list. Coverage runs the other way round from allows: a candidate
@@ -556,25 +373,6 @@ def _http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[
     return out
 
 
-def _ssh_widenings(granted: Sequence[str], candidate: Sequence[str]) -> list[str]:
-    # An unrestricted phase covers everything in that phase, and a destination without a user
-    # covers every user at that host; so narrowing to a bounded grant is silent.
-    have = set(granted)
-    unbounded = {atom for atom in granted if " " not in atom}
-    out: list[str] = []
-    for atom in candidate:
-        phase, _, rest = atom.partition(" ")
-        if atom in have or phase in unbounded:
-            continue
-        if rest.startswith("authenticate "):
-            destination = rest.removeprefix("authenticate ")
-            host = destination.rpartition("@")[2]
-            if host != destination and f"{phase} authenticate {host}" in have:
-                continue
-        out.append(atom)
-    return out
-
-
 __all__ = [
     "Surface",
     "Widening",
@@ -584,6 +382,8 @@ __all__ = [
     "format_widenings",
     "complete_http_grants",
     "http_atoms",
+    "http_deny_removals",
+    "http_widenings",
     "service_entry",
     "CATEGORIES",
     "JSON_FIELDS",

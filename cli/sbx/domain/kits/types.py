@@ -27,6 +27,9 @@ KIT_REGISTRY: Final = f"{NS}kit-registry@1"
 SBX: Final = f"{NS}sbx@1"
 ACP: Final = f"{NS}acp@1"
 
+# Where a published kit stages its sources in its image (KIT-SPEC-V3 §6.2).
+STAGE_ROOT: Final = "/usr/share/sandbox/kit"
+
 KNOWN_TYPES: Final = frozenset({
     NETWORK_V1, NETWORK_V2, CREDENTIAL, SSH_AGENT, VOLUME, HOST_MOUNT, PORT, USB_DEVICE,
     RESOURCES, PRIVILEGED, LONG_RUNNING, LIFECYCLE, AGENT_CONTEXT, AGENT_SESSIONS,
@@ -35,4 +38,4 @@ KNOWN_TYPES: Final = frozenset({
 __all__ = ["ACP", "AGENT_CONTEXT", "AGENT_SESSIONS", "AGENT_SKILL", "AGENT_SKILLS",
            "CREDENTIAL", "GIT_IDENTITY", "HOST_MOUNT", "INTERACTIVE_SESSIONS", "KIT_REGISTRY",
            "KNOWN_TYPES", "LIFECYCLE", "LONG_RUNNING", "NETWORK_V1", "NETWORK_V2", "NS", "PORT",
-           "PRIVILEGED", "RESOURCES", "SBX", "SSH_AGENT", "USB_DEVICE", "VOLUME"]
+           "PRIVILEGED", "RESOURCES", "SBX", "SSH_AGENT", "STAGE_ROOT", "USB_DEVICE", "VOLUME"]

@@ -1,0 +1,160 @@
+"""``ssh-agent@1``: the user's SSH agent, relayed into the sandbox per phase, keys kept outside.
+
+Descriptor side: a bounded entry (``unrestricted: false``) needs ``sign`` or ``authenticate``
+and an unrestricted one states neither; destinations are DNS names. One entry per phase in a
+block; merged per phase (unrestricted if any asker is, else the union of the lists); on the
+surface one atom per phase (unrestricted) or per namespace and destination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from sbx.domain.kits.captypes.base import (
+    PHASES,
+    CapabilityEntry,
+    Handler,
+    Keys,
+    Merge,
+    Out,
+    items,
+    literal_phases,
+    merge_phases,
+    phase_list,
+    show,
+    str_list,
+)
+from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.types import SSH_AGENT
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.compose import Composition, Origin, SSHAgentGrant
+    from sbx.domain.kits.surface import Surface, Widening
+
+
+class SSHAgent(Handler):
+    types = (SSH_AGENT,)
+    refusal = ("sbx has no SSH agent relay yet (one that passes only list-identities and "
+               "filtered sign requests); keys never enter a sandbox, so there is no fallback")
+
+    def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
+              out: Out) -> None:
+        unrestricted = config.get("unrestricted", True)
+        stated = [k for k in ("sign", "authenticate") if k in config]
+        if unrestricted is False and not stated:
+            out.add(entry.at("config", "unrestricted"), "unrestricted: false needs sign, "
+                                                        "authenticate, or both")
+        if unrestricted is True and stated:
+            for key in stated:
+                out.add(entry.at("config", key), f"{key} bounds the agent, which needs "
+                                                 "unrestricted: false (an unrestricted agent "
+                                                 "signs anything)")
+        for k, destination in enumerate(items(config.get("authenticate"))):
+            if not isinstance(destination, str) or contains_placeholder(destination):
+                continue
+            host = destination.rsplit("@", 1)[-1]
+            if host and not host.strip("0123456789."):
+                out.add(entry.at("config", "authenticate", k), f"{destination!r} names an IP "
+                                                               "address; name the server by "
+                                                               "its DNS name")
+
+    def claim(self, entry: CapabilityEntry, keys: Keys, out: Out) -> None:
+        for phase in literal_phases(entry.config.get("phase")):
+            previous = keys.claim("ssh-agent", phase, entry.path)
+            if previous is not None:
+                out.add(entry.at("config", "phase"), f"ssh-agent for phase {phase!r} already "
+                                                     f"declared at {show(previous)}")
+
+    # -- composition -------------------------------------------------------------------------
+
+    def add(self, merge: Merge, origin: Origin, item: Mapping[str, Any],
+            config: Mapping[str, Any], optional: bool) -> None:
+        asks: dict[str, list[tuple[Origin, Mapping[str, Any], bool]]] = merge.state(
+            "ssh-agent", dict)
+        for phase in merge_phases(config.get("phase")):
+            asks.setdefault(phase, []).append((origin, config, optional))
+
+    def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
+        parts["ssh_agent"] = _grants(merge.state("ssh-agent", dict))
+
+    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+        for grant in composition.ssh_agent:
+            yield SSH_AGENT, grant.config(), grant.optional
+
+    # -- surface -----------------------------------------------------------------------------
+
+    def project(self, ctype: str, config: Any, lists: dict[str, list[str]],
+                flags: dict[str, bool]) -> bool:
+        if not isinstance(config, Mapping):
+            return False
+        atoms = surface_atoms(config)
+        if atoms is None:
+            return False
+        lists["ssh_agent"].extend(atoms)
+        return True
+
+    def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
+        from sbx.domain.kits.surface import Widening
+
+        # An unrestricted phase covers everything in that phase, and a destination without a
+        # user covers every user at that host; so narrowing to a bounded grant is silent.
+        have = set(granted.ssh_agent)
+        unbounded = {atom for atom in granted.ssh_agent if " " not in atom}
+        for atom in candidate.ssh_agent:
+            phase, _, rest = atom.partition(" ")
+            if atom in have or phase in unbounded:
+                continue
+            if rest.startswith("authenticate "):
+                destination = rest.removeprefix("authenticate ")
+                host = destination.rpartition("@")[2]
+                if host != destination and f"{phase} authenticate {host}" in have:
+                    continue
+            yield Widening("ssh-agent", atom)
+
+
+def _grants(asks: Mapping[str, list[tuple[Origin, Mapping[str, Any], bool]]],
+            ) -> tuple[SSHAgentGrant, ...]:
+    from sbx.domain.kits.compose import SSHAgentGrant
+
+    out: list[SSHAgentGrant] = []
+    for phase in PHASES:
+        phase_asks = asks.get(phase)
+        if not phase_asks:
+            continue
+        # One socket per phase serves every kit that asked, so it signs what any may sign.
+        unrestricted = any(cfg.get("unrestricted", True) is not False
+                           for _, cfg, _ in phase_asks)
+        sign: set[str] = set()
+        authenticate: set[str] = set()
+        if not unrestricted:
+            for _, cfg, _ in phase_asks:
+                sign.update(str_list(cfg.get("sign")))
+                authenticate.update(str_list(cfg.get("authenticate")))
+        out.append(SSHAgentGrant(
+            phase, unrestricted, tuple(sorted(sign)),
+            tuple(sorted(authenticate)), all(optional for *_, optional in phase_asks),
+            tuple(o for o, _, _ in phase_asks)))
+    return tuple(out)
+
+
+def surface_atoms(config: Mapping[str, Any]) -> list[str] | None:
+    phases = phase_list(config.get("phase"))
+    unrestricted = config.get("unrestricted", True)
+    sign, authenticate = config.get("sign") or [], config.get("authenticate") or []
+    if (phases is None or not isinstance(unrestricted, bool)
+            or not isinstance(sign, list) or not isinstance(authenticate, list)):
+        return None
+    atoms: list[str] = []
+    for phase in phases:
+        if unrestricted:
+            atoms.append(phase)
+            continue
+        atoms.extend(f"{phase} sign {ns}" for ns in sign)
+        atoms.extend(f"{phase} authenticate {dest}" for dest in authenticate)
+    return atoms
+
+
+HANDLER: Final = SSHAgent()
+
+__all__ = ["HANDLER", "SSHAgent", "surface_atoms"]
