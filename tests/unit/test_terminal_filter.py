@@ -105,6 +105,19 @@ def test_a_hyperlink_loses_its_target_and_keeps_its_text() -> None:
     assert _filtered(b"see " + LINK + b".") == b"see click here."
 
 
+def test_a_utf8_character_inside_a_string_is_its_payload_however_it_is_cut() -> None:
+    """U+2733 is E2 9C B3: its 0x9C is not an ST. Claude Code titles its window
+    "\u2733 Claude Code"; ended early, the rest of the title landed in its input box."""
+    title = "\x1b]0;\u2733 Claude Code\x07".encode()
+    colour = "\x1b]11;\u2733\x07".encode()  # a screen OSC: passed whole
+    for cuts in ([], *([cut] for cut in range(1, len(title)))):
+        assert _filtered(title + b"ok", cuts) == b"ok"
+    for cut in range(1, len(colour)):
+        assert _filtered(colour + b"ok", [cut]) == colour + b"ok"
+    # A stray 0x9C (no lead before it) still ends the string, as the module says.
+    assert _filtered(b"\x1b]0;a\x9cok") == b"ok"
+
+
 def test_8bit_locale_filters_raw_c1_controls() -> None:
     assert _filtered(b"a\x9d52;c;" + B64 + b"\x9cb", utf8=False) == b"ab"
     assert _filtered(b"a\x9b8;1;1tb", utf8=False) == b"ab"

@@ -66,9 +66,12 @@ _UTF8_SAFE: Final = re.compile(
     rb"|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}" + _SAFE_CONTROLS + rb")+")
 _BYTE_SAFE: Final = re.compile(
     rb"(?:[\x00-\x1a\x1c-\x7f\xa0-\xff]+" + _SAFE_CONTROLS + rb")+")
-# Inside a string: what may end or abort it.
-_UTF8_STRING_STOPS: Final = re.compile(rb"[\x07\x18\x1a\x1b\xc2\x80-\x9f]")
-_BYTE_STRING_STOPS: Final = re.compile(rb"[\x07\x18\x1a\x1b\x80-\x9f]")
+# Inside a string: its payload, up to what may end or abort it. In UTF-8 a whole character is
+# payload (the 0x9C inside U+2733, E2 9C B3, is no ST); only a stray byte or C2 80-9F is a C1.
+_UTF8_STRING_PAYLOAD: Final = re.compile(
+    rb"(?:[\x00-\x06\x08-\x17\x19\x1c-\x7f]+|\xc2[\xa0-\xbf]|[\xc3-\xdf][\x80-\xbf]"
+    rb"|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3})*")
+_BYTE_STRING_PAYLOAD: Final = re.compile(rb"[^\x07\x18\x1a\x1b\x80-\x9f]*")
 
 
 def utf8_locale(env: Mapping[str, str]) -> bool:
@@ -90,7 +93,7 @@ class TerminalFilter:
         self._utf8 = utf8
         self._candidates = _UTF8_CANDIDATES if utf8 else _BYTE_CANDIDATES
         self._safe = _UTF8_SAFE if utf8 else _BYTE_SAFE
-        self._stops = _UTF8_STRING_STOPS if utf8 else _BYTE_STRING_STOPS
+        self._payload = _UTF8_STRING_PAYLOAD if utf8 else _BYTE_STRING_PAYLOAD
         self._carry = b""  # the end of the last read, to be read again with the next
         self._held = bytearray()  # a CSI or an OSC's start while it is being decided
         self._intro = 0  # length of the held OSC's introducer
@@ -254,15 +257,15 @@ class TerminalFilter:
     def _scan_string(self, view: bytes, position: int, out: bytearray) -> int:
         start = position
         while position < len(view):
-            found = self._stops.search(view, position)
-            stop = len(view) if found is None else found.start()
+            match = self._payload.match(view, position)
+            stop = len(view) if match is None else match.end()
             if not self._passing:
                 self._dropped += stop - position
                 if self._dropped > MAX_DROPPED:  # never ended: shown again from here
                     self._state = "ground"
                     return max(position, stop - (self._dropped - MAX_DROPPED))
             position = stop
-            if found is None:
+            if position >= len(view):
                 break
             byte = view[position]
             if byte == _ESC:
@@ -287,6 +290,10 @@ class TerminalFilter:
                 self._pass(view, start, position, out)
                 self._state = "ground"
                 return position  # executed from the ground state
+            if self._utf8 and byte > 0xC2 and _UTF8_CUT.match(view, position):
+                self._pass(view, start, position, out)
+                self._carry = view[position:]  # a character cut by the read's end
+                return len(view)
             c1 = self._c1_at(view, position)
             if c1 is not None:
                 self._pass(view, start, position, out)
