@@ -545,6 +545,12 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     planned = pipeline.plan(ctx, loaded, run_id=run_id, progress=progress,
                             helper_labels=labels, resolve_secrets=True, gate=gate)
     record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
+    if planned.egress is not None:
+        # The proxy follows the user policy: a damaged rules file refuses the run before
+        # anything starts (its denies would be lost), as the proxy would refuse to start.
+        from sbx.domain.egress.policystore import PolicyStore
+
+        PolicyStore(ctx.state_home).load()
     workspace_target = planned.workspace_target
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
@@ -1309,11 +1315,12 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
     from inside the run's network (issue #10, item 4)."""
     from sbx.domain.egress.plan import credential_env, proxy_env, start_proxy
+    from sbx.domain.egress.policystore import rules_path
     from sbx.domain.egress.proxyauth import new_token
     from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
 
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
-    _kits, plan_config, composition, _capabilities = plan.full()
+    kit_set, plan_config, composition, _capabilities = plan.full()
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
                   for c in composition.credentials if c.service in plan.egress.bound)
@@ -1331,7 +1338,11 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
         explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
-        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR)
+        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR,
+        sandbox=plan.name, request_log=_request_log(ctx, plan.run_id),
+        user_policy=rules_path(ctx.state_home),
+        kit_files={k.reference: str(k.local.descriptor_file.absolute())
+                   for k in kit_set.kits if k.local.image is None})
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:
@@ -1346,6 +1357,27 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
                             secrets=plan.egress.provided)
     runrecord.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
     return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
+
+
+def _request_log(ctx: AppContext, run_id: str) -> Path:
+    """This run's request log (``requests/<run id>/``), after dropping the logs of old
+    one-shot runs beyond the kept number (named sandboxes' logs stay with them)."""
+    from sbx.domain.egress import requestlog
+    from sbx.domain.sandbox.records import SandboxStore
+
+    root = ctx.state_home / requestlog.LOG_DIR
+    store = SandboxStore(ctx.state_home)
+    named: list[str] = []
+    try:
+        for name in store.names():
+            record = store.load(name)
+            if record is not None:
+                named.append(record.run_id)
+    except SbxError:
+        named = []  # a record that cannot be read: whose log is whose is unknown, keep all
+    else:
+        requestlog.prune(root, protected=[*named, run_id])
+    return requestlog.log_path(root / run_id)
 
 
 def _sandbox_network(bridge: str, gateway: str) -> str:

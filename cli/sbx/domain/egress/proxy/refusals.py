@@ -14,9 +14,10 @@ from typing import Any, Final
 
 from sbx.base.reasons import Reason
 from sbx.domain.egress import proxyauth
-from sbx.domain.egress.policy import Decision, describe_rule
+from sbx.domain.egress.policy import Decision, describe_rule, rule_where
 from sbx.domain.egress.proxy.context import ProxyContext
 from sbx.domain.egress.proxy.streams import Stream, flush
+from sbx.domain.kits.compose import Rule
 from sbx.seams import audit
 
 SBX_REASON: Final = "X-Sbx-Reason"
@@ -44,6 +45,8 @@ class EgressRefusal(Exception):
     audited: bool = True
     client: str | None = None  # the client's address, on refusals of the client itself
     explain: str | None = None  # the explain command, when not the request's decision
+    deciding: Rule | None = None  # the policy rule the refusal rests on, if one does
+    failed: bool = False  # not a decision: the proxy could not carry it (a 5xx, a 4xx)
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.reason}"
@@ -52,7 +55,10 @@ class EgressRefusal(Exception):
 def refusal_for(decision: Decision, *, host: str, port: int, scheme: str) -> EgressRefusal:
     """The refusal of a request the policy denied."""
     rule = decision.deciding
-    if rule is not None:
+    if rule is not None and rule.user_rule:
+        rule_id = describe_rule(rule)
+        text = f"{rule_where(rule)}: {rule.host}"
+    elif rule is not None:
         rule_id = describe_rule(rule)
         text = (f"{rule_id} (kit {rule.kit}, capability {rule.index}, phase {rule.phase}, "
                 f"{rule.action})")
@@ -62,7 +68,7 @@ def refusal_for(decision: Decision, *, host: str, port: int, scheme: str) -> Egr
         rule_id, text = decision.code.replace("_", "-"), f"no rule decided ({decision.code})"
     return EgressRefusal(403, decision.code, decision.reason, decision.host or host, port,
                          decision.request.method, decision.request.path, scheme, rule_id, text,
-                         decision.suggestion)
+                         decision.suggestion, deciding=rule)
 
 
 def proxy_refusal(code: str, reason: str, *, host: str, port: int, method: str | None = None,
@@ -97,11 +103,13 @@ def client_refusal(code: str, *, client: str, host: str = "-", port: int = 0,
 def failure(status: int, code: str, reason: str, *, host: str = "-", port: int = 0,
             method: str | None = None, path: str | None = None, scheme: str = "https",
             sbx_reason: str = Reason.PROXY_FAILED) -> EgressRefusal:
-    """Not a policy decision: the proxy could not carry the request (never a bypass)."""
+    """Not a policy decision: the proxy could not carry the request (never a bypass). The
+    5xx ones (DNS, connect, TLS, the upstream) are audited as ``egress_failed``; a 4xx is the
+    client's malformed request, possibly before it was admitted, and is only logged."""
     return EgressRefusal(status, code, reason, host, port, method, path, scheme,
                          code.replace("_", "-"),
                          f"none: the proxy could not carry it ({code})", None, sbx_reason,
-                         audited=False)
+                         audited=status >= 500, explain=f"sbx explain {code}", failed=True)
 
 
 def _url(scheme: str, host: str, port: int, path: str | None) -> str:
@@ -191,6 +199,11 @@ class Refuser:
                 await flush(stream)
 
     def audit(self, refusal: EgressRefusal) -> None:
+        """Log the refusal (the request log) and audit it (the audit log), within budgets."""
+        if refusal.client is not None and refusal.code == proxyauth.PEER \
+                and self._client_audited >= CLIENT_AUDIT_LIMIT:
+            return  # an outsider flooding: neither log nor audit keeps more of it
+        self.ctx.recorder.refusal(refusal)
         if not refusal.audited:
             return
         if refusal.client is not None:
@@ -209,11 +222,14 @@ class Refuser:
             "code": refusal.code, "phase": self.ctx.phase, "status": refusal.status}
         if refusal.client is not None:
             details["client"] = refusal.client
+        if config_sandbox := self.ctx.config.sandbox:
+            details["sandbox"] = config_sandbox
         if last:
             details["last"] = "audit limit reached: later refusals are not recorded"
         config = self.ctx.config
+        event = audit.EGRESS_FAILED if refusal.failed else audit.EGRESS_DENIED
         try:
-            audit.record_at(config.audit_log, audit.EGRESS_DENIED, run_id=config.run_id,
+            audit.record_at(config.audit_log, event, run_id=config.run_id,
                             severity="warning", details=details)
         except OSError as error:
             self.ctx.stderr(f"cannot write the audit log: {error.strerror}")
