@@ -1434,7 +1434,33 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
-    run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
+    try:
+        run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
+    except SbxError as error:
+        if error.reason is Reason.HOOK_FAILED and plan.egress is not None:
+            raise _after_refusal(ctx, plan, error) from error
+        raise
+
+
+def _after_refusal(ctx: AppContext, plan: RunPlan, error: SbxError) -> SbxError:
+    """A hook that failed after its egress was refused names the refusal first (what, the
+    rule, the fix): the kit's command was likely fine and the policy (or the network) not."""
+    from sbx.usecases.policylog import record_line, records_of_run
+
+    refused = records_of_run(ctx.state_home, plan.run_id, phase="install")
+    if not refused:
+        return error
+    last = refused[-1]
+    what = record_line(last).split(" ", 2)[2]  # without the time and the sandbox
+    fix = last.get("fix") if isinstance(last.get("fix"), str) else None
+    more = f" (and {len(refused) - 1} more refusal(s))" if len(refused) > 1 else ""
+    hint = (f"Paste `{fix}` to allow it (reviewed: it shows the widening), then run again; "
+            if fix else f"`sbx explain {last.get('code')}` says what to do; ")
+    hint += f"`sbx explain {plan.run_id}` lists every refusal of this run."
+    return SbxError(
+        Reason.HOOK_FAILED,
+        f"{error.message}, after sbx refused its request: {what}{more}",
+        hint=hint, details={**error.details, "refusals": refused[-5:], "fix": fix})
 
 
 def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:

@@ -36,7 +36,7 @@ __sbx_node() {
             __sbx_nargs=2
             ;;
         'sbx explain')
-            __sbx_options='-k --kit --arg --allow-privileged --phase --last --list --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --phase --resolve --last --list --json -h --help'
             __sbx_value_options='-k --kit --arg --phase'
             __sbx_nargs=2
             __sbx_variadic=1

@@ -159,6 +159,7 @@ complete -c sbx -n '__sbx_in "sbx explain"' -s k -l kit -x -a '(__fish_complete_
 complete -c sbx -n '__sbx_in "sbx explain"' -l arg -x -d 'A value for a kit arg, as for `sbx run` (repeatable)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l allow-privileged -d 'Plan as `sbx run --allow-privileged` would (consent to privileged@1)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l phase -x -a 'install runtime' -d 'The phase whose network rules judge the request'
+complete -c sbx -n '__sbx_in "sbx explain"' -l resolve -d 'Resolve the request\'s host with the system resolver to check its addresses as...'
 complete -c sbx -n '__sbx_in "sbx explain"' -l last -d 'Show the refusals recorded for the last run'
 complete -c sbx -n '__sbx_in "sbx explain"' -l list -d 'List every reason code'
 complete -c sbx -n '__sbx_in "sbx explain"' -l json -d 'Print a JSON envelope'

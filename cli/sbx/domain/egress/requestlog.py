@@ -25,7 +25,8 @@ each explained by ``sbx explain CODE``) · ``rule`` the deciding rule: ``{"sourc
 services whose credential was injected (names only) · ``bytes_up`` / ``bytes_down`` body bytes
 client → origin and back (a tunnel: every byte) · ``duration_ms`` · ``cause`` for a failure:
 ``{"kind": dns|connect|tls|upstream|upstream_status|protocol|limit|credential|internal,
-"detail"}``.
+"detail"}`` · ``fix`` for a refusal: the narrowest command that opens it (``sbx policy allow
+...``, ``sbx policy rm ID``), or null.
 
 Never in a record: a header, a cookie, a query string, a secret, a token, a sentinel (the
 writer's ``scrub`` replaces any such value a client put into a host or path).
@@ -56,7 +57,7 @@ REDACTED: Final = "[redacted]"
 DECISIONS: Final = ("allowed", "denied", "failed")
 FIELDS: Final = ("v", "time", "sandbox", "run_id", "phase", "mode", "method", "scheme", "host",
                  "port", "path", "decision", "status", "reason", "code", "rule", "credentials",
-                 "bytes_up", "bytes_down", "duration_ms", "cause")
+                 "bytes_up", "bytes_down", "duration_ms", "cause", "fix")
 
 # What failed, by detail code: the ``cause.kind`` of a failure record.
 CAUSES: Final[dict[str, str]] = {

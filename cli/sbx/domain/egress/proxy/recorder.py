@@ -93,7 +93,7 @@ class Recorder:
                reason: str | None, code: str, rule: dict[str, Any] | None,
                credentials: Sequence[str], up: int | None, down: int | None,
                started: float | None, cause: dict[str, Any] | None,
-               client: str | None = None) -> None:
+               client: str | None = None, fix: str | None = None) -> None:
         record: dict[str, Any] = {
             "v": SCHEMA_VERSION, "time": timestamp(), "sandbox": self.ctx.config.sandbox,
             "run_id": self.ctx.config.run_id, "phase": phase, "mode": mode, "method": method,
@@ -103,7 +103,7 @@ class Recorder:
             "bytes_up": up, "bytes_down": down,
             "duration_ms": None if started is None
             else round((time.monotonic() - started) * 1000, 3),
-            "cause": cause}
+            "cause": cause, "fix": fix}
         if client is not None:
             record["client"] = client
         self.sink.write(record)
@@ -148,7 +148,8 @@ class Recorder:
                     decision="failed" if refusal.failed else "denied", status=refusal.status,
                     reason=str(refusal.sbx_reason), code=str(refusal.code), rule=rule,
                     credentials=(), up=None, down=None, started=STARTED.get(), cause=cause,
-                    client=refusal.client)
+                    client=refusal.client,
+                    fix=refusal.fix.command if refusal.fix is not None else None)
 
 
 __all__ = ["STARTED", "RecordSink", "Recorder", "Traffic", "mark_start", "rule_record"]

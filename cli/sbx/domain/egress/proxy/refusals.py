@@ -12,8 +12,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sbx.base.reasons import Reason
-from sbx.domain.egress import proxyauth
+from sbx.base.reasons import DETAILS, Reason
+from sbx.domain.egress import fixes, proxyauth
+from sbx.domain.egress.destination import Blocked
 from sbx.domain.egress.policy import Decision, describe_rule, rule_where
 from sbx.domain.egress.proxy.context import ProxyContext
 from sbx.domain.egress.proxy.streams import Stream, flush
@@ -46,6 +47,8 @@ class EgressRefusal(Exception):
     client: str | None = None  # the client's address, on refusals of the client itself
     explain: str | None = None  # the explain command, when not the request's decision
     deciding: Rule | None = None  # the policy rule the refusal rests on, if one does
+    destination: Blocked | None = None  # destination_blocked: what was refused and why
+    fix: fixes.Fix | None = None  # the fix to paste (made by the Refuser, which knows the run)
     failed: bool = False  # not a decision: the proxy could not carry it (a 5xx, a 4xx)
 
     def __str__(self) -> str:
@@ -154,8 +157,10 @@ def refusal_body(refusal: EgressRefusal, explain_command: str) -> str:
         f"rule: {refusal.rule_text}",
         f"reason: {refusal.reason}",
     ]
-    if refusal.suggestion:
-        lines.append(f"fix: {refusal.suggestion}")
+    fix_lines = fixes.body_lines(refusal.fix, refusal.suggestion)
+    if not fix_lines and refusal.code in DETAILS:
+        fix_lines = [f"fix: {DETAILS[refusal.code].fix}"]
+    lines.extend(fix_lines)
     lines.append(f"explain: {explain_line(explain_command, refusal)}")
     return "\n".join(clean(line) for line in lines) + "\n"
 
@@ -192,17 +197,29 @@ class Refuser:
         self._client_audited = 0
 
     async def refuse(self, stream: Stream, refusal: EgressRefusal) -> None:
-        self.audit(refusal)
+        self.audit(refusal)  # makes its fix too, for the body
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 await stream.write(refusal_response(refusal, self.ctx.explain_command))
                 await flush(stream)
+
+    def fix(self, refusal: EgressRefusal) -> fixes.Fix | None:
+        """The narrowest fix of a refusal, for this run's sandbox and phase."""
+        config = self.ctx.config
+        return fixes.for_refusal(
+            code=str(refusal.code), host=refusal.host, port=refusal.port,
+            scheme=refusal.scheme, method=refusal.method, path=refusal.path,
+            phase=self.ctx.phase, sandbox=config.sandbox, deciding=refusal.deciding,
+            destination=refusal.destination, network=self.ctx.network,
+            kit_files=config.kit_files)
 
     def audit(self, refusal: EgressRefusal) -> None:
         """Log the refusal (the request log) and audit it (the audit log), within budgets."""
         if refusal.client is not None and refusal.code == proxyauth.PEER \
                 and self._client_audited >= CLIENT_AUDIT_LIMIT:
             return  # an outsider flooding: neither log nor audit keeps more of it
+        if refusal.fix is None and refusal.client is None:
+            refusal.fix = self.fix(refusal)
         self.ctx.recorder.refusal(refusal)
         if not refusal.audited:
             return
@@ -224,6 +241,10 @@ class Refuser:
             details["client"] = refusal.client
         if config_sandbox := self.ctx.config.sandbox:
             details["sandbox"] = config_sandbox
+        if refusal.fix is not None:
+            details["fix"] = refusal.fix.as_dict()
+        if refusal.suggestion:
+            details["suggestion"] = refusal.suggestion
         if last:
             details["last"] = "audit limit reached: later refusals are not recorded"
         config = self.ctx.config
