@@ -97,7 +97,10 @@ def explain(
 
     if not kit and not arg and not _exists(app.cwd / subject) \
             and explainplan.is_named(app, subject):
-        named = explainplan.explain_named(app, subject, target, judged_phase, resolve=resolve)
+        from sbx.usecases.namedkits import pending_notes
+
+        named = explainplan.explain_named(app, subject, target, judged_phase, resolve=resolve,
+                                          notes=lambda name: pending_notes(app, name))
         explain_view.explain_named(renderer, named)
         return 0 if named.request is None or named.request.allowed else int(ExitStatus.DENIED)
     from sbx.usecases.pipeline import WorkloadRequest

@@ -127,10 +127,11 @@ class RunRequest:
     trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
-    accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate)
+    accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate, usecases.namedkits)
     # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
     # reaches the user's terminal, those acting outside the screen included
     terminal_passthrough: bool = False
+    recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -175,6 +176,7 @@ class RunPlan:
     # later exec either.
     credential_names: frozenset[str] = frozenset()
     explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
+    recreate: bool = False  # a named sandbox made again: its run dir and volumes are kept
     # What the run reports about the kits (workload, references, selection, limits): read from
     # here, so a plan from the cache reports the same as the full plan it was made from.
     facts: PlanFacts = field(default_factory=PlanFacts)
@@ -260,16 +262,23 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         progress: ProgressFactory,
         on_warning: Callable[[str], None] = lambda _text: None,
         on_notice: Callable[[str], None] = lambda _text: None,
-        confirm_kits: ConfirmKits | None = None) -> RunResult:
+        confirm_kits: ConfirmKits | None = None,
+        confirm_follow: Callable[[str, Sequence[Any]], bool] | None = None) -> RunResult:
+    """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
+    ``confirm_follow``: about a named sandbox's kits asking for more at its start
+    (sbx.usecases.namedkits)."""
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.recreate and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
+                       "sandbox's container again", hint="sbx run --name NAME --recreate ...")
     if request.name is not None:
         from sbx.usecases.named import run_named
 
         return run_named(ctx, request, on_output=on_output, progress=progress,
                          on_warning=on_warning, on_notice=on_notice,
-                         confirm_kits=confirm_kits)
+                         confirm_kits=confirm_kits, confirm_follow=confirm_follow)
     return run_new(ctx, request, on_output=on_output, progress=progress,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
@@ -278,21 +287,24 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             progress: ProgressFactory,
             on_warning: Callable[[str], None] = lambda _text: None,
             on_notice: Callable[[str], None] = lambda _text: None,
-            confirm_kits: ConfirmKits | None = None) -> RunResult:
+            confirm_kits: ConfirmKits | None = None,
+            run_id: str | None = None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
-    named sandbox)."""
-    run_id = new_run_id()
-    _claim(ctx, run_id)
+    named sandbox; ``run_id``: the one a recreated named sandbox keeps, whose run directory
+    holds its volumes)."""
+    again = run_id is not None
+    run_id = run_id or new_run_id()
+    _claim(ctx, run_id, again=again)
     try:
         plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                        on_notice=on_notice)
     except SbxError as error:
-        _unclaim(ctx, run_id)
+        _unclaim(ctx, run_id, again=again)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
         raise
     except BaseException:
-        _unclaim(ctx, run_id)
+        _unclaim(ctx, run_id, again=again)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -694,7 +706,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                                          or config.sandbox.terminal_passthrough.value),
                    workspace_baselines=tuple(host_mounts.baselines), name=named,
                    credential_names=credential_names,
-                   explain_command=_explain_command(planned),
+                   explain_command=f"sbx explain {named}" if named is not None
+                   else _explain_command(planned), recreate=request.recreate,
                    facts=_facts(kit_set, capabilities, egress))
     _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
               limits=limits, command=command, entrypoint=entrypoint, capabilities=capabilities,
@@ -1167,15 +1180,19 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cr
     volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
     for name, volume in zip(plan.volume_names, volumes, strict=True):
         # a file system of exactly that size (sbx.domain.sandbox.sources)
+        image = run_dir / "volumes" / f"{name}.img"
         if volume.size is not None:
             staging = _staging(ctx, plan, created)
             with deferred_interrupts():
-                created.sized[name] = staging.stage_filesystem(
-                    run_dir / "volumes" / f"{name}.img", volume.size, uid=plan.user.uid,
-                    gid=plan.user.gid, mode=volume.mode)
+                created.sized[name] = staging.remount_filesystem(image) \
+                    if plan.recreate and image.exists() else staging.stage_filesystem(
+                        image, volume.size, uid=plan.user.uid, gid=plan.user.gid,
+                        mode=volume.mode)
             continue
         with deferred_interrupts():
-            created.volumes.append(driver.create_volume(name, plan.labels))
+            made = driver.create_volume(name, plan.labels)  # a kept one is returned as it is
+            if not plan.recreate:
+                created.volumes.append(made)
     boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
     if plan.run_image_tag is not None:
         created.image = plan.run_image_tag  # removing one never committed is a no-op
@@ -1542,7 +1559,9 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
         step("volume_remove_failed", functools.partial(driver.remove_volume, name))
     if created.network is not None:
         step("network_remove_failed", functools.partial(driver.remove_network, created.network))
-    if not errors:
+    if not errors and plan.recreate:
+        _empty_but_volumes(run_dir)  # a failed recreation keeps HOME and the volumes
+    elif not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
     if created.staging is not None:
         staging = created.staging
@@ -1566,6 +1585,19 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     return errors
 
 
+def _empty_but_volumes(run_dir: Path) -> None:
+    """A recreated sandbox's run directory: what its container had goes, its volumes' file
+    systems and the OAuth logins made inside it stay."""
+    for child in run_dir.iterdir() if run_dir.is_dir() else ():
+        if child.name in ("volumes", runrecord.LOGINS_DIR):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                child.unlink()
+
+
 _OWNER_LOCKS: dict[str, int] = {}  # run id -> its owner lock, held while the run lives
 
 
@@ -1586,21 +1618,26 @@ def _open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
 
             workspace_check.save(run_dir, plan.workspace_baselines)
     except BaseException:
-        _unclaim(ctx, plan.run_id)
+        _unclaim(ctx, plan.run_id, again=plan.recreate)
         raise
     return run_dir
 
 
-def _claim(ctx: AppContext, run_id: str) -> None:
+def _claim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
     """The run's owner lock, taken before its plan creates anything (probe containers,
-    images): ``sbx gc`` never touches what a live owner holds."""
-    _path, lock_fd = runrecord.claim(ctx.state_home, run_id)
+    images): ``sbx gc`` never touches what a live owner holds. ``again``: a recreated named
+    sandbox's run directory, which exists and keeps its volumes."""
+    _path, lock_fd = runrecord.claim(ctx.state_home, run_id, again=again)
     _OWNER_LOCKS[run_id] = lock_fd
 
 
-def _unclaim(ctx: AppContext, run_id: str) -> None:
-    """A run refused before it started: its (empty) run directory goes with its lock."""
-    shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
+def _unclaim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
+    """A run refused before it started: its (empty) run directory goes with its lock; a
+    recreation's (``again``) keeps its volumes."""
+    if again:
+        _empty_but_volumes(runrecord.run_dir(ctx.state_home, run_id))
+    else:
+        shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
     _release_owner(run_id)
 
 

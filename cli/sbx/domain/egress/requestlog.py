@@ -84,9 +84,17 @@ def segment_paths(directory: Path, segments: int = SEGMENTS) -> list[Path]:
     return [*(base.with_name(f"{LOG_FILE}.{i}") for i in range(segments - 1, 0, -1)), base]
 
 
+_SECOND: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def timestamp(now: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``2026-12-01T20:49:39.575Z`` (the second's text is made once per second)."""
+    moment = time.time() if now is None else now
+    second = int(moment)
+    if _SECOND[0] != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _SECOND[0], _SECOND[1] = second, text
+    return f"{_SECOND[1]}.{int((moment - second) * 1000):03d}Z"
 
 
 def bounded(text: str | None, scrub: Callable[[str], str] | None = None) -> str | None:
@@ -137,8 +145,11 @@ class JsonlSink:
         return fd
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = (json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str)
-                + "\n").encode("utf-8", "replace")
+        try:
+            text = json.dumps(record, separators=(",", ":"))
+        except (TypeError, ValueError):  # a value no record should hold: written as text
+            text = json.dumps(record, separators=(",", ":"), default=str)
+        line = (text + "\n").encode("ascii")
         try:
             if self._fd is None:
                 self._fd = self._open()

@@ -11,13 +11,14 @@ query) is ever read into a record.
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sbx.domain.egress.policy import describe_rule
-from sbx.domain.egress.requestlog import CAUSES, SCHEMA_VERSION, bounded, timestamp
+from sbx.domain.egress.requestlog import CAUSES, REDACTED, SCHEMA_VERSION, bounded, timestamp
 from sbx.domain.kits.compose import Phase, Rule
 
 if TYPE_CHECKING:
@@ -54,15 +55,19 @@ def mark_start() -> float:
     return started
 
 
-def rule_record(rule: Rule | None) -> dict[str, Any] | None:
-    if rule is None:
-        return None
+@functools.lru_cache(maxsize=4096)
+def _rule_record(rule: Rule) -> dict[str, Any]:
     if rule.user_rule:
         return {"source": "user", "id": rule.user_rule, "phase": rule.phase,
                 "action": rule.action, "text": describe_rule(rule)}
     return {"source": "kit", "kit": rule.kit, "index": rule.index, "phase": rule.phase,
             "action": rule.action, "at": rule.declared_at or f"capabilities[{rule.index}]",
             "text": describe_rule(rule)}
+
+
+def rule_record(rule: Rule | None) -> dict[str, Any] | None:
+    """The log's ``rule`` of a policy rule (made once per rule: records share it)."""
+    return None if rule is None else _rule_record(rule)
 
 
 class Recorder:
@@ -75,18 +80,13 @@ class Recorder:
         self.sink = sink
         self._needles = needles  # a callable returning the current needles, or None
 
-    def _scrub(self, text: str | None) -> str | None:
+    def _scrub(self, text: str | None, needles: Iterable[str]) -> str | None:
         if text is None:
             return None
-        needles: Iterable[str] = self._needles() if self._needles is not None else ()
-
-        def scrub(value: str) -> str:
-            for needle in needles:
-                if len(needle) >= 4 and needle in value:
-                    value = value.replace(needle, "[redacted]")
-            return value
-
-        return bounded(text, scrub)
+        for needle in needles:
+            if len(needle) >= 4 and needle in text:
+                text = text.replace(needle, REDACTED)
+        return bounded(text)
 
     def _write(self, *, phase: Phase, mode: str, method: str | None, scheme: str, host: str,
                port: int, path: str | None, decision: str, status: int | None,
@@ -94,16 +94,17 @@ class Recorder:
                credentials: Sequence[str], up: int | None, down: int | None,
                started: float | None, cause: dict[str, Any] | None,
                client: str | None = None, fix: str | None = None) -> None:
+        needles: Iterable[str] = self._needles() if self._needles is not None else ()
         record: dict[str, Any] = {
             "v": SCHEMA_VERSION, "time": timestamp(), "sandbox": self.ctx.config.sandbox,
             "run_id": self.ctx.config.run_id, "phase": phase, "mode": mode, "method": method,
-            "scheme": scheme, "host": self._scrub(host), "port": port,
-            "path": self._scrub(path), "decision": decision, "status": status,
+            "scheme": scheme, "host": self._scrub(host, needles), "port": port,
+            "path": self._scrub(path, needles), "decision": decision, "status": status,
             "reason": reason, "code": code, "rule": rule, "credentials": list(credentials),
             "bytes_up": up, "bytes_down": down,
             "duration_ms": None if started is None
             else round((time.monotonic() - started) * 1000, 3),
-            "cause": cause, "fix": fix}
+            "cause": cause, "fix": self._scrub(fix, needles)}
         if client is not None:
             record["client"] = client
         self.sink.write(record)
@@ -140,8 +141,9 @@ class Recorder:
             rule = {"source": "proxy", "text": refusal.rule_text}
         cause = None
         if refusal.failed:
+            needles = self._needles() if self._needles is not None else ()
             cause = {"kind": CAUSES.get(refusal.code, "protocol"),
-                     "detail": self._scrub(refusal.reason)}
+                     "detail": self._scrub(refusal.reason, needles)}
         self._write(phase=self.ctx.phase, mode=mode, method=None if connection else method,
                     scheme=refusal.scheme, host=refusal.host, port=refusal.port,
                     path=None if connection else refusal.path,
