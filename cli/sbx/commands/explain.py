@@ -85,7 +85,12 @@ def explain(
     if core.detail_of(subject) and not extra and not _exists(app.cwd / subject):
         renderer.detail(subject)
         return 0
-    if not extra and _REASON_LIKE.fullmatch(subject) and not _exists(app.cwd / subject):
+    from sbx.usecases import explainplan
+
+    by_name = not kit and not arg and not _exists(app.cwd / subject) \
+        and explainplan.is_named(app, subject)
+    if not extra and not by_name and _REASON_LIKE.fullmatch(subject) \
+            and not _exists(app.cwd / subject):
         _not_a_reason(subject)
     if phase not in ("install", "runtime"):
         raise SbxError(Reason.INVALID_ARGUMENT, f"--phase {phase!r} is not install or runtime",
@@ -93,10 +98,7 @@ def explain(
     method, target_text = core.split_request(extra)
     target = core.parse_target(target_text, method) if target_text is not None else None
     judged_phase: Phase = "install" if phase == "install" else "runtime"
-    from sbx.usecases import explainplan
-
-    if not kit and not arg and not _exists(app.cwd / subject) \
-            and explainplan.is_named(app, subject):
+    if by_name:
         from sbx.usecases.namedkits import pending_notes
 
         named = explainplan.explain_named(app, subject, target, judged_phase, resolve=resolve,

@@ -69,6 +69,8 @@ def fingerprint(kit_set: KitSet, composition: Composition) -> dict[str, Any]:
     def digest(text: str | None) -> str | None:
         return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    from sbx.usecases.pipeline import kit_argument
+
     kits = {}
     for loaded in kit_set.kits:
         local = loaded.local
@@ -76,10 +78,8 @@ def fingerprint(kit_set: KitSet, composition: Composition) -> dict[str, Any]:
             descriptor = local.descriptor_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             descriptor = json.dumps(local.descriptor.data, sort_keys=True, default=str)
-        kits[loaded.reference] = {"descriptor": digest(descriptor),
-                                  "recipe": digest(local.dockerfile_text)}
-    from sbx.usecases.pipeline import kit_argument
-
+        kits[kit_argument(loaded)] = {"descriptor": digest(descriptor),
+                                      "recipe": digest(local.dockerfile_text)}
     return {"kits": kits, "surface": surface(composition).to_json(),
             "volume_paths": [v.path for v in composition.volumes],
             "workload": kit_argument(kit_set.workload),
@@ -304,8 +304,8 @@ def pending_notes(ctx: AppContext, name: str) -> tuple[str, ...]:
     if change.applied:
         notes.append("its kits changed; the next start applies: " + "; ".join(change.applied))
     if change.unapplied:
-        notes.append("its kits changed; only `sbx run --name NAME --recreate` applies: "
-                     + "; ".join(change.unapplied))
+        notes.append(f"its kits changed; only `sbx run --name {name} --recreate "
+                     f"{record.workload}` applies: " + "; ".join(change.unapplied))
     return tuple(notes)
 
 
