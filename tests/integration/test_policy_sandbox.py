@@ -212,6 +212,10 @@ def test_named_sandbox_follows_policy_live_and_its_log_is_followed(
     written = b"".join(p.read_bytes() for p in (state_home / requestlog.LOG_DIR).rglob("*")
                        if p.is_file())
     assert SECRET.encode() not in written
+    # Its rules go with it: a new sandbox of that name does not inherit them.
+    ok(sbx(env, "rm", "-f", name))
+    listed = json.loads(ok(sbx(env, "policy", "ls", "--json")).strip().splitlines()[-1])
+    assert listed["data"]["rules"] == []
 
 
 def test_a_named_sandbox_follows_its_changed_kits_or_says_why_not(

@@ -617,8 +617,28 @@ def remove(ctx: AppContext, names: Sequence[str],
             if run_dir is not None:
                 shutil.rmtree(run_dir, ignore_errors=True)
             store.forget(name)
+            _forget_rules(ctx, name)
         removed.append(name)
     return removed
+
+
+def _forget_rules(ctx: AppContext, name: str) -> None:
+    """The user policy's rules for a removed sandbox go with it (a new sandbox of that name
+    must not inherit what was approved for the old one); audited."""
+    from sbx.domain.egress.policystore import PolicyStore
+    from sbx.seams import audit
+
+    store = PolicyStore(ctx.state_home)
+    if not store.path.exists():
+        return
+    with store.editing() as rules:
+        gone = [r for r in rules if r.sandbox == name]
+        rules[:] = [r for r in rules if r.sandbox != name]
+    for rule in gone:
+        with contextlib.suppress(OSError):
+            audit.record(ctx.state_home, audit.POLICY_RULE_REMOVED, run_id=None,
+                         severity="info", details={"rule": rule.as_dict(),
+                                                   "why": f"sandbox {name} removed"})
 
 
 @dataclass(frozen=True)

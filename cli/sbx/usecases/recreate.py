@@ -81,12 +81,14 @@ def _check_volumes(ctx: AppContext, record: SandboxRecord, request: RunRequest) 
                             "(its HOME and volumes are then lost).")
 
 
-def _take_down(ctx: AppContext, record: SandboxRecord) -> None:
-    """Everything but the volumes, the run directory's volume files and the record."""
+def _take_down(ctx: AppContext, record: SandboxRecord,
+               on_warning: Callable[[str], None]) -> None:
+    """Everything but the volumes, the run directory's volume files and the record (its
+    workspace checked first, as when it is removed)."""
     from sbx.domain.sandbox.sources import Staging
     from sbx.seams.firewall import BridgeGuard
     from sbx.usecases.keeper import stop_keeper
-    from sbx.usecases.named import STOP_TIMEOUT_S
+    from sbx.usecases.named import STOP_TIMEOUT_S, check_workspace
     from sbx.usecases.run import _empty_but_volumes
 
     driver = ctx.driver
@@ -107,6 +109,7 @@ def _take_down(ctx: AppContext, record: SandboxRecord) -> None:
     problems = Staging.for_named(ctx.home_hash, record.name).release()
     if problems:
         raise SbxError(Reason.CLEANUP_FAILED, "; ".join(problems))
+    check_workspace(ctx, record, on_warning, stopped=True)
     _empty_but_volumes(run_dir)
 
 
@@ -123,7 +126,7 @@ def recreate(ctx: AppContext, record: SandboxRecord, request: RunRequest, *,
                        hint=f"sbx run --name {record.name} --recreate {record.workload}")
     again = creation_request(request, record)
     _check_volumes(ctx, record, again)
-    _take_down(ctx, record)
+    _take_down(ctx, record, on_warning)
     on_notice(f"{record.name}: its old container is removed; making it again with HOME and "
               "its volumes")
     return run_new(ctx, again, on_output=on_output, progress=progress, on_warning=on_warning,
