@@ -65,8 +65,15 @@ def test_every_detail_code_is_in_the_registry_and_explainable(tmp_path) -> None:
                 used.add(getattr(EgressCode, node.attr, None) or getattr(Reason, node.attr))
     assert used - set(DETAILS) <= {r.value for r in Reason}
     env = {**os.environ, "SBX_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
-    for code in ("destination_blocked", "dns_failed", "proxy_auth_missing", "default_deny",
-                 "deny_rule", "upstream_proxy_unreachable"):
+    import io
+
+    from sbx.base.render import Renderer
+
+    for code in map(str, DETAILS):  # what `sbx explain CODE` prints, for each
+        out = io.StringIO()
+        Renderer(out, io.StringIO(), as_json=False).detail(code)
+        assert out.getvalue().startswith(f"{code} — ") and "  fix:   " in out.getvalue()
+    for code in ("destination_blocked", "dns_failed", "proxy_auth_missing", "default_deny"):
         done = run_cli(["explain", code], env=env, cwd=tmp_path)
         assert done.exit_code == 0 and done.stdout.startswith(f"{code} — "), done.stderr
         assert "fix:" in done.stdout and "see:   sbx explain " in done.stdout
