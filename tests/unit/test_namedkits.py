@@ -89,8 +89,13 @@ def test_a_widening_is_refused_without_approval_and_applied_with_it(tmp_path: Pa
     assert "+ network.runtime.allow: b.example" in (refused.value.body or "")
     assert _hosts(ctx, record) == ["a.example"]  # nothing changed
     asked: list[str] = []
+
+    def decline(what: str, _widenings: Any) -> bool:
+        asked.append(what)
+        return False
+
     with pytest.raises(SbxError):
-        _follow(ctx, record, confirm=lambda what, ws: asked.append(what) is not None)
+        _follow(ctx, record, confirm=decline)
     assert asked and "dev: its kits" in asked[0]
     notices, warnings = _follow(ctx, record, confirm=lambda _what, _ws: True)
     assert _hosts(ctx, record) == ["a.example", "b.example"] and warnings == []
