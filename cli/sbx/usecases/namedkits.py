@@ -201,8 +201,12 @@ def _follow_credentials(running: Sequence[CredentialSpec], composition: Composit
                                      "longer injected"))
             continue
         try:
-            fresh = CredentialSpec.from_credential(
-                credential, sentinel=spec.sentinel, mode="oauth" if spec.oauth else "apikey")
+            if spec.oauth is not None and spec.oauth.login_only:  # unbound: its logins only
+                fresh = CredentialSpec.token_endpoint_only(credential) or spec
+            else:
+                fresh = CredentialSpec.from_credential(
+                    credential, sentinel=spec.sentinel,
+                    mode="oauth" if spec.oauth else "apikey")
         except SbxError as error:
             notes.append(("unapplied", f"credential {spec.service}: {error.message}"))
             kept.append(spec)
