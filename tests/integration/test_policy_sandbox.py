@@ -259,8 +259,16 @@ def test_a_named_sandbox_follows_its_changed_kits_or_says_why_not(
     assert b"--recreate" in warned.stderr and b"ports: +8080/tcp" in warned.stderr
     explained = ok(sbx(env, "explain", name))
     assert "--recreate" in explained
-    # --recreate: a new container from the kits as they are, HOME kept.
-    ok(sbx(env, "run", "--name", name, "-d", "--recreate", str(kit)))
+    # --recreate plans the new container first: the kit gate's refusal of a kit that asks for
+    # more than was approved (its port) leaves the sandbox as it was.
+    refused = sbx(env, "run", "--name", name, "-d", "--recreate", str(kit))
+    assert refused.returncode == 125 and b"(permission_widened)" in refused.stderr
+    assert b"old container is removed" not in refused.stderr
+    assert statuses() == ["403", "200"]
+    # --recreate --accept: a new container from the kits as they are, HOME kept.
+    recreated = sbx(env, "run", "--name", name, "-d", "--recreate", "--accept", str(kit))
+    ok(recreated)
+    assert b"old container is removed" in recreated.stderr
     assert ok(sbx(env, "exec", name, "--", "sh", "-c", 'cat "$HOME/mark"')).strip() == "kept"
     assert statuses() == ["403", "200"]
     quiet = sbx(env, "run", "--name", name, "-d", str(kit))

@@ -62,8 +62,9 @@ def run(
         "--detach", "-d", help="Start the named sandbox and return (no attach).")] = False,
     accept: Annotated[bool, typer.Option(
         "--accept",
-        help="Approve what the kits ask for beyond their last approved run or what the named sandbox runs with (new "
-             "hosts, credential destinations...) without asking.")] = False,
+        help="Approve what the kits ask for beyond their last approved run, or beyond what "
+             "the named sandbox runs with (new hosts, credential destinations...) without "
+             "asking.")] = False,
     recreate: Annotated[bool, typer.Option(
         "--recreate",
         help="Make the named sandbox's container again from its kits as they are now, keeping "

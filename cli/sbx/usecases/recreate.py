@@ -1,7 +1,9 @@
 """`sbx run --name NAME --recreate [WORKLOAD ...]`: a named sandbox made again from its kits as
 they are now, keeping its HOME and its volumes.
 
-The old container, its network and firewall rules, its proxy and per-sandbox image are removed;
+The new container is planned first (every refusal of a creation — a kit that asks for more than
+was approved, a missing secret, a blocked mount — leaves the sandbox as it was); then the old
+container, its network and firewall rules, its proxy and per-sandbox image are removed;
 the volumes (Docker volumes, and as root the file systems in its run directory) and the run id
 stay, and the sandbox is created again exactly as a new one is (every check, the hardened
 shape, install hooks), mounting them at the same paths. Creation options not given again are
@@ -126,11 +128,15 @@ def recreate(ctx: AppContext, record: SandboxRecord, request: RunRequest, *,
                        hint=f"sbx run --name {record.name} --recreate {record.workload}")
     again = creation_request(request, record)
     _check_volumes(ctx, record, again)
-    _take_down(ctx, record, on_warning)
-    on_notice(f"{record.name}: its old container is removed; making it again with HOME and "
-              "its volumes")
+
+    def replacing() -> None:  # once the new container is planned: a refusal changes nothing
+        _take_down(ctx, record, on_warning)
+        on_notice(f"{record.name}: its old container is removed; making it again with HOME "
+                  "and its volumes")
+
     return run_new(ctx, again, on_output=on_output, progress=progress, on_warning=on_warning,
-                   on_notice=on_notice, confirm_kits=confirm_kits, run_id=record.run_id)
+                   on_notice=on_notice, confirm_kits=confirm_kits, run_id=record.run_id,
+                   replacing=replacing)
 
 
 __all__ = ["creation_request", "recreate"]

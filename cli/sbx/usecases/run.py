@@ -127,7 +127,9 @@ class RunRequest:
     trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
-    accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate, usecases.namedkits)
+    # --accept: approve the kits' permission widenings (usecases.kitgate), and a named
+    # sandbox's kits asking for more at its start (usecases.namedkits)
+    accept: bool = False
     # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
     # reaches the user's terminal, those acting outside the screen included
     terminal_passthrough: bool = False
@@ -288,16 +290,20 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             on_warning: Callable[[str], None] = lambda _text: None,
             on_notice: Callable[[str], None] = lambda _text: None,
             confirm_kits: ConfirmKits | None = None,
-            run_id: str | None = None) -> RunResult:
+            run_id: str | None = None,
+            replacing: Callable[[], None] | None = None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
-    named sandbox; ``run_id``: the one a recreated named sandbox keeps, whose run directory
-    holds its volumes)."""
+    named sandbox). A recreated named sandbox keeps its ``run_id`` (its run directory holds
+    its volumes); ``replacing`` takes its old container down once the new one is planned, so
+    a refusal (a kit's widening, a missing secret, a blocked mount) leaves it as it was."""
     again = run_id is not None
     run_id = run_id or new_run_id()
     _claim(ctx, run_id, again=again)
     try:
         plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                        on_notice=on_notice)
+        if replacing is not None:
+            replacing()
     except SbxError as error:
         _unclaim(ctx, run_id, again=again)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
@@ -1587,9 +1593,10 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
 
 def _empty_but_volumes(run_dir: Path) -> None:
     """A recreated sandbox's run directory: what its container had goes, its volumes' file
-    systems and the OAuth logins made inside it stay."""
+    systems, the OAuth logins made inside it and the owner lock (held by the recreation,
+    gc's sign of a live owner) stay."""
     for child in run_dir.iterdir() if run_dir.is_dir() else ():
-        if child.name in ("volumes", runrecord.LOGINS_DIR):
+        if child.name in ("volumes", runrecord.LOGINS_DIR, runrecord.OWNER_LOCK):
             continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
@@ -1633,10 +1640,8 @@ def _claim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
 
 def _unclaim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
     """A run refused before it started: its (empty) run directory goes with its lock; a
-    recreation's (``again``) keeps its volumes."""
-    if again:
-        _empty_but_volumes(runrecord.run_dir(ctx.state_home, run_id))
-    else:
+    recreation's (``again``) is the named sandbox's own and stays."""
+    if not again:
         shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
     _release_owner(run_id)
 

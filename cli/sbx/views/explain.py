@@ -11,9 +11,9 @@ from sbx.views.values import setting
 
 if TYPE_CHECKING:
     from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
-    from sbx.usecases.kitgate import PermissionState
     from sbx.usecases.explainplan import NamedAnswer
     from sbx.usecases.explainrequest import RunRefusal
+    from sbx.usecases.kitgate import PermissionState
 
 
 def explain_request(renderer: Renderer, result: RequestExplanation) -> None:

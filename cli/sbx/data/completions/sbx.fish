@@ -146,9 +146,10 @@ complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (defa
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
 complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created if missing, else started/attached as it was created'
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
-complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond what the named sandbox runs with (new ho...'
+complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run, or beyond what...'
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
+complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -175,7 +176,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_incoherent' -d 'Kit set d
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_capability' -d 'Required capability not supported'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Required credential not bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
-complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit upgrade widens permissions'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit asks for more than was approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_unapproved' -d 'Kit permissions not approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
@@ -198,11 +199,13 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_lost' -d 'Lost the eng
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State home not writable'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file damaged'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unsafe' -d 'State not sbx\'s own'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d 'OAuth token answer could not be rewritten'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host command timed out'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
@@ -235,6 +238,7 @@ complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that a
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
 
 # sbx attach
+complete -c sbx -n '__sbx_in "sbx attach"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx attach"' -s h -l help -d 'Show this message and exit'
 
 # sbx exec
@@ -242,10 +246,12 @@ complete -c sbx -n '__sbx_in "sbx exec"' -s i -l interactive -d 'Forward stdin t
 complete -c sbx -n '__sbx_in "sbx exec"' -s t -l tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -l no-tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -s e -l env -x -d 'Set a variable for the command (repeatable)'
+complete -c sbx -n '__sbx_in "sbx exec"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx exec"' -s h -l help -d 'Show this message and exit'
 
 # sbx logs
 complete -c sbx -n '__sbx_in "sbx logs"' -s f -l follow -d 'Keep following'
+complete -c sbx -n '__sbx_in "sbx logs"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx logs"' -s h -l help -d 'Show this message and exit'
 
 # sbx stop

@@ -21,7 +21,7 @@ from sbx.domain.egress.userpolicy import (
     dump_text,
     load_text,
 )
-from sbx.seams import state
+from sbx.seams import owned, state
 
 LOCK_FILE: Final = "rules.lock"
 MAX_FILE_BYTES: Final = 8 * 1024 * 1024
@@ -40,17 +40,14 @@ class PolicyStore:
     def load(self) -> tuple[UserRule, ...]:
         """Every stored rule (expired ones too); none when the file does not exist. A damaged
         file is ``state_corrupt``: a rules file read as empty would drop the user's denies."""
-        try:
-            with self.path.open("rb") as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return ()
+        try:  # this user's own file only (sbx.seams.owned): its allows widen every sandbox
+            raw = owned.read_bytes(self.path, max_bytes=MAX_FILE_BYTES)
         except OSError as error:
             raise state.unwritable(self.path, error, action="read the user policy",
                                    home=self.state_home) from None
+        if raw is None:
+            return ()
         try:
-            if len(raw) > MAX_FILE_BYTES:
-                raise PolicyFileError(f"larger than {MAX_FILE_BYTES} bytes")
             return load_text(raw.decode("utf-8"))
         except (PolicyFileError, UnicodeDecodeError) as error:
             raise self._corrupt(str(error)) from None
@@ -67,19 +64,17 @@ class PolicyStore:
         expired ones) when the block ends without an error."""
         with state.writing(self.directory, "create the user policy directory",
                            home=self.state_home):
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            owned.ensure_directory(self.directory)
         lock = self.directory / LOCK_FILE
         with state.writing(lock, "lock the user policy", home=self.state_home):
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = owned.open_lock(lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             now = time.time()
             rules = [r for r in self.load() if r.expires is None or r.expires > now]
             yield rules
-            from sbx.domain.credentials.secrets import write_private_file
-
             with state.writing(self.path, "write the user policy", home=self.state_home):
-                write_private_file(self.path, dump_text(rules).encode("utf-8"))
+                owned.write_file(self.path, dump_text(rules).encode("utf-8"))
         finally:
             os.close(fd)  # closing releases the lock
 

@@ -43,7 +43,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
+
+from sbx.base.errors import SbxError
+from sbx.seams import owned
 
 SCHEMA_VERSION: Final = 1
 LOG_FILE: Final = "requests.jsonl"
@@ -139,8 +142,12 @@ class JsonlSink:
         self._failed = False
 
     def _open(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # this user's own directory and file only (sbx.seams.owned): a planted link or a file
+        # someone else can read would take the records elsewhere
+        owned.ensure_directory(self.path.parent)
+        fd = owned.open_file(self.path, flags=os.O_WRONLY | os.O_APPEND, create=True)
+        assert fd is not None  # noqa: S101 - O_CREAT either opens or raises
+        os.set_blocking(fd, True)
         self._size = os.fstat(fd).st_size
         return fd
 
@@ -157,9 +164,10 @@ class JsonlSink:
                 self._rotate()
             os.write(self._fd, line)
             self._size += len(line)
-        except OSError as error:
+        except (OSError, SbxError) as error:
             if not self._failed and self._report is not None:
-                self._report(f"cannot write the request log {self.path}: {error.strerror}; "
+                why = error.message if isinstance(error, SbxError) else error.strerror
+                self._report(f"cannot write the request log {self.path}: {why}; "
                              "records are dropped until it can")
             self._failed = True
             self.close()
@@ -226,12 +234,8 @@ def read_records(directory: Path, *, segments: int = SEGMENTS) -> ReadResult:
     skipped and counted."""
     result = ReadResult([])
     for path in segment_paths(directory, segments):
-        try:
-            handle = path.open("rb")
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError:
-            result.skipped += 1
+        handle = _open_owned(path)  # an unsafe file is refused (state_unsafe), not skipped
+        if handle is None:
             continue
         with handle:
             for raw in handle:
@@ -257,17 +261,16 @@ class Follower:
 
     def start_at_end(self) -> None:
         """Skip what is there now (it was read with :func:`read_records`)."""
-        with contextlib.suppress(OSError):
-            self._handle = self.path.open("rb")
+        self._handle = _open_owned(self.path)
+        if self._handle is not None:
             self._handle.seek(0, os.SEEK_END)
             self._inode = os.fstat(self._handle.fileno()).st_ino
 
     def poll(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self._handle is None:
-            try:
-                self._handle = self.path.open("rb")
-            except OSError:
+            self._handle = _open_owned(self.path)
+            if self._handle is None:
                 return out
             self._inode = os.fstat(self._handle.fileno()).st_ino
         out.extend(self._drain())
@@ -300,6 +303,18 @@ class Follower:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def _open_owned(path: Path) -> BinaryIO | None:
+    """A log file opened through sbx.seams.owned (None: it does not exist)."""
+    try:
+        fd = owned.open_file(path)
+    except NotADirectoryError:
+        return None
+    if fd is None:
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def prune(root: Path, *, keep: int = KEPT_RUN_LOGS, protected: Sequence[str] = ()) -> None:

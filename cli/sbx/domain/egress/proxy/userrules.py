@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from sbx.base.errors import SbxError
 from sbx.domain.egress.proxyconfig import ProxyConfigError
 from sbx.domain.egress.userpolicy import (
     PolicyFileError,
@@ -28,6 +29,7 @@ from sbx.domain.egress.userpolicy import (
     overlay,
 )
 from sbx.domain.kits.compose import Network
+from sbx.seams import owned
 
 CHECK_INTERVAL_S: Final = 0.01
 MAX_FILE_BYTES: Final = 8 * 1024 * 1024
@@ -88,15 +90,14 @@ class UserRules:
     def _read(self) -> tuple[UserRule, ...] | str:
         """The rules, or what is wrong with the file; a missing file holds none."""
         self._signature = self._stat()
-        try:
-            with self.path.open("rb") as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return ()
+        try:  # this user's own file only (sbx.seams.owned), as the CLI reads it
+            raw = owned.read_bytes(self.path, max_bytes=MAX_FILE_BYTES)
         except OSError as error:
             return error.strerror or str(error)
-        if len(raw) > MAX_FILE_BYTES:
-            return f"larger than {MAX_FILE_BYTES} bytes"
+        except SbxError as error:
+            return error.message
+        if raw is None:
+            return ()
         try:
             return load_text(raw.decode("utf-8"))
         except (PolicyFileError, UnicodeDecodeError) as error:
