@@ -4,7 +4,9 @@ kit's allow), rm — without a restart, against the local "internet" (loopback o
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,8 @@ from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from tests.support.origin import Internet, ProxyProcess
 from tests.support.sbxproc import run_sbx
+
+from .test_session_tty import SBX, Pane, pane  # noqa: F401 - the tmux pane fixture
 
 NETWORK = Network(2, NetworkPhase(), NetworkPhase(
     allow=(Rule("api.github.com", ("GET", "POST"), (), "allow", "./gh", 0, "runtime",
@@ -110,3 +114,22 @@ def test_a_user_deny_wins_over_a_kits_allow_and_a_user_allow_never_beats_a_kits_
     assert refused.status == 403 and "./gh capabilities[1] runtime.deny" in refused.text
     [other] = client.https("github.com", [("GET", "/x")])
     assert other.status == 200  # the deny names api.github.com/x only
+
+
+def test_a_widening_allow_is_shown_and_asked_on_a_terminal(
+        pane: Pane, state_home: Path) -> None:  # noqa: F811
+    rules = rules_path(state_home)
+    command = f"SBX_HOME={shlex.quote(str(state_home))} NO_COLOR=1 {shlex.quote(SBX)} policy"
+    pane.type(f"{command} allow open.example /v1/** --method POST; echo yes:RC=$?")
+    pane.wait(r"it applies to every sandbox, whatever its kits declare")
+    pane.wait(r"Accept these permissions\? \[y/N\] *$")
+    pane.type("y")
+    assert pane.status("yes") == 0
+    [rule] = json.loads(rules.read_text())["rules"]
+    assert (rule["host"], rule["path"], rule["methods"]) == ("open.example", "/v1/**", ["POST"])
+    pane.type(f"{command} allow other.example; echo no:RC=$?")
+    pane.wait(r"Accept these permissions\? \[y/N\] *$")
+    pane.type("n")
+    assert pane.status("no") == 125
+    pane.wait(r"\(permission_widened\)")
+    assert len(json.loads(rules.read_text())["rules"]) == 1  # declined: nothing added
