@@ -260,6 +260,16 @@ def _reason_section() -> list[str]:
                 _line(_prose(f"{info.title}. Exit status {int(status)} ({status.name}).")),
                 ".IP", _line(_prose(f"Cause: {info.cause}")),
                 ".IP", _line(_prose(f"Fix: {info.fix}"))]
+    from sbx.base.reasons import DETAILS
+
+    out += [".SS", _line("Detail codes of the egress boundary"), ".PP", _line(_prose(
+        "What a refusal's body, the audit log and the request log say under the reason "
+        "code; `sbx explain CODE` explains each."))]
+    for detail, about in DETAILS.items():
+        out += [".TP", _tag(_code(str(detail))),
+                _line(_prose(f"{about.title} (under {about.reason.value}).")),
+                ".IP", _line(_prose(f"Cause: {about.cause}")),
+                ".IP", _line(_prose(f"Fix: {about.fix}"))]
     return out
 
 

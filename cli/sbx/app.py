@@ -22,6 +22,7 @@ from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
 from sbx.commands import kit as kit_command
 from sbx.commands import kit_author as kit_author_command
+from sbx.commands import policy as policy_command
 from sbx.commands import pull as pull_command
 from sbx.commands import run as run_command
 from sbx.commands import sandboxes as sandboxes_command
@@ -136,6 +137,21 @@ config_app = typer.Typer(
 config_app.command("path")(_interruptible(config_command.path))
 config_app.command("show")(_interruptible(config_command.show))
 app.add_typer(config_app, name="config")
+
+policy_app = typer.Typer(
+    name="policy",
+    help="See and steer egress: the request log, and your own allow and deny rules over the "
+         "kits'.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+policy_app.command("log")(_interruptible(policy_command.log))
+policy_app.command("allow")(_interruptible(policy_command.allow))
+policy_app.command("deny")(_interruptible(policy_command.deny))
+policy_app.command("ls")(_interruptible(policy_command.ls))
+policy_app.command("rm")(_interruptible(policy_command.rm))
+app.add_typer(policy_app, name="policy")
 
 app.command("completion")(_interruptible(completion_command.completion))
 

@@ -58,6 +58,14 @@ def _refused(result: subprocess.CompletedProcess[str], reason: str, status: int 
     assert f"({reason})" in result.stderr, result.stderr
 
 
+def _answered_but_run_refuses(result: subprocess.CompletedProcess[str], reason: str) -> None:
+    """explain answers from the kits, the config and the user policy, and says what `sbx run`
+    would refuse (the engine stage of the plan could not finish)."""
+    _clean(result)
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert "sbx run would refuse to start:" in result.stdout and f"({reason})" in result.stdout
+
+
 def _kit(root: Path, text: str, name: str = "kit") -> Path:
     kit = root / name
     kit.mkdir(parents=True, exist_ok=True)
@@ -118,7 +126,8 @@ def test_a_catastrophic_pattern_matches_a_supplied_value_at_once(tmp_path: Path)
     env = _env(tmp_path)
     _refused(_sbx(["explain", str(kit), "--arg", "v=" + "a" * 64 + "!"], env), "invalid_kit")
     # The value passes: planning goes on to the engine, which is down here (as for run).
-    _refused(_sbx(["explain", str(kit), "--arg", "v=" + "a" * 64], env), "docker_unreachable")
+    _answered_but_run_refuses(_sbx(["explain", str(kit), "--arg", "v=" + "a" * 64], env),
+                              "docker_unreachable")
 
 
 # -- #11 damaged state ----------------------------------------------------------------------------
@@ -260,9 +269,9 @@ def test_an_ascii_only_output_gets_every_line_readable(tmp_path: Path) -> None:
     assert doctor.stdout.startswith("+  platform - ")  # the ✓ line, readable, not dropped
     assert "x  engine - " in doctor.stdout
     for args, status in ((["explain", "timeout"], 0), (["explain", "--list"], 0),
-                         # Planned as run plans: refused at the engine, which is down here.
-                         (["explain", str(kit)], 125),
-                         (["explain", str(kit), "GET", "http://\u00fc.example/\u00e9"], 125),
+                         # Answered from the kits (the engine is down here: said in a line).
+                         (["explain", str(kit)], 0),
+                         (["explain", str(kit), "GET", "http://\u00fc.example/\u00e9"], 1),
                          (["explain", "caf\u00e9"], 125)):
         result = _sbx(list(args), env)
         _clean(result)
@@ -297,7 +306,7 @@ def test_the_default_config_location_may_be_missing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "(default;" in result.stdout
     planned = _sbx(["explain", str(kit)], _env(tmp_path))
-    _refused(planned, "docker_unreachable")  # not invalid_config: the config loaded
+    _answered_but_run_refuses(planned, "docker_unreachable")  # not invalid_config: it loaded
 
 
 def test_allowed_roots_from_the_named_config_apply(tmp_path: Path) -> None:

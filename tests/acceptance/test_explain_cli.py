@@ -25,13 +25,29 @@ def env(tmp_path: Path) -> dict[str, str]:
             "SBX_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
 
 
-def test_workload_forms_refuse_as_run_does(tmp_path: Path, env: dict[str, str]) -> None:
+def test_workload_forms_answer_and_say_what_run_would_refuse(tmp_path: Path,
+                                                             env: dict[str, str]) -> None:
+    """With the engine down explain answers from the kits, the config and the user policy,
+    and says what `sbx run` would refuse, with run's reason and message."""
     root = write_kits(tmp_path, 'FROM sbx-test/busybox:1\nCMD ["true"]\n')
-    for args in (["./w", "--kit", "./gh"], ["./w", "--kit", "./gh", "GET", "https://x/"]):
+    ran = run_cli(["run", "--json", "./w", "--kit", "./gh"], env=env, cwd=root)
+    assert ran.exit_code == 125 and ran.envelope()["reason"] == "docker_unreachable"
+    cases = ((["./w", "--kit", "./gh"], 0, "ok"),
+             (["./w", "--kit", "./gh", "GET", "https://api.github.com/user"], 0, "ok"),
+             (["./w", "--kit", "./gh", "GET", "https://x/"], 1, "denied"))
+    for args, status, verdict in cases:
         explained = run_cli(["explain", "--json", *args], env=env, cwd=root)
-        ran = run_cli(["run", "--json", "./w", "--kit", "./gh"], env=env, cwd=root)
-        assert explained.exit_code == ran.exit_code == 125
-        assert explained.envelope()["reason"] == ran.envelope()["reason"] == "docker_unreachable"
+        envelope = explained.envelope()
+        assert (explained.exit_code, envelope["status"]) == (status, verdict), explained.stderr
+        refusal = envelope["data"]["run_refusal"]
+        assert refusal["reason"] == "docker_unreachable"
+        assert refusal["message"] == ran.envelope()["message"]
+        human = run_cli(["explain", *args], env=env, cwd=root)
+        assert "sbx run would refuse to start:" in human.stdout
+        assert "(docker_unreachable)" in human.stdout
+    denied = run_cli(["explain", "--json", "./w", "--kit", "./gh", "GET", "https://x/"],
+                     env=env, cwd=root).envelope()["data"]
+    assert denied["fix"]["command"] == "sbx policy allow x / --method GET"
     # Usage errors are still usage errors (found before any planning).
     for bad in (["explain", "./w", "ftp://x/"], ["explain", "./w", "a", "b", "c"],
                 ["explain", "./w", "--phase", "build", "x"]):

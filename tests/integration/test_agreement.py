@@ -195,9 +195,20 @@ def _message(result: Finished, command: str) -> str | None:
     if command == "doctor":
         workload = {c["id"]: c for c in envelope["data"]["checks"]}["workload"]
         return str(workload["detail"]) if workload["status"] == "fail" else None
+    refusal = _run_refusal(envelope) if command == "explain" else None
+    if refusal is not None:
+        return str(refusal["message"]).replace("\n", " ")
     message = envelope.get("message")
     return str(message).replace("\n", " ") if message and envelope["status"] not in (
         "ok", "denied") else None
+
+
+def _run_refusal(envelope: dict[str, Any]) -> dict[str, Any] | None:
+    """What explain says `sbx run` would refuse: it still answers from the kits, the config
+    and the user policy, and names run's reason beside its answer."""
+    data = envelope.get("data")
+    refusal = data.get("run_refusal") if isinstance(data, dict) else None
+    return refusal if envelope["status"] in ("ok", "denied") and refusal else None
 
 
 def _reason(result: Finished, command: str) -> str | None:
@@ -214,7 +225,8 @@ def _reason(result: Finished, command: str) -> str | None:
         return str(workload["reason"])
     if envelope["status"] in ("ok", "denied"):
         assert result.returncode in (0, 1)
-        return None
+        refusal = _run_refusal(envelope) if command == "explain" else None
+        return None if refusal is None else str(refusal["reason"])
     # A refusal: the reason's own exit status, from run and explain alike.
     assert result.returncode == REGISTRY[Reason(envelope["reason"])].exit_status, envelope
     return str(envelope["reason"])

@@ -185,11 +185,13 @@ def test_refresh_and_api_call_from_the_sandbox_never_show_a_real_token(
 
 def test_explain_shows_the_oauth_binding(oauth_kit: Path, sbx_cli: Any,
                                          oauth_env: dict[str, str], state_home: Path) -> None:
-    # Unbound, the required credential refuses the run, and explain says so as run would.
+    # Unbound, the required credential refuses the run; explain answers and says so, with
+    # run's reason and fix.
     before = sbx_cli(["explain", "--json", str(oauth_kit)], env=oauth_env)
-    assert before.exit_code == 125
-    assert before.envelope()["reason"] == "credential_unbound"
-    assert "sbx secret login anthropic" in str(before.envelope()["hint"])
+    assert before.exit_code == 0
+    refusal = before.envelope()["data"]["run_refusal"]
+    assert refusal["reason"] == "credential_unbound"
+    assert "sbx secret login anthropic" in str(refusal["hint"])
     OAuthStore(state_home).set("anthropic", Tokens(INITIAL_ACCESS, INITIAL_REFRESH))
     after = sbx_cli(["explain", str(oauth_kit)], env=oauth_env)
     assert "anthropic (runtime): bound (oauth)" in after.stdout

@@ -231,13 +231,19 @@ def test_denied_host_names_the_rule_and_the_explain_command(gh: ProxyProcess,
                    path="-", rule_text="no allow rule (deny by default)",
                    explain=f"{EXPLAIN} evil.example:443")
     assert response.header("X-Sbx-Rule") == "default-deny"
-    assert "fix: add `evil.example` to network-policy runtime.allow" in response.text
+    # The narrowest fix to paste (no name: every sandbox), and the kit author's.
+    assert "fix: sbx policy allow evil.example:443\n" in response.text
+    assert "kit fix: add `evil.example` to network-policy runtime.allow" in response.text
     assert internet.origin.requests() == []
     assert len(internet.upstream.targets()) == connects  # nothing left the proxy
+    fix = {"command": "sbx policy allow evil.example:443", "kit": None,
+           "text": "allows only connections to evil.example:443, in the runtime phase, for "
+                   "every sandbox (a one-shot run has no name)"}
     assert gh.denials()[-1] == {
         "host": "evil.example", "port": 443, "method": "CONNECT", "path": None,
         "scheme": "https", "rule": "default-deny", "code": "default_deny", "phase": "runtime",
-        "status": 403}
+        "status": 403, "fix": fix,
+        "suggestion": "add `evil.example` to network-policy runtime.allow"}
 
 
 def test_allowed_host_denied_method(gh: ProxyProcess, internet: Internet) -> None:

@@ -36,3 +36,46 @@ def test_refusals_timeouts_and_failures_are_distinguishable() -> None:
     assert Reason.INTERRUPTED.exit_status == 130
     assert len({ExitStatus.USAGE, ExitStatus.REFUSED, ExitStatus.FAILED, ExitStatus.TIMEOUT,
                 ExitStatus.INTERNAL, ExitStatus.INTERRUPTED}) == 6
+
+
+def test_every_detail_code_is_in_the_registry_and_explainable(tmp_path) -> None:
+    """Every code a 403/407/502 body, the audit log, the request log or `explain --last` can
+    carry: the proxy's (EgressCode), the policy's own decisions, and the reasons used as codes
+    (credential_unbound, internal_error) — each explained by `sbx explain CODE`."""
+    import ast
+    import os
+    from pathlib import Path
+
+    from sbx.base.reasons import DETAILS, EgressCode
+    from sbx.domain.egress.policy import CODES
+    from tests.conftest import run_cli
+
+    assert set(EgressCode) <= set(DETAILS)
+    assert set(CODES) - {"allowed"} <= set(DETAILS)
+    assert not set(DETAILS) & {r.value for r in Reason}  # one name, one meaning
+    for info in DETAILS.values():
+        assert info.title and info.cause.endswith(".") and info.fix.endswith((".", ")"))
+    # Every code the proxy passes to a refusal is one of those (or a reason code).
+    used: set[str] = set()
+    proxy = Path(__file__).resolve().parents[2] / "cli" / "sbx" / "domain" / "egress"
+    for source in proxy.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in ("EgressCode", "Reason"):
+                used.add(getattr(EgressCode, node.attr, None) or getattr(Reason, node.attr))
+    assert used - set(DETAILS) <= {r.value for r in Reason}
+    env = {**os.environ, "SBX_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
+    import io
+
+    from sbx.base.render import Renderer
+
+    for code in map(str, DETAILS):  # what `sbx explain CODE` prints, for each
+        out = io.StringIO()
+        Renderer(out, io.StringIO(), as_json=False).detail(code)
+        assert out.getvalue().startswith(f"{code} — ") and "  fix:   " in out.getvalue()
+    for code in ("destination_blocked", "dns_failed", "proxy_auth_missing", "default_deny"):
+        done = run_cli(["explain", code], env=env, cwd=tmp_path)
+        assert done.exit_code == 0 and done.stdout.startswith(f"{code} — "), done.stderr
+        assert "fix:" in done.stdout and "see:   sbx explain " in done.stdout
+    listed = run_cli(["explain", "--list", "--json"], env=env, cwd=tmp_path).envelope()
+    assert {d["code"] for d in listed["data"]["details"]} == {str(c) for c in DETAILS}

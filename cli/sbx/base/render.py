@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
-from sbx.base.reasons import REGISTRY, ExitStatus, Reason
+from sbx.base.reasons import DETAILS, REGISTRY, ExitStatus, Reason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -250,11 +250,32 @@ class Renderer:
     def reason_list(self, reasons: Sequence[Reason]) -> None:
         if self.as_json:
             self.envelope(Envelope(command="explain", status="ok", exit_code=0,
-                                   data={"reasons": [reason_as_dict(r) for r in reasons]}))
+                                   data={"reasons": [reason_as_dict(r) for r in reasons],
+                                         "details": [detail_as_dict(c) for c in DETAILS]}))
             return
         self.table(("code", "exit", "title"),
                    ((reason.value, str(int(REGISTRY[reason].exit_status)), REGISTRY[reason].title)
                     for reason in reasons))
+        self.line(self.out_file, "", "")
+        self.line(self.out_file, "detail codes of the egress boundary (403/407/502 bodies, "
+                  "the audit and request logs):", "detail codes of the egress boundary "
+                  "(403/407/502 bodies, the audit and request logs):")
+        self.table(("detail", "under", "title"),
+                   ((code, DETAILS[code].reason.value, DETAILS[code].title) for code in DETAILS))
+
+    def detail(self, code: str) -> None:
+        """A detail code of the egress boundary: what it means, the fix, its reason code."""
+        info = DETAILS[code]
+        if self.as_json:
+            self.envelope(Envelope(command="explain", status="ok", exit_code=0,
+                                   data=detail_as_dict(code)))
+            return
+        under = info.reason.value
+        self.line(self.out_file, f"[bold]{code}[/] — {escape(info.title)} (under {under})",
+                  f"{code} — {info.title} (under {under})")
+        self.line(self.out_file, f"  cause: {escape(info.cause)}", f"  cause: {info.cause}")
+        self.line(self.out_file, f"  fix:   {escape(info.fix)}", f"  fix:   {info.fix}")
+        self.line(self.out_file, f"  see:   sbx explain {under}", f"  see:   sbx explain {under}")
 
     # -- explain (request, sandbox, run) -----------------------------------------------------
 
@@ -386,5 +407,11 @@ def reason_as_dict(reason: Reason) -> dict[str, Any]:
             "exit_status": int(info.exit_status)}
 
 
-__all__ = ["ENVELOPE_VERSION", "Envelope", "Renderer", "make_console", "reason_as_dict",
-           "status_for_error"]
+def detail_as_dict(code: str) -> dict[str, Any]:
+    info = DETAILS[code]
+    return {"code": code, "title": info.title, "cause": info.cause, "fix": info.fix,
+            "reason": info.reason.value, "exit_status": int(info.reason.exit_status)}
+
+
+__all__ = ["ENVELOPE_VERSION", "Envelope", "Renderer", "detail_as_dict", "make_console",
+           "reason_as_dict", "status_for_error"]

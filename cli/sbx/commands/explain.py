@@ -1,16 +1,18 @@
-"""`sbx explain ...`: the four forms of SPEC §2.3, told apart by the first argument.
+"""`sbx explain ...`: the forms of SPEC §2.3, told apart by the first argument.
 
-- ``REASON`` (a reason code) / ``--list``: cause and fix, from the one registry.
+- ``REASON`` (a reason code or a detail code such as ``destination_blocked``) / ``--list``:
+  cause and fix, from the one registry.
 - ``RUN_ID`` (32 hex characters) / ``--last``: the refusals the audit log recorded for a run.
 - ``WORKLOAD [--kit MIXIN]...``: the sandbox ``sbx run`` would start.
 - ``WORKLOAD [--kit MIXIN]... [METHOD] URL|HOST[:PORT]``: the decision for one request, by the
-  function the egress proxy enforces with; exit 0 allowed, 1 denied.
+  functions the egress proxy enforces with; exit 0 allowed, 1 denied.
+- ``NAME [[METHOD] URL|HOST[:PORT]]``: a named sandbox by its name, with the rules its proxy
+  runs with and the user policy in force for it.
 
-The WORKLOAD forms plan with ``sbx run``'s own pipeline (:func:`sbx.usecases.pipeline.dry_plan`):
-whatever ``sbx run`` would refuse, explain refuses with the same reason code and exit status.
-That needs the engine (and builds the kit image as run would, cached by content); it creates
-no container. The other forms never touch the engine. Logic lives in :mod:`sbx.usecases.explain`;
-printing in the renderer.
+The WORKLOAD forms plan with ``sbx run``'s own pipeline; when its engine stage cannot finish
+(engine down, image missing, a credential without a secret) they answer from the kits, the
+config and the user policy and say what ``sbx run`` would refuse, with run's reason
+(:mod:`sbx.usecases.explainplan`). It creates no container. Printing is in the views.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.views import explain as explain_view
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.compose import Phase
 
 _REASON_LIKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 
@@ -49,6 +54,9 @@ def explain(
     phase: Annotated[str, typer.Option(
         "--phase", metavar="install|runtime",
         help="The phase whose network rules judge the request.")] = "runtime",
+    resolve: Annotated[bool, typer.Option(
+        "--resolve", help="Resolve the request's host with the system resolver to check its "
+                          "addresses as the proxy does (default: /etc/hosts only).")] = False,
     last: Annotated[bool, typer.Option(
         "--last", help="Show the refusals recorded for the last run.")] = False,
     list_all: Annotated[bool, typer.Option("--list", help="List every reason code.")] = False,
@@ -74,28 +82,41 @@ def explain(
     if reason is not None and not extra:
         renderer.reason(reason)
         return 0
-    if not extra and _REASON_LIKE.fullmatch(subject) and not _exists(app.cwd / subject):
+    if core.detail_of(subject) and not extra and not _exists(app.cwd / subject):
+        renderer.detail(subject)
+        return 0
+    from sbx.usecases import explainplan
+
+    by_name = not kit and not arg and not _exists(app.cwd / subject) \
+        and explainplan.is_named(app, subject)
+    if not extra and not by_name and _REASON_LIKE.fullmatch(subject) \
+            and not _exists(app.cwd / subject):
         _not_a_reason(subject)
     if phase not in ("install", "runtime"):
         raise SbxError(Reason.INVALID_ARGUMENT, f"--phase {phase!r} is not install or runtime",
                        hint="Pass --phase install or --phase runtime.")
     method, target_text = core.split_request(extra)
     target = core.parse_target(target_text, method) if target_text is not None else None
-    from sbx.usecases.pipeline import WorkloadRequest, dry_plan, planned_user
+    judged_phase: Phase = "install" if phase == "install" else "runtime"
+    if by_name:
+        from sbx.usecases.namedkits import pending_notes
 
-    planned = dry_plan(app, WorkloadRequest(workload=subject, kits=tuple(kit or ()),
-                                            args=tuple(arg or ()),
-                                            allow_privileged=allow_privileged),
-                       progress=renderer.progress)
-    if target is None:
-        explain_view.explain_sandbox(renderer, core.explain_plan(
-            planned, planned_user(app, planned), state_home=app.state_home, cwd=app.cwd))
+        named = explainplan.explain_named(app, subject, target, judged_phase, resolve=resolve,
+                                          notes=lambda name: pending_notes(app, name))
+        explain_view.explain_named(renderer, named)
+        return 0 if named.request is None or named.request.allowed else int(ExitStatus.DENIED)
+    from sbx.usecases.pipeline import WorkloadRequest
+
+    answer = explainplan.explain_workload(
+        app, WorkloadRequest(workload=subject, kits=tuple(kit or ()), args=tuple(arg or ()),
+                             allow_privileged=allow_privileged),
+        target, judged_phase, resolve=resolve, progress=renderer.progress)
+    if answer.request is None:
+        assert answer.sandbox is not None  # noqa: S101 - one of the two is given
+        explain_view.explain_sandbox(renderer, answer.sandbox, run_refusal=answer.run_refusal)
         return 0
-    result = core.explain_request(planned.composition,
-                                  [k.reference for k in planned.kit_set.kits], target,
-                                  "install" if phase == "install" else "runtime")
-    explain_view.explain_request(renderer, result)
-    return 0 if result.allowed else int(ExitStatus.DENIED)
+    explain_view.explain_request(renderer, answer.request)
+    return 0 if answer.request.allowed else int(ExitStatus.DENIED)
 
 
 def _exists(path: Path) -> bool:
@@ -109,7 +130,10 @@ def _exists(path: Path) -> bool:
 def _not_a_reason(subject: str) -> None:
     import difflib
 
-    close = difflib.get_close_matches(subject, [r.value for r in Reason], n=1)
+    from sbx.base.reasons import DETAILS
+
+    known = [*(r.value for r in Reason), *(str(c) for c in DETAILS)]
+    close = difflib.get_close_matches(subject, known, n=1)
     hint = f"Did you mean {close[0]!r}? " if close else ""
     raise SbxError(Reason.INVALID_ARGUMENT,
                    f"{subject!r} is not a reason code, a run id or a kit directory",

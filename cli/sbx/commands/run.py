@@ -62,8 +62,13 @@ def run(
         "--detach", "-d", help="Start the named sandbox and return (no attach).")] = False,
     accept: Annotated[bool, typer.Option(
         "--accept",
-        help="Approve what the kits ask for beyond their last approved run (new hosts, "
-             "credential destinations...) without asking.")] = False,
+        help="Approve what the kits ask for beyond their last approved run, or beyond what "
+             "the named sandbox runs with (new hosts, credential destinations...) without "
+             "asking.")] = False,
+    recreate: Annotated[bool, typer.Option(
+        "--recreate",
+        help="Make the named sandbox's container again from its kits as they are now, keeping "
+             "HOME and its volumes.")] = False,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
@@ -110,14 +115,16 @@ def run(
         detach=detach,
         accept=accept,
         terminal_passthrough=terminal_passthrough,
+        recreate=recreate,
         host=app.streams,
     )
-    from sbx.views.kit import kit_confirmation
+    from sbx.views.kit import kit_confirmation, named_confirmation
 
     renderer = app.renderer
     result = run_core(app, request, on_output=renderer.workload_output,
                       progress=renderer.progress, on_warning=renderer.warn,
-                      on_notice=renderer.note, confirm_kits=kit_confirmation(renderer))
+                      on_notice=renderer.note, confirm_kits=kit_confirmation(renderer),
+                      confirm_follow=named_confirmation(renderer))
     return finish(renderer, result, as_json=as_json)
 
 

@@ -30,6 +30,13 @@ SECRET_SET: Final = "secret_set"  # noqa: S105 -- an event name, not a password
 SECRET_REMOVED: Final = "secret_removed"  # noqa: S105 -- an event name
 # the egress proxy refused a connection or request: {host, port, method, path, rule, code, phase}
 EGRESS_DENIED: Final = "egress_denied"
+# the egress proxy could not carry an admitted request (502: DNS, connect, TLS, upstream...):
+# the same details as egress_denied, ``code`` saying what failed
+EGRESS_FAILED: Final = "egress_failed"
+# sbx policy allow|deny / rm: {rule} (id, action, host, path, methods, phase, sandbox,
+# expires) and, for an allow that widened what kits declared, {widenings, via}
+POLICY_RULE_ADDED: Final = "policy_rule_added"
+POLICY_RULE_REMOVED: Final = "policy_rule_removed"
 # sbx pull pinned a kit: {reference, digest, previous_digest, widenings}
 KIT_PULLED: Final = "kit_pulled"
 # sbx pull: a widening was approved (terminal or --accept) / refused: {reference, digest,
@@ -147,6 +154,7 @@ def read_events(state_home: Path) -> Iterator[dict[str, Any]]:
 
 __all__ = ["AUDIT_FILE", "CAPABILITY_SKIPPED", "CLEANUP_FAILED", "GC_REMOVED", "SANDBOX_FINISHED",
            "SANDBOX_STARTED", "SANDBOX_UNAVAILABLE", "SECRET_REMOVED", "SECRET_SET", "audit_path",
-           "read_events", "record", "EGRESS_DENIED", "record_at", "KIT_PULLED", "AuditLog",
+           "read_events", "record", "EGRESS_DENIED", "EGRESS_FAILED", "POLICY_RULE_ADDED",
+           "POLICY_RULE_REMOVED", "record_at", "KIT_PULLED", "AuditLog",
            "MAX_LINE_BYTES", "read_log",
            "KIT_WIDENING_ACCEPTED", "KIT_WIDENING_REFUSED", "WORKSPACE_HOST_CONFIG_CHANGED"]

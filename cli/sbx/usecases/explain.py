@@ -29,12 +29,13 @@ from urllib.parse import urlsplit
 from sbx.base.config import DEFAULT_SOURCE, Config
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
-from sbx.domain.egress.policy import Decision, Request, decide, describe_rule, rule_dict, rule_where
+from sbx.domain.egress.policy import Request, describe_rule, rule_dict, rule_where
 from sbx.domain.kits.compose import PHASES, Composition, Contribution, Phase, Rule, compose
 from sbx.domain.kits.kitset import KitSet, load_kit_set
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.sandbox.capabilities import SUPPORTED
 from sbx.seams import audit
+from sbx.usecases.explainrequest import RequestExplanation, judge_request
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.images import SandboxUser
@@ -47,7 +48,8 @@ _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HTTP_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
                                  "CONNECT", "TRACE"})
 RUN_EVENTS: Final = frozenset({audit.SANDBOX_STARTED, audit.SANDBOX_FINISHED,
-                               audit.SANDBOX_UNAVAILABLE, audit.EGRESS_DENIED})
+                               audit.SANDBOX_UNAVAILABLE, audit.EGRESS_DENIED,
+                               audit.EGRESS_FAILED})
 
 
 def _usage(message: str, hint: str) -> SbxError:
@@ -175,33 +177,28 @@ def explain_prefix(kit_set: KitSet) -> str:
 # --- form: one request ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RequestExplanation:
-    kits: tuple[str, ...]
-    target: Target
-    decision: Decision
-    pending: tuple[Rule, ...] = ()
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision.allowed
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kits": list(self.kits),
-            "target": self.target.text,
-            "method_defaulted": self.target.method_defaulted,
-            "decision": self.decision.as_dict(),
-            "pending_env": [rule_dict(r) for r in self.pending],
-        }
-
-
 def explain_request(composition: Composition, kits: Sequence[str], target: Target,
-                    phase: Phase) -> RequestExplanation:
+                    phase: Phase, **context: Any) -> RequestExplanation:
     """The decision for ``target`` under ``composition`` (the plan's effective one for ``sbx
-    explain``; a rule left with a ``${{ kit.env.* }}`` reference is reported as pending)."""
-    decision = decide(composition.network, target.request(phase))
-    return RequestExplanation(tuple(kits), target, decision, pending_rules(composition))
+    explain``; a rule left with a ``${{ kit.env.* }}`` reference is reported as pending), with
+    the user policy and the destination checks ``context`` gives
+    (:func:`sbx.usecases.explainrequest.judge_request`)."""
+    return judge_request(composition.network, kits, target, phase,
+                         pending=pending_rules(composition), **context)
+
+
+def addresses_of(host: str, port: int, *, resolve: bool) -> list[str] | None:
+    """What ``host`` resolves to here for the destination checks: an IP literal is itself;
+    a name is looked up in /etc/hosts, or with ``resolve`` by the system resolver (None: not
+    known, so the answer depends on resolution)."""
+    from sbx.domain.egress.policy import is_literal_address, normalize_host
+    from sbx.seams import names
+
+    name = normalize_host(host) or host
+    if is_literal_address(name):
+        return None  # literals are judged as themselves
+    found = names.from_resolver(name, port) if resolve else names.from_hosts_file(name)
+    return found or None
 
 
 # --- form: the effective sandbox -----------------------------------------------------------------
@@ -438,10 +435,15 @@ class RecordedRefusal:
     code: str
     fix: str
     explain: str
+    command: str | None = None  # the narrowest fix to paste (`sbx policy ...`), if one helps
+    fix_lines: tuple[str, ...] = ()  # the fix as the 403 body printed it
+    sandbox: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"event": self.event, "timestamp": self.timestamp, "blocked": self.blocked,
-                "rule": self.rule, "code": self.code, "fix": self.fix, "explain": self.explain}
+                "rule": self.rule, "code": self.code, "fix": self.fix, "explain": self.explain,
+                "command": self.command, "fix_lines": list(self.fix_lines),
+                "sandbox": self.sandbox}
 
 
 @dataclass(frozen=True)
@@ -478,18 +480,28 @@ def _refusal(event: Mapping[str, Any], prefix: str) -> RecordedRefusal | None:
         return None
     kind = event.get("event_type")
     stamp = str(event.get("timestamp") or "")
-    if kind == audit.EGRESS_DENIED:
+    if kind in (audit.EGRESS_DENIED, audit.EGRESS_FAILED):
+        from sbx.base.reasons import DETAILS
+
         target = _egress_target(details)
         phase = details.get("phase")
         phase_flag = " --phase install" if phase == "install" else ""
-        command = f"{prefix}{phase_flag} {shlex.join(target.split(' '))}"
+        code = str(details.get("code") or "")
+        sandbox = details.get("sandbox") if isinstance(details.get("sandbox"), str) else None
+        own = f"sbx explain {sandbox}" if sandbox else prefix
+        command = (f"sbx explain {code}" if kind == audit.EGRESS_FAILED
+                   else f"{own}{phase_flag} {shlex.join(target.split(' '))}")
         method = details.get("method") or "CONNECT"
         where = f"{details.get('host')}:{details.get('port')}"
         blocked = f"{method} {where}" + (f" {details['path']}" if details.get("path") else "")
-        code = str(details.get("code") or "")
+        fix_lines, paste = _recorded_fix(details)
+        if not fix_lines and code in DETAILS:
+            fix_lines = (f"fix: {DETAILS[code].fix}",)
+        text = REGISTRY[Reason.EGRESS_DENIED].fix if kind == audit.EGRESS_DENIED else (
+            DETAILS[code].fix if code in DETAILS else REGISTRY[Reason.PROXY_FAILED].fix)
         return RecordedRefusal(kind, stamp, f"{blocked} ({phase or 'runtime'} phase)",
-                               str(details.get("rule") or "-"), code,
-                               REGISTRY[Reason.EGRESS_DENIED].fix, command)
+                               str(details.get("rule") or "-"), code, text, command, paste,
+                               fix_lines, sandbox)
     if kind == audit.SANDBOX_UNAVAILABLE:
         code = str(details.get("reason") or "")
         try:
@@ -501,6 +513,28 @@ def _refusal(event: Mapping[str, Any], prefix: str) -> RecordedRefusal | None:
         return RecordedRefusal(kind, stamp, f"the run of {workload} did not start",
                                "-", code, REGISTRY[reason].fix, f"sbx explain {code}")
     return None
+
+
+def _recorded_fix(details: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+    """The fix the proxy recorded with a refusal, as its body printed it."""
+    from sbx.domain.egress.fixes import Fix, KitFix, body_lines
+
+    raw = details.get("fix")
+    suggestion = details.get("suggestion")
+    suggestion = suggestion if isinstance(suggestion, str) else None
+    if not isinstance(raw, Mapping):
+        return tuple(body_lines(None, suggestion)), None
+    command = raw.get("command") if isinstance(raw.get("command"), str) else None
+    kit_raw = raw.get("kit")
+    kit = None
+    if isinstance(kit_raw, Mapping):
+        lines = kit_raw.get("lines")
+        kit = KitFix(str(kit_raw.get("kit") or ""),
+                     kit_raw.get("file") if isinstance(kit_raw.get("file"), str) else None,
+                     str(kit_raw.get("under") or ""),
+                     tuple(str(x) for x in lines) if isinstance(lines, list) else ())
+    fix = Fix(command, str(raw.get("text") or ""), kit)
+    return tuple(body_lines(fix, suggestion)), command
 
 
 def explain_run(state_home: Path, run_id: str | None) -> RunExplanation:
@@ -556,6 +590,13 @@ def reason_of(text: str) -> Reason | None:
         return None
 
 
+def detail_of(text: str) -> bool:
+    """Whether ``text`` is a detail code of the egress boundary (``destination_blocked``...)."""
+    from sbx.base.reasons import DETAILS
+
+    return text in DETAILS
+
+
 def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
     """``[METHOD] TARGET`` after WORKLOAD → (method, target); () → (None, None)."""
     if not rest:
@@ -572,6 +613,7 @@ def split_request(rest: Sequence[str]) -> tuple[str | None, str | None]:
 
 
 __all__ = ["Item", "RecordedRefusal", "RequestExplanation", "RunExplanation", "SandboxExplanation",
-           "Target", "config_item", "credential_services", "explain_prefix", "explain_request",
+           "Target", "addresses_of", "config_item", "credential_services", "detail_of",
+           "explain_prefix", "explain_request",
            "explain_plan", "explain_run", "explain_sandbox", "is_run_id", "load", "parse_target",
            "pending_rules", "reason_of", "split_request", "static_composition"]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sbx.domain.sandbox.admission import Admission
     from sbx.seams.engine import Driver, OwnedObject
     from sbx.usecases.kitgate import Confirm as ConfirmKits
+    from sbx.usecases.namedkits import Confirm as ConfirmFollow
     from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
 
 STOP_TIMEOUT_S: Final = 10
@@ -56,7 +57,8 @@ CREATION_OPTIONS: Final = {
 def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
               progress: ProgressFactory, on_warning: Callable[[str], None],
               on_notice: Callable[[str], None],
-              confirm_kits: ConfirmKits | None = None) -> RunResult:
+              confirm_kits: ConfirmKits | None = None,
+              confirm_follow: ConfirmFollow | None = None) -> RunResult:
     from sbx.usecases.run import RunResult, run_new
 
     name = check_name(request.name or "")
@@ -71,12 +73,22 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                 raise SbxError(Reason.INVALID_ARGUMENT,
                                f"objects of a sandbox named {name} exist without its record",
                                hint=f"Remove them with `sbx rm -f {name}` and create it again.")
+            if request.recreate:
+                raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name} to recreate",
+                               hint=f"Create it: sbx run --name {name} WORKLOAD ...")
             return run_new(ctx, request, on_output=on_output, progress=progress,
                            on_warning=on_warning, on_notice=on_notice,
                            confirm_kits=confirm_kits)
+        if request.recreate:
+            from sbx.usecases.recreate import recreate
+
+            return recreate(ctx, record, request, on_output=on_output, progress=progress,
+                            on_warning=on_warning, on_notice=on_notice,
+                            confirm_kits=confirm_kits)
         _refuse_creation_options(request, record)
         started = time.monotonic()
-        _start(ctx, record, on_warning)
+        _start(ctx, record, on_warning, accept=request.accept, confirm=confirm_follow,
+               on_notice=on_notice)
     finally:
         _release(name)
     if request.detach:
@@ -125,6 +137,9 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
     """Called by the run once a named sandbox's container started: from now on it is the
     sandbox's (a failure before this point removed everything, like a one-shot run)."""
     assert plan.name is not None  # noqa: S101 - only named plans get here
+    from sbx.usecases.explain import static_composition
+    from sbx.usecases.namedkits import fingerprint
+
     store = SandboxStore(ctx.state_home)
     kit_set, _config, composition, capabilities = plan.full()
     record = SandboxRecord(
@@ -142,7 +157,8 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                  "home_bounded": any(v.size is not None and v.path == plan.home
                                      for v in capabilities.volumes),
                  "credential_names": sorted(plan.credential_names),
-                 "options": creation_options(request)},
+                 "options": creation_options(request),
+                 "kits_state": fingerprint(kit_set, static_composition(kit_set))},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),
         home_volume=plan.home, tty=plan.mode.tty)
@@ -175,8 +191,11 @@ def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None
 # -- start ------------------------------------------------------------------------------------
 
 
-def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], None]) -> None:
-    """Start a stopped sandbox exactly as created; a running one is left as it is."""
+def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], None], *,
+           accept: bool = False, confirm: ConfirmFollow | None = None,
+           on_notice: Callable[[str], None] = lambda _text: None) -> None:
+    """Start a stopped sandbox as created, with what its kits changed since that it can take
+    (sbx.usecases.namedkits); a running one is left as it is."""
     driver = ctx.driver
     if record.container_id is None:
         raise SbxError(Reason.STATE_CORRUPT, f"{record.name}'s record names no container",
@@ -188,10 +207,13 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
     if state == "running":
         return
     from sbx.seams.signals import deferred_interrupts
+    from sbx.usecases.namedkits import follow
 
     _restarting_workspace(ctx, record, on_warning)
     admission = admit_recorded(ctx, record)
     try:
+        follow(ctx, record, accept=accept, confirm=confirm, on_notice=on_notice,
+               on_warning=on_warning)
         unstaged = _restage(ctx, record, admission)
         _network_again(ctx, record, on_warning)
         with deferred_interrupts():
@@ -595,8 +617,28 @@ def remove(ctx: AppContext, names: Sequence[str],
             if run_dir is not None:
                 shutil.rmtree(run_dir, ignore_errors=True)
             store.forget(name)
+            _forget_rules(ctx, name)
         removed.append(name)
     return removed
+
+
+def _forget_rules(ctx: AppContext, name: str) -> None:
+    """The user policy's rules for a removed sandbox go with it (a new sandbox of that name
+    must not inherit what was approved for the old one); audited."""
+    from sbx.domain.egress.policystore import PolicyStore
+    from sbx.seams import audit
+
+    store = PolicyStore(ctx.state_home)
+    if not store.path.exists():
+        return
+    with store.editing() as rules:
+        gone = [r for r in rules if r.sandbox == name]
+        rules[:] = [r for r in rules if r.sandbox != name]
+    for rule in gone:
+        with contextlib.suppress(OSError):
+            audit.record(ctx.state_home, audit.POLICY_RULE_REMOVED, run_id=None,
+                         severity="info", details={"rule": rule.as_dict(),
+                                                   "why": f"sandbox {name} removed"})
 
 
 @dataclass(frozen=True)

@@ -127,10 +127,13 @@ class RunRequest:
     trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
     name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
     detach: bool = False  # -d: start it and do not attach
-    accept: bool = False  # --accept: approve the kits' permission widenings (usecases.kitgate)
+    # --accept: approve the kits' permission widenings (usecases.kitgate), and a named
+    # sandbox's kits asking for more at its start (usecases.namedkits)
+    accept: bool = False
     # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
     # reaches the user's terminal, those acting outside the screen included
     terminal_passthrough: bool = False
+    recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -175,6 +178,7 @@ class RunPlan:
     # later exec either.
     credential_names: frozenset[str] = frozenset()
     explain_command: str = "sbx explain"  # reproduces this run's request (the 403 body's)
+    recreate: bool = False  # a named sandbox made again: its run dir and volumes are kept
     # What the run reports about the kits (workload, references, selection, limits): read from
     # here, so a plan from the cache reports the same as the full plan it was made from.
     facts: PlanFacts = field(default_factory=PlanFacts)
@@ -260,16 +264,23 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         progress: ProgressFactory,
         on_warning: Callable[[str], None] = lambda _text: None,
         on_notice: Callable[[str], None] = lambda _text: None,
-        confirm_kits: ConfirmKits | None = None) -> RunResult:
+        confirm_kits: ConfirmKits | None = None,
+        confirm_follow: Callable[[str, Sequence[Any]], bool] | None = None) -> RunResult:
+    """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
+    ``confirm_follow``: about a named sandbox's kits asking for more at its start
+    (sbx.usecases.namedkits)."""
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.recreate and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
+                       "sandbox's container again", hint="sbx run --name NAME --recreate ...")
     if request.name is not None:
         from sbx.usecases.named import run_named
 
         return run_named(ctx, request, on_output=on_output, progress=progress,
                          on_warning=on_warning, on_notice=on_notice,
-                         confirm_kits=confirm_kits)
+                         confirm_kits=confirm_kits, confirm_follow=confirm_follow)
     return run_new(ctx, request, on_output=on_output, progress=progress,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
@@ -278,21 +289,28 @@ def run_new(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
             progress: ProgressFactory,
             on_warning: Callable[[str], None] = lambda _text: None,
             on_notice: Callable[[str], None] = lambda _text: None,
-            confirm_kits: ConfirmKits | None = None) -> RunResult:
+            confirm_kits: ConfirmKits | None = None,
+            run_id: str | None = None,
+            replacing: Callable[[], None] | None = None) -> RunResult:
     """Prepare and run a sandbox that does not exist yet (a one-shot run, or the creation of a
-    named sandbox)."""
-    run_id = new_run_id()
-    _claim(ctx, run_id)
+    named sandbox). A recreated named sandbox keeps its ``run_id`` (its run directory holds
+    its volumes); ``replacing`` takes its old container down once the new one is planned, so
+    a refusal (a kit's widening, a missing secret, a blocked mount) leaves it as it was."""
+    again = run_id is not None
+    run_id = run_id or new_run_id()
+    _claim(ctx, run_id, again=again)
     try:
         plan = prepare(ctx, request, run_id, progress, confirm_kits=confirm_kits,
                        on_notice=on_notice)
+        if replacing is not None:
+            replacing()
     except SbxError as error:
-        _unclaim(ctx, run_id)
+        _unclaim(ctx, run_id, again=again)
         _audit(ctx, audit.SANDBOX_UNAVAILABLE, run_id, "warning",
                {"reason": error.reason.value, "workload": request.workload})
         raise
     except BaseException:
-        _unclaim(ctx, run_id)
+        _unclaim(ctx, run_id, again=again)
         raise
     for warning in plan.warnings:
         on_warning(warning)
@@ -545,6 +563,12 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
     planned = pipeline.plan(ctx, loaded, run_id=run_id, progress=progress,
                             helper_labels=labels, resolve_secrets=True, gate=gate)
     record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
+    if planned.egress is not None:
+        # The proxy follows the user policy: a damaged rules file refuses the run before
+        # anything starts (its denies would be lost), as the proxy would refuse to start.
+        from sbx.domain.egress.policystore import PolicyStore
+
+        PolicyStore(ctx.state_home).load()
     workspace_target = planned.workspace_target
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
@@ -688,7 +712,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
                                          or config.sandbox.terminal_passthrough.value),
                    workspace_baselines=tuple(host_mounts.baselines), name=named,
                    credential_names=credential_names,
-                   explain_command=_explain_command(planned),
+                   explain_command=f"sbx explain {named}" if named is not None
+                   else _explain_command(planned), recreate=request.recreate,
                    facts=_facts(kit_set, capabilities, egress))
     _remember(ctx, request, planned, plan, user_warnings=user_warnings, owner=owner,
               limits=limits, command=command, entrypoint=entrypoint, capabilities=capabilities,
@@ -1161,15 +1186,19 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cr
     volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
     for name, volume in zip(plan.volume_names, volumes, strict=True):
         # a file system of exactly that size (sbx.domain.sandbox.sources)
+        image = run_dir / "volumes" / f"{name}.img"
         if volume.size is not None:
             staging = _staging(ctx, plan, created)
             with deferred_interrupts():
-                created.sized[name] = staging.stage_filesystem(
-                    run_dir / "volumes" / f"{name}.img", volume.size, uid=plan.user.uid,
-                    gid=plan.user.gid, mode=volume.mode)
+                created.sized[name] = staging.remount_filesystem(image) \
+                    if plan.recreate and image.exists() else staging.stage_filesystem(
+                        image, volume.size, uid=plan.user.uid, gid=plan.user.gid,
+                        mode=volume.mode)
             continue
         with deferred_interrupts():
-            created.volumes.append(driver.create_volume(name, plan.labels))
+            made = driver.create_volume(name, plan.labels)  # a kept one is returned as it is
+            if not plan.recreate:
+                created.volumes.append(made)
     boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
     if plan.run_image_tag is not None:
         created.image = plan.run_image_tag  # removing one never committed is a no-op
@@ -1309,11 +1338,12 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
     from inside the run's network (issue #10, item 4)."""
     from sbx.domain.egress.plan import credential_env, proxy_env, start_proxy
+    from sbx.domain.egress.policystore import rules_path
     from sbx.domain.egress.proxyauth import new_token
     from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
 
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
-    _kits, plan_config, composition, _capabilities = plan.full()
+    kit_set, plan_config, composition, _capabilities = plan.full()
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
                   for c in composition.credentials if c.service in plan.egress.bound)
@@ -1331,7 +1361,11 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         upstream_proxy=network_settings.upstream_proxy.value,
         upstream_ca_file=Path(ca_file) if ca_file else None,
         explain_command=plan.explain_command, phase_file=run_dir / "proxy.phase",
-        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR)
+        peer_network=_sandbox_network(bridge, gateway), login_dir=run_dir / runrecord.LOGINS_DIR,
+        sandbox=plan.name, request_log=_request_log(ctx, plan.run_id),
+        user_policy=rules_path(ctx.state_home),
+        kit_files={k.reference: str(k.local.descriptor_file.absolute())
+                   for k in kit_set.kits if k.local.image is None})
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:
@@ -1346,6 +1380,27 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
                             secrets=plan.egress.provided)
     runrecord.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
     return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
+
+
+def _request_log(ctx: AppContext, run_id: str) -> Path:
+    """This run's request log (``requests/<run id>/``), after dropping the logs of old
+    one-shot runs beyond the kept number (named sandboxes' logs stay with them)."""
+    from sbx.domain.egress import requestlog
+    from sbx.domain.sandbox.records import SandboxStore
+
+    root = ctx.state_home / requestlog.LOG_DIR
+    store = SandboxStore(ctx.state_home)
+    named: list[str] = []
+    try:
+        for name in store.names():
+            record = store.load(name)
+            if record is not None:
+                named.append(record.run_id)
+    except SbxError:
+        named = []  # a record that cannot be read: whose log is whose is unknown, keep all
+    else:
+        requestlog.prune(root, protected=[*named, run_id])
+    return requestlog.log_path(root / run_id)
 
 
 def _sandbox_network(bridge: str, gateway: str) -> str:
@@ -1402,7 +1457,33 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
-    run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
+    try:
+        run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
+    except SbxError as error:
+        if error.reason is Reason.HOOK_FAILED and plan.egress is not None:
+            raise _after_refusal(ctx, plan, error) from error
+        raise
+
+
+def _after_refusal(ctx: AppContext, plan: RunPlan, error: SbxError) -> SbxError:
+    """A hook that failed after its egress was refused names the refusal first (what, the
+    rule, the fix): the kit's command was likely fine and the policy (or the network) not."""
+    from sbx.usecases.policylog import record_line, records_of_run
+
+    refused = records_of_run(ctx.state_home, plan.run_id, phase="install")
+    if not refused:
+        return error
+    last = refused[-1]
+    what = record_line(last).split(" ", 2)[2]  # without the time and the sandbox
+    fix = last.get("fix") if isinstance(last.get("fix"), str) else None
+    more = f" (and {len(refused) - 1} more refusal(s))" if len(refused) > 1 else ""
+    hint = (f"Paste `{fix}` to allow it (reviewed: it shows the widening), then run again; "
+            if fix else f"`sbx explain {last.get('code')}` says what to do; ")
+    hint += f"`sbx explain {plan.run_id}` lists every refusal of this run."
+    return SbxError(
+        Reason.HOOK_FAILED,
+        f"{error.message}, after sbx refused its request: {what}{more}",
+        hint=hint, details={**error.details, "refusals": refused[-5:], "fix": fix})
 
 
 def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
@@ -1484,7 +1565,9 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
         step("volume_remove_failed", functools.partial(driver.remove_volume, name))
     if created.network is not None:
         step("network_remove_failed", functools.partial(driver.remove_network, created.network))
-    if not errors:
+    if not errors and plan.recreate:
+        _empty_but_volumes(run_dir)  # a failed recreation keeps HOME and the volumes
+    elif not errors:
         shutil.rmtree(run_dir, ignore_errors=True)
     if created.staging is not None:
         staging = created.staging
@@ -1508,6 +1591,20 @@ def _cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Created,
     return errors
 
 
+def _empty_but_volumes(run_dir: Path) -> None:
+    """A recreated sandbox's run directory: what its container had goes, its volumes' file
+    systems, the OAuth logins made inside it and the owner lock (held by the recreation,
+    gc's sign of a live owner) stay."""
+    for child in run_dir.iterdir() if run_dir.is_dir() else ():
+        if child.name in ("volumes", runrecord.LOGINS_DIR, runrecord.OWNER_LOCK):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                child.unlink()
+
+
 _OWNER_LOCKS: dict[str, int] = {}  # run id -> its owner lock, held while the run lives
 
 
@@ -1528,21 +1625,24 @@ def _open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
 
             workspace_check.save(run_dir, plan.workspace_baselines)
     except BaseException:
-        _unclaim(ctx, plan.run_id)
+        _unclaim(ctx, plan.run_id, again=plan.recreate)
         raise
     return run_dir
 
 
-def _claim(ctx: AppContext, run_id: str) -> None:
+def _claim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
     """The run's owner lock, taken before its plan creates anything (probe containers,
-    images): ``sbx gc`` never touches what a live owner holds."""
-    _path, lock_fd = runrecord.claim(ctx.state_home, run_id)
+    images): ``sbx gc`` never touches what a live owner holds. ``again``: a recreated named
+    sandbox's run directory, which exists and keeps its volumes."""
+    _path, lock_fd = runrecord.claim(ctx.state_home, run_id, again=again)
     _OWNER_LOCKS[run_id] = lock_fd
 
 
-def _unclaim(ctx: AppContext, run_id: str) -> None:
-    """A run refused before it started: its (empty) run directory goes with its lock."""
-    shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
+def _unclaim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
+    """A run refused before it started: its (empty) run directory goes with its lock; a
+    recreation's (``again``) is the named sandbox's own and stays."""
+    if not again:
+        shutil.rmtree(runrecord.run_dir(ctx.state_home, run_id), ignore_errors=True)
     _release_owner(run_id)
 
 

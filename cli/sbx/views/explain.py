@@ -6,31 +6,41 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Envelope, Renderer, escape
+from sbx.domain.egress.policy import rule_where
 from sbx.views.values import setting
 
 if TYPE_CHECKING:
     from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
+    from sbx.usecases.explainplan import NamedAnswer
+    from sbx.usecases.explainrequest import RunRefusal
     from sbx.usecases.kitgate import PermissionState
 
 
 def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
-    """Allowed/denied, every matched rule, the deciding one, the reason and the fix."""
+    """Allowed/denied, every matched rule, the deciding one, the destination checks, the
+    reason and the fix (the command the 403 body prints), and what run would refuse."""
     decision = result.decision
-    status = 0 if decision.allowed else int(ExitStatus.DENIED)
+    allowed = result.allowed
+    status = 0 if allowed else int(ExitStatus.DENIED)
+    blocked = result.destination.blocked if result.destination is not None else None
+    reason_text = blocked.reason if blocked is not None else decision.reason
     if renderer.as_json:
         renderer.envelope(Envelope(
-            command="explain", status="ok" if decision.allowed else "denied",
+            command="explain", status="ok" if allowed else "denied",
             exit_code=status, data=result.as_dict(),
-            reason=None if decision.allowed else Reason.EGRESS_DENIED.value,
-            message=decision.reason, hint=decision.suggestion))
+            reason=None if allowed else Reason.EGRESS_DENIED.value,
+            message=reason_text,
+            hint=None if allowed else (result.fix.command if result.fix is not None
+                                       and result.fix.command else decision.suggestion)))
         return
     request = decision.request
-    verdict = "allowed" if decision.allowed else "denied"
+    verdict = "allowed" if allowed else "denied"
     what = request.method or "connection"
     where = f"{decision.host or request.host}:{request.port}"
     path = f" {decision.path or request.path}" if request.method and request.path else ""
-    style = "green" if decision.allowed else "red"
-    text = f"{verdict}: {what} {where}{path} ({request.phase} phase, {decision.code})"
+    style = "green" if allowed else "red"
+    scope = f", sandbox {result.sandbox}" if result.sandbox else ""
+    text = f"{verdict}: {what} {where}{path} ({request.phase} phase{scope}, {result.code})"
     rest = escape(text[len(verdict) + 2:])
     renderer.line(renderer.out_file, f"[bold {style}]{verdict}[/]: {rest}", text)
     if result.target.method_defaulted:
@@ -40,30 +50,94 @@ def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
         for match in decision.matched:
             rule = match.rule
             mark = " <- decides" if rule == decision.deciding else ""
-            declared = rule.declared_at or f"capabilities[{rule.index}]"
-            renderer.plain(f"    {match.effect:<12} {rule.kit} {declared} {rule.phase}."
-                        f"{rule.action}: {_rule_text(rule)}{mark}")
+            renderer.plain(f"    {match.effect:<12} {rule_where(rule)}: {_rule_text(rule)}{mark}")
     else:
         renderer.plain("  matched rules: none")
     for rule in decision.superseded:
         renderer.plain(f"  superseded: {rule.kit} capabilities[{rule.index}]: "
                     f"{_rule_text(rule)} (another rule grants the host outright)")
-    renderer.plain(f"  reason: {decision.reason}")
-    if decision.suggestion:
-        renderer.plain(f"  fix:    {decision.suggestion}")
+    if result.user_rules:
+        renderer.plain(f"  user policy rules in force: {', '.join(result.user_rules)} "
+                       "(sbx policy ls)")
+    if decision.allowed and blocked is not None:
+        renderer.plain(f"  policy: {decision.reason}")
+    _destination(renderer, result)
+    renderer.plain(f"  reason: {reason_text}")
+    if not allowed:
+        from sbx.domain.egress.fixes import body_lines
+
+        for line in body_lines(result.fix, decision.suggestion if blocked is None
+                               else blocked.suggestion) or [f"fix: {decision.suggestion}"]:
+            renderer.plain(f"  {line}")
     for rule in result.pending:
         renderer.plain(f"  note: {rule.kit} capabilities[{rule.index}] {rule.phase}.{rule.action} "
                     f"{_rule_text(rule)} holds a ${{{{ kit.env.* }}}} reference, known only "
                     "once the image is built; it was judged literally (matching nothing), "
                     "so `sbx run` may decide otherwise")
+    if result.run_refusal is not None:
+        _run_refusal(renderer, result.run_refusal)
+
+
+def _destination(renderer: Renderer, result: RequestExplanation) -> None:
+    destination = result.destination
+    if destination is None:
+        return
+    blocked = destination.blocked
+    if blocked is not None:
+        renderer.plain(f"  destination: refused ({blocked.why})")
+    elif destination.resolution == "upstream":
+        renderer.plain("  destination: names are resolved by the upstream proxy ([network] "
+                       "upstream_proxy); internal-only names are refused here, none is")
+    elif destination.resolution == "unresolved":
+        renderer.plain("  destination: depends on resolution — the proxy refuses it if the "
+                       "name resolves to a loopback, private, link-local or other internal "
+                       "address (not in /etc/hosts; --resolve checks it now)")
+    elif destination.addresses:
+        renderer.plain(f"  destination: {', '.join(destination.addresses)}, public: the proxy "
+                       "connects there")
+
+
+def _run_refusal(renderer: Renderer, refusal: RunRefusal) -> None:
+    renderer.plain(f"sbx run would refuse to start: {refusal.message} ({refusal.reason})")
+    if refusal.hint:
+        renderer.plain(f"  fix: {refusal.hint}")
+    renderer.plain("  (the answer above comes from the kits, the config and the user policy "
+                   "alone)")
+
+
+def explain_named(renderer: Renderer, result: NamedAnswer) -> None:
+    """A named sandbox: its kits and the rules its proxy runs with, or one request."""
+    if result.request is not None:
+        explain_request(renderer, result.request)
+        for note in result.notes:
+            renderer.plain(f"  note: {note}")
+        return
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="explain", status="ok", exit_code=0,
+                                   data=result.as_dict()))
+        return
+    renderer.plain(f"sandbox {result.name}: {', '.join(result.kits)}")
+    if result.network is None:
+        renderer.plain("network: none (its kits declare no network-policy)")
+    else:
+        for phase, items in result.network.items():
+            renderer.plain(f"network, {phase} phase (as its proxy enforces it now):"
+                           + ("" if items else " nothing allowed"))
+            for item in items:
+                renderer.plain(f"  {item.value:<5} {item.name}")
+    for note in result.notes:
+        renderer.plain(f"note: {note}")
+    renderer.plain(f"judge a request: sbx explain {result.name} [METHOD] URL|HOST[:PORT]")
 
 
 def explain_sandbox(renderer: Renderer, result: SandboxExplanation, *,
-                    command: str = "explain") -> None:
+                    command: str = "explain", run_refusal: RunRefusal | None = None) -> None:
     """The effective sandbox: kits, capabilities, hardening, network, credentials."""
     if renderer.as_json:
-        renderer.envelope(Envelope(command=command, status="ok", exit_code=0,
-                               data=result.as_dict()))
+        data = result.as_dict()
+        if command == "explain":
+            data["run_refusal"] = None if run_refusal is None else run_refusal.as_dict()
+        renderer.envelope(Envelope(command=command, status="ok", exit_code=0, data=data))
         return
     renderer.plain("kits (composition order):")
     for item in result.kits:
@@ -95,6 +169,8 @@ def explain_sandbox(renderer: Renderer, result: SandboxExplanation, *,
         renderer.plain(f"note: {rule.kit} capabilities[{rule.index}] {_rule_text(rule)} holds a "
                     "${{ kit.env.* }} reference, resolved only once the image is built")
     renderer.plain(f"judge a request: {result.explain} [METHOD] URL|HOST[:PORT]")
+    if run_refusal is not None:
+        _run_refusal(renderer, run_refusal)
 
 
 _STATUS: Final = {
@@ -141,7 +217,8 @@ def explain_run(renderer: Renderer, result: RunExplanation) -> None:
     for refusal in result.refusals:
         renderer.plain(f"  {refusal.timestamp} {refusal.event}: {refusal.blocked}")
         renderer.plain(f"    rule: {refusal.rule}  code: {refusal.code}")
-        renderer.plain(f"    fix:  {refusal.fix}")
+        for line in refusal.fix_lines or (f"fix:  {refusal.fix}",):
+            renderer.plain(f"    {line}")
         renderer.plain(f"    explain: {refusal.explain}")
 
 
@@ -154,4 +231,4 @@ def _rule_text(rule: Any) -> str:
     return text
 
 
-__all__ = ["explain_request", "explain_run", "explain_sandbox"]
+__all__ = ["explain_named", "explain_request", "explain_run", "explain_sandbox"]

@@ -107,5 +107,21 @@ def kit_confirmation(renderer: Renderer) -> Callable[[str, Sequence[Widening]], 
                                                           local=True)
 
 
+def named_confirmation(renderer: Renderer) -> Callable[[str, Sequence[Widening]], bool] | None:
+    """The question a named sandbox's start asks about kits that now ask for more than it
+    runs with (None: no terminal to ask on)."""
+    if not renderer.interactive():
+        return None
+
+    def ask(what: str, widenings: Sequence[Widening]) -> bool:
+        from sbx.domain.kits.surface import format_widenings
+
+        text = f"{what}:\n{format_widenings(widenings)}"
+        renderer.line(renderer.err_file, escape(text), text)
+        return renderer.confirm("Accept these permissions?")
+
+    return ask
+
+
 __all__ = ['kit_init', 'kit_validation', 'kit_pushed', 'pull_result', 'confirm_widenings',
-           'kit_confirmation']
+           'kit_confirmation', 'named_confirmation']

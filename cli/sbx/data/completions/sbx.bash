@@ -27,16 +27,16 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config'
+            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config policy'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --accept --trust-workspace --terminal-passthrough --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --detach-keys --name -d --detach --accept --recreate --trust-workspace --terminal-passthrough --json -h --help'
             __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name'
             __sbx_nargs=2
             ;;
         'sbx explain')
-            __sbx_options='-k --kit --arg --allow-privileged --phase --last --list --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --phase --resolve --last --list --json -h --help'
             __sbx_value_options='-k --kit --arg --phase'
             __sbx_nargs=2
             __sbx_variadic=1
@@ -147,6 +147,32 @@ __sbx_node() {
         'sbx config show')
             __sbx_options='--json -h --help'
             ;;
+        'sbx policy')
+            __sbx_subcommands='log allow deny ls rm'
+            __sbx_options='-h --help'
+            ;;
+        'sbx policy log')
+            __sbx_options='--json -f --follow --since --denied -h --help'
+            __sbx_value_options='--since'
+            __sbx_nargs=1
+            ;;
+        'sbx policy allow')
+            __sbx_options='--method --sandbox --phase --for -y --yes --json -h --help'
+            __sbx_value_options='--method --sandbox --phase --for'
+            __sbx_nargs=2
+            ;;
+        'sbx policy deny')
+            __sbx_options='--method --sandbox --phase --for -y --yes --json -h --help'
+            __sbx_value_options='--method --sandbox --phase --for'
+            __sbx_nargs=2
+            ;;
+        'sbx policy ls')
+            __sbx_options='--json -h --help'
+            ;;
+        'sbx policy rm')
+            __sbx_options='--json -h --help'
+            __sbx_nargs=1
+            ;;
     esac
 }
 
@@ -169,6 +195,8 @@ __sbx_values() {
         'sbx secret login --kit') __sbx_paths -d ;;
         'sbx kit inspect -k' | 'sbx kit inspect --kit') __sbx_paths -d ;;
         'sbx kit inspect #0') __sbx_paths -d ;;
+        'sbx policy allow --phase') __sbx_words 'runtime install' ;;
+        'sbx policy deny --phase') __sbx_words 'runtime install' ;;
     esac
     return 0
 }

@@ -62,13 +62,15 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config
+            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
             printf '%s\n' init validate inspect push
         case 'sbx config'
             printf '%s\n' path show
+        case 'sbx policy'
+            printf '%s\n' log allow deny ls rm
     end
 end
 
@@ -94,6 +96,12 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -k --kit --arg
         case 'sbx kit push'
             printf '%s\n' --arg
+        case 'sbx policy log'
+            printf '%s\n' --since
+        case 'sbx policy allow'
+            printf '%s\n' --method --sandbox --phase --for
+        case 'sbx policy deny'
+            printf '%s\n' --method --sandbox --phase --for
     end
 end
 
@@ -116,6 +124,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell complet
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a policy -d 'See and steer egress: the request log, and your own allow and deny rules over...'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr: -v shows build and pull output and gc\'s reasons; -vv a...'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback (accepted after the subcommand too)'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -137,7 +146,8 @@ complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (defa
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
 complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created if missing, else started/attached as it was created'
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
-complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run (new hosts, cred...'
+complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run, or beyond what...'
+complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
@@ -150,6 +160,7 @@ complete -c sbx -n '__sbx_in "sbx explain"' -s k -l kit -x -a '(__fish_complete_
 complete -c sbx -n '__sbx_in "sbx explain"' -l arg -x -d 'A value for a kit arg, as for `sbx run` (repeatable)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l allow-privileged -d 'Plan as `sbx run --allow-privileged` would (consent to privileged@1)'
 complete -c sbx -n '__sbx_in "sbx explain"' -l phase -x -a 'install runtime' -d 'The phase whose network rules judge the request'
+complete -c sbx -n '__sbx_in "sbx explain"' -l resolve -d 'Resolve the request\'s host with the system resolver to check its addresses as...'
 complete -c sbx -n '__sbx_in "sbx explain"' -l last -d 'Show the refusals recorded for the last run'
 complete -c sbx -n '__sbx_in "sbx explain"' -l list -d 'List every reason code'
 complete -c sbx -n '__sbx_in "sbx explain"' -l json -d 'Print a JSON envelope'
@@ -334,3 +345,44 @@ complete -c sbx -n '__sbx_in "sbx config path"' -s h -l help -d 'Show this messa
 # sbx config show
 complete -c sbx -n '__sbx_in "sbx config show"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx config show"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy
+complete -c sbx -n '__sbx_arg "sbx policy" 0' -a log -d 'What the egress proxies decided: per destination by default, every record wit...'
+complete -c sbx -n '__sbx_arg "sbx policy" 0' -a allow -d 'Allow requests the kits do not: HOST[:PORT][PATH], for every sandbox or one'
+complete -c sbx -n '__sbx_arg "sbx policy" 0' -a deny -d 'Deny requests, whatever the kits allow: HOST[:PORT][PATH], for every sandbox...'
+complete -c sbx -n '__sbx_arg "sbx policy" 0' -a ls -d 'List the user policy\'s rules in force, each with its id'
+complete -c sbx -n '__sbx_arg "sbx policy" 0' -a rm -d 'Remove a user policy rule; running sandboxes follow from their next request'
+complete -c sbx -n '__sbx_in "sbx policy"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy log
+complete -c sbx -n '__sbx_in "sbx policy log"' -l json -d 'Print every record as a JSON line (the log\'s schema)'
+complete -c sbx -n '__sbx_in "sbx policy log"' -s f -l follow -d 'Keep printing new records as the proxy writes them'
+complete -c sbx -n '__sbx_in "sbx policy log"' -l since -x -d 'Only records this recent (10m, 2h, 7d) or since an ISO time'
+complete -c sbx -n '__sbx_in "sbx policy log"' -l denied -d 'Only refused and failed requests'
+complete -c sbx -n '__sbx_in "sbx policy log"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy allow
+complete -c sbx -n '__sbx_in "sbx policy allow"' -l method -x -d 'An HTTP method the rule covers (repeatable; default any)'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -l sandbox -x -d 'Only for this named sandbox (default: every sandbox)'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -l phase -x -a 'runtime install' -d 'The phase it applies in: install hooks, or the workload'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -l for -x -d 'Lapse after this long (90s, 30m, 2h, 7d)'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -s y -l yes -d 'Approve a widening of what the kits declare without asking'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx policy allow"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy deny
+complete -c sbx -n '__sbx_in "sbx policy deny"' -l method -x -d 'An HTTP method the rule covers (repeatable; default any)'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -l sandbox -x -d 'Only for this named sandbox (default: every sandbox)'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -l phase -x -a 'runtime install' -d 'The phase it applies in: install hooks, or the workload'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -l for -x -d 'Lapse after this long (90s, 30m, 2h, 7d)'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -s y -l yes -d 'Approve a widening of what the kits declare without asking'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx policy deny"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy ls
+complete -c sbx -n '__sbx_in "sbx policy ls"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx policy ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx policy rm
+complete -c sbx -n '__sbx_in "sbx policy rm"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx policy rm"' -s h -l help -d 'Show this message and exit'

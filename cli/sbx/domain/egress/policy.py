@@ -163,7 +163,10 @@ def rules_for(network: Network | None, phase: Phase) -> tuple[Rule, ...]:
 
 
 def rule_where(rule: Rule) -> str:
-    """``<kit> capabilities[i] runtime.allow``: where a kit author edits this rule."""
+    """``<kit> capabilities[i] runtime.allow``: where a kit author edits this rule (``user
+    policy, rule ID (runtime.allow)`` for a rule of ``sbx policy``)."""
+    if rule.user_rule:
+        return f"user policy, rule {rule.user_rule} ({rule.phase}.{rule.action})"
     declared = rule.declared_at or f"capabilities[{rule.index}]"
     return f"{rule.kit} {declared} {rule.phase}.{rule.action}"
 
@@ -182,7 +185,19 @@ def rule_dict(rule: Rule) -> dict[str, Any]:
     return {"host": rule.host, "methods": list(rule.methods), "paths": list(rule.paths),
             "action": rule.action, "phase": rule.phase, "kit": rule.kit, "index": rule.index,
             "declared_at": rule.declared_at, "bounded": rule.bounded,
-            "description": describe_rule(rule)}
+            "source": "user" if rule.user_rule else "kit",
+            "user_rule": rule.user_rule or None, "description": describe_rule(rule)}
+
+
+def valid_host_pattern(text: str) -> bool:
+    """Whether ``text`` is a host pattern the evaluator can match (``host``, ``host:port``,
+    ``*.domain``, ``**.domain``, ``*``, an IP literal, ``[v6]:port``)."""
+    return _host_pattern(text).kind != "never"
+
+
+def valid_path_pattern(text: str) -> bool:
+    """Whether ``text`` is a path glob the evaluator can match (starts with ``/``)."""
+    return _path_pattern(text) is not None
 
 
 def names_address(network: Network | None, phase: Phase, host: str, port: int) -> Rule | None:
@@ -864,6 +879,8 @@ __all__ = [
     "rule_where",
     "describe_rule",
     "rule_dict",
+    "valid_host_pattern",
+    "valid_path_pattern",
     "names_address",
     "address_denied",
     "internal_name",

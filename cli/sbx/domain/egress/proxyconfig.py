@@ -9,6 +9,13 @@ never from its environment or this file — the upstream (corporate) proxy, the 
 clients must come from (``peer_network``), and the bounds. The run's proxy token is not here
 either: it reaches the proxy over its owner pipe (``sbx.domain.egress.proxy``).
 
+What the proxy reads and writes beside it is named by path, never found in the state home:
+``request_log`` (where it appends one record per decision,
+:mod:`sbx.domain.egress.requestlog`) and ``user_policy`` (the ``sbx policy`` rules file it
+re-reads when it changes, :mod:`sbx.domain.egress.userpolicy`; the rules for every sandbox
+and for ``sandbox``, the named sandbox it serves, apply), so the proxy can run elsewhere with
+those paths mounted.
+
 The format is versioned (``format``); unknown keys are refused so that a newer sbx and an older
 proxy never silently disagree about what is enforced. Loading validates every field and raises
 :class:`ProxyConfigError` (``proxy_failed``) naming the first bad key.
@@ -60,6 +67,8 @@ class ProxyLimits:
     max_headers: int = 128  # header fields in one request or response
     max_connections: int = 512  # concurrent client connections
     max_audit_records: int = 10_000  # egress_denied records per proxy process
+    log_segment_bytes: int = 4 * 1024 * 1024  # the request log rotates at this size...
+    log_segments: int = 3  # ...keeping this many files (the live one included)
     connect_timeout: float = 15.0  # DNS + TCP connect (+ upstream CONNECT)
     handshake_timeout: float = 15.0  # TLS handshakes, both sides
     head_timeout: float = 30.0  # to receive a complete request or response head
@@ -384,8 +393,17 @@ class ProxyConfig:
     # Where OAuth logins made inside the sandbox are kept (0600), apart from the user's own
     # (None: in the proxy's memory only, for its life).
     login_dir: Path | None = None
+    sandbox: str | None = None  # the named sandbox served (None: a one-shot run)
+    request_log: Path | None = None  # the request log file (None: no log)
+    user_policy: Path | None = None  # the user policy rules file (None: kits' rules only)
+    # Local kits' descriptor files (reference -> path): where a refusal tells a kit author to
+    # add a rule. Registry kits have none.
+    kit_files: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.sandbox is not None and (not self.sandbox
+                                         or any(c.isspace() for c in self.sandbox)):
+            raise ProxyConfigError("sandbox must be a name")
         if not self.run_id or any(c.isspace() for c in self.run_id):
             raise ProxyConfigError("run_id must be a non-empty word")
         if self.phase not in PHASES:
@@ -438,6 +456,10 @@ class ProxyConfig:
             "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
             "peer_network": self.peer_network,
             "login_dir": None if self.login_dir is None else str(self.login_dir),
+            "sandbox": self.sandbox,
+            "request_log": None if self.request_log is None else str(self.request_log),
+            "user_policy": None if self.user_policy is None else str(self.user_policy),
+            "kit_files": dict(self.kit_files),
         }
 
     def to_json(self) -> str:
@@ -448,7 +470,8 @@ class ProxyConfig:
         _keys(data, {"format", "run_id", "state_home", "audit_log", "network", "phase",
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
-                     "peer_network", "login_dir"}, "config")
+                     "peer_network", "login_dir", "sandbox", "request_log", "user_policy",
+                     "kit_files"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -460,6 +483,11 @@ class ProxyConfig:
         upstream_ca = _opt_str(data, "upstream_ca_file")
         phase_file = _opt_str(data, "phase_file")
         login_dir = _opt_str(data, "login_dir")
+        request_log = _opt_str(data, "request_log")
+        user_policy = _opt_str(data, "user_policy")
+        kit_files = _map(data.get("kit_files", {}), "kit_files")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in kit_files.items()):
+            raise ProxyConfigError("kit_files must map kit references to file paths")
         return cls(
             run_id=_str(data, "run_id"),
             state_home=Path(_str(data, "state_home")),
@@ -477,6 +505,10 @@ class ProxyConfig:
             limits=ProxyLimits(**dict(limits_raw)),
             peer_network=_opt_str(data, "peer_network"),
             login_dir=None if login_dir is None else Path(login_dir),
+            sandbox=_opt_str(data, "sandbox"),
+            request_log=None if request_log is None else Path(request_log),
+            user_policy=None if user_policy is None else Path(user_policy),
+            kit_files=dict(kit_files),
         )
 
     @classmethod

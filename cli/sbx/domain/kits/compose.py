@@ -106,7 +106,8 @@ class Origin:
 
 @dataclass(frozen=True)
 class Rule:
-    """One host of one network entry. ``methods``/``paths`` empty = unbounded (the connection)."""
+    """One host of one network entry. ``methods``/``paths`` empty = unbounded (the connection).
+    ``user_rule``: the id of the user policy rule this is (``sbx policy``), empty for a kit's."""
 
     host: str
     methods: tuple[str, ...]
@@ -116,6 +117,7 @@ class Rule:
     index: int
     phase: Phase
     declared_at: str = ""
+    user_rule: str = ""
 
     @property
     def bounded(self) -> bool:

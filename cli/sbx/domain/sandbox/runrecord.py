@@ -61,14 +61,18 @@ def login_dir(state_home: Path, run_id: str) -> Path:
     return run_dir(state_home, run_id) / LOGINS_DIR
 
 
-def claim(state_home: Path, run_id: str) -> tuple[Path, int]:
+def claim(state_home: Path, run_id: str, *, again: bool = False) -> tuple[Path, int]:
     """Make ``runs/<id>/`` and take its owner lock, before the run creates anything (gc never
     touches what a live owner holds); the descriptor stays open for as long as the run lives.
-    :func:`create` then writes the record into it."""
+    :func:`create` then writes the record into it. ``again``: a recreated named sandbox's
+    directory, which exists (checked as this user's own) and keeps its volumes."""
     path = run_dir(state_home, run_id)
     with state.writing(path, "write the run record in", home=state_home):
         owned.ensure_directory(path.parent)
-        path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
+        if again:
+            owned.ensure_directory(path)
+        else:
+            path.mkdir(mode=0o700)  # a fresh id: an existing directory is not this run's
         lock_fd = owned.open_lock(path / OWNER_LOCK)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
     return path, lock_fd

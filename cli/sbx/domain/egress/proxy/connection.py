@@ -21,6 +21,7 @@ from sbx.domain.egress.proxy.dialing import Dialer, Pool
 from sbx.domain.egress.proxy.exchange import Forwarder
 from sbx.domain.egress.proxy.intercept import Interceptor
 from sbx.domain.egress.proxy.messages import bad_request, h11_server, parse_authority
+from sbx.domain.egress.proxy.recorder import Traffic, mark_start
 from sbx.domain.egress.proxy.refusals import (
     EgressRefusal,
     Refuser,
@@ -68,6 +69,7 @@ class ClientHandler:
             return
         state = ConnState(ctx.phase, [client])
         ctx.conns[task] = state
+        mark_start()
         try:
             await self._serve(client, state, peer)
         except EgressRefusal as refusal:
@@ -157,9 +159,17 @@ class ClientHandler:
             raise refusal_for(decision, host=host, port=port, scheme="https")
         initial = conn.trailing_data[0]
         if handling == "unbounded" and not self.credentials.intercepts(host, port):
+            started = mark_start()
             upstream = await self.dialer.tunnel(host, port, state)
             await client.write(ESTABLISHED)
-            await self.tunnel.run(client, upstream, host, port, initial)
+            traffic = Traffic()
+            try:
+                await self.tunnel.run(client, upstream, host, port, initial, traffic)
+            finally:
+                if not traffic.refused:
+                    rule = decide(ctx.network, Request(phase, host, port)).deciding
+                    ctx.recorder.tunnel(host=host, port=port, phase=phase, rule=rule,
+                                        traffic=traffic, started=started)
             return
         await client.write(ESTABLISHED)
         await self.interceptor.intercept(client, host, port, initial, state)

@@ -1,9 +1,10 @@
-"""What every part of one proxy shares: its config, its current phase and its error channel.
+"""What every part of one proxy shares: its config, its current phase, its error channel, the
+rules it decides with and the request log it writes.
 
 One :class:`ProxyContext` per proxy, made by :class:`~sbx.domain.egress.proxy.server.EgressProxy`
 and
-handed to each collaborator (no module-level state). The phase is the only thing that changes:
-install → runtime, once.
+handed to each collaborator (no module-level state). The phase changes install → runtime, once;
+the rules change when the user policy does (:mod:`sbx.domain.egress.proxy.userrules`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sbx.domain.egress.proxy.recorder import Recorder
 from sbx.domain.egress.proxy.streams import Stream
+from sbx.domain.egress.proxy.userrules import UserRules
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
+from sbx.domain.egress.requestlog import NullSink
 from sbx.domain.kits.compose import Network, Phase
 
 
@@ -33,6 +37,11 @@ class ProxyContext:
     phase: Phase
     stderr: Callable[[str], None]
     conns: dict[asyncio.Task[Any], ConnState] = field(default_factory=dict)
+    rules: UserRules | None = None  # the user policy overlay (None: the kits' rules alone)
+    recorder: Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.recorder = Recorder(self, NullSink())
 
     @property
     def limits(self) -> ProxyLimits:
@@ -40,7 +49,10 @@ class ProxyContext:
 
     @property
     def network(self) -> Network | None:
-        return self.config.network
+        """The rules to decide with now: the kits', with the user policy in force."""
+        if self.rules is None:
+            return self.config.network
+        return self.rules.network()
 
     @property
     def explain_command(self) -> str:

@@ -7,23 +7,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ipaddress
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 import h11
 
 from sbx.base.reasons import EgressCode, Reason
-from sbx.domain.egress.policy import (
-    METADATA_ADDRESSES,
-    internal_name,
-    is_metadata_name,
-    names_address,
+from sbx.domain.egress.destination import (
+    Address,
+    Blocked,
+    blocked_address,
+    check_addresses,
+    check_name,
 )
 from sbx.domain.egress.proxy.context import ConnState, ProxyContext
 from sbx.domain.egress.proxy.messages import h11_client
@@ -31,49 +31,7 @@ from sbx.domain.egress.proxy.refusals import EgressRefusal, clean, failure, prox
 from sbx.domain.egress.proxy.streams import READ_SIZE, Stream, TcpStream, TlsStream, next_event
 from sbx.domain.egress.proxyconfig import ProxyConfigError
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-_LOCAL_NAMES: Final = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
-_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
-_IETF_PROTOCOL: Final = ipaddress.IPv4Network("192.0.0.0/24")  # RFC 6890; not all non-global
-_NAT64_LOCAL: Final = ipaddress.IPv6Network("64:ff9b:1::/48")
-
-
-def blocked_address(address: Address) -> str | None:
-    """Why the proxy must not connect to ``address`` by default, or None for a public address.
-
-    IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64, Teredo) are judged by it too.
-    """
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded: list[ipaddress.IPv4Address] = []
-        if address.ipv4_mapped is not None:
-            embedded.append(address.ipv4_mapped)
-        if address.sixtofour is not None:
-            embedded.append(address.sixtofour)
-        if address.teredo is not None:
-            embedded.extend(address.teredo)
-        if address in _NAT64 or address in _NAT64_LOCAL:
-            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        for inner in embedded:
-            why = blocked_address(inner)
-            if why is not None:
-                return why
-    checks: tuple[tuple[bool, str], ...] = (
-        (address.is_unspecified, "an unspecified address"),
-        (address.is_loopback, "a loopback address"),
-        (address.is_link_local, "a link-local address (cloud metadata lives there)"),
-        (address.is_multicast, "a multicast address"),
-        (address.is_private, "a private address"),
-        (address.is_reserved, "a reserved address"),
-        (address in METADATA_ADDRESSES, "a cloud metadata address"),
-        (address in _IETF_PROTOCOL, "an IETF protocol assignment (not a public host)"),
-        (not address.is_global, "not a public address"),
-    )
-    for hit, why in checks:
-        if hit:
-            return why
-    return None
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -194,37 +152,13 @@ class Dialer:
     def check_literal(self, host: str, port: int) -> list[Address] | None:
         """For an IP literal: the address if it may be reached (refusal otherwise); None for a
         name. ``localhost`` names, cloud metadata names and other internal-only names are
-        refused here too, resolver (or upstream proxy) or not, unless a rule names them."""
-        network, phase = self.ctx.network, self.ctx.phase
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            if (host in _LOCAL_NAMES or host.endswith(".localhost")) \
-                    and names_address(network, phase, host, port) is None:
-                raise self._blocked(host, port, host, "a loopback name") from None
-            # Metadata names always; other internal-only names when an upstream proxy resolves
-            # them (resolved here, the addresses they resolve to are checked instead).
-            why = internal_name(host) \
-                if self.upstream is not None or is_metadata_name(host) else None
-            if why is not None and names_address(network, phase, host, port) is None:
-                raise proxy_refusal(
-                    EgressCode.DESTINATION_BLOCKED, f"{host} is {why}; the proxy does not "
-                    "connect there, whoever resolves it, unless an allow rule names that exact "
-                    "host", host=host, port=port,
-                    suggestion=f"if this is intended, add the exact host `{host}` to "
-                               "network-policy allow") from None
-            return None
-        why = blocked_address(address)
-        if why is not None and names_address(network, phase, str(address), port) is None:
-            raise self._blocked(host, port, str(address), why)
-        return [address]
-
-    def _blocked(self, host: str, port: int, address: str, why: str) -> EgressRefusal:
-        return proxy_refusal(
-            EgressCode.DESTINATION_BLOCKED, f"{host} resolves to {address}, {why}; the proxy "
-            "does not connect there unless an allow rule names that address", host=host,
-            port=port, suggestion=f"if this is intended, add the literal address "
-                                  f"`{address}:{port}` to network-policy allow")
+        refused here too, resolver (or upstream proxy) or not, unless a rule names them
+        (:func:`sbx.domain.egress.destination.check_name`, which ``sbx explain`` uses too)."""
+        literal, blocked = check_name(self.ctx.network, self.ctx.phase, host, port,
+                                      upstream=self.upstream is not None)
+        if blocked is not None:
+            raise _refusal(blocked)
+        return literal
 
     async def resolve(self, host: str, port: int) -> list[Address]:
         literal = self.check_literal(host, port)
@@ -236,22 +170,13 @@ class Dialer:
         except (OSError, TimeoutError, ValueError) as error:
             raise failure(502, EgressCode.DNS_FAILED, f"cannot resolve {host}: "
                           f"{clean(str(error), 200)}", host=host, port=port) from None
-        addresses: list[Address] = []
-        for text in answers:
-            address = ipaddress.ip_address(text.split("%", 1)[0])
-            if address.version == 6 and address.ipv4_mapped is not None:
-                address = address.ipv4_mapped
-            if address not in addresses:
-                addresses.append(address)
+        addresses, blocked = check_addresses(self.ctx.network, self.ctx.phase, host, port,
+                                             answers)
         if not addresses:
             raise failure(502, EgressCode.DNS_FAILED, f"{host} has no address", host=host,
                           port=port)
-        for address in addresses:
-            why = blocked_address(address)
-            if why is not None and names_address(self.ctx.network, self.ctx.phase,
-                                                 str(address), port) is None:
-                # One internal answer taints the name: it may be a rebinding attempt.
-                raise self._blocked(host, port, str(address), why)
+        if blocked is not None:
+            raise _refusal(blocked)
         return addresses
 
     # -- connecting --------------------------------------------------------------------------------
@@ -320,6 +245,13 @@ class Dialer:
             raise failure(502, EgressCode.UPSTREAM_PROXY_FAILED, "the upstream proxy sent bytes "
                           "before the tunnel was used", host=host, port=port)
         return stream, raw
+
+
+def _refusal(blocked: Blocked) -> EgressRefusal:
+    refusal = proxy_refusal(EgressCode.DESTINATION_BLOCKED, blocked.reason, host=blocked.host,
+                            port=blocked.port, suggestion=blocked.suggestion)
+    refusal.destination = blocked
+    return refusal
 
 
 class Pool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import h11
@@ -24,6 +24,7 @@ from sbx.domain.egress.proxy.credentials import (
 )
 from sbx.domain.egress.proxy.dialing import Dialer, Pool, Site, Upstream
 from sbx.domain.egress.proxy.messages import head_size, parse_authority
+from sbx.domain.egress.proxy.recorder import Traffic, mark_start
 from sbx.domain.egress.proxy.refusals import (
     EgressRefusal,
     clean,
@@ -50,9 +51,71 @@ class Forwarder:
                        site: Site | None, pool: Pool) -> bool:
         """Judge, forward and answer one request (``site``: the intercepted CONNECT's; None
         for absolute-form plain HTTP); True when the client connection may carry another."""
-        limits = self.ctx.limits
+        started = mark_start()
         method = request.method.decode("ascii").upper()
         target = request.target.decode("ascii", "replace")
+        self._check_head(request, site, method)
+        site, raw_path, query = self._locate(site, method, target, request.headers)
+        host, port = site.host, site.port
+        shown_path = raw_path
+        decision = self._authorize(site, method, raw_path, request.headers)
+        path = decision.path if decision.path is not None else raw_path
+        creds = self.credentials
+        try:
+            token_for = creds.oauth.token_endpoint(self.ctx.phase, host, port, raw_path)
+        except oauth_intercept.AmbiguousEndpoint as error:
+            raise self._ambiguous(error, site, method, raw_path) from None
+        traffic = Traffic()
+
+        def record(injected: Sequence[str]) -> None:
+            self.ctx.recorder.request(
+                scheme=site.scheme, host=host, port=port, method=method, path=shown_path,
+                rule=decision.deciding, code=decision.code, credentials=injected,
+                traffic=traffic, started=started)
+
+        if token_for is not None:
+            keep = await self.tokens.answer(conn, client, request, site, pool, token_for,
+                                            method, path, query)
+            record([token_for.service])
+            return keep
+        inject_values = creds.for_request(site, method, shown_path)
+        request_headers = creds.oauth_headers(site, method, shown_path, request.headers)
+        injected = self._injected(site, inject_values, request.headers, request_headers)
+        needles = creds.mask_needles(inject_values) if inject_values else []
+        needles += creds.oauth_needles(site)
+        forward_target = path + (("?" + query) if query is not None else "")
+        headers = creds.outbound_headers(request_headers, inject_values, masking=bool(needles))
+        upstream = await pool.get(site, method, shown_path)
+        if upstream.absolute_form:
+            forward_target = f"http://{site.authority}{forward_target}"
+            chained = self.dialer.upstream
+            if chained is not None and chained.authorization is not None:
+                headers.append((b"proxy-authorization", chained.authorization))
+        if conn.they_are_waiting_for_100_continue:
+            await client.write(conn.send(h11.InformationalResponse(status_code=100,
+                                                                   headers=[])) or b"")
+        masker = Masker(needles) if needles else None
+        try:
+            await self._forward(conn, client, upstream, method, forward_target, headers, masker,
+                                traffic)
+        except EgressRefusal:
+            raise
+        except (ConnectionError, OSError, TimeoutError, ssl.SSLError, h11.ProtocolError) as error:
+            pool.drop(upstream)
+            if conn.our_state is h11.SEND_RESPONSE:
+                raise failure(502, EgressCode.UPSTREAM_FAILED, f"the origin {host}:{port} "
+                              f"failed: {clean(type(error).__name__ + ': ' + str(error), 300)}",
+                              host=host, port=port, method=method, path=shown_path,
+                              scheme=site.scheme) from None
+            record(injected)  # the answer had begun: allowed, and cut short
+            raise
+        record(injected)
+        pool.release(upstream)
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    def _check_head(self, request: h11.Request, site: Site | None, method: str) -> None:
+        """Refuse a request head over the bounds, or framed two ways."""
+        limits = self.ctx.limits
         scheme = site.scheme if site is not None else "http"
         at_host, at_port = (site.host, site.port) if site is not None else ("-", 0)
         if len(request.target) > limits.max_target_bytes:
@@ -70,49 +133,17 @@ class Forwarder:
             raise failure(400, EgressCode.AMBIGUOUS_FRAMING, "the request has both "
                           "Transfer-Encoding and Content-Length",
                           host=at_host, port=at_port, method=method, scheme=scheme)
-        site, raw_path, query = self._locate(site, method, target, request.headers)
-        host, port = site.host, site.port
-        shown_path = raw_path
-        decision = self._authorize(site, method, raw_path, request.headers)
-        path = decision.path if decision.path is not None else raw_path
-        creds = self.credentials
-        try:
-            token_for = creds.oauth.token_endpoint(self.ctx.phase, host, port, raw_path)
-        except oauth_intercept.AmbiguousEndpoint as error:
-            raise self._ambiguous(error, site, method, raw_path) from None
-        if token_for is not None:
-            return await self.tokens.answer(conn, client, request, site, pool, token_for,
-                                            method, path, query)
-        inject_values = creds.for_request(site, method, shown_path)
-        request_headers = creds.oauth_headers(site, method, shown_path, request.headers)
-        needles = creds.mask_needles(inject_values) if inject_values else []
-        needles += creds.oauth_needles(site)
-        forward_target = path + (("?" + query) if query is not None else "")
-        headers = creds.outbound_headers(request_headers, inject_values, masking=bool(needles))
-        upstream = await pool.get(site, method, shown_path)
-        if upstream.absolute_form:
-            forward_target = f"http://{site.authority}{forward_target}"
-            chained = self.dialer.upstream
-            if chained is not None and chained.authorization is not None:
-                headers.append((b"proxy-authorization", chained.authorization))
-        if conn.they_are_waiting_for_100_continue:
-            await client.write(conn.send(h11.InformationalResponse(status_code=100,
-                                                                   headers=[])) or b"")
-        masker = Masker(needles) if needles else None
-        try:
-            await self._forward(conn, client, upstream, method, forward_target, headers, masker)
-        except EgressRefusal:
-            raise
-        except (ConnectionError, OSError, TimeoutError, ssl.SSLError, h11.ProtocolError) as error:
-            pool.drop(upstream)
-            if conn.our_state is h11.SEND_RESPONSE:
-                raise failure(502, EgressCode.UPSTREAM_FAILED, f"the origin {host}:{port} "
-                              f"failed: {clean(type(error).__name__ + ': ' + str(error), 300)}",
-                              host=host, port=port, method=method, path=shown_path,
-                              scheme=site.scheme) from None
-            raise
-        pool.release(upstream)
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    def _injected(self, site: Site, injections: Sequence[Any],
+                  sent: Sequence[tuple[bytes, bytes]] | Any,
+                  forwarded: Sequence[tuple[bytes, bytes]]) -> list[str]:
+        """The services whose credential this request carries out (names only, for the log):
+        the injected ones, and the OAuth service whose access sentinel was swapped."""
+        services = [i.service for i in injections]
+        resource = self.credentials.oauth.resource(self.ctx.phase, site.host, site.port)
+        if resource is not None and list(forwarded) != list(sent):
+            services.append(resource.service)
+        return services
 
     @staticmethod
     def _ambiguous(error: oauth_intercept.AmbiguousEndpoint, site: Site, method: str,
@@ -212,7 +243,7 @@ class Forwarder:
 
     async def _forward(self, conn: h11.Connection, client: Stream, upstream: Upstream,
                        method: str, target: str, headers: list[tuple[bytes, bytes]],
-                       masker: Masker | None) -> None:
+                       masker: Masker | None, traffic: Traffic) -> None:
         up = upstream.conn
         if not any(name == b"host" for name, _ in headers):
             headers.insert(0, (b"host", upstream.site.authority.encode("ascii")))
@@ -223,6 +254,7 @@ class Forwarder:
         while True:  # the request body
             event = await next_event(conn, client, idle)
             if isinstance(event, h11.Data):
+                traffic.up += len(event.data)
                 await upstream.stream.write(up.send(event) or b"")
             elif isinstance(event, h11.EndOfMessage):
                 await upstream.stream.write(up.send(h11.EndOfMessage()) or b"")
@@ -243,6 +275,7 @@ class Forwarder:
                 if len(event.headers) > limits.max_headers \
                         or head_size(event) > limits.max_head_bytes:
                     raise h11.RemoteProtocolError("the origin sent too large a response head")
+                traffic.status = event.status_code
                 decoder = masking_decoder(event, method, upstream.site) if masker else None
                 await client.write(conn.send(h11.Response(
                     status_code=event.status_code, reason=event.reason,
@@ -254,6 +287,7 @@ class Forwarder:
         while True:  # the response body
             event = await next_event(up, upstream.stream, idle)
             if isinstance(event, h11.Data):
+                traffic.down += len(event.data)
                 await self._send_body(conn, client, bytes(event.data), decoder, masker)
             elif isinstance(event, h11.EndOfMessage):
                 await self._send_body(conn, client, None, decoder, masker)

@@ -172,8 +172,12 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
 
     for note in notes:
         report(note)
-    proxy = EgressProxy(config, server_context=ca.ssl_context_for, secrets=secrets,
-                        stderr=report, client_token=token)
+    try:
+        proxy = EgressProxy(config, server_context=ca.ssl_context_for, secrets=secrets,
+                            stderr=report, client_token=token)
+    except SbxError as error:
+        report(str(error))
+        return 1
 
     def reload() -> None:
         fresh = load_secrets(config, report, provided=provided)

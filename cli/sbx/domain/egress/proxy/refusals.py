@@ -12,11 +12,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sbx.base.reasons import Reason
-from sbx.domain.egress import proxyauth
-from sbx.domain.egress.policy import Decision, describe_rule
+from sbx.base.reasons import DETAILS, Reason
+from sbx.domain.egress import fixes, proxyauth
+from sbx.domain.egress.destination import Blocked
+from sbx.domain.egress.policy import Decision, describe_rule, rule_where
 from sbx.domain.egress.proxy.context import ProxyContext
 from sbx.domain.egress.proxy.streams import Stream, flush
+from sbx.domain.kits.compose import Rule
 from sbx.seams import audit
 
 SBX_REASON: Final = "X-Sbx-Reason"
@@ -44,6 +46,10 @@ class EgressRefusal(Exception):
     audited: bool = True
     client: str | None = None  # the client's address, on refusals of the client itself
     explain: str | None = None  # the explain command, when not the request's decision
+    deciding: Rule | None = None  # the policy rule the refusal rests on, if one does
+    destination: Blocked | None = None  # destination_blocked: what was refused and why
+    fix: fixes.Fix | None = None  # the fix to paste (made by the Refuser, which knows the run)
+    failed: bool = False  # not a decision: the proxy could not carry it (a 5xx, a 4xx)
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.reason}"
@@ -52,7 +58,10 @@ class EgressRefusal(Exception):
 def refusal_for(decision: Decision, *, host: str, port: int, scheme: str) -> EgressRefusal:
     """The refusal of a request the policy denied."""
     rule = decision.deciding
-    if rule is not None:
+    if rule is not None and rule.user_rule:
+        rule_id = describe_rule(rule)
+        text = f"{rule_where(rule)}: {rule.host}"
+    elif rule is not None:
         rule_id = describe_rule(rule)
         text = (f"{rule_id} (kit {rule.kit}, capability {rule.index}, phase {rule.phase}, "
                 f"{rule.action})")
@@ -62,7 +71,7 @@ def refusal_for(decision: Decision, *, host: str, port: int, scheme: str) -> Egr
         rule_id, text = decision.code.replace("_", "-"), f"no rule decided ({decision.code})"
     return EgressRefusal(403, decision.code, decision.reason, decision.host or host, port,
                          decision.request.method, decision.request.path, scheme, rule_id, text,
-                         decision.suggestion)
+                         decision.suggestion, deciding=rule)
 
 
 def proxy_refusal(code: str, reason: str, *, host: str, port: int, method: str | None = None,
@@ -97,11 +106,13 @@ def client_refusal(code: str, *, client: str, host: str = "-", port: int = 0,
 def failure(status: int, code: str, reason: str, *, host: str = "-", port: int = 0,
             method: str | None = None, path: str | None = None, scheme: str = "https",
             sbx_reason: str = Reason.PROXY_FAILED) -> EgressRefusal:
-    """Not a policy decision: the proxy could not carry the request (never a bypass)."""
+    """Not a policy decision: the proxy could not carry the request (never a bypass). The
+    5xx ones (DNS, connect, TLS, the upstream) are audited as ``egress_failed``; a 4xx is the
+    client's malformed request, possibly before it was admitted, and is only logged."""
     return EgressRefusal(status, code, reason, host, port, method, path, scheme,
                          code.replace("_", "-"),
                          f"none: the proxy could not carry it ({code})", None, sbx_reason,
-                         audited=False)
+                         audited=status >= 500, explain=f"sbx explain {code}", failed=True)
 
 
 def _url(scheme: str, host: str, port: int, path: str | None) -> str:
@@ -146,8 +157,10 @@ def refusal_body(refusal: EgressRefusal, explain_command: str) -> str:
         f"rule: {refusal.rule_text}",
         f"reason: {refusal.reason}",
     ]
-    if refusal.suggestion:
-        lines.append(f"fix: {refusal.suggestion}")
+    fix_lines = fixes.body_lines(refusal.fix, refusal.suggestion)
+    if not fix_lines and refusal.code in DETAILS:
+        fix_lines = [f"fix: {DETAILS[refusal.code].fix}"]
+    lines.extend(fix_lines)
     lines.append(f"explain: {explain_line(explain_command, refusal)}")
     return "\n".join(clean(line) for line in lines) + "\n"
 
@@ -184,13 +197,30 @@ class Refuser:
         self._client_audited = 0
 
     async def refuse(self, stream: Stream, refusal: EgressRefusal) -> None:
-        self.audit(refusal)
+        self.audit(refusal)  # makes its fix too, for the body
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 await stream.write(refusal_response(refusal, self.ctx.explain_command))
                 await flush(stream)
 
+    def fix(self, refusal: EgressRefusal) -> fixes.Fix | None:
+        """The narrowest fix of a refusal, for this run's sandbox and phase."""
+        config = self.ctx.config
+        return fixes.for_refusal(
+            code=str(refusal.code), host=refusal.host, port=refusal.port,
+            scheme=refusal.scheme, method=refusal.method, path=refusal.path,
+            phase=self.ctx.phase, sandbox=config.sandbox, deciding=refusal.deciding,
+            destination=refusal.destination, network=self.ctx.network,
+            kit_files=config.kit_files)
+
     def audit(self, refusal: EgressRefusal) -> None:
+        """Log the refusal (the request log) and audit it (the audit log), within budgets."""
+        if refusal.client is not None and refusal.code == proxyauth.PEER \
+                and self._client_audited >= CLIENT_AUDIT_LIMIT:
+            return  # an outsider flooding: neither log nor audit keeps more of it
+        if refusal.fix is None and refusal.client is None:
+            refusal.fix = self.fix(refusal)
+        self.ctx.recorder.refusal(refusal)
         if not refusal.audited:
             return
         if refusal.client is not None:
@@ -209,11 +239,18 @@ class Refuser:
             "code": refusal.code, "phase": self.ctx.phase, "status": refusal.status}
         if refusal.client is not None:
             details["client"] = refusal.client
+        if config_sandbox := self.ctx.config.sandbox:
+            details["sandbox"] = config_sandbox
+        if refusal.fix is not None:
+            details["fix"] = refusal.fix.as_dict()
+        if refusal.suggestion:
+            details["suggestion"] = refusal.suggestion
         if last:
             details["last"] = "audit limit reached: later refusals are not recorded"
         config = self.ctx.config
+        event = audit.EGRESS_FAILED if refusal.failed else audit.EGRESS_DENIED
         try:
-            audit.record_at(config.audit_log, audit.EGRESS_DENIED, run_id=config.run_id,
+            audit.record_at(config.audit_log, event, run_id=config.run_id,
                             severity="warning", details=details)
         except OSError as error:
             self.ctx.stderr(f"cannot write the audit log: {error.strerror}")

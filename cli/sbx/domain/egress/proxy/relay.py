@@ -29,6 +29,7 @@ from sbx.base.reasons import EgressCode
 from sbx.domain.egress import clienthello
 from sbx.domain.egress.policy import normalize_host
 from sbx.domain.egress.proxy.context import ProxyContext
+from sbx.domain.egress.proxy.recorder import Traffic
 from sbx.domain.egress.proxy.refusals import EgressRefusal, Refuser, clean, proxy_refusal
 from sbx.domain.egress.proxy.streams import READ_SIZE, WRITE_HIGH_WATER, Stream, TcpStream
 
@@ -114,21 +115,23 @@ class Tunnel:
         self.use_splice = wanted and splice_available()
 
     async def run(self, client: TcpStream, upstream: Stream, host: str, port: int,
-                  initial: bytes) -> None:
+                  initial: bytes, traffic: Traffic | None = None) -> None:
         """The tunnel, from the client's first bytes (``initial``: what came with the CONNECT)
-        to its end."""
-        first = await self.hold_first_bytes(client, upstream, host, port, initial)
+        to its end; ``traffic`` counts the bytes each way (for the request log)."""
+        counted = traffic if traffic is not None else Traffic()
+        first = await self.hold_first_bytes(client, upstream, host, port, initial, counted)
         if first is None:
             return
+        counted.up += len(first)
         if not isinstance(upstream, TcpStream):
-            await self._pump(client, upstream, first)
+            await self._pump(client, upstream, first, counted)
         elif self.use_splice:
-            await self._splice(client, upstream, first)
+            await self._splice(client, upstream, first, counted)
         else:
-            await self._relay(client, upstream, first)
+            await self._relay(client, upstream, first, counted)
 
     async def hold_first_bytes(self, client: TcpStream, upstream: Stream, host: str, port: int,
-                               initial: bytes) -> bytes | None:
+                               initial: bytes, traffic: Traffic | None = None) -> bytes | None:
         """The client's first bytes into a raw tunnel, once judged by :func:`judge_first`;
         meanwhile the upstream's bytes flow to the client (server-first protocols). None when
         the tunnel ended first, or was refused (a TLS alert to the client, the refusal
@@ -142,6 +145,8 @@ class Tunnel:
                     if judge_first(buffered, host, port):
                         return buffered
                 except EgressRefusal as refusal:
+                    if traffic is not None:
+                        traffic.refused = True
                     self.refuser.audit(refusal)
                     with contextlib.suppress(ConnectionError, OSError):
                         await client.write(clienthello.alert(_ALERTS.get(
@@ -178,7 +183,8 @@ class Tunnel:
             if loop.time() - activity[0] > idle:
                 return
 
-    async def _splice(self, client: TcpStream, upstream: TcpStream, initial: bytes) -> None:
+    async def _splice(self, client: TcpStream, upstream: TcpStream, initial: bytes,
+                      traffic: Traffic) -> None:
         """The spliced relay: what asyncio already holds is written first (the judged first
         bytes, anything read past them), both transports are flushed and stop reading, then
         each direction is spliced socket → pipe → socket on duplicates of the sockets (the
@@ -214,12 +220,18 @@ class Tunnel:
                 direction.start()
             await self._wait(done, activity)
         finally:
+            if len(directions) == 2:
+                traffic.up += directions[0].moved
+                traffic.down += directions[1].moved
+            traffic.down += len(to_client)
+            traffic.up += len(to_upstream) - len(initial)
             for direction in directions:
                 direction.close()
             for sock in socks:
                 sock.close()
 
-    async def _relay(self, client: TcpStream, upstream: TcpStream, initial: bytes) -> None:
+    async def _relay(self, client: TcpStream, upstream: TcpStream, initial: bytes,
+                     traffic: Traffic) -> None:
         """The default relay: the transports are handed to :class:`_Relay` protocols, so
         each chunk the kernel hands over is written straight to the other socket (no stream
         buffer, no task switch)."""
@@ -246,23 +258,32 @@ class Tunnel:
             left.write(pending_upstream)
         left.resume_reading()
         right.resume_reading()
-        await self._wait(done, activity)
+        try:
+            await self._wait(done, activity)
+        finally:
+            traffic.up += to_upstream.moved + len(pending_client) - len(initial)
+            traffic.down += to_client.moved + len(pending_upstream)
 
-    async def _pump(self, client: TcpStream, upstream: Stream, initial: bytes) -> None:
+    async def _pump(self, client: TcpStream, upstream: Stream, initial: bytes,
+                    traffic: Traffic) -> None:
         """A tunnel inside TLS to an https:// upstream proxy: copied chunk by chunk; it ends
         when either side ends (TLS has no half-close) or after ``idle_timeout`` of silence."""
         loop = asyncio.get_running_loop()
         activity = [loop.time()]
+        moved = [0, 0]  # up, down
 
-        async def copy(src: Stream, dst: Stream, first: bytes) -> None:
+        async def copy(src: Stream, dst: Stream, first: bytes, way: int) -> None:
             if first:
                 await dst.write(first)
+                moved[way] += len(first)
             while data := await src.read(READ_SIZE):
                 activity[0] = loop.time()
+                moved[way] += len(data)
                 await dst.write(data)
 
-        tasks = [asyncio.create_task(copy(client, upstream, initial + client.take_buffered())),
-                 asyncio.create_task(copy(upstream, client, b""))]
+        buffered = client.take_buffered()
+        tasks = [asyncio.create_task(copy(client, upstream, initial + buffered, 0)),
+                 asyncio.create_task(copy(upstream, client, b"", 1))]
         idle = self.ctx.limits.idle_timeout
         try:
             while True:
@@ -274,6 +295,8 @@ class Tunnel:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            traffic.up += moved[0] - len(initial)
+            traffic.down += moved[1]
 
 
 async def _copy(src: Stream, dst: TcpStream) -> None:
@@ -307,6 +330,7 @@ class _Splice:
             self.chunk = 64 * 1024
         self.flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
         self.pending = 0  # bytes in the pipe
+        self.moved = 0  # bytes spliced to dst
         self.eof = False
         self.finished = False
         self._reading = self._writing = False
@@ -356,6 +380,7 @@ class _Splice:
                 self._fail()
                 return
             self.pending -= moved
+            self.moved += moved
         self._want_write(False)
         if not self.eof:
             self._want_read(True)
@@ -395,6 +420,7 @@ class _Relay(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.partner: _Relay | None = None
         self.eof = False
+        self.moved = 0  # bytes received from this side (written to the other)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if isinstance(transport, asyncio.Transport):
@@ -403,6 +429,7 @@ class _Relay(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.activity[0] = asyncio.get_running_loop().time()
+        self.moved += len(data)
         out = self.out
         if isinstance(out, asyncio.WriteTransport) and not out.is_closing():
             out.write(data)

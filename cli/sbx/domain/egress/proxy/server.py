@@ -17,10 +17,13 @@ from sbx.domain.egress.proxy.credentials import ProxyCredentials
 from sbx.domain.egress.proxy.dialing import Dialer, Resolver
 from sbx.domain.egress.proxy.exchange import Forwarder
 from sbx.domain.egress.proxy.intercept import Interceptor
+from sbx.domain.egress.proxy.recorder import Recorder
 from sbx.domain.egress.proxy.refusals import Refuser
 from sbx.domain.egress.proxy.relay import Tunnel
 from sbx.domain.egress.proxy.streams import READ_SIZE
+from sbx.domain.egress.proxy.userrules import UserRules
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
+from sbx.domain.egress.requestlog import JsonlSink, NullSink
 from sbx.domain.kits.compose import Network, Phase
 
 
@@ -49,6 +52,13 @@ class EgressProxy:
         self.credentials = ProxyCredentials(ctx, secrets)
         ctx.stderr = self.credentials.redactor(report)  # real OAuth tokens never reach stderr
         self.credentials.load_oauth()
+        if config.user_policy is not None:
+            ctx.rules = UserRules(config.user_policy, config.network, config.sandbox,
+                                  ctx.stderr)
+        sink = NullSink() if config.request_log is None else JsonlSink(
+            config.request_log, segment_bytes=config.limits.log_segment_bytes,
+            segments=config.limits.log_segments, report=ctx.stderr)
+        ctx.recorder = Recorder(ctx, sink, self._never_logged)
         refuser = Refuser(ctx)
         dialer = Dialer(ctx, resolver=resolver)
         forwarder = Forwarder(ctx, self.credentials, dialer)
@@ -61,6 +71,13 @@ class EgressProxy:
         self._server: asyncio.Server | None = None
         self._stopping = asyncio.Event()
         self.port = 0
+
+    def _never_logged(self) -> list[str]:
+        """What no record may hold: secret values, sentinels, the OAuth tokens seen."""
+        credentials = self.credentials
+        return [*credentials.secrets.values(),
+                *(s.decode("utf-8", "replace") for s in credentials.sentinels),
+                *credentials.oauth_seen]
 
     @property
     def phase(self) -> Phase:
@@ -126,6 +143,7 @@ class EgressProxy:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with asyncio.timeout(self.limits.shutdown_timeout):
                     await self._server.wait_closed()
+        self.ctx.recorder.sink.close()
 
     def _write_phase_file(self) -> None:
         path = self.config.phase_file
