@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition, Credential, Origin
     from sbx.domain.kits.surface import Surface, Widening
 
+# AccountId is sbx's own (not in KIT-SPEC-V3): the account the login belongs to, an identifier
+# some agents need beside the token (Codex's tokens.account_id), never a credential.
 CREDENTIAL_PLACEHOLDERS: Final = frozenset({"AccessToken", "RefreshToken", "ExpiresAt", "Scopes",
-                                            "PrimaryApiKey"})
+                                            "PrimaryApiKey", "AccountId"})
 _TEMPLATE: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
 
 
