@@ -14,7 +14,10 @@ token the sandbox makes up is refused with 403 ``credential_not_issued``.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +40,7 @@ from tests.support.agent_logins import (
 from tests.support.origin import Internet
 from tests.support.sbxproc import run_sbx
 
-from .test_agents import AGENTS, RUN_TIMEOUT_S, SCRIPT, agent_versions  # noqa: F401
+from .test_agents import AGENTS, RUN_TIMEOUT_S, SBX, SCRIPT, agent_versions  # noqa: F401
 
 pytestmark = pytest.mark.docker
 
@@ -45,7 +48,6 @@ INITIAL_ACCESS = "real-access-token-0-initial-0123456789"
 INITIAL_REFRESH = "real-refresh-token-0-initial-0123456789"
 REPLACED = "real-access-token-0-replaced-0123456789"  # what the provider accepts at first
 REAL = ("real-access-token-", "real-refresh-token-")
-ACCOUNT = "acct-sbx-test"  # the ChatGPT account of openai_id_token()
 
 
 @dataclass(frozen=True)
@@ -123,20 +125,109 @@ def _store_expired_login(home: Path, service: str) -> None:
     an hour ago (a login from yesterday)."""
     OAuthStore(home).set(service, Tokens(INITIAL_ACCESS, INITIAL_REFRESH,
                                          time.time() - 3600, ("user:inference",),
-                                         source="test", account=ACCOUNT))
+                                         source="test").with_identity(openai_id_token()))
 
 
+def _run(login: Login, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    done = run_sbx(["run", str(login.directory), "--arg", "source=staged", "--timeout", "240",
+                    "--", *argv], env=env, timeout=RUN_TIMEOUT_S)
+    return done.returncode, done.stdout.decode(errors="replace"), \
+        done.stderr.decode(errors="replace")
+
+
+def _no_sentinel_or_secret_left_the_boundary(login: Login, internet: Internet,
+                                            *outputs: str) -> None:
+    for request in internet.origin.requests():
+        text = json.dumps(request.headers) + request.body.decode("utf-8", "replace")
+        assert login.sentinel not in text, (request.method, request.path)
+        assert "sbx-proxy-managed" not in text and "sbx-oauth-" not in text, request.path
+    for output in outputs:
+        assert not any(prefix in output for prefix in REAL), output[-2000:]
+
+
+@pytest.mark.usefixtures("agent_versions")
 @pytest.mark.parametrize("login", ALL)
 def test_client_starts_logged_in_refreshes_host_side_and_calls_with_the_real_token(
-        login: Login, agent_versions: dict[str, str], provider: Provider, internet: Internet,
-        state_home: Path, tmp_path: Path) -> None:
+        login: Login, provider: Provider, internet: Internet, state_home: Path,
+        tmp_path: Path) -> None:
     _store_expired_login(state_home, login.service)
     env = _env(state_home, internet.sbx_config(tmp_path / "config.toml"))
-    done = run_sbx(["run", str(login.directory), "--arg", "source=staged", "--timeout", "240",
-                    "--", *login.one_shot, "Say hello."], env=env, timeout=RUN_TIMEOUT_S)
-    out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
-    seen = [(r.method, r.header("host"), r.path, r.header("authorization"))
-            for r in internet.origin.requests()]
-    Path("/tmp/b25-debug.txt").write_text(err + "\n" + "\n".join(map(str, seen)))
-    assert done.returncode == 0, (err[-3000:], seen)
-    assert SCRIPT.reply in out, (out, seen)
+    code, out, err = _run(login, env, *login.one_shot, "Say hello.")
+    assert code == 0, err[-3000:]
+    assert SCRIPT.reply in out
+    server = provider.server
+    # The client refreshed as it does (its own client id and body format); the proxy sent
+    # the real refresh token the host held, never the sentinel.
+    [refresh] = [r for r in server.requests if server.form(r).get("grant_type")
+                 == "refresh_token"]
+    fields = server.form(refresh)
+    assert fields["refresh_token"] == INITIAL_REFRESH
+    assert fields.get("client_id") == login.client_id
+    assert ("json" in (refresh.header("content-type") or "")) is not login.form
+    # The provider rotated both tokens; the host's store holds the new ones.
+    stored = OAuthStore(state_home).get(login.service)
+    assert stored is not None and stored.access_token == server.state.access_token
+    assert stored.refresh_token == server.state.refresh_token != INITIAL_REFRESH
+    assert stored.refreshes == 1 and stored.expires_at is not None \
+        and stored.expires_at > time.time()
+    # Every call the API let through carried the new real token; the model was asked.
+    assert provider.api.model_requests()
+    assert {r.header("authorization") for r in provider.api.inner.recorded()} == \
+        {f"Bearer {server.state.access_token}"}
+    _no_sentinel_or_secret_left_the_boundary(login, internet, out, err)
+    listed = subprocess.run([SBX, "secret", "ls"], env=env, capture_output=True, text=True,
+                            timeout=60, check=False, stdin=subprocess.DEVNULL)
+    assert listed.returncode == 0, listed.stderr
+    assert f"oauth {login.service}: access " in listed.stdout
+    assert "refreshed 1x by sbx" in listed.stdout, listed.stdout
+    assert not any(prefix in listed.stdout for prefix in REAL)
+
+
+# Inside the sandbox: the credential file and the mode, then every process's environment and
+# every file searched for a real token, and a bearer token the sandbox made up sent to the API.
+PROBE = r"""
+cf="$HOME/CREDENTIAL_FILE"
+echo "mode=$(env | grep -c '^SBX_CRED_.*_MODE=oauth$')"
+echo "keyvar=$(env | grep -c -E '^(ANTHROPIC|OPENAI|GEMINI)_API_KEY=')"
+echo "file=$(base64 -w0 "$cf")"
+echo "environ_hits=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c real-)"
+echo "file_hits=$(grep -rlsF -e real-access-token- -e real-refresh-token- / \
+  --exclude-dir=proc --exclude-dir=sys 2>/dev/null | wc -l)"
+curl -sS -m 30 -o /tmp/madeup -D /tmp/madeup.h -w 'madeup_code=%{http_code}\n' \
+  -H 'Authorization: Bearer made-up-bearer-token-4242' -X POST -d '{}' URL
+echo "madeup_reason=$(tr -d '\r' < /tmp/madeup.h | sed -n 's/^[Xx]-[Ss]bx-[Rr]eason: //p')"
+"""
+RESOURCE = {"claude-code": "https://api.anthropic.com/v1/messages",
+            "codex": "https://chatgpt.com/backend-api/codex/responses",
+            "gemini-cli": "https://cloudcode-pa.googleapis.com/v1internal:generateContent"}
+
+
+@pytest.mark.usefixtures("agent_versions")
+@pytest.mark.parametrize("login", ALL)
+def test_sandbox_holds_only_sentinels_and_an_invented_token_is_refused(
+        login: Login, provider: Provider, internet: Internet, state_home: Path,
+        tmp_path: Path) -> None:
+    _store_expired_login(state_home, login.service)
+    env = _env(state_home, internet.sbx_config(tmp_path / "config.toml"))
+    script = PROBE.replace("CREDENTIAL_FILE", login.credential_file).replace(
+        "URL", RESOURCE[login.kit])
+    code, out, err = _run(login, env, "bash", "-c", script)
+    assert code == 0, err[-3000:]
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert values["mode"] == "1" and values["keyvar"] == "0"  # the login wins over the key
+    rendered = base64.b64decode(values["file"]).decode()
+    assert login.sentinel in rendered and "real-" not in rendered
+    assert (values["environ_hits"], values["file_hits"]) == ("0", "0")
+    assert values["madeup_code"] == "403"
+    assert values["madeup_reason"] == "credential_not_issued"
+    assert not any("made-up-bearer" in json.dumps(r.headers)
+                   for r in internet.origin.requests())
+    if login is CODEX:
+        # Who the user is, without the signature that made the id_token a credential.
+        tokens = json.loads(rendered)["tokens"]
+        assert tokens["account_id"] == "acct-sbx-test"
+        header, claims, signature = tokens["id_token"].split(".")
+        assert json.loads(base64.urlsafe_b64decode(header + "==")) == {
+            "alg": "none", "typ": "JWT"}
+        assert signature != openai_id_token().split(".")[2]
+        assert claims == openai_id_token().split(".")[1]

@@ -66,7 +66,7 @@ KNOWN_SHAPES: Final[tuple[tuple[str, Any], ...]] = (
         "expiresAt": "{{.ExpiresAt}}", "scopes": "{{.Scopes}}"}}),
     ("Codex ~/.codex/auth.json", {"tokens": {
         "access_token": "{{.AccessToken}}", "refresh_token": "{{.RefreshToken}}",
-        "account_id": "{{.AccountId}}"}}),
+        "account_id": "{{.AccountId}}", "id_token": "{{.IdToken}}"}}),
 )
 
 
@@ -186,6 +186,7 @@ class Tokens:
     refreshes: int = 0  # refreshes sbx made at the boundary since that login
     refreshed_at: float | None = None  # unix seconds of the last one
     account: str | None = None  # the account the login is of (an identifier, not a secret)
+    identity: str | None = field(default=None, repr=False)  # its id_token, signature removed
 
     def __post_init__(self) -> None:
         for name, value in (("access token", self.access_token),
@@ -199,7 +200,7 @@ class Tokens:
                 "expires_at": self.expires_at, "scopes": list(self.scopes),
                 "token_type": self.token_type, "source": self.source,
                 "refreshes": self.refreshes, "refreshed_at": self.refreshed_at,
-                "account": self.account}
+                "account": self.account, "identity": self.identity}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tokens:
@@ -226,10 +227,14 @@ class Tokens:
                    tuple(scopes), str(data.get("token_type") or "Bearer"),
                    str(data.get("source") or ""), refreshes,
                    float(refreshed_at) if refreshed_at is not None else None,
-                   _account(account))
+                   _account(account), unsigned_id_token(data.get("identity")))
 
-    def with_account(self, account: Any) -> Tokens:
-        return dataclasses.replace(self, account=_account(account) or self.account)
+    def with_identity(self, id_token: Any, account: Any = None) -> Tokens:
+        """With the login's identity: its id_token without signature, and the account it
+        names (or ``account``, as an agent's file records it)."""
+        identity = unsigned_id_token(id_token) or self.identity
+        return dataclasses.replace(self, identity=identity, account=_account(account)
+                                   or account_from_id_token(identity) or self.account)
 
     def secrets(self) -> list[str]:
         return [t for t in (self.access_token, self.refresh_token) if t]
@@ -253,19 +258,40 @@ def _account(value: Any) -> str | None:
         and _TOKEN_CHARS.fullmatch(value) else None
 
 
-def account_from_id_token(id_token: Any) -> str | None:
-    """The ChatGPT account an OpenAI ``id_token`` names (its unverified claims: only an
-    identifier, written where Codex keeps it; nothing is trusted because of it)."""
+# A JWT header that names no algorithm and a signature that verifies nothing: what is left of
+# an id_token once its signature is gone (the signature is what makes it a credential).
+UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0"  # {"alg":"none","typ":"JWT"}
+UNSIGNED_SIGNATURE: Final = "c2J4"
+WITHHELD_ID_TOKEN: Final = f"{UNSIGNED_HEADER}.eyJzYngiOiJ3aXRoaGVsZCJ9.{UNSIGNED_SIGNATURE}"
+
+
+def _claims(token: Any) -> dict[str, Any] | None:
     import base64
 
-    if not isinstance(id_token, str) or id_token.count(".") != 2:
+    if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
         return None
-    payload = id_token.split(".")[1]
+    payload = token.split(".")[1]
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except (ValueError, TypeError):
         return None
-    auth = claims.get("https://api.openai.com/auth") if isinstance(claims, Mapping) else None
+    return claims if isinstance(claims, dict) else None
+
+
+def unsigned_id_token(id_token: Any) -> str | None:
+    """An OpenID ``id_token`` with its signature removed: the same claims (who the user is,
+    which an agent such as Codex reads and compares across refreshes), no longer a token any
+    verifier accepts. None when it is not a JWT with a JSON object of claims."""
+    if _claims(id_token) is None:
+        return None
+    return f"{UNSIGNED_HEADER}.{str(id_token).split('.')[1]}.{UNSIGNED_SIGNATURE}"
+
+
+def account_from_id_token(id_token: Any) -> str | None:
+    """The ChatGPT account an OpenAI ``id_token`` names (its unverified claims: only an
+    identifier, written where Codex keeps it; nothing is trusted because of it)."""
+    claims = _claims(id_token)
+    auth = claims.get("https://api.openai.com/auth") if claims else None
     return _account(auth.get("chatgpt_account_id")) if isinstance(auth, Mapping) else None
 
 
@@ -398,13 +424,14 @@ def tokens_from_response(data: Mapping[str, Any], *, config: OAuthConfig | None 
     scopes = tuple(scope.split()) if isinstance(scope, str) else (
         previous.scopes if previous else ())
     token_type = data.get("token_type")
-    return Tokens(access, refresh, expires_at, scopes,
-                  token_type if isinstance(token_type, str) and token_type else "Bearer",
-                  source=previous.source if previous else "",
-                  refreshes=previous.refreshes + 1 if previous else 0,
-                  refreshed_at=now if previous else None,
-                  account=account_from_id_token(data.get("id_token"))
-                  or (previous.account if previous else None))
+    tokens = Tokens(access, refresh, expires_at, scopes,
+                    token_type if isinstance(token_type, str) and token_type else "Bearer",
+                    source=previous.source if previous else "",
+                    refreshes=previous.refreshes + 1 if previous else 0,
+                    refreshed_at=now if previous else None,
+                    account=previous.account if previous else None,
+                    identity=previous.identity if previous else None)
+    return tokens.with_identity(data.get("id_token"))
 
 
 def parse_login(text: str, *, structure: Any = None, now: float | None = None) -> Tokens:
@@ -472,7 +499,7 @@ def _tokens_from_found(found: Mapping[str, Any]) -> Tokens:
         _seconds(float(expires)) if isinstance(expires, int | float)
         and not isinstance(expires, bool) else None,
         tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else (),
-        account=_account(found.get("AccountId")))
+    ).with_identity(found.get("IdToken"), found.get("AccountId"))
 
 
 def extract_by_structure(structure: Any, document: Any) -> dict[str, Any]:
@@ -519,6 +546,8 @@ def render_credential_file(config: OAuthConfig, tokens: Tokens | None, *,
         "Scopes": list(tokens.scopes) if tokens is not None else [],
         "PrimaryApiKey": _OMIT,
         "AccountId": tokens.account if tokens is not None and tokens.account else _OMIT,
+        "IdToken": tokens.identity if tokens is not None and tokens.identity
+        else WITHHELD_ID_TOKEN,
     }
 
     def fill(shape: Any) -> Any:
@@ -570,6 +599,8 @@ __all__ = [
     "Mode",
     "OAuthConfig",
     "OAuthStore",
+    "UNSIGNED_HEADER",
+    "WITHHELD_ID_TOKEN",
     "Tokens",
     "account_from_id_token",
     "credential_mode",
@@ -581,4 +612,5 @@ __all__ = [
     "passthrough_refusal",
     "render_credential_file",
     "tokens_from_response",
+    "unsigned_id_token",
 ]

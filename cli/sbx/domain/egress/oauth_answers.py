@@ -8,8 +8,9 @@ as it came (:func:`rewrite_token_answer`):
   either, every value under a token-named key (:func:`token_key`: ``access_token``,
   ``refresh_token``, ``id_token``, ``accessToken``, any ``*token`` or ``*_secret``, and the
   kit's ``responseFields``), at any depth, is replaced: the access field by the access
-  sentinel, the refresh field by the refresh sentinel, an ``id_token`` by a claimless JWT
-  (:data:`WITHHELD_ID_TOKEN`), anything else by :data:`WITHHELD`. A duplicate key, a body
+  sentinel, the refresh field by the refresh sentinel, an ``id_token`` by its claims without
+  its signature (``unsigned_id_token``), anything else by :data:`WITHHELD`. A duplicate
+  key, a body
   that is neither JSON nor a form (HTML, text, a
   bare JSON string) or a body that is not UTF-8 cannot be rewritten with certainty, and the
   whole answer is refused (:class:`UnrewritableAnswer`) — whatever its status, since an
@@ -38,11 +39,6 @@ from sbx.base.errors import SbxError
 from sbx.domain.egress.proxyconfig import OAuthSpec
 
 WITHHELD: Final = "sbx-oauth-withheld"  # what a token field other than access/refresh becomes
-# What an `id_token` becomes: a JWT without claims or signature key, so an OpenID client that
-# decodes it (Codex stores a refresh answer's id_token only if it parses) finds no identity;
-# a placeholder, the opposite of a secret.
-WITHHELD_ID_TOKEN: Final = (
-    "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzYngiOiJ3aXRoaGVsZCJ9.c2J4")  # noqa: S105
 # Headers never passed from a token endpoint (by name, lower-case, or containing one of these).
 DROPPED_HEADERS: Final = frozenset({b"set-cookie", b"set-cookie2"})
 DROPPED_WORDS: Final = (b"token", b"secret", b"session", b"credential", b"authorization",
@@ -215,10 +211,13 @@ def _replace(key: str, value: str, oauth: OAuthSpec, withheld: list[str]) -> str
     if squashed in (_squash(oauth.refresh_field), "refreshtoken"):
         return oauth.refresh_sentinel
     if squashed == "idtoken":
-        return WITHHELD_ID_TOKEN
+        # Its claims without its signature: OpenID clients (Codex compares who the user is
+        # across refreshes) read the same identity, and no verifier accepts it as a token.
+        from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, unsigned_id_token
+
+        return unsigned_id_token(value) or WITHHELD_ID_TOKEN
     return WITHHELD
 
 
-__all__ = ["DROPPED_HEADERS", "REDIRECT_HEADERS", "WITHHELD", "WITHHELD_ID_TOKEN",
-           "RewrittenAnswer",
+__all__ = ["DROPPED_HEADERS", "REDIRECT_HEADERS", "WITHHELD", "RewrittenAnswer",
            "UnrewritableAnswer", "rewrite_token_answer", "token_key"]
