@@ -15,7 +15,9 @@ AGENT_PACKAGES="bash,python3,curl,ca-certificates,git,ripgrep,procps,less,jq,ope
 # NSS tools, and the observer's Xvfb, x11vnc and noVNC; only the paths the agent base lacks, so
 # the overlay adds files and never replaces one of the workload's (sbx refuses collisions).
 BROWSER_TAG="sbx-base/browser-overlay:1"
-BROWSER_PACKAGES="chromium,fonts-liberation,libnss3-tools,xvfb,x11vnc,novnc,python3-websockify,xauth"
+# debootstrap resolves no virtual package: dbus-x11 and python3-cffi-backend provide the two
+# that dconf-service and python3-cryptography (under websockify) depend on.
+BROWSER_PACKAGES="chromium,fonts-liberation,libnss3-tools,xvfb,x11vnc,novnc,python3-websockify,xauth,dbus-x11,python3-cffi-backend"
 force=0
 [ "${1:-}" = "--force" ] && force=1
 

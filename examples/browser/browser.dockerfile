@@ -7,7 +7,7 @@ FROM sbx-base/browser-overlay:1 AS browser
 FROM scratch
 COPY --from=browser / /
 COPY sbx-browser /usr/local/bin/sbx-browser
-COPY browser-proxy.py /usr/local/lib/sbx-browser/browser-proxy.py
+COPY browser-proxy.py observer-gate.py /usr/local/lib/sbx-browser/
 # Where the DevTools are, for agents and their tools (Playwright's connectOverCDP, MCP servers).
 ENV CHROME_CDP_URL=http://127.0.0.1:9222 \
     BROWSER_CDP_URL=http://127.0.0.1:9222

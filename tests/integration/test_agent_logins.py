@@ -26,12 +26,19 @@ import pytest
 
 from sbx.domain.credentials.oauth import OAuthStore
 from tests.support.agent_api import Script, TokenState
-from tests.support.agent_logins import DeviceAuth, Gated, GoogleAccount, PkceOAuthServer, route
+from tests.support.agent_logins import (
+    DeviceAuth,
+    Gated,
+    GoogleAccount,
+    PkceOAuthServer,
+    openai_id_token,
+    route,
+)
 from tests.support.agent_logins import _challenge as challenge_of
 from tests.support.origin import Internet
 
 from .test_agents import SBX, SCRIPT, agent_versions  # noqa: F401
-from .test_agents_oauth import CLAUDE, CODEX, GEMINI, REAL, Login, _run, openai_id_token
+from .test_agents_oauth import CLAUDE, CODEX, GEMINI, REAL, Login, _run
 
 pytestmark = pytest.mark.docker
 

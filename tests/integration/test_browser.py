@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +35,8 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER = REPO / "examples" / "browser"
+OBSERVER = REPO / "examples" / "browser-observer"
+SBX = str(Path(sys.executable).parent / "sbx")
 SUPPORT = REPO / "tests" / "support"
 OVERLAY = "sbx-base/browser-overlay:1"
 RUN_TIMEOUT_S = 600.0
@@ -56,8 +65,6 @@ echo "cdp_env=$CHROME_CDP_URL"
 
 
 def _require_overlay() -> None:
-    import subprocess
-
     found = subprocess.run(["docker", "image", "inspect", OVERLAY], capture_output=True,
                            timeout=60, check=False)
     if found.returncode != 0:
@@ -98,8 +105,9 @@ def _listening(value: str) -> list[str]:
     outside = []
     for entry in value.split():
         address, _, _port = entry.partition(":")
-        loopback = address in ("0100007F", "00000000000000000000000001000000") or \
-            address.endswith("0100007F") and address.startswith("0000000000000000FFFF0000")
+        v4_loopback = len(address) == 8 and address.endswith("7F")  # 127/8, little-endian
+        mapped = address.startswith("0000000000000000FFFF0000") and address.endswith("7F")
+        loopback = v4_loopback or mapped or address == "00000000000000000000000001000000"
         if not loopback:
             outside.append(entry)
     return outside
@@ -160,3 +168,81 @@ def test_a_bundled_agent_kit_composed_with_the_browser_finds_it(
     assert version["webSocketDebuggerUrl"].startswith("ws://127.0.0.1:9222/devtools/browser/")
     # The kit's notes reached the agent's own profile, with the CDP address.
     assert "Browser in sbx" in out and "http://127.0.0.1:9222" in out, shlex.quote(out[-2000:])
+
+
+def _http(port: int, target: str, cookie: str | None = None,
+          extra: str = "") -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 request to the host's loopback (the published observer port)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        head = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        if cookie:
+            head += f"Cookie: {cookie}\r\n"
+        sock.sendall((head + extra + "\r\n").encode())
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if extra and b"\r\n\r\n" in data and len(data) > data.index(b"\r\n\r\n") + 6:
+                break  # a WebSocket: the head and the server's first frame are enough
+    top, _, body = data.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in
+               (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_observer_url_opens_once_and_only_with_its_token(
+        kit_factory: Callable[..., Path], internet: Internet, pages: list[Seen],
+        state_home: Path, tmp_path: Path) -> None:
+    _require_overlay()
+    workload = kit_factory("web", "FROM sbx-base/agent:1\nUSER agent\n"
+                           "WORKDIR /home/agent/work\n", POLICY)
+    env = {**os.environ, "SBX_HOME": str(state_home), "NO_COLOR": "1",
+           "SBX_CONFIG": str(_config(internet, tmp_path / "config.toml"))}
+    argv = [SBX, "run", str(workload), "--kit", str(BROWSER), "--kit", str(OBSERVER),
+            "--timeout", "300", "--", "bash", "-c", "sbx-browser wait && echo up && sleep 240"]
+    with subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        stderr = proc.stderr
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")),
+                                  daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 240
+            url = None
+            while url is None and time.monotonic() < deadline and proc.poll() is None:
+                found = re.search(r"browser observer[^:]*: (http://127\.0\.0\.1:(\d+)/\?token="
+                                  r"([0-9a-f]{32}))", "".join(lines))
+                url = found
+                time.sleep(0.2)
+            assert url is not None, "".join(lines)[-3000:]
+            port, token = int(url.group(2)), url.group(3)
+            assert proc.stdout.readline().strip() == "up"  # the browser drew its window
+            assert _http(port, "/")[0] == 403
+            assert _http(port, "/?token=" + "0" * 32)[0] == 403
+            status, headers, _ = _http(port, f"/?token={token}")
+            assert status == 302 and headers["location"].startswith("/vnc.html")
+            cookie = headers["set-cookie"].split(";", 1)[0]
+            assert "HttpOnly" in headers["set-cookie"]
+            assert _http(port, f"/?token={token}")[0] == 403  # once only
+            assert _http(port, "/vnc.html")[0] == 403  # not without the session
+            status, _, body = _http(port, "/vnc.html", cookie)
+            assert status == 200 and b"noVNC" in body
+            status, headers, frame = _http(port, "/websockify", cookie, extra=(
+                "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                "Sec-WebSocket-Key: c2J4LW9ic2VydmVyLXRlc3Q=\r\n"
+                "Sec-WebSocket-Protocol: binary\r\n"))
+            assert status == 101, (status, headers)
+            assert frame[2:6] == b"RFB ", frame[:16]  # the VNC server's greeting, in a frame
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            finally:
+                reader.join(timeout=10)
+    # Only the sbx forwarder listened, on the host's loopback: the URL named 127.0.0.1.
+    assert url.group(1).startswith("http://127.0.0.1:")

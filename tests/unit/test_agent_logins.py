@@ -100,6 +100,7 @@ def test_device_code_answers_are_read_and_bounded() -> None:
     assert (device.user_code, device.device_auth_id, device.interval) == ("AB-12", "d", 1.0)
     assert al.read_device_code(al.CODEX, {"device_auth_id": "d", "user_code": "X",
                                           "interval": 9999}).interval == 60.0
+    bad: object
     for bad in ({}, [], {"device_auth_id": "d"}, {"user_code": "X"}):
         with pytest.raises(SbxError):
             al.read_device_code(al.CODEX, bad)
