@@ -8,6 +8,9 @@ FROM scratch
 COPY --from=browser / /
 COPY sbx-browser /usr/local/bin/sbx-browser
 COPY browser-proxy.py observer-gate.py /usr/local/lib/sbx-browser/
+# Managed policy: no Encrypted Client Hello (not even its GREASE, which sbx's proxy refuses in a
+# tunnel because it could hide the server name), no metrics, sync, sign-in or background mode.
+COPY chromium-policy.json /etc/chromium/policies/managed/sbx.json
 # Where the DevTools are, for agents and their tools (Playwright's connectOverCDP, MCP servers).
 ENV CHROME_CDP_URL=http://127.0.0.1:9222 \
     BROWSER_CDP_URL=http://127.0.0.1:9222

@@ -140,7 +140,12 @@ def test_cdp_loads_pages_through_the_proxy_and_shows_sbx_refusals(
         assert "egress_denied" in results[url]["text"] and "sbx explain" in results[url]["text"]
     # HTTPS outside the policy: the tunnel is refused (Chromium shows no proxy's page there).
     assert results["https://example.org/outside"]["error"] == "net::ERR_TUNNEL_CONNECTION_FAILED"
-    assert sorted(s.path for s in pages) == ["/allowed/page", "/page"]
+    # The origin saw the two allowed pages (and the browser's own favicon requests), and
+    # nothing for the host outside the policy.
+    hosts = {((s.header("host") or "").split(":")[0], s.path) for s in pages
+             if s.path != "/favicon.ico"}
+    assert hosts == {("example.com", "/page"), ("api.github.com", "/allowed/page")}
+    assert not [s for s in pages if "example.org" in (s.header("host") or "")]
     assert all("HeadlessChrome" in (s.header("user-agent") or "") for s in pages)
     assert all(s.header("proxy-authorization") is None for s in pages)
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line
@@ -157,14 +162,14 @@ def test_a_bundled_agent_kit_composed_with_the_browser_finds_it(
     env = {**os.environ, "SBX_HOME": str(state_home), "NO_COLOR": "1",
            "SBX_CONFIG": str(_config(internet, tmp_path / "config.toml"))}
     script = ("sbx-browser wait && curl -fsS --noproxy '*' \"$CHROME_CDP_URL/json/version\" "
-              "&& echo && cat \"$HOME/.codex/AGENTS.md\"")
+              "| jq -c . && cat \"$HOME/.codex/AGENTS.md\"")
     done = run_sbx(["run", str(REPO / "examples" / "agents" / "codex"), "--arg",
                     "source=staged", "--kit", str(BROWSER), "--timeout", "300", "--", "bash",
                     "-c", script], env=env, timeout=RUN_TIMEOUT_S)
     out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     assert done.returncode == 0, err[-3000:]
     version = json.loads(out.splitlines()[0])
-    assert version["Browser"].startswith("HeadlessChrome/")
+    assert version["Browser"].startswith("Chrome/") and "HeadlessChrome" in version["User-Agent"]
     assert version["webSocketDebuggerUrl"].startswith("ws://127.0.0.1:9222/devtools/browser/")
     # The kit's notes reached the agent's own profile, with the CDP address.
     assert "Browser in sbx" in out and "http://127.0.0.1:9222" in out, shlex.quote(out[-2000:])
