@@ -139,6 +139,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created 
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
 complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run (new hosts, cred...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
+complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -188,11 +189,13 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_lost' -d 'Lost the eng
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State home not writable'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_corrupt' -d 'State file damaged'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unsafe' -d 'State not sbx\'s own'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'proxy_client_refused' -d 'Egress proxy client refused'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'response_unmaskable' -d 'Response could not be checked for the secret'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Credential not issued by sbx'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d 'OAuth token answer could not be rewritten'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host command timed out'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login failed'
 
 # sbx doctor
@@ -226,6 +229,7 @@ complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that a
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
 
 # sbx attach
+complete -c sbx -n '__sbx_in "sbx attach"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx attach"' -s h -l help -d 'Show this message and exit'
 
 # sbx exec
@@ -233,10 +237,12 @@ complete -c sbx -n '__sbx_in "sbx exec"' -s i -l interactive -d 'Forward stdin t
 complete -c sbx -n '__sbx_in "sbx exec"' -s t -l tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -l no-tty -d 'Give the command a terminal'
 complete -c sbx -n '__sbx_in "sbx exec"' -s e -l env -x -d 'Set a variable for the command (repeatable)'
+complete -c sbx -n '__sbx_in "sbx exec"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx exec"' -s h -l help -d 'Show this message and exit'
 
 # sbx logs
 complete -c sbx -n '__sbx_in "sbx logs"' -s f -l follow -d 'Keep following'
+complete -c sbx -n '__sbx_in "sbx logs"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx logs"' -s h -l help -d 'Show this message and exit'
 
 # sbx stop
