@@ -12,13 +12,15 @@ this login, with no refresh needed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -37,8 +39,12 @@ from tests.support.agent_logins import (
 from tests.support.agent_logins import _challenge as challenge_of
 from tests.support.origin import Internet
 
-from .test_agents import SBX, SCRIPT, agent_versions  # noqa: F401
+from .test_agents import CLAUDE as TUI_CLAUDE
+from .test_agents import CODEX as TUI_CODEX
+from .test_agents import GEMINI as TUI_GEMINI
+from .test_agents import SBX, SCREEN_S, SCRIPT, _say, agent_pane, agent_versions  # noqa: F401
 from .test_agents_oauth import CLAUDE, CODEX, GEMINI, REAL, Login, _run
+from .test_session_tty import Pane
 
 pytestmark = pytest.mark.docker
 
@@ -95,10 +101,11 @@ def _browser(server: PkceOAuthServer, login: Login, text: str) -> tuple[str, str
     return server.code, query["state"]
 
 
-@pytest.mark.usefixtures("agent_versions")
-@pytest.mark.parametrize("login", [pytest.param(x, id=x.agent) for x in (CLAUDE, CODEX, GEMINI)])
-def test_agent_login_on_the_host_then_the_client_starts_logged_in(
-        login: Login, internet: Internet, state_home: Path, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _stand_ins(login: Login, internet: Internet) -> Iterator[tuple[PkceOAuthServer, DeviceAuth,
+                                                                   Gated]]:
+    """The vendor's login service (token endpoint, Codex's device code, Google's account
+    endpoints) and its API, which takes only the access token this login is issued."""
     redirect = {"claude": "https://platform.claude.com/oauth/code/callback",
                 "codex": "https://auth.openai.com/deviceauth/callback",
                 "gemini": "https://codeassist.google.com/authcode"}[login.agent]
@@ -121,9 +128,21 @@ def test_agent_login_on_the_host_then_the_client_starts_logged_in(
     route(internet.origin, login.token_host, *handlers)
     api = Gated(login.api(Script()), server)
     api.install(internet.origin)
+    try:
+        yield server, device, api
+    finally:
+        api.uninstall(internet.origin)
+        internet.origin.unroute(login.token_host)
+        internet.origin.unroute("www.googleapis.com")
+
+
+@pytest.mark.usefixtures("agent_versions")
+@pytest.mark.parametrize("login", [pytest.param(x, id=x.agent) for x in (CLAUDE, CODEX, GEMINI)])
+def test_agent_login_on_the_host_then_the_client_starts_logged_in(
+        login: Login, internet: Internet, state_home: Path, tmp_path: Path) -> None:
     env = {**os.environ, "SBX_HOME": str(state_home), "NO_COLOR": "1",
            "SBX_CONFIG": str(internet.sbx_config(tmp_path / "config.toml"))}
-    try:
+    with _stand_ins(login, internet) as (server, device, api):
         def answer(text: str) -> str | None:
             if login is CODEX:
                 if device.user_code in text and "auth.openai.com/codex/device" in text:
@@ -162,10 +181,6 @@ def test_agent_login_on_the_host_then_the_client_starts_logged_in(
         assert api.model_requests()
         assert {r.header("authorization") for r in api.inner.recorded()} == \
             {f"Bearer {stored.access_token}"}
-    finally:
-        api.uninstall(internet.origin)
-        internet.origin.unroute(login.token_host)
-        internet.origin.unroute("www.googleapis.com")
 
 
 def test_a_pasted_code_of_another_login_is_refused_and_nothing_is_stored(
@@ -184,3 +199,62 @@ def test_a_pasted_code_of_another_login_is_refused_and_nothing_is_stored(
         internet.origin.unroute(CLAUDE.token_host)
     assert code == 126 and "login_failed" in out + err and "state does not match" in out + err
     assert server.requests == [] and OAuthStore(state_home).get("anthropic") is None
+
+
+# -- in a real terminal ------------------------------------------------------------------------
+
+LOGIN_SCRIPT = """\
+#!/bin/sh
+# login.sh AGENT: `sbx secret login AGENT` in this terminal.
+export SBX_HOME={home} SBX_CONFIG={config} PATH={bin}:$PATH NO_COLOR=1
+exec {sbx} secret login "$@"
+"""
+TUI = {"claude": TUI_CLAUDE, "codex": TUI_CODEX, "gemini": TUI_GEMINI}
+
+
+@pytest.mark.usefixtures("agent_versions")
+@pytest.mark.parametrize("login", [pytest.param(x, id=x.agent) for x in (CLAUDE, CODEX, GEMINI)])
+def test_login_in_a_terminal_then_the_tui_answers_with_the_login(
+        login: Login, internet: Internet, agent_pane: Pane, state_home: Path,  # noqa: F811
+        tmp_path: Path) -> None:
+    """The user's way: the login in a terminal (the code pasted without echo, or the device
+    code shown), then the agent's TUI in the same terminal, logged in by that login."""
+    pane, agent = agent_pane, TUI[login.agent]
+    script = tmp_path / "login.sh"
+    script.write_text(LOGIN_SCRIPT.format(
+        home=shlex.quote(str(state_home)), config=shlex.quote(str(tmp_path / "config.toml")),
+        bin=shlex.quote(str(Path(SBX).parent)), sbx=shlex.quote(SBX)), encoding="utf-8")
+    script.chmod(0o755)
+    with _stand_ins(login, internet) as (server, device, api):
+        pane.type(f"./login.sh {login.agent}; echo login:RC=$?")
+        if login is CODEX:
+            pane.wait(re.escape(device.user_code), timeout=WAIT_S)
+            assert "auth.openai.com/codex/device" in pane.screen(joined=True)
+            device.approved.set()
+        else:
+            pane.wait(r"^Code: ", timeout=WAIT_S)
+            granted = _browser(server, login, pane.screen(joined=True).replace("\n", " "))
+            assert granted is not None, pane.screen()
+            code, state = granted
+            pasted = f"{code}#{state}" if login is CLAUDE else code
+            pane.type(pasted)
+        assert pane.status("login", timeout=WAIT_S) == 0, pane.screen()
+        screen = pane.screen(joined=True)
+        assert server.code not in screen  # typed without echo (Codex's never reaches it)
+        assert not any(prefix in screen for prefix in REAL)
+        stored = OAuthStore(state_home).get(login.service)
+        assert stored is not None and stored.access_token == server.state.access_token
+
+        pane.type("clear")
+        pane.started.append("run")
+        pane.type(f"./sbx.sh run {shlex.quote(str(agent.directory))} --arg source=staged "
+                  "--timeout 600; rc=$?; printf '\\n\\033[2Krun:RC=%s\\n' \"$rc\"")
+        pane.wait(agent.banner.format(version=re.escape(agent.version)), timeout=SCREEN_S)
+        _say(pane, agent, api, "Say hello.")
+        pane.wait(re.escape(SCRIPT.reply), timeout=SCREEN_S)
+        assert {r.header("authorization") for r in api.inner.recorded()} == \
+            {f"Bearer {stored.access_token}"}
+        pane.keys("C-p", "C-q")  # sbx's detach keys end the session from the host
+        assert pane.status("run", timeout=SCREEN_S) == 130
+        assert not any(prefix in pane.screen() for prefix in REAL)
+        assert OAuthStore(state_home).get(login.service) == stored  # no refresh was needed

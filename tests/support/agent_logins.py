@@ -133,9 +133,28 @@ class AnthropicAccount(AnthropicAPI):
 
 
 class ChatGPTBackend(OpenAIAPI):
-    """chatgpt.com: Codex's backend for a ChatGPT login (/backend-api/codex/responses)."""
+    """chatgpt.com: Codex's backend for a ChatGPT login (/backend-api/codex/responses), and
+    the workspace discovery its TUI reads before the first turn (the login's account, on this
+    origin: ``NO_CONSTRAINT``)."""
 
     hosts = ("chatgpt.com",)
+    account_id = "acct-sbx-test"  # the id_token's chatgpt_account_id (openai_id_token)
+
+    def answer(self, seen: Seen) -> Reply | None:
+        if seen.method == "GET" and seen.path.rstrip("/") == "/backend-api/wham/accounts/check":
+            account = {"id": self.account_id, "account_id": self.account_id,
+                       "account_user_id": f"user-sbx-test__{self.account_id}",
+                       "account_user_role": "account-owner", "structure": "personal",
+                       "plan_type": "plus", "name": "sbx test", "is_deactivated": False,
+                       "is_zdr": False, "is_openai_internal": False,
+                       "is_fedramp_compliant_workspace": False,
+                       "workspace_backend_origin": "NO_CONSTRAINT",
+                       "account_routing_override": "NO_CONSTRAINT",
+                       "can_access_with_session": True}
+            return Reply(200, JSON, json.dumps({
+                "accounts": [account], "default_account_id": self.account_id,
+                "account_ordering": [self.account_id]}).encode())
+        return super().answer(seen)
 
 
 class CodeAssistAPI(GeminiAPI):
