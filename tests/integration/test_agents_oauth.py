@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,36 @@ def _store_expired_login(home: Path, service: str) -> None:
                                          source="test").with_identity(openai_id_token()))
 
 
+def _agent_file(login: Login) -> dict[str, Any]:
+    """The login file the agent's own login wrote on the host (its format), expired an hour
+    ago with tokens the provider has since replaced."""
+    expired_ms = int((time.time() - 3600) * 1000)
+    if login is CLAUDE:
+        return {"claudeAiOauth": {"accessToken": INITIAL_ACCESS, "refreshToken": INITIAL_REFRESH,
+                                  "expiresAt": expired_ms, "scopes": ["user:inference",
+                                                                      "user:profile"],
+                                  "subscriptionType": "max"}}
+    if login is CODEX:
+        return {"OPENAI_API_KEY": None, "tokens": {
+            "id_token": openai_id_token(), "access_token": INITIAL_ACCESS,
+            "refresh_token": INITIAL_REFRESH, "account_id": "acct-sbx-test"},
+            "last_refresh": "2026-11-30T10:00:00Z"}
+    return {"access_token": INITIAL_ACCESS, "refresh_token": INITIAL_REFRESH,
+            "scope": "https://www.googleapis.com/auth/cloud-platform openid",
+            "token_type": "Bearer", "expiry_date": expired_ms}
+
+
+def _import_agent_file(login: Login, env: dict[str, str], tmp_path: Path) -> str:
+    """`sbx secret login AGENT --from-file` of the agent's own file; its output."""
+    path = tmp_path / "agent-login.json"
+    path.write_text(json.dumps(_agent_file(login)), encoding="utf-8")
+    done = subprocess.run([SBX, "secret", "login", login.agent, "--from-file", str(path)],
+                          env=env, capture_output=True, text=True, timeout=60, check=False,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
 def _run(login: Login, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
     done = run_sbx(["run", str(login.directory), "--arg", "source=staged", "--timeout", "240",
                     "--", *argv], env=env, timeout=RUN_TIMEOUT_S)
@@ -150,8 +181,11 @@ def _no_sentinel_or_secret_left_the_boundary(login: Login, internet: Internet,
 def test_client_starts_logged_in_refreshes_host_side_and_calls_with_the_real_token(
         login: Login, provider: Provider, internet: Internet, state_home: Path,
         tmp_path: Path) -> None:
-    _store_expired_login(state_home, login.service)
     env = _env(state_home, internet.sbx_config(tmp_path / "config.toml"))
+    imported = _import_agent_file(login, env, tmp_path)
+    before = OAuthStore(state_home).get(login.service)
+    assert before is not None and before.access_token == INITIAL_ACCESS
+    assert before.source.startswith("--from-file ")
     code, out, err = _run(login, env, *login.one_shot, "Say hello.")
     assert code == 0, err[-3000:]
     assert SCRIPT.reply in out
@@ -174,12 +208,13 @@ def test_client_starts_logged_in_refreshes_host_side_and_calls_with_the_real_tok
     assert provider.api.model_requests()
     assert {r.header("authorization") for r in provider.api.inner.recorded()} == \
         {f"Bearer {server.state.access_token}"}
-    _no_sentinel_or_secret_left_the_boundary(login, internet, out, err)
+    _no_sentinel_or_secret_left_the_boundary(login, internet, out, err, imported)
     listed = subprocess.run([SBX, "secret", "ls"], env=env, capture_output=True, text=True,
                             timeout=60, check=False, stdin=subprocess.DEVNULL)
     assert listed.returncode == 0, listed.stderr
     assert f"oauth {login.service}: access " in listed.stdout
     assert "refreshed 1x by sbx" in listed.stdout, listed.stdout
+    assert "from --from-file " in listed.stdout and "expires " in listed.stdout
     assert not any(prefix in listed.stdout for prefix in REAL)
 
 

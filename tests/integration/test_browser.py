@@ -198,6 +198,18 @@ def _http(port: int, target: str, cookie: str | None = None,
     return int(lines[0].split()[1]), headers, body
 
 
+def _host_listeners(port: int) -> list[str]:
+    """The local addresses (/proc/net hex) of the host's listening TCP sockets on ``port``."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+            fields = line.split()
+            address, _, hex_port = fields[1].partition(":")
+            if fields[3] == "0A" and int(hex_port, 16) == port:
+                found.append(address)
+    return found
+
+
 def test_observer_url_opens_once_and_only_with_its_token(
         kit_factory: Callable[..., Path], internet: Internet, pages: list[Seen],
         state_home: Path, tmp_path: Path) -> None:
@@ -226,6 +238,8 @@ def test_observer_url_opens_once_and_only_with_its_token(
                 time.sleep(0.2)
             assert url is not None, "".join(lines)[-3000:]
             port, token = int(url.group(2)), url.group(3)
+            # On the host, the published port listens on loopback only.
+            assert _host_listeners(port) == ["0100007F"], _host_listeners(port)
             assert proc.stdout.readline().strip() == "up"  # the browser drew its window
             assert _http(port, "/")[0] == 403
             assert _http(port, "/?token=" + "0" * 32)[0] == 403
