@@ -11,6 +11,13 @@ BOOKWORM_TAG="sbx-base/bookworm:1"
 # Gemini CLI needs; that kit brings an npm-published Node (see examples/agents/README.md).
 AGENT_TAG="sbx-base/agent:1"
 AGENT_PACKAGES="bash,python3,curl,ca-certificates,git,ripgrep,procps,less,jq,openssh-client,xz-utils,unzip,patch,diffutils,file"
+# The browser mixin's overlay (examples/browser): Debian's Chromium with its libraries, fonts and
+# NSS tools, and the observer's Xvfb, x11vnc and noVNC; only the paths the agent base lacks, so
+# the overlay adds files and never replaces one of the workload's (sbx refuses collisions).
+BROWSER_TAG="sbx-base/browser-overlay:1"
+# debootstrap resolves no virtual package: dbus-x11 and python3-cffi-backend provide the two
+# that dconf-service and python3-cryptography (under websockify) depend on.
+BROWSER_PACKAGES="chromium,fonts-liberation,libnss3-tools,xvfb,x11vnc,novnc,python3-websockify,xauth,dbus-x11,python3-cffi-backend"
 force=0
 [ "${1:-}" = "--force" ] && force=1
 
@@ -86,6 +93,48 @@ build_agent() {
   echo "build-images: built $AGENT_TAG"
 }
 
+build_browser() {
+  have_image "$BROWSER_TAG" && return 0
+  local dir mirror base
+  mirror=$(debian_mirror)
+  dir=$(mktemp -d)
+  base=$(mktemp)
+  echo "build-images: debootstrap the browser overlay (Chromium: a few minutes)..."
+  debootstrap --variant=minbase --include="$AGENT_PACKAGES,$BROWSER_PACKAGES" \
+    bookworm "$dir" "$mirror" >/tmp/sbx-debootstrap-browser.log 2>&1 \
+    || { tail -20 /tmp/sbx-debootstrap-browser.log >&2; exit 1; }
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/var/log/* \
+    "$dir"/usr/share/doc "$dir"/usr/share/man "$dir"/usr/share/info
+  # Every path of the agent base (what the overlay must not provide again).
+  local cid
+  cid=$(docker create "$AGENT_TAG" /bin/true)
+  docker export "$cid" | tar -t | sed 's#^\./##; s#/$##' | sort -u > "$base"
+  docker rm "$cid" >/dev/null
+  python3 - "$dir" "$base" <<'EOF'
+import os, sys
+root, listing = sys.argv[1], sys.argv[2]
+present = set(open(listing, encoding="utf-8", errors="surrogateescape").read().splitlines())
+for top, dirs, files in os.walk(root, topdown=False):
+    for name in files:
+        path = os.path.join(top, name)
+        if os.path.relpath(path, root) in present:
+            os.unlink(path)
+    for name in dirs:
+        path = os.path.join(top, name)
+        rel = os.path.relpath(path, root)
+        if os.path.islink(path):
+            if rel in present:
+                os.unlink(path)
+        elif not os.listdir(path):
+            os.rmdir(path)
+EOF
+  rm -f "$base"
+  tar -C "$dir" -c . | docker import --change 'CMD ["/bin/true"]' - "$BROWSER_TAG" >/dev/null
+  rm -rf "$dir"
+  echo "build-images: built $BROWSER_TAG"
+}
+
 build_busybox
 build_bookworm
 build_agent
+build_browser

@@ -52,6 +52,8 @@ TEST_HOSTS = ("api.github.com", "github.com", "uploads.github.com", "example.com
               "api.anthropic.com", "platform.claude.com", "console.anthropic.com",
               "api.openai.com", "auth.openai.com", "chatgpt.com",
               "generativelanguage.googleapis.com", "oauth2.googleapis.com",
+              "cloudcode-pa.googleapis.com", "www.googleapis.com",
+              "accounts.google.com", "claude.com",
               "registry.npmjs.org")
 TEST_ADDRESSES = ("127.0.0.1", "::1")
 SOCKET_TIMEOUT = 30.0

@@ -38,13 +38,21 @@ import stage_agents  # noqa: E402 - a script, imported from its directory
 sys.path.remove(str(REPO / "scripts"))
 
 # What each kit may reach and how its key is sent (the APIs' documented headers).
+# With a subscription login: the token endpoint (POST only, its path only) and the hosts that
+# take the access token, as each agent itself uses them.
 EXPECTED: dict[str, dict[str, Any]] = {
     "claude-code": {"hosts": ["api.anthropic.com"], "service": "anthropic",
-                    "name": "ANTHROPIC_API_KEY", "header": "x-api-key", "format": "%s"},
+                    "name": "ANTHROPIC_API_KEY", "header": "x-api-key", "format": "%s",
+                    "token": ("platform.claude.com", "/v1/oauth/token"),
+                    "resources": ["api.anthropic.com"]},
     "codex": {"hosts": ["api.openai.com"], "service": "openai", "name": "OPENAI_API_KEY",
-              "header": "Authorization", "format": "Bearer %s"},
+              "header": "Authorization", "format": "Bearer %s",
+              "token": ("auth.openai.com", "/oauth/token"), "resources": ["chatgpt.com"]},
     "gemini-cli": {"hosts": ["generativelanguage.googleapis.com"], "service": "gemini",
-                   "name": "GEMINI_API_KEY", "header": "x-goog-api-key", "format": "%s"},
+                   "name": "GEMINI_API_KEY", "header": "x-goog-api-key", "format": "%s",
+                   "token": ("oauth2.googleapis.com", "/token"),
+                   "resources": ["cloudcode-pa.googleapis.com", "oauth2.googleapis.com",
+                                 "www.googleapis.com"]},
 }
 
 
@@ -68,11 +76,21 @@ def test_kit_asks_for_exactly_its_agents_api_and_key(kit: str) -> None:
     [policy] = _capability(data, "com.docker.sandbox/network-policy@2")
     assert not _capability(data, "com.docker.sandbox/network-policy@1")
     runtime = policy["runtime"]["allow"]
-    assert sorted(h for entry in runtime for h in entry["hosts"]) == expected["hosts"]
+    [credential] = _capability(data, "com.docker.sandbox/credential@1")
+    oauth = credential["oauth"]
+    token_host, token_path = expected["token"]
+    assert oauth["tokenEndpoint"] == {"host": token_host, "path": token_path}
+    assert sorted(oauth["resourceHosts"]) == expected["resources"]
+    assert sorted({h for entry in runtime for h in entry["hosts"]}) == sorted(
+        {*expected["hosts"], *expected["resources"], token_host})
     for entry in runtime:  # bounded: named methods only, never ANY
         assert entry["methods"] and set(entry["methods"]) <= {"GET", "POST"}
+        if token_host in entry["hosts"] and entry["hosts"] == [token_host]:
+            assert token_path in entry["paths"] and entry["methods"] == ["POST"]
+    sentinels = oauth["sentinels"]
+    assert sentinels["accessToken"] != sentinels["refreshToken"]
+    assert oauth["credentialFile"]["path"].startswith("~/")
     assert policy["install"]["allow"] == [{"hosts": ["registry.npmjs.org"], "methods": ["GET"]}]
-    [credential] = _capability(data, "com.docker.sandbox/credential@1")
     assert (credential["service"], credential["phase"]) == (expected["service"], "runtime")
     key = credential["apiKey"]
     assert (key["name"], key["proxyManaged"]) == (expected["name"], True)

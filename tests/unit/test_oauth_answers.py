@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, Tokens
 from sbx.domain.egress import oauth_answers as oa
 from sbx.domain.egress.proxyconfig import OAuthSpec
 
@@ -71,7 +71,7 @@ def test_nested_and_other_token_fields_are_withheld_at_any_depth() -> None:
                        "expires_in": 5}).encode()
     out = rewrite(body)
     data = json.loads(out.body)
-    assert data == {"data": {"access_token": ACCESS, "id_token": oa.WITHHELD},
+    assert data == {"data": {"access_token": ACCESS, "id_token": WITHHELD_ID_TOKEN},
                     "tokens": [{"refreshToken": REFRESH, "sessionToken": oa.WITHHELD}],
                     "client_secret": oa.WITHHELD, "token_type": "Bearer", "expires_in": 5}
     assert out.tokens is None  # no top-level access token: nothing to store

@@ -179,3 +179,28 @@ def test_a_sandbox_login_is_listed_as_its_own_and_promoted_only_on_request(
     assert nobody.exit_code == 2 and "no sandbox named nope" in nobody.stderr
     both = sbx_cli(["secret", "login", "github", "--from-sandbox", "dev", "--from-file", "x"])
     assert both.exit_code == 2 and "(invalid_argument)" in both.stderr
+
+
+@pytest.mark.parametrize(("agent", "service", "document"), [
+    ("claude", "anthropic", CLAUDE_FILE),
+    ("codex", "openai", CODEX_FILE),
+    ("gemini", "gemini", {"access_token": ACCESS, "refresh_token": REFRESH,
+                          "scope": "openid", "token_type": "Bearer",
+                          "expiry_date": 1_900_000_000_000}),
+])
+def test_an_agents_own_login_file_is_imported_for_its_service(
+        sbx_cli: Any, home: Path, tmp_path: Path, agent: str, service: str,
+        document: dict[str, Any]) -> None:
+    login = tmp_path / "login.json"
+    login.write_text(json.dumps(document), encoding="utf-8")
+    stored = sbx_cli(["secret", "login", agent, "--from-file", str(login), "--json"])
+    assert stored.exit_code == 0, stored.stderr
+    assert stored.envelope()["data"]["service"] == service
+    tokens = OAuthStore(home).get(service)
+    assert tokens is not None and (tokens.access_token, tokens.refresh_token) == (ACCESS,
+                                                                                 REFRESH)
+    assert tokens.source == f"--from-file {login}"
+    human = sbx_cli(["secret", "ls"])
+    assert f"oauth {service}: " in human.stdout and "not refreshed since the login" in \
+        human.stdout and f"from --from-file {login}" in human.stdout
+    assert ACCESS not in human.stdout + stored.stdout

@@ -88,6 +88,7 @@ class Reason(enum.StrEnum):
     TOKEN_ENDPOINT_AMBIGUOUS = "token_endpoint_ambiguous"  # noqa: S105 - a code
     STATE_UNSAFE = "state_unsafe"
     COMMAND_TIMEOUT = "command_timeout"
+    LOGIN_FAILED = "login_failed"
 
     @property
     def info(self) -> ReasonInfo:
@@ -515,6 +516,20 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "for input, a network call, a lock), make it finish on its own, or store the value "
         "itself: `printf %s \"$VALUE\" | sbx secret set SERVICE`.",
         _E.REFUSED,
+    ),
+    _R.LOGIN_FAILED: ReasonInfo(
+        "Agent login failed",
+        "`sbx secret login claude|codex|gemini` runs the agent's own OAuth login on the host "
+        "(a browser code to paste, or Codex's device code) and the provider, or the way to it, "
+        "did not complete it: the code was missing, expired or from another login, the token "
+        "endpoint refused the grant or could not be reached (through [network] upstream_proxy "
+        "when set), or its answer held no access token. Nothing was stored; an earlier login "
+        "of the service stays as it was.",
+        "Run the login again and paste the code of that attempt. Or log in with the agent "
+        "itself on the host and import its file: `sbx secret login claude --from-file "
+        "~/.claude/.credentials.json` (codex: ~/.codex/auth.json, gemini: "
+        "~/.gemini/oauth_creds.json).",
+        _E.FAILED,
     ),
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,7 +19,12 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.views import secret as secret_view
 
+if TYPE_CHECKING:
+    from sbx.base.render import Renderer
+
 _SERVICE_HELP = "The service name a kit's credential@1 uses (e.g. github)."
+_LOGIN_HELP = ("An agent (claude, codex, gemini: its own login, for the bundled agent kits) "
+               "or the service name a kit's credential@1 uses (e.g. anthropic, github).")
 
 
 def set_secret(
@@ -66,7 +71,7 @@ def set_secret(
 
 def login(
     ctx: typer.Context,
-    service: Annotated[str, typer.Argument(metavar="SERVICE", help=_SERVICE_HELP)],
+    service: Annotated[str, typer.Argument(metavar="AGENT|SERVICE", help=_LOGIN_HELP)],
     from_file: Annotated[Path | None, typer.Option(
         "--from-file", metavar="PATH",
         help="The credential file the agent's own login wrote on the host (e.g. "
@@ -81,7 +86,14 @@ def login(
              "every sandbox uses it from then on).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
-    """Store SERVICE's real OAuth tokens on the host, for kits' credential@1 oauth.
+    """Log in as an agent does (claude, codex, gemini) or store SERVICE's real OAuth tokens
+    on the host, for kits' credential@1 oauth.
+
+    `sbx secret login claude|codex|gemini` runs the agent's own login here on the host, for
+    the bundled agent kits (services anthropic, openai, gemini): Claude Code's and Gemini
+    CLI's print a URL to open in a browser and read back the code the page shows, Codex's
+    prints a device code to enter at auth.openai.com/codex/device. With --from-file the
+    agent's own login file from this machine is imported instead.
 
     The tokens stay on the host (the state home's oauth/SERVICE.json, 0600). A sandbox gets
     sentinels in the kit's credentialFile; the egress proxy answers the kit's token endpoint
@@ -92,18 +104,31 @@ def login(
     credentialFile structure, else Claude Code's and Codex's known shapes), or a token
     response ({"access_token": ..., "refresh_token": ..., "expires_in": ...}) on stdin.
 
-    Example: sbx secret login anthropic --from-file ~/.claude/.credentials.json
+    Example: sbx secret login claude
+
+    Example: sbx secret login codex --from-file ~/.codex/auth.json
 
     A login made inside a sandbox (the agent's own login flow) is kept for that sandbox alone
     and never replaces yours; --from-sandbox NAME makes a named sandbox's login yours.
 
-    Example: sbx secret login openai --from-file ~/.codex/auth.json
-
     Example: sbx secret login github --from-sandbox dev
     """
+    from sbx.domain.credentials.agentlogins import agent_login
     from sbx.usecases import oauthlogin
 
     app = ctx.obj
+    agent = agent_login(service)
+    if agent is not None:
+        service = agent.service
+        if from_file is None and from_sandbox is None and kit is None:
+            network = app.load_config().network
+            ca_file = network.upstream_ca_file.value
+            secret_view.oauth_stored(app.renderer, oauthlogin.agent_login(
+                app.state_home, agent, upstream_proxy=network.upstream_proxy.value,
+                ca_file=Path(ca_file) if ca_file else None,
+                show=lambda text: secret_view.login_instructions(app.renderer, text),
+                read_code=lambda prompt: _read_line(app.renderer, prompt)))
+            return 0
     if from_sandbox is not None:
         if from_file is not None or kit is not None:
             raise SbxError(Reason.INVALID_ARGUMENT,
@@ -116,9 +141,18 @@ def login(
     structure = None if kit is None else oauthlogin.kit_structure(
         kit, service, cwd=app.cwd, state_home=app.state_home)
     text = oauthlogin.read_login_input(from_file, None if from_file else sys.stdin.buffer)
+    source = f"--from-file {from_file}" if from_file is not None else "stdin"
     secret_view.oauth_stored(app.renderer, oauthlogin.login(app.state_home, service, text,
-                                               structure=structure))
+                                                            structure=structure,
+                                                            source=source))
     return 0
+
+
+def _read_line(renderer: Renderer, prompt: str) -> str:
+    """The code the user pastes: typed without echo on a terminal, else one line of stdin."""
+    if sys.stdin.isatty():
+        return renderer.read_secret(prompt)
+    return sys.stdin.readline(4097)
 
 
 def ls(

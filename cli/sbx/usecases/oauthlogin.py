@@ -17,7 +17,7 @@ user's store, the only way it ever replaces the user's own login.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
@@ -26,6 +26,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 
 MAX_INPUT_BYTES: Final = 64 * 1024
+DEVICE_TIMEOUT_S: Final = 15 * 60.0  # Codex's own bound on a device code
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,18 @@ class OAuthEntry:
     expires_at: float | None
     updated: float
     sandbox: str | None = None  # a login made inside this named sandbox, kept for it alone
+    source: str = ""
+    refreshes: int = 0  # refreshes (each rotating the stored tokens) sbx made since the login
+    refreshed_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"service": self.service, "kind": "oauth", "sandbox": self.sandbox,
                 "access_token": self.masked,
                 "refresh_token": self.refresh, "expires_at": _iso(self.expires_at),
                 "expired": self.expires_at is not None and self.expires_at < time.time(),
-                "updated": _iso(self.updated) if self.updated else None}
+                "updated": _iso(self.updated) if self.updated else None,
+                "source": self.source or None, "refreshes": self.refreshes,
+                "refreshed_at": _iso(self.refreshed_at)}
 
 
 def _iso(when: float | None) -> str | None:
@@ -95,16 +101,100 @@ def kit_structure(kit: str, service: str, *, cwd: Path, state_home: Path) -> Any
                    details={"kit": kit, "service": service})
 
 
-def login(state_home: Path, service: str, text: str, *, structure: Any = None) -> OAuthEntry:
+def login(state_home: Path, service: str, text: str, *, structure: Any = None,
+          source: str = "") -> OAuthEntry:
     """Parse and store the tokens (0600, atomic, under the store's lock); the masked entry."""
     from sbx.domain.credentials.oauth import OAuthStore, parse_login
 
     store = OAuthStore(state_home)
     store.path(service)  # a bad service name is refused before the input is read
-    tokens = parse_login(text, structure=structure)
+    tokens = parse_login(text, structure=structure).with_source(source)
     with store.locked(service):
         store.set(service, tokens)
     return _entry(service, tokens, time.time())
+
+
+def agent_login(state_home: Path, login: Any, *, upstream_proxy: str | None,
+                ca_file: Path | None, show: Callable[[str], None],
+                read_code: Callable[[str], str], sleep: Callable[[float], None] = time.sleep,
+                clock: Callable[[], float] = time.monotonic,
+                device_timeout: float = DEVICE_TIMEOUT_S) -> OAuthEntry:
+    """The agent's own OAuth login (:mod:`sbx.domain.credentials.agentlogins`), done here on
+    the host: the user opens a URL in a browser and pastes the code it shows (Claude Code,
+    Gemini CLI) or enters a device code there (Codex); the tokens go straight from the
+    provider to the host's store. Nothing is stored unless the provider issued tokens."""
+    from sbx.domain.credentials import agentlogins as al
+    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.seams import oauth_http
+
+    def send(post: al.Post) -> oauth_http.Answer:
+        return oauth_http.post(post.url, post.content_type, post.body,
+                               upstream_proxy=upstream_proxy, ca_file=ca_file)
+
+    store = OAuthStore(state_home)
+    store.path(login.service)
+    if login.flow == "device-code":
+        started = send(al.device_code_request(login))
+        if not 200 <= started.status < 300:
+            raise _refused(login, started)
+        device = al.read_device_code(login, started.data)
+        show(f"To sign {login.agent} in with your account, open {login.verification_url} in "
+             f"a browser on any machine and enter the code {device.user_code} (it expires in "
+             "15 minutes; never share it). Waiting for the sign-in...")
+        deadline = clock() + device_timeout
+        while True:
+            polled = send(al.device_poll_request(login, device))
+            if 200 <= polled.status < 300:
+                code, verifier = al.read_device_grant(login, polled.data)
+                break
+            if not al.device_pending(polled.status):
+                raise _refused(login, polled)
+            if clock() + device.interval > deadline:
+                raise SbxError(Reason.LOGIN_FAILED, f"the {login.agent} device code was not "
+                               f"approved within {int(device_timeout // 60)} minutes",
+                               hint=f"Run `sbx secret login {login.agent}` again.")
+            sleep(device.interval)
+        exchange = al.code_exchange(login, code, verifier)
+    else:
+        pkce = al.Pkce.new()
+        show(f"To sign {login.agent} in with your account, open this URL in a browser on "
+             f"this machine or any other:\n\n  {al.authorize_url(login, pkce)}\n\n"
+             "After you sign in, the page shows a code: paste it here.")
+        code = al.pasted_code(login, read_code("Code: "), pkce)
+        exchange = al.code_exchange(login, code, pkce.verifier, pkce.state)
+    answer = send(exchange)
+    tokens = _issued(login, answer).with_source(f"sbx secret login {login.agent} "
+                                                f"({login.flow})")
+    with store.locked(login.service):
+        store.set(login.service, tokens)
+    return _entry(login.service, tokens, time.time())
+
+
+def _issued(login: Any, answer: Any) -> Any:
+    from sbx.domain.credentials.oauth import tokens_from_response
+
+    if not 200 <= answer.status < 300 or not isinstance(answer.data, Mapping):
+        raise _refused(login, answer)
+    try:
+        return tokens_from_response(answer.data)
+    except (ValueError, SbxError):
+        raise SbxError(Reason.LOGIN_FAILED, f"the {login.agent} token endpoint answered "
+                       "without a usable access token; nothing was stored",
+                       hint=f"Run `sbx secret login {login.agent}` again.") from None
+
+
+def _refused(login: Any, answer: Any) -> SbxError:
+    """The provider's refusal: its status and OAuth error code (RFC 6749 §5.2), never more."""
+    error = answer.data.get("error") if isinstance(answer.data, Mapping) else None
+    if isinstance(error, Mapping):
+        error = error.get("code") or error.get("type")
+    code = f" ({error})" if isinstance(error, str) and error.isprintable() \
+        and len(error) <= 64 else ""
+    return SbxError(Reason.LOGIN_FAILED, f"the {login.agent} login was refused by "
+                    f"{login.token_host}: HTTP {answer.status}{code}; nothing was stored",
+                    hint=f"Run `sbx secret login {login.agent}` again and use the code of "
+                         "that attempt (each code works once, for a few minutes).",
+                    details={"agent": login.agent, "status": answer.status})
 
 
 def entries(state_home: Path) -> list[OAuthEntry]:
@@ -170,7 +260,8 @@ def _entry(service: str, tokens: Any, updated: float, *,
     if tokens is None:
         return OAuthEntry(service, None, False, None, updated, sandbox)
     return OAuthEntry(service, mask(tokens.access_token), tokens.refresh_token is not None,
-                      tokens.expires_at, updated, sandbox)
+                      tokens.expires_at, updated, sandbox, tokens.source, tokens.refreshes,
+                      tokens.refreshed_at)
 
 
 def remove(state_home: Path, service: str) -> bool:

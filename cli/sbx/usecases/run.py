@@ -1257,9 +1257,16 @@ def _start_ports(driver: Driver, plan: RunPlan, created: _Created, container_id:
     from sbx.seams.ports import PortForwarder
 
     created.forwarder = PortForwarder(address)
+    from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
+
+    names = plan.capabilities.port_names
     for published in created.forwarder.start(plan.capabilities.ports):  # or start_failed
         on_notice(f"port {published.key} is published on "
                   f"{published.host}:{published.host_port}")
+        token = observer_token(created.proxy_url)
+        if names.get(published.container_port) == OBSERVER_PORT and token is not None:
+            on_notice("browser observer (opens once, for one browser): "
+                      f"{observer_url(published.host, published.host_port, token)}")
 
 
 def _ended_early(ctx: AppContext, plan: RunPlan, end: SessionEnd, started: float) -> None:
@@ -1290,6 +1297,7 @@ class _Created:
     guard: BridgeGuard | None = None  # only runs with a network import these
     forwarder: PortForwarder | None = None
     proxy: ProxyProcess | KeptProxy | None = None
+    proxy_url: str | None = None  # the sandbox's HTTPS_PROXY (the browser observer's key)
     stream: AttachedStream | None = None
     staging: Staging | None = None
     sized: dict[str, str] = field(default_factory=dict)  # volume name -> its file system
@@ -1321,6 +1329,7 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
         gateway = driver.network_gateway(created.network)
         with deferred_interrupts():
             created.proxy, boundary = _start_egress(ctx, plan, gateway, plan.bridge, run_dir)
+            created.proxy_url = boundary.get("HTTPS_PROXY")
     # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
     created.guard = BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
         (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)

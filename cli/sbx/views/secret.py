@@ -79,7 +79,19 @@ def oauth_list(renderer: Renderer, entries: Sequence[Any]) -> None:
             text = (f"{where}: access {entry.masked}, "
                     f"{'with' if entry.refresh else 'no'} refresh token, "
                     f"{'expired' if data['expired'] else 'expires'} {expiry}")
+            if data["expired"] and entry.refresh:
+                text += " (the next request through sbx refreshes it)"
+            text += (f"; refreshed {entry.refreshes}x by sbx, last {data['refreshed_at']}"
+                     if entry.refreshes else "; not refreshed since the login")
+            if entry.source:
+                text += f"; from {entry.source}"
         renderer.line(renderer.out_file, escape(text), text)
+
+
+def login_instructions(renderer: Renderer, text: str) -> None:
+    """What to do in the browser, on stderr (stdout keeps the result, also under --json)."""
+    for line in text.splitlines() or [""]:
+        renderer.line(renderer.err_file, escape(line), line)
 
 
 def oauth_stored(renderer: Renderer, entry: Any) -> None:
@@ -134,5 +146,5 @@ def secret_import(renderer: Renderer, result: ImportResult) -> None:
     for candidate, why in result.skipped:
         renderer.note(f"skipped ${candidate.variable} ({candidate.service}): {why}")
 
-__all__ = ["secret_stored", "secret_list", "oauth_stored", "secret_removed", "confirm_import",
-           "secret_import"]
+__all__ = ["confirm_import", "login_instructions", "oauth_stored", "secret_import",
+           "secret_list", "secret_removed", "secret_stored"]

@@ -207,6 +207,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_not_issued' -d 'Cr
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d 'OAuth token answer could not be rewritten'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host command timed out'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login failed'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'
@@ -270,7 +271,7 @@ complete -c sbx -n '__sbx_arg "sbx completion" 0' -a 'fish'
 
 # sbx secret
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a set -d 'Store the secret for SERVICE, or where to get it at each run'
-complete -c sbx -n '__sbx_arg "sbx secret" 0' -a login -d 'Store SERVICE\'s real OAuth tokens on the host, for kits\' credential@1 oauth'
+complete -c sbx -n '__sbx_arg "sbx secret" 0' -a login -d 'Log in as an agent does (claude, codex, gemini) or store SERVICE\'s real OAuth...'
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a ls -d 'List secrets, masked: service, value mask, length, last update, where it live...'
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a rm -d 'Remove the secret and the OAuth tokens for SERVICE, from the OS keyring too (...'
 complete -c sbx -n '__sbx_arg "sbx secret" 0' -a import -d 'Offer the API keys found in the environment as secrets, asking for each'

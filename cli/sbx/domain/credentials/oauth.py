@@ -34,6 +34,7 @@ events carry the service name only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -57,13 +58,15 @@ _PLACEHOLDER: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
 _SERVICE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 _TOKEN_CHARS: Final = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what a header can carry
 # The credential files agents write on the host after their own login, read when no kit says
-# the shape: Claude Code's ~/.claude/.credentials.json, Codex's ~/.codex/auth.json.
+# the shape: Claude Code's ~/.claude/.credentials.json, Codex's ~/.codex/auth.json, Gemini
+# CLI's ~/.gemini/oauth_creds.json is a token response with `expiry_date` (ms), read as one.
 KNOWN_SHAPES: Final[tuple[tuple[str, Any], ...]] = (
     ("Claude Code ~/.claude/.credentials.json", {"claudeAiOauth": {
         "accessToken": "{{.AccessToken}}", "refreshToken": "{{.RefreshToken}}",
         "expiresAt": "{{.ExpiresAt}}", "scopes": "{{.Scopes}}"}}),
     ("Codex ~/.codex/auth.json", {"tokens": {
-        "access_token": "{{.AccessToken}}", "refresh_token": "{{.RefreshToken}}"}}),
+        "access_token": "{{.AccessToken}}", "refresh_token": "{{.RefreshToken}}",
+        "account_id": "{{.AccountId}}", "id_token": "{{.IdToken}}"}}),
 )
 
 
@@ -179,6 +182,11 @@ class Tokens:
     expires_at: float | None = None  # unix seconds; None: unknown
     scopes: tuple[str, ...] = ()
     token_type: str = "Bearer"  # noqa: S105 - the scheme's name, not a secret
+    source: str = ""  # how the login was made (`sbx secret login claude`, a file...)
+    refreshes: int = 0  # refreshes sbx made at the boundary since that login
+    refreshed_at: float | None = None  # unix seconds of the last one
+    account: str | None = None  # the account the login is of (an identifier, not a secret)
+    identity: str | None = field(default=None, repr=False)  # its id_token, signature removed
 
     def __post_init__(self) -> None:
         for name, value in (("access token", self.access_token),
@@ -190,7 +198,9 @@ class Tokens:
     def as_dict(self) -> dict[str, Any]:
         return {"access_token": self.access_token, "refresh_token": self.refresh_token,
                 "expires_at": self.expires_at, "scopes": list(self.scopes),
-                "token_type": self.token_type}
+                "token_type": self.token_type, "source": self.source,
+                "refreshes": self.refreshes, "refreshed_at": self.refreshed_at,
+                "account": self.account, "identity": self.identity}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tokens:
@@ -205,8 +215,26 @@ class Tokens:
             raise ValueError("expires_at must be a number")
         if not isinstance(scopes, list | tuple) or not all(isinstance(s, str) for s in scopes):
             raise ValueError("scopes must be a list of strings")
+        refreshes = data.get("refreshes", 0)
+        refreshed_at = data.get("refreshed_at")
+        if isinstance(refreshes, bool) or not isinstance(refreshes, int) or refreshes < 0:
+            raise ValueError("refreshes must be a count")
+        if refreshed_at is not None and (isinstance(refreshed_at, bool)
+                                         or not isinstance(refreshed_at, int | float)):
+            raise ValueError("refreshed_at must be a number")
+        account = data.get("account")
         return cls(access, refresh, float(expires) if expires is not None else None,
-                   tuple(scopes), str(data.get("token_type") or "Bearer"))
+                   tuple(scopes), str(data.get("token_type") or "Bearer"),
+                   str(data.get("source") or ""), refreshes,
+                   float(refreshed_at) if refreshed_at is not None else None,
+                   _account(account), unsigned_id_token(data.get("identity")))
+
+    def with_identity(self, id_token: Any, account: Any = None) -> Tokens:
+        """With the login's identity: its id_token without signature, and the account it
+        names (or ``account``, as an agent's file records it)."""
+        identity = unsigned_id_token(id_token) or self.identity
+        return dataclasses.replace(self, identity=identity, account=_account(account)
+                                   or account_from_id_token(identity) or self.account)
 
     def secrets(self) -> list[str]:
         return [t for t in (self.access_token, self.refresh_token) if t]
@@ -219,6 +247,52 @@ class Tokens:
             "expires %Y-%m-%d %H:%M:%S UTC", time.gmtime(self.expires_at))
         refresh = "with a refresh token" if self.refresh_token else "no refresh token"
         return f"access {mask(self.access_token)}, {refresh}, {expiry}"
+
+    def with_source(self, source: str) -> Tokens:
+        return dataclasses.replace(self, source=source)
+
+
+def _account(value: Any) -> str | None:
+    """An account identifier as an agent file may carry it: a short printable word."""
+    return value if isinstance(value, str) and 0 < len(value) <= 256 \
+        and _TOKEN_CHARS.fullmatch(value) else None
+
+
+# A JWT header that names no algorithm and a signature that verifies nothing: what is left of
+# an id_token once its signature is gone (the signature is what makes it a credential).
+UNSIGNED_HEADER: Final = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0"  # {"alg":"none","typ":"JWT"}
+UNSIGNED_SIGNATURE: Final = "c2J4"
+WITHHELD_ID_TOKEN: Final = f"{UNSIGNED_HEADER}.eyJzYngiOiJ3aXRoaGVsZCJ9.{UNSIGNED_SIGNATURE}"
+
+
+def _claims(token: Any) -> dict[str, Any] | None:
+    import base64
+
+    if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
+        return None
+    payload = token.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, TypeError):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+def unsigned_id_token(id_token: Any) -> str | None:
+    """An OpenID ``id_token`` with its signature removed: the same claims (who the user is,
+    which an agent such as Codex reads and compares across refreshes), no longer a token any
+    verifier accepts. None when it is not a JWT with a JSON object of claims."""
+    if _claims(id_token) is None:
+        return None
+    return f"{UNSIGNED_HEADER}.{str(id_token).split('.')[1]}.{UNSIGNED_SIGNATURE}"
+
+
+def account_from_id_token(id_token: Any) -> str | None:
+    """The ChatGPT account an OpenAI ``id_token`` names (its unverified claims: only an
+    identifier, written where Codex keeps it; nothing is trusted because of it)."""
+    claims = _claims(id_token)
+    auth = claims.get("https://api.openai.com/auth") if claims else None
+    return _account(auth.get("chatgpt_account_id")) if isinstance(auth, Mapping) else None
 
 
 class OAuthStore:
@@ -350,8 +424,14 @@ def tokens_from_response(data: Mapping[str, Any], *, config: OAuthConfig | None 
     scopes = tuple(scope.split()) if isinstance(scope, str) else (
         previous.scopes if previous else ())
     token_type = data.get("token_type")
-    return Tokens(access, refresh, expires_at, scopes,
-                  token_type if isinstance(token_type, str) and token_type else "Bearer")
+    tokens = Tokens(access, refresh, expires_at, scopes,
+                    token_type if isinstance(token_type, str) and token_type else "Bearer",
+                    source=previous.source if previous else "",
+                    refreshes=previous.refreshes + 1 if previous else 0,
+                    refreshed_at=now if previous else None,
+                    account=previous.account if previous else None,
+                    identity=previous.identity if previous else None)
+    return tokens.with_identity(data.get("id_token"))
 
 
 def parse_login(text: str, *, structure: Any = None, now: float | None = None) -> Tokens:
@@ -361,8 +441,9 @@ def parse_login(text: str, *, structure: Any = None, now: float | None = None) -
        (``structure``): the values at the places of ``{{.AccessToken}}``, ``{{.RefreshToken}}``,
        ``{{.ExpiresAt}}`` (milliseconds, or seconds when small) and ``{{.Scopes}}``; without
        a structure, the shapes of :data:`KNOWN_SHAPES`;
-    2. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in`` or
-       ``expires_at`` in seconds, ``scope``).
+    2. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in``, or
+       ``expires_at`` / ``expiry_date`` in seconds or milliseconds, ``scope``), which is also
+       the shape of Gemini CLI's ``~/.gemini/oauth_creds.json``.
     Raises ``invalid_argument`` naming what is missing; never a value."""
     try:
         data = json.loads(text)
@@ -385,7 +466,7 @@ def parse_login(text: str, *, structure: Any = None, now: float | None = None) -
                 return _tokens_from_found(found)
         if "access_token" in data:
             tokens = tokens_from_response(data, now=now)
-            expires_at = data.get("expires_at")
+            expires_at = data.get("expires_at", data.get("expiry_date"))
             if tokens.expires_at is None and isinstance(expires_at, int | float) \
                     and not isinstance(expires_at, bool):
                 tokens = Tokens(tokens.access_token, tokens.refresh_token, _seconds(expires_at),
@@ -417,7 +498,8 @@ def _tokens_from_found(found: Mapping[str, Any]) -> Tokens:
         access, refresh if isinstance(refresh, str) and refresh else None,
         _seconds(float(expires)) if isinstance(expires, int | float)
         and not isinstance(expires, bool) else None,
-        tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else ())
+        tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else (),
+    ).with_identity(found.get("IdToken"), found.get("AccountId"))
 
 
 def extract_by_structure(structure: Any, document: Any) -> dict[str, Any]:
@@ -463,6 +545,9 @@ def render_credential_file(config: OAuthConfig, tokens: Tokens | None, *,
         "ExpiresAt": int(expires * 1000),
         "Scopes": list(tokens.scopes) if tokens is not None else [],
         "PrimaryApiKey": _OMIT,
+        "AccountId": tokens.account if tokens is not None and tokens.account else _OMIT,
+        "IdToken": tokens.identity if tokens is not None and tokens.identity
+        else WITHHELD_ID_TOKEN,
     }
 
     def fill(shape: Any) -> Any:
@@ -514,7 +599,10 @@ __all__ = [
     "Mode",
     "OAuthConfig",
     "OAuthStore",
+    "UNSIGNED_HEADER",
+    "WITHHELD_ID_TOKEN",
     "Tokens",
+    "account_from_id_token",
     "credential_mode",
     "extract_by_structure",
     "has_api_key",
@@ -524,4 +612,5 @@ __all__ = [
     "passthrough_refusal",
     "render_credential_file",
     "tokens_from_response",
+    "unsigned_id_token",
 ]

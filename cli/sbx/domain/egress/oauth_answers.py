@@ -8,8 +8,10 @@ as it came (:func:`rewrite_token_answer`):
   either, every value under a token-named key (:func:`token_key`: ``access_token``,
   ``refresh_token``, ``id_token``, ``accessToken``, any ``*token`` or ``*_secret``, and the
   kit's ``responseFields``), at any depth, is replaced: the access field by the access
-  sentinel, the refresh field by the refresh sentinel, anything else by
-  :data:`WITHHELD`. A duplicate key, a body that is neither JSON nor a form (HTML, text, a
+  sentinel, the refresh field by the refresh sentinel, an ``id_token`` by its claims without
+  its signature (``unsigned_id_token``), anything else by :data:`WITHHELD`. A duplicate
+  key, a body
+  that is neither JSON nor a form (HTML, text, a
   bare JSON string) or a body that is not UTF-8 cannot be rewritten with certainty, and the
   whole answer is refused (:class:`UnrewritableAnswer`) — whatever its status, since an
   error answer can carry tokens too.
@@ -208,6 +210,12 @@ def _replace(key: str, value: str, oauth: OAuthSpec, withheld: list[str]) -> str
         return oauth.access_sentinel
     if squashed in (_squash(oauth.refresh_field), "refreshtoken"):
         return oauth.refresh_sentinel
+    if squashed == "idtoken":
+        # Its claims without its signature: OpenID clients (Codex compares who the user is
+        # across refreshes) read the same identity, and no verifier accepts it as a token.
+        from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, unsigned_id_token
+
+        return unsigned_id_token(value) or WITHHELD_ID_TOKEN
     return WITHHELD
 
 

@@ -52,6 +52,7 @@ class CapabilityPlan:
     lifecycle: LifecyclePlan = field(default_factory=LifecyclePlan)
     ports: tuple[int, ...] = ()  # TCP container ports to publish on 127.0.0.1
     env: Mapping[str, str] = field(default_factory=dict)  # the sandbox's, hooks' included
+    port_names: Mapping[int, str] = field(default_factory=dict)  # port@1 `name`s, by port
     skipped: tuple[SelectionRecord, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -142,7 +143,9 @@ def plan_capabilities(composition: Composition, *, limits: Limits, allow_privile
                        host_git_identity=git_identity)
     for handler in captypes.PLAN_ORDER:
         handler.plan(composition, planner)
-    return planner.plan()
+    plan = planner.plan()
+    return dataclasses.replace(plan, port_names={
+        p.container: p.name for p in composition.ports if p.name and p.container in plan.ports})
 
 
 __all__ = ["DEFAULT_PROFILE", "GUIDANCE", "SUPPORTED", "CapabilityPlan", "NamedVolume",

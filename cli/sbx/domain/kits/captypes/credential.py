@@ -40,8 +40,11 @@ if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition, Credential, Origin
     from sbx.domain.kits.surface import Surface, Widening
 
+# AccountId and IdToken are sbx's own (not in KIT-SPEC-V3): who the login is of, which some
+# agents read beside the token (Codex's tokens.account_id and id_token claims): the account
+# identifier, and the login's id_token with its signature removed. Neither is a credential.
 CREDENTIAL_PLACEHOLDERS: Final = frozenset({"AccessToken", "RefreshToken", "ExpiresAt", "Scopes",
-                                            "PrimaryApiKey"})
+                                            "PrimaryApiKey", "AccountId", "IdToken"})
 _TEMPLATE: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
 
 
