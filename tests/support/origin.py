@@ -762,7 +762,7 @@ class ProxyClient:
 
 
 class ProxyProcess:
-    """``python -m sbx.domain.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it:
+    """``python -m sbx.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it:
     stdin
     is the owner's pipe (its first line the client token, empty for none; the pipe stays open
     until :meth:`stop`), the ready line is read from stdout (bounded wait); stdout and stderr
@@ -770,7 +770,7 @@ class ProxyProcess:
 
     def __init__(self, config: Any, config_path: Path, *, ready_timeout: float = 20.0,
                  client_token: str | None = None,
-                 python_args: Sequence[str] = ("-m", "sbx.domain.egress.proxy")) -> None:
+                 python_args: Sequence[str] = ("-m", "sbx.proxy")) -> None:
         import os
         import select
         import subprocess

@@ -285,7 +285,7 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     bridge = record.request.get("bridge")
     if not bridge or record.network is None:
         return
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
     from sbx.usecases.keeper import recorded_port, restart_kept_proxy, stop_keeper
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
@@ -349,11 +349,12 @@ class _Needed:
 
 def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
     from sbx.domain.sandbox.sources import mount_mismatches
+    from sbx.seams.host import procfs
 
     pid = driver.container_pid(container_id)
     try:
-        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else ""
-        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        container = procfs.mountinfo(pid) if pid else ""
+        host = procfs.mountinfo()
     except OSError:
         return
     problems = mount_mismatches(pins, container, host) if container else []
@@ -582,7 +583,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if record is not None and record.image:
                 driver.remove_image(record.image)
             if record is not None and record.request.get("bridge"):
-                from sbx.seams.firewall import BridgeGuard
+                from sbx.seams.host.firewall import BridgeGuard
 
                 guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
                 guard.installed, guard.installed_nat = guard.listed()

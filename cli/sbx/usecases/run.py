@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     from sbx.domain.sandbox.kitpins import KitFiles
     from sbx.domain.sandbox.lifecycle import KitFile
     from sbx.domain.sandbox.workspace_trust import Baseline
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.seams.session.stream import AttachedStream
     from sbx.usecases.keeper import KeptProxy
@@ -1058,13 +1058,15 @@ def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
 
     Read from the container's own mountinfo right after the start; a difference stops the
     sandbox (the README states the window this leaves as a residual risk)."""
+    from sbx.seams.host import procfs
+
     pins = plan.host_mounts.pins
     if not pins:
         return
     pid = driver.container_pid(container_id)
     try:
-        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else None
-        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        container = procfs.mountinfo(pid) if pid else None
+        host = procfs.mountinfo()
     except OSError:
         container = None
     if container is None:
@@ -1281,7 +1283,7 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
 
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
         created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
@@ -1353,7 +1355,7 @@ def _sandbox_network(bridge: str, gateway: str) -> str:
     the proxy does not start without it (fail closed)."""
     import ipaddress
 
-    from sbx.seams.firewall import bridge_network
+    from sbx.seams.host.firewall import bridge_network
 
     network = bridge_network(bridge)
     if network is None or ipaddress.ip_address(gateway) not in ipaddress.ip_network(network):

@@ -1,6 +1,6 @@
 """What every part of one proxy shares: its config, its current phase and its error channel.
 
-One :class:`ProxyContext` per proxy, made by :class:`~sbx.domain.egress.proxy.server.EgressProxy`
+One :class:`ProxyContext` per proxy, made by :class:`~sbx.proxy.server.EgressProxy`
 and
 handed to each collaborator (no module-level state). The phase is the only thing that changes:
 install → runtime, once.
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sbx.domain.egress.proxy.streams import Stream
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.kits.compose import Network, Phase
+from sbx.proxy.streams import Stream
 
 
 @dataclass

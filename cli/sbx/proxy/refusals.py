@@ -15,8 +15,8 @@ from typing import Any, Final
 from sbx.base.reasons import Reason
 from sbx.domain.egress import proxyauth
 from sbx.domain.egress.policy import Decision, describe_rule
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.streams import Stream, flush
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.streams import Stream, flush
 from sbx.seams import audit
 
 SBX_REASON: Final = "X-Sbx-Reason"
