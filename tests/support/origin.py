@@ -801,8 +801,14 @@ class ProxyProcess:
                 _, err = self.proc.communicate(timeout=10)
                 raise RuntimeError(f"the proxy exited: {err.decode(errors='replace')}")
             line += byte
+        from sbx.seams.host.handshake import PROXY
+
         self.ready_line = line.decode()
-        self.port = int(self.ready_line.split()[1])
+        ready = PROXY.parse_ready(line)
+        if ready is None:
+            self.proc.kill()
+            raise RuntimeError(f"the proxy's first line is not its ready line: {line!r}")
+        self.port = ready[0]
         self.stdout = b""
         self.stderr = b""
 

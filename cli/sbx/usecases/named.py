@@ -30,6 +30,7 @@ from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.seams.host import procfs
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
@@ -349,7 +350,6 @@ class _Needed:
 
 def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
     from sbx.domain.sandbox.sources import mount_mismatches
-    from sbx.seams.host import procfs
 
     pid = driver.container_pid(container_id)
     try:

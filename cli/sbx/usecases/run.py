@@ -69,6 +69,7 @@ from sbx.domain.sandbox.sources import (
 )
 from sbx.seams import audit
 from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.host import procfs
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd
@@ -1058,8 +1059,6 @@ def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
 
     Read from the container's own mountinfo right after the start; a difference stops the
     sandbox (the README states the window this leaves as a residual risk)."""
-    from sbx.seams.host import procfs
-
     pins = plan.host_mounts.pins
     if not pins:
         return

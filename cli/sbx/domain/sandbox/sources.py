@@ -258,6 +258,8 @@ class Staging:
             point.touch(mode=0o600)
         self.points.append(point)
         self.log.append({"kind": "bind", "path": source.path})
+        # The host seams only when something is staged: a run without host mounts does not
+        # pay for importing ctypes and subprocess.
         from sbx.seams.host import mounts
 
         code = mounts.bind_descriptor(source.fd, point)
