@@ -804,11 +804,11 @@ class ProxyProcess:
         from sbx.seams.host.handshake import PROXY
 
         self.ready_line = line.decode()
-        ready = PROXY.parse_ready(line)
-        if ready is None:
+        numbers = PROXY.parse_ready(line)
+        if numbers is None:
             self.proc.kill()
             raise RuntimeError(f"the proxy's first line is not its ready line: {line!r}")
-        self.port = ready[0]
+        self.port = numbers[0]
         self.stdout = b""
         self.stderr = b""
 

@@ -6,6 +6,7 @@ both sides, started for real here."""
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import os
 import signal
@@ -219,3 +220,29 @@ def test_cmdline_and_liveness_of_processes_sbx_did_not_start() -> None:
     assert args is not None and any(b"python" in arg for arg in args)
     assert processes.pid_alive(os.getpid()) and not processes.pid_alive(0)
     assert processes.cmdline(2**22 + 12345) is None
+
+
+# -- mounts: what a failure of the tools and of libc becomes ----------------------------------
+
+
+def test_remounting_a_missing_volume_file_is_create_failed_with_its_fix(tmp_path: Path) -> None:
+    from sbx.base.errors import SbxError
+    from sbx.base.reasons import Reason
+    from sbx.domain.sandbox.sources import Staging
+
+    staging = Staging(tmp_path / "home" / "run")
+    (tmp_path / "home").mkdir()
+    with pytest.raises(SbxError) as caught:
+        staging.remount_filesystem(tmp_path / "gone.img")  # mount(8) exits non-zero
+    assert caught.value.reason is Reason.CREATE_FAILED
+    assert f"could not mount the volume file system {tmp_path / 'gone.img'}: " \
+        in caught.value.message
+    assert "sbx rm" in (caught.value.hint or "")
+    assert staging.release() == []  # the point it made is gone again
+
+
+def test_unmounting_what_is_not_mounted_is_an_errno_not_an_exception(tmp_path: Path) -> None:
+    from sbx.seams.host import mounts
+
+    code = mounts.detach(tmp_path)  # a plain directory: nothing is mounted there
+    assert code in ((errno.EINVAL,) if os.geteuid() == 0 else (errno.EPERM, errno.EINVAL))

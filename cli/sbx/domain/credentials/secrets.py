@@ -242,8 +242,7 @@ def run_command(service: str, command: str, env: Mapping[str, str], *,
     it starts in the background outlives it. Messages name the command and its exit status,
     never output.
     """
-    from sbx.seams.host.processes import CommandTimeout
-    from sbx.seams.host.shell import run_shell
+    from sbx.seams.host.shell import CommandTimeout, run_shell
 
     fix = f"Run `{command}` yourself to see why, then retry."
     try:

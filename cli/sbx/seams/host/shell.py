@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from sbx.seams.host import processes
+from sbx.seams.host.processes import CommandTimeout
 
 SHELL: Final = "/bin/sh"
 
@@ -15,9 +16,9 @@ SHELL: Final = "/bin/sh"
 def run_shell(command: str, *, env: Mapping[str, str], timeout: float,
               max_output: int) -> processes.Finished:
     """Run ``command`` with empty stdin and stderr discarded (a helper may print anything
-    there); raises :class:`~sbx.seams.host.processes.CommandTimeout` and OSError."""
+    there); raises :class:`CommandTimeout` and OSError."""
     return processes.run([SHELL, "-c", command], timeout=timeout, env=env,
                          max_output=max_output, keep_stderr=False)
 
 
-__all__ = ["SHELL", "run_shell"]
+__all__ = ["SHELL", "CommandTimeout", "run_shell"]
