@@ -6,7 +6,7 @@ Usage::
 
 Everything runs on 127.0.0.1: the test origin (``tests/support/origin.py``: HTTPS with a test CA,
 threads in this process) and the proxy as ``sbx run`` starts it (``python -m
-sbx.domain.egress.proxy``,
+sbx.proxy``,
 its own process). The client is ``curl`` (C, so the client adds the same small cost to both
 sides). Side by side in one run:
 
@@ -62,9 +62,9 @@ def _network(host: str, *, bounded: bool) -> Network:
 
 
 # The proxy process with its raw tunnels spliced (off by default: bench/README.md says why).
-SPLICED = ("-c", "import sys; from sbx.domain.egress.proxy import relay; "
+SPLICED = ("-c", "import sys; from sbx.proxy import relay; "
                  "relay.SPLICE_BY_DEFAULT = True; "
-                 "from sbx.domain.egress.proxy.process import main; sys.exit(main())")
+                 "from sbx.proxy.process import main; sys.exit(main())")
 
 
 def _proxy(work: Path, name: str, network: Network, origin_ca: Path, *,

@@ -7,7 +7,7 @@ Usage::
 
 Everything runs on 127.0.0.1: the test origin (``tests/support/origin.py``: HTTPS with a test
 CA, threads in this process) and two proxies as ``sbx run`` starts them (``python -m
-sbx.domain.egress.proxy``, each its own process) with the same bounded rule (``methods: [GET]``,
+sbx.proxy``, each its own process) with the same bounded rule (``methods: [GET]``,
 so every request is intercepted, decided and forwarded), one writing the request log
 (``request_log``, one JSONL record per request, its host and path scrubbed of the needles a
 credential gives), one not. The client is ``curl``: ``--requests`` keep-alive GETs on one
@@ -67,8 +67,8 @@ def record_cost(work: Path, count: int = 5000) -> float:
     to the log (what an intercepted request pays for its record; no network in it)."""
     import time
 
-    from sbx.domain.egress.proxy.context import ProxyContext
-    from sbx.domain.egress.proxy.recorder import Recorder, Traffic
+    from sbx.proxy.context import ProxyContext
+    from sbx.proxy.recorder import Recorder, Traffic
 
     rule = Rule("api.example.com", ("GET",), (), "allow", "./bench", 0, "runtime")
     config = ProxyConfig(run_id="bench-record", state_home=work / "rec",

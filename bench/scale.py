@@ -26,7 +26,7 @@ once) and timed from that release until the last one ends:
     and proxy cost.
 (c) **Proxy memory per run.** While (b)'s runs are up, a sampler (every 100 ms) reads VmRSS and
     Pss (``/proc/<pid>/status``, ``/proc/<pid>/smaps_rollup``) of every egress proxy whose
-    config lies under this benchmark's SBX_HOME (``python -m sbx.domain.egress.proxy
+    config lies under this benchmark's SBX_HOME (``python -m sbx.proxy
     <home>/.../proxy.json``) and of each ``sbx run`` process; the peak per process is kept.
 
 Bounds: counts <= 50, rounds <= 10, hold <= 30 s; every process has a timeout (180 s) and the
@@ -77,7 +77,7 @@ NET_DESCRIPTOR: Final = ('# syntax=docker/sandbox-kit:3\nschemaVersion: "3"\nkin
                          "capabilities:\n  - type: com.docker.sandbox/network-policy@1\n"
                          f"    config: {{runtime: {{allow: [{NET_HOST}]}}}}\n")
 NET_RECIPE: Final = f'FROM {ro.BASE_IMAGE}\nUSER agent\nCMD ["true"]\n'
-PROXY_MODULE: Final = "sbx.domain.egress.proxy"
+PROXY_MODULE: Final = "sbx.proxy"
 
 
 # -- one batch of processes started together --------------------------------------------------

@@ -451,7 +451,7 @@ def test_bridge_guards_installed_concurrently_keep_accept_before_drop() -> None:
     """The same race without the engine: many runs' rules installed at once on made-up
     bridges (no such interface exists, so the rules match nothing); each run's accept must
     precede its drop."""
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
 
     if os.geteuid() != 0 or shutil.which("iptables") is None:
         pytest.skip("installing firewall rules needs root and iptables")

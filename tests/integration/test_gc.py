@@ -30,9 +30,10 @@ import pytest
 
 from sbx.base import labels as label_keys
 from sbx.base.paths import home_hash
-from sbx.seams import audit, firewall
+from sbx.seams import audit
 from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import OwnedObject
+from sbx.seams.host import firewall
 
 from .conftest import BUSYBOX, owned
 

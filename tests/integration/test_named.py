@@ -305,7 +305,7 @@ def _proxies(state_home: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"sbx.domain.egress.proxy" in cmdline and str(state_home).encode() in cmdline:
+            if b"sbx.proxy" in cmdline and str(state_home).encode() in cmdline:
                 found.append(int(entry.name))
     return found
 

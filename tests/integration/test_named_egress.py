@@ -162,7 +162,7 @@ def _until_no_proxy(state_home: Path, timeout: float = 60.0) -> None:
                     cmdline = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"sbx.domain.egress.proxy" in cmdline and str(state_home).encode() in cmdline:
+                if b"sbx.proxy" in cmdline and str(state_home).encode() in cmdline:
                     alive.append(entry.name)
         if not alive:
             return

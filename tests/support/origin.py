@@ -764,7 +764,7 @@ class ProxyClient:
 
 
 class ProxyProcess:
-    """``python -m sbx.domain.egress.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it:
+    """``python -m sbx.proxy CONFIG RUN_ID`` started the way ``sbx run`` starts it:
     stdin
     is the owner's pipe (its first line the client token, empty for none; the pipe stays open
     until :meth:`stop`), the ready line is read from stdout (bounded wait); stdout and stderr
@@ -772,7 +772,7 @@ class ProxyProcess:
 
     def __init__(self, config: Any, config_path: Path, *, ready_timeout: float = 20.0,
                  client_token: str | None = None,
-                 python_args: Sequence[str] = ("-m", "sbx.domain.egress.proxy")) -> None:
+                 python_args: Sequence[str] = ("-m", "sbx.proxy")) -> None:
         import os
         import select
         import subprocess
@@ -803,8 +803,14 @@ class ProxyProcess:
                 _, err = self.proc.communicate(timeout=10)
                 raise RuntimeError(f"the proxy exited: {err.decode(errors='replace')}")
             line += byte
+        from sbx.seams.host.handshake import PROXY
+
         self.ready_line = line.decode()
-        self.port = int(self.ready_line.split()[1])
+        numbers = PROXY.parse_ready(line)
+        if numbers is None:
+            self.proc.kill()
+            raise RuntimeError(f"the proxy's first line is not its ready line: {line!r}")
+        self.port = numbers[0]
         self.stdout = b""
         self.stderr = b""
 

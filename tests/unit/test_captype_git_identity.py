@@ -18,7 +18,7 @@ from sbx.domain.kits.compose import Contribution, compose
 from sbx.domain.kits.rules import findings
 from sbx.domain.sandbox.capabilities import SUPPORTED, plan_capabilities
 from sbx.domain.sandbox.hardening import Limits
-from sbx.seams.hostgit import global_identity
+from sbx.seams.host.git import global_identity
 
 NS = "com.docker.sandbox/"
 GIT_IDENTITY = NS + "git-identity@1"

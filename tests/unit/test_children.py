@@ -17,7 +17,8 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import run_command
-from sbx.seams import children, driver, registry_auth
+from sbx.seams import driver, registry_auth
+from sbx.seams.host import processes as children
 
 PATH = {"PATH": os.environ["PATH"]}
 

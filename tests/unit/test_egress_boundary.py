@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+import sbx.proxy as proxy_module
 from sbx.base.reasons import Reason
 from sbx.domain.egress import clienthello, proxyauth
-from sbx.domain.egress import proxy as proxy_module
 from sbx.domain.egress.clienthello import ClientHello, NotAClientHello, parse_client_hello
 from sbx.domain.egress.encoding import (
     PIECE,
@@ -39,10 +39,11 @@ from sbx.domain.egress.policy import (
     normalize_path,
     path_matches,
 )
-from sbx.domain.egress.proxy import EgressProxy, Masker, blocked_address, client_refusal
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from sbx.seams.firewall import BridgeGuard, bridge_network
+from sbx.proxy import EgressProxy, Masker, blocked_address, client_refusal
+from sbx.seams.host.firewall import BridgeGuard, bridge_network
+from sbx.seams.host.processes import Program
 
 
 def rule(host: str, *, action: str = "allow", methods: Sequence[str] = (),
@@ -315,7 +316,7 @@ def test_tokens_and_urls() -> None:
 def test_the_token_is_not_in_the_proxy_process_repr() -> None:
     process = subprocess.Popen(["true"])
     process.wait()
-    handle = ProxyProcess(process, 1, Path("phase"), Path("log"), client_token=TOKEN)
+    handle = ProxyProcess(Program(process), 1, Path("phase"), Path("log"), client_token=TOKEN)
     assert TOKEN not in repr(handle)
 
 

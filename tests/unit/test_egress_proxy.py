@@ -14,27 +14,9 @@ from typing import Any
 
 import pytest
 
-from sbx.domain.egress import proxy as proxy_module
+import sbx.proxy as proxy_module
 from sbx.domain.egress.policy import Request as PolicyRequest
 from sbx.domain.egress.policy import decide
-from sbx.domain.egress.proxy import (
-    EgressProxy,
-    Masker,
-    blocked_address,
-    explain_line,
-    injected_value,
-    parse_authority,
-    proxy_argv,
-    redact,
-    refusal_body,
-    refusal_for,
-    refusal_response,
-)
-from sbx.domain.egress.proxy import (
-    EgressRefusal as Refusal,
-)
-from sbx.domain.egress.proxy import connection as connection_module
-from sbx.domain.egress.proxy import exchange as exchange_module
 from sbx.domain.egress.proxyconfig import (
     CredentialSpec,
     Inject,
@@ -44,6 +26,24 @@ from sbx.domain.egress.proxyconfig import (
     sentinel_for,
 )
 from sbx.domain.kits.compose import Credential, Network, NetworkPhase, Rule
+from sbx.proxy import (
+    EgressProxy,
+    Masker,
+    blocked_address,
+    explain_line,
+    injected_value,
+    parse_authority,
+    redact,
+    refusal_body,
+    refusal_for,
+    refusal_response,
+)
+from sbx.proxy import (
+    EgressRefusal as Refusal,
+)
+from sbx.proxy import connection as connection_module
+from sbx.proxy import exchange as exchange_module
+from sbx.seams.host.handshake import PROXY
 
 
 def rule(host: str, kit: str = "./gh", index: int = 0, *, action: str = "allow",
@@ -257,8 +257,8 @@ def test_redact() -> None:
 
 
 def test_proxy_argv_carries_the_run_id(tmp_path: Path) -> None:
-    argv = proxy_argv(tmp_path / "proxy.json", "run-42")
-    assert argv[1:4] == ["-m", "sbx.domain.egress.proxy", str(tmp_path / "proxy.json")]
+    argv = PROXY.argv(str(tmp_path / "proxy.json"), "run-42")
+    assert argv[1:4] == ["-m", "sbx.proxy", str(tmp_path / "proxy.json")]
     assert argv[-1] == "run-42"
 
 

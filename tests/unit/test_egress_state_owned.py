@@ -12,9 +12,9 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress import requestlog
 from sbx.domain.egress.policystore import PolicyStore, rules_path
-from sbx.domain.egress.proxy.userrules import UserRules
 from sbx.domain.egress.proxyconfig import ProxyConfigError
 from sbx.domain.egress.userpolicy import UserRule, parse_target
+from sbx.proxy.userrules import UserRules
 from tests.unit.test_requestlog import record
 
 RULES = '{"format": 1, "rules": []}'

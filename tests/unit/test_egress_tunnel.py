@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from sbx.base.reasons import EgressCode, Reason
-from sbx.domain.egress.proxy import EgressProxy, relay
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
+from sbx.proxy import EgressProxy, relay
 
 RELAYS = [pytest.param(True, id="splice"), pytest.param(False, id="default")]
 needs_splice = pytest.mark.skipif(not relay.splice_available(), reason="no splice(2) here")

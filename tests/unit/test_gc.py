@@ -35,9 +35,9 @@ from sbx.domain.sandbox.imagecache import (
 )
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.seams import audit
-from sbx.seams import firewall as fw
 from sbx.seams.engine import CachedImage, ImageInfo
-from sbx.seams.firewall import (
+from sbx.seams.host import firewall as fw
+from sbx.seams.host.firewall import (
     FirewallError,
     FirewallUnavailable,
     RuleListingInvalid,
@@ -584,7 +584,7 @@ def test_orphaned_proxy_is_stopped_only_when_it_names_the_run(h: Harness) -> Non
         def alive(pid: int) -> bool:
             if pid in (proxy.pid, stranger.pid):
                 (proxy if pid == proxy.pid else stranger).poll()  # reap a zombie
-                return gc_core.pid_alive(pid)
+                return real.alive(pid)
             return False
 
         result = h.collect(grace=0, processes=Processes(alive=alive, cmdline=real.cmdline,
@@ -738,14 +738,15 @@ def test_cli_dispatches_one_typed_request(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_real_pid_liveness() -> None:
-    assert gc_core.pid_alive(os.getpid())
-    assert not gc_core.pid_alive(0)
+    real = Processes()  # real /proc
+    assert real.alive(os.getpid())
+    assert not real.alive(0)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.01)
     # Exited but not yet reaped would be a zombie; poll() reaped it, so the pid is gone.
-    assert not gc_core.pid_alive(child.pid)
+    assert not real.alive(child.pid)
     assert "python" in (gc_core.proc_cmdline(os.getpid()) or "")
     assert gc_core.proc_cmdline(child.pid) is None
 

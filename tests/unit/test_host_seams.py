@@ -12,8 +12,8 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams import firewall
-from sbx.seams.firewall import BridgeGuard
+from sbx.seams.host import firewall
+from sbx.seams.host.firewall import BridgeGuard
 from sbx.seams.ports import PortForwarder
 
 

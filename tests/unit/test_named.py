@@ -76,7 +76,7 @@ def _network_again_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, reco
     from types import SimpleNamespace
     from typing import Any, cast
 
-    from sbx.seams import firewall
+    from sbx.seams.host import firewall
     from sbx.usecases import keeper, named
 
     warnings: list[str] = []

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from sbx.domain.egress import requestlog
-from sbx.domain.egress.proxy import EgressProxy
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
+from sbx.proxy import EgressProxy
 from sbx.usecases import policylog
 from tests.conftest import run_cli
 

@@ -33,8 +33,9 @@ import pytest
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.domain.egress import plan as egress_plan
-from sbx.seams import firewall, ports
+from sbx.seams import ports
 from sbx.seams import transports as transports_module
+from sbx.seams.host import firewall
 from sbx.seams.ports import PublishedPort
 from tests.conftest import CliResult, run_cli
 from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of

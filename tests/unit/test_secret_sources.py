@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import sbx.proxy as proxy_module
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import (
@@ -28,8 +29,7 @@ from sbx.domain.credentials.secrets import (
     resolve_for_run,
     run_command,
 )
-from sbx.domain.egress import proxy as proxy_module
-from sbx.domain.egress.proxy import process as process_module
+from sbx.proxy import process as process_module
 from sbx.seams import audit, keyrings
 from sbx.usecases import secretops
 

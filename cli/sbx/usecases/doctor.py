@@ -380,14 +380,14 @@ def _utcnow() -> datetime:
 
 def _which_iptables() -> str | None:
     # The lookup BridgeGuard.install itself makes: what `sbx run` would find.
-    from sbx.seams.firewall import iptables_binary
+    from sbx.seams.host.firewall import iptables_binary
 
     return iptables_binary()
 
 
 def _iptables_problem() -> str | None:
     """None when iptables can list the INPUT chain here (root with CAP_NET_ADMIN)."""
-    from sbx.seams.firewall import (
+    from sbx.seams.host.firewall import (
         FirewallError,
         FirewallUnavailable,
         RuleListingInvalid,
@@ -404,13 +404,9 @@ def _iptables_problem() -> str | None:
 
 
 def _read_proc_net_tcp() -> tuple[str, ...]:
-    texts = []
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            texts.append(Path(name).read_text(encoding="ascii", errors="replace"))
-        except OSError:
-            continue  # no IPv6, or no /proc: nothing listens there as far as we can tell
-    return tuple(texts)
+    from sbx.seams.host.procfs import tcp_tables
+
+    return tcp_tables()
 
 
 def _start_proxy(config_json: str, run_dir: Path, run_id: str) -> DoctorProxy:
@@ -534,7 +530,7 @@ def check_egress_proxy(state: DoctorState) -> Verdict:
             last = tail.splitlines()[-1].strip() if tail else "no output"
             return Verdict(Status.FAIL, f"the proxy did not start: {last}", Reason.PROXY_FAILED,
                            "Read the proxy's error above; it must be able to import "
-                           "sbx.domain.egress.proxy with this Python and bind a port on 127.0.0.1.",
+                           "sbx.proxy with this Python and bind a port on 127.0.0.1.",
                            {**data, "stderr": tail[-2000:]})
         runrecord.update(run_dir, proxy_pid=proxy.pid)
         port = proxy.port

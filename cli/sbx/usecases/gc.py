@@ -78,7 +78,8 @@ from sbx.base.reasons import ExitStatus, Reason
 from sbx.domain.sandbox.runrecord import OWNER_LOCK, RUN_RECORD, RUNS_DIR
 from sbx.domain.sandbox.sources import NAMED_PREFIX, STAGING_ROOT, release_points, stale_staging
 from sbx.seams import audit, owned
-from sbx.seams.firewall import (
+from sbx.seams.host import processes
+from sbx.seams.host.firewall import (
     FirewallError,
     FirewallUnavailable,
     RuleListingInvalid,
@@ -364,30 +365,10 @@ def _clip(value: object) -> str:
 # -- run directories and processes -------------------------------------------------------------
 
 
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` names a live (non-zombie) process; unknown counts as alive."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True
-    fields = text.rpartition(")")[2].split()
-    return not fields or fields[0] != "Z"
-
-
 def proc_cmdline(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace")
+    """``pid``'s arguments, space-separated (None when they cannot be read)."""
+    args = processes.cmdline(pid)
+    return None if args is None else b" ".join(args).decode("utf-8", "replace")
 
 
 def read_run_dirs(state_home: Path, now: float) -> list[RunDir]:
@@ -725,9 +706,9 @@ class Firewall:
 class Processes:
     """How gc sees and stops processes (injected by tests)."""
 
-    alive: Callable[[int], bool] = pid_alive
+    alive: Callable[[int], bool] = processes.pid_alive
     cmdline: Callable[[int], str | None] = proc_cmdline
-    signal: Callable[[int, int], None] = os.kill
+    signal: Callable[[int, int], None] = processes.send_signal
     sleep: Callable[[float], None] = time.sleep
 
 
@@ -1304,5 +1285,5 @@ __all__ = ["CONTAINER_STATES", "KINDS", "LOCK_FILE", "MAX_BATCHES", "RUNS_DIR", 
            "GcItem", "GcRequest", "GcResult", "ImageEntry", "Listing", "ListingInvalid",
            "Processes", "RunDir", "RunDirState", "SharedEntry", "collect", "gc_lock",
            "judge_container", "judge_image", "judge_rule", "judge_run_dir", "judge_shared",
-           "parse_images", "parse_listing", "pid_alive", "proc_cmdline", "ran_before",
+           "parse_images", "parse_listing", "proc_cmdline", "ran_before",
            "read_run_dirs", "survey"]

@@ -30,6 +30,7 @@ from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.seams.host import procfs
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
@@ -307,7 +308,7 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     bridge = record.request.get("bridge")
     if not bridge or record.network is None:
         return
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
     from sbx.usecases.keeper import recorded_port, restart_kept_proxy, stop_keeper
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
@@ -374,8 +375,8 @@ def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) 
 
     pid = driver.container_pid(container_id)
     try:
-        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else ""
-        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        container = procfs.mountinfo(pid) if pid else ""
+        host = procfs.mountinfo()
     except OSError:
         return
     problems = mount_mismatches(pins, container, host) if container else []
@@ -604,7 +605,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if record is not None and record.image:
                 driver.remove_image(record.image)
             if record is not None and record.request.get("bridge"):
-                from sbx.seams.firewall import BridgeGuard
+                from sbx.seams.host.firewall import BridgeGuard
 
                 guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
                 guard.installed, guard.installed_nat = guard.listed()

@@ -173,7 +173,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     from sbx.domain.sandbox.binding import bind_credentials
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
     from sbx.domain.sandbox.sources import staging_available
-    from sbx.seams.hostgit import global_identity
+    from sbx.seams.host.git import global_identity
 
     driver: Inventory = ctx.driver
     engine = driver.info()

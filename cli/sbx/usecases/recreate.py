@@ -88,7 +88,7 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
     """Everything but the volumes, the run directory's volume files and the record (its
     workspace checked first, as when it is removed)."""
     from sbx.domain.sandbox.sources import Staging
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
     from sbx.usecases.keeper import stop_keeper
     from sbx.usecases.named import STOP_TIMEOUT_S, check_workspace
     from sbx.usecases.run import _empty_but_volumes

@@ -69,6 +69,7 @@ from sbx.domain.sandbox.sources import (
 )
 from sbx.seams import audit
 from sbx.seams.engine import Driver, ImageInfo
+from sbx.seams.host import procfs
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
 from sbx.seams.session.mode import HostStreams, SessionMode, decide_mode
 from sbx.seams.session.pump import Session, SessionEnd
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
     from sbx.domain.sandbox.kitpins import KitFiles
     from sbx.domain.sandbox.lifecycle import KitFile
     from sbx.domain.sandbox.workspace_trust import Baseline
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.seams.session.stream import AttachedStream
     from sbx.usecases.keeper import KeptProxy
@@ -1088,8 +1089,8 @@ def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
         return
     pid = driver.container_pid(container_id)
     try:
-        container = Path(f"/proc/{pid}/mountinfo").read_text(encoding="utf-8") if pid else None
-        host = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        container = procfs.mountinfo(pid) if pid else None
+        host = procfs.mountinfo()
     except OSError:
         container = None
     if container is None:
@@ -1318,7 +1319,7 @@ def _setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cre
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
-    from sbx.seams.firewall import BridgeGuard
+    from sbx.seams.host.firewall import BridgeGuard
 
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
         created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
@@ -1417,7 +1418,7 @@ def _sandbox_network(bridge: str, gateway: str) -> str:
     the proxy does not start without it (fail closed)."""
     import ipaddress
 
-    from sbx.seams.firewall import bridge_network
+    from sbx.seams.host.firewall import bridge_network
 
     network = bridge_network(bridge)
     if network is None or ipaddress.ip_address(gateway) not in ipaddress.ip_network(network):

@@ -13,7 +13,7 @@ honours it like this:
   (:func:`render_credential_file`: JSON or TOML, ``{{.ExpiresAt}}`` a number of milliseconds
   since the epoch, ``{{.Scopes}}`` an array, ``{{.PrimaryApiKey}}``'s key omitted: sbx never
   captures one) and ``SBX_CRED_<SERVICE>_MODE`` says ``oauth`` (or ``apikey``).
-- **At the boundary** (``sbx.domain.egress.proxy``), a POST to the token endpoint is answered with
+- **At the boundary** (``sbx.proxy``), a POST to the token endpoint is answered with
   sentinels: a refresh-token grant carrying the refresh sentinel is sent upstream with the real
   refresh token, an authorization-code grant (a login inside the sandbox) is sent as it is, and
   in both cases the real tokens of the answer are stored here and replaced by the sentinels
@@ -326,7 +326,7 @@ class OAuthStore:
             return False
 
     def get(self, service: str) -> Tokens | None:
-        from sbx.domain.credentials.secrets import read_private_file
+        from sbx.seams.host.private import read_private_file
 
         path = self.path(service)
         loaded = read_private_file(path, max_bytes=MAX_RECORD_BYTES)
@@ -341,8 +341,8 @@ class OAuthStore:
                            details={"path": str(path)}) from None
 
     def set(self, service: str, tokens: Tokens, *, audit_event: bool = True) -> None:
-        from sbx.domain.credentials.secrets import ensure_private_dir, write_private_file
         from sbx.seams import audit
+        from sbx.seams.host.private import ensure_private_dir, write_private_file
 
         path = self.path(service)
         ensure_private_dir(self.directory)
@@ -388,7 +388,7 @@ class OAuthStore:
     def locked(self, service: str) -> Iterator[None]:
         """An exclusive lock on the service's record across processes (two sandboxes refreshing
         one rotating refresh token must not both use the old one)."""
-        from sbx.domain.credentials.secrets import ensure_private_dir
+        from sbx.seams.host.private import ensure_private_dir
 
         ensure_private_dir(self.directory)
         fd = os.open(self.directory / f".{service}.lock",

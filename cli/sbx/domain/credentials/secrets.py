@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,6 +51,8 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import audit, owned
+from sbx.seams.host.private import ensure_private_dir, read_private_file, write_private_file
+from sbx.seams.host.private import unsafe as _unsafe
 
 if TYPE_CHECKING:
     from sbx.seams.keyrings import Keyring
@@ -62,7 +62,6 @@ SECRETS_DIR: Final = "secrets"
 SERVICE_PATTERN: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
 MAX_VALUE_BYTES: Final = 64 * 1024
 _TMP_PREFIX: Final = ".tmp-"
-_PRIVATE_BITS: Final = 0o077
 # RFC 9110 field-value: no control character except HTAB (CR/LF would split the header).
 _FORBIDDEN_CHARS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _SET_HINT: Final = 'Pipe the value on stdin: printf %s "$TOKEN" | sbx secret set SERVICE'
@@ -191,68 +190,6 @@ def read_value(stream: IO[bytes]) -> str:
     return normalize_value(text)
 
 
-# -- private files (also used by sbx.domain.egress.ca)
-# ---------------------------------------------------
-
-
-def _unsafe(path: Path, problem: str, fix: str) -> SbxError:
-    return SbxError(Reason.SECRET_STORE_UNSAFE, f"refusing to use {path}: {problem}", hint=fix,
-                    details={"path": str(path), "problem": problem})
-
-
-def ensure_private_dir(directory: Path) -> Path:
-    """Create ``directory`` (and parents) as 0700, or check an existing one.
-
-    An existing directory that is a symlink, not a directory or owned by another user, or one
-    on a path someone else controls, is refused (``secret_store_unsafe``); group/other
-    permission bits on one we own are removed, since tightening is always safe.
-    """
-    try:
-        owned.ensure_directory(directory.parent, reason=Reason.SECRET_STORE_UNSAFE)
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
-    except OSError as error:
-        raise _unsafe(directory, f"cannot create it ({error.strerror})",
-                      "Make the state home writable (or point SBX_HOME elsewhere).") from None
-    info = os.lstat(directory)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise _unsafe(directory, "it is a symlink or not a directory",
-                      f"Remove it (`rm {directory}`); sbx recreates it as a private directory.")
-    if info.st_uid != os.geteuid():
-        raise _unsafe(directory, f"it is owned by uid {info.st_uid}, not by this user",
-                      f"Remove it, or run sbx as its owner (uid {info.st_uid}).")
-    if stat.S_IMODE(info.st_mode) & _PRIVATE_BITS:
-        os.chmod(directory, 0o700)
-    return directory
-
-
-def write_private_file(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Atomically replace ``path`` with ``data`` (:func:`sbx.seams.owned.write_file`)."""
-    owned.write_file(path, data, mode=mode)
-
-
-def _fsync_dir(directory: Path) -> None:
-    owned.fsync_directory(directory)
-
-
-def read_private_file(path: Path, *, max_bytes: int, forbidden_bits: int = _PRIVATE_BITS,
-                      ) -> tuple[bytes, os.stat_result] | None:
-    """Read a private file, or None when it does not exist.
-
-    Refuses (``secret_store_unsafe``) a symlink, a non-regular file, a file owned by another
-    user or with another link, one with any of ``forbidden_bits`` (default: every group/other
-    bit; a public certificate passes 0o022, group/other *write*), a file larger than
-    ``max_bytes``, and a file in a directory someone else could swap it in
-    (:mod:`sbx.seams.owned`, the check every state file passes).
-    """
-    try:
-        return owned.read_file(path, max_bytes=max_bytes, forbidden_bits=forbidden_bits,
-                               reason=Reason.SECRET_STORE_UNSAFE)
-    except OSError as error:
-        raise _unsafe(path, f"cannot read it ({error.strerror})",
-                      f"Check the file's owner and permissions (`ls -l {path}`).") from None
-
-
 # -- dynamic sources -------------------------------------------------------------------------------
 
 
@@ -301,17 +238,16 @@ def run_command(service: str, command: str, env: Mapping[str, str], *,
 
     Its stdin is empty and its stderr discarded (a helper may print anything there); stdout is
     read no further than the value limit, within ``timeout`` seconds. The command runs in a
-    session of its own, ended whole when it exits or times out (sbx.seams.children): nothing
+    session of its own, ended whole when it exits or times out (sbx.seams.host.shell): nothing
     it starts in the background outlives it. Messages name the command and its exit status,
     never output.
     """
-    from sbx.seams import children
+    from sbx.seams.host.shell import CommandTimeout, run_shell
 
     fix = f"Run `{command}` yourself to see why, then retry."
     try:
-        done = children.run(["/bin/sh", "-c", command], timeout=timeout, env=env,
-                            max_output=MAX_VALUE_BYTES + 2, keep_stderr=False)
-    except children.CommandTimeout:
+        done = run_shell(command, env=env, timeout=timeout, max_output=MAX_VALUE_BYTES + 2)
+    except CommandTimeout:
         raise SbxError(Reason.COMMAND_TIMEOUT,
                        f"the secret for {service!r}: its command did not finish within "
                        f"{timeout:.0f}s; it was ended with everything it started", hint=fix,
@@ -441,7 +377,7 @@ class SecretStore:
         except IsADirectoryError:
             raise _unsafe(path, "it is a directory",
                           f"Remove it by hand (`rm -r {path}`).") from None
-        _fsync_dir(path.parent)
+        owned.fsync_directory(path.parent)
         return True
 
     def _delete_from_keyring(self, service: str, source: SecretSource) -> None:

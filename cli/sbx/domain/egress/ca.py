@@ -46,7 +46,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.credentials.secrets import ensure_private_dir, read_private_file, write_private_file
+from sbx.seams.host.private import ensure_private_dir, read_private_file, write_private_file
 
 CA_DIR: Final = "ca"
 CA_CERT_FILE: Final = "ca.pem"

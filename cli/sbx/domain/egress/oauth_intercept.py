@@ -1,6 +1,6 @@
 """The OAuth half of ``credential@1`` at the boundary (KIT-SPEC-V3 §3.5): the decisions.
 
-The egress proxy (:mod:`sbx.domain.egress.proxy`) does the I/O; everything it decides about a
+The egress proxy (:mod:`sbx.proxy`) does the I/O; everything it decides about a
 credential bound in its OAuth mode is here and in :mod:`sbx.domain.egress.oauth_answers`
 (what the sandbox gets back), pure and unit-tested:
 
@@ -351,7 +351,7 @@ async def store_lock(directory: Path, service: str,
     sandboxes (or two
     requests of one) refreshing one rotating refresh token take turns, so the second sends the
     token the first one received. Raises TimeoutError after ``timeout`` seconds."""
-    from sbx.domain.credentials.secrets import ensure_private_dir
+    from sbx.seams.host.private import ensure_private_dir
 
     ensure_private_dir(directory)
     fd = os.open(directory / f".{service}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -22,12 +22,9 @@ are never written anywhere; the proxy reads the file store itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import select
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,8 +37,10 @@ from sbx.domain.kits.compose import Composition
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import CREDENTIAL
 from sbx.seams import owned
+from sbx.seams.host import private, processes
+from sbx.seams.host.handshake import PROXY
+from sbx.seams.host.processes import Program
 
-READY_PREFIX: Final = "SBX-PROXY-READY "
 START_TIMEOUT_S: Final = 15.0
 STOP_TIMEOUT_S: Final = 5.0
 PHASE_ACK_TIMEOUT_S: Final = 5.0
@@ -192,23 +191,26 @@ def _bad_ca_file(path: Path, problem: str) -> SbxError:
 
 @dataclass
 class ProxyProcess:
-    process: subprocess.Popen[bytes]  # stdin: the owner pipe (its EOF ends the proxy)
+    program: Program  # stdin: the owner pipe (its EOF ends the proxy)
     port: int
     phase_file: Path
     stderr_path: Path
-    closed: bool = field(default=False)
     client_token: str | None = field(default=None, repr=False)  # never shown
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.program.pid
+
+    @property
+    def closed(self) -> bool:
+        return self.program.stopped
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.program.alive()
 
     def switch_to_runtime(self) -> None:
         """Close the install phase before the workload starts; wait for the proxy's ack."""
-        self.process.send_signal(signal.SIGUSR1)
+        self.program.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + PHASE_ACK_TIMEOUT_S
         while time.monotonic() < deadline:  # bounded: the proxy acknowledges in milliseconds
             try:  # the proxy's own acknowledgement only (sbx.seams.owned)
@@ -225,25 +227,13 @@ class ProxyProcess:
                        details={"stderr": _tail(self.stderr_path)})
 
     def stop(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        _close_owner_pipe(self.process)
-        if self.alive():
-            self.process.terminate()
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        self.program.stop(STOP_TIMEOUT_S)
 
 
 def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
                 client_token: str | None = None,
                 secrets: Mapping[str, str] | None = None) -> ProxyProcess:
-    """Start ``python -m sbx.domain.egress.proxy CONFIG`` and wait for its ready line (bounded).
+    """Start ``python -m sbx.proxy CONFIG`` and wait for its ready line (bounded).
 
     Its stdin is a pipe whose write end stays in this process (Python's pipes are not
     inherited by other children): the first line is ``client_token`` (empty for none), and
@@ -258,9 +248,7 @@ def start_proxy(config_json: str, run_dir: Path, run_id: str, *,
 def write_proxy_config(config_json: str, run_dir: Path) -> Path:
     """``<run_dir>/proxy.json`` (0600, never overwritten: a run writes its own once)."""
     config_path = run_dir / "proxy.json"
-    fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(config_json)
+    private.create_new(config_path, config_json.encode("utf-8"))
     return config_path
 
 
@@ -269,40 +257,19 @@ def launch_proxy(config_path: Path, run_dir: Path, run_id: str, *,
                  secrets: Mapping[str, str] | None = None) -> ProxyProcess:
     """Start the proxy on an existing config file; see :func:`start_proxy`."""
     stderr_path = run_dir / "proxy.log"
-    from sbx.domain.egress.proxy import proxy_argv
-
-    with stderr_path.open("wb") as stderr:
-        # The run id is in argv, so gc can recognise an orphaned proxy by its command line.
-        process = subprocess.Popen(
-            proxy_argv(config_path, run_id),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-            env=_proxy_environment(), start_new_session=True)
-    assert process.stdout is not None and process.stdin is not None  # noqa: S101 - PIPE above
-    try:
-        process.stdin.write(owner_line(client_token, secrets))
-        process.stdin.flush()
-    except OSError:
-        pass  # it died already: the ready line below never comes, and that is reported
-    deadline = time.monotonic() + START_TIMEOUT_S
-    line = b""
-    while time.monotonic() < deadline and process.poll() is None:
-        ready, _, _ = select.select([process.stdout], [], [], 0.1)
-        if ready:
-            line = process.stdout.readline()
-            break
-    text = line.decode("utf-8", "replace").strip()
-    if not text.startswith(READY_PREFIX):
-        _close_owner_pipe(process)
-        if process.poll() is None:
-            process.kill()
-            process.wait(STOP_TIMEOUT_S)
+    # The run id is in argv, so gc can recognise an orphaned proxy by its command line.
+    program = processes.start_program(
+        PROXY, (str(config_path), run_id), owner_line=owner_line(client_token, secrets),
+        log=stderr_path, env=_proxy_environment(), ready_timeout=START_TIMEOUT_S,
+        stop_timeout=STOP_TIMEOUT_S)
+    if program is None:
         raise SbxError(Reason.PROXY_FAILED,
                        "the egress proxy did not start; the sandbox does not start without it",
                        hint="See the proxy's log in the run directory; `sbx doctor` checks "
                             "that a proxy can bind.",
                        details={"stderr": _tail(stderr_path)})
-    return ProxyProcess(process, int(text[len(READY_PREFIX):].split()[0]),
-                        run_dir / "proxy.phase", stderr_path, client_token=client_token)
+    return ProxyProcess(program, program.ready[0], run_dir / "proxy.phase", stderr_path,
+                        client_token=client_token)
 
 
 def owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> bytes:
@@ -313,12 +280,6 @@ def owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> b
 
         line += "|" + encode_provided(secrets)
     return f"{line}\n".encode("ascii")
-
-
-def _close_owner_pipe(process: subprocess.Popen[bytes]) -> None:
-    if process.stdin is not None and not process.stdin.closed:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
 
 
 def _proxy_environment() -> dict[str, str]:

@@ -7,7 +7,7 @@ secret value: the proxy reads values from
 ``sbx.domain.credentials.secrets.SecretStore(state_home)`` when it starts,
 never from its environment or this file — the upstream (corporate) proxy, the network its
 clients must come from (``peer_network``), and the bounds. The run's proxy token is not here
-either: it reaches the proxy over its owner pipe (``sbx.domain.egress.proxy``).
+either: it reaches the proxy over its owner pipe (``sbx.proxy``).
 
 What the proxy reads and writes beside it is named by path, never found in the state home:
 ``request_log`` (where it appends one record per decision,
@@ -537,7 +537,7 @@ class ProxyConfig:
 
     def write(self, path: Path) -> None:
         """Write the config (0600: it names the run's credentials, though no value)."""
-        from sbx.domain.credentials.secrets import write_private_file
+        from sbx.seams.host.private import write_private_file
 
         write_private_file(path, self.to_json().encode("utf-8"))
 

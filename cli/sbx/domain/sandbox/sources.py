@@ -40,17 +40,11 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_file_type
 
 if TYPE_CHECKING:
-    import ctypes
-
     from sbx.domain.sandbox.workspace_trust import Baseline
 
 STAGING_ROOT: Final = Path("/run/sbx")
 NAMED_PREFIX: Final = "named-"  # a named sandbox's staging directory: named-<name>
 MIN_FILESYSTEM_BYTES: Final = 256 * 1024  # the smallest ext4 mkfs makes
-_MS_BIND: Final = 4096
-_MS_REC: Final = 16384
-_MS_PRIVATE: Final = 1 << 18
-_MNT_DETACH: Final = 2
 _CHANGED_HINT: Final = ("The path changed between the check and the mount; run again, and find "
                         "out what is modifying it.")
 
@@ -225,21 +219,6 @@ def _is_socket(entry: os.DirEntry[str]) -> bool:
 # -- staging (root) -------------------------------------------------------------------------
 
 
-def _libc() -> ctypes.CDLL:
-    # ctypes (and the subprocess calls below) only when something is staged: a run without
-    # host mounts does not pay for importing them.
-    import ctypes
-    import ctypes.util
-
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def _errno() -> int:
-    import ctypes
-
-    return ctypes.get_errno()
-
-
 def staging_available() -> bool:
     """Whether this process may bind-mount (root on Linux)."""
     return os.geteuid() == 0 and os.uname().sysname == "Linux"
@@ -279,16 +258,16 @@ class Staging:
             point.touch(mode=0o600)
         self.points.append(point)
         self.log.append({"kind": "bind", "path": source.path})
-        libc = _libc()
-        proc_path = f"/proc/self/fd/{source.fd}".encode()
-        if libc.mount(proc_path, str(point).encode(), None, _MS_BIND, None) != 0:
-            code = _errno()
+        # The host seams only when something is staged: a run without host mounts does not
+        # pay for importing ctypes and subprocess.
+        from sbx.seams.host import mounts
+
+        code = mounts.bind_descriptor(source.fd, point)
+        if code != 0:
             raise MountBlocked(
                 f"staging {source.path} for the sandbox failed ({os.strerror(code)}) "
                 f"(rule {SOURCE_UNREADABLE})", rule=SOURCE_UNREADABLE, path=source.path,
                 hint="Run `sbx doctor`; sbx needs to bind-mount as root to pin mount sources.")
-        # Private: the staging mount propagates into no other mount namespace.
-        libc.mount(None, str(point).encode(), None, _MS_PRIVATE | _MS_REC, None)
         return str(point)
 
     def stage_filesystem(self, image: Path, size: int, *, uid: int, gid: int,
@@ -296,9 +275,7 @@ class Staging:
         """A fresh file system of ``size`` bytes (ext4 in a sparse file ``image``, loop-mounted
         ``nosuid,nodev`` on a new staging point, its root owned by ``uid:gid``): a volume whose
         size the kernel enforces. The loop device goes with the unmount (autoclear)."""
-        import subprocess
-
-        from sbx.seams import children
+        from sbx.seams.host import mounts
 
         self._ensure_directory()
         point = self.directory / str(len(self.points))
@@ -310,17 +287,12 @@ class Staging:
             image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with image.open("wb") as handle:
                 handle.truncate(size)
-            for argv in (["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-                          "-E", f"root_owner={uid}:{gid}", str(image)],
-                         _mount_argv(image, point)):
-                done = children.run(argv, timeout=60)
-                if done.returncode != 0:
-                    text = (done.stderr or done.stdout).decode("utf-8", "replace")
-                    raise OSError(f"{argv[0]}: {text.strip()[:200]}")
+            mounts.make_ext4(image, uid=uid, gid=gid)
+            mounts.loop_mount(image, point)
             os.chmod(point, mode if mode is not None else 0o755)
             with contextlib.suppress(OSError):
                 (point / "lost+found").rmdir()  # mkfs's, not the sandbox's
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, mounts.SubprocessError) as exc:
             raise SbxError(Reason.CREATE_FAILED,
                            f"could not make a {size}-byte file system for a volume: {exc}",
                            hint="sbx needs mkfs.ext4 and loop devices for sized volumes "
@@ -330,9 +302,7 @@ class Staging:
     def remount_filesystem(self, image: Path) -> str:
         """A file system made by :meth:`stage_filesystem` before (a named sandbox's volume),
         mounted again on the next point."""
-        import subprocess
-
-        from sbx.seams import children
+        from sbx.seams.host import mounts
 
         self._ensure_directory()
         point = self.directory / str(len(self.points))
@@ -340,17 +310,16 @@ class Staging:
         self.points.append(point)
         self.log.append({"kind": "fs", "image": str(image)})
         try:
-            done = children.run(_mount_argv(image, point), timeout=60)
-        except (OSError, subprocess.SubprocessError) as exc:
+            mounts.loop_mount(image, point)
+        except mounts.ToolFailed as failed:
+            raise SbxError(Reason.CREATE_FAILED,
+                           f"could not mount the volume file system {image}: {failed.output}",
+                           hint="`sbx rm` the sandbox and create it again if the file is gone."
+                           ) from None
+        except (OSError, mounts.SubprocessError) as exc:
             raise SbxError(Reason.CREATE_FAILED,
                            f"could not mount the volume file system {image}: {exc}",
                            hint="Check that `mount` works on this host, then retry.") from exc
-        if done.returncode != 0:
-            text = (done.stderr or done.stdout).decode("utf-8", "replace")
-            raise SbxError(Reason.CREATE_FAILED,
-                           f"could not mount the volume file system {image}: "
-                           f"{text.strip()[:200]}",
-                           hint="`sbx rm` the sandbox and create it again if the file is gone.")
         return str(point)
 
     def _ensure_directory(self) -> None:
@@ -370,20 +339,15 @@ class Staging:
         return problems
 
 
-def _mount_argv(image: Path, point: Path) -> list[str]:
-    return ["mount", "-o", "loop,nosuid,nodev", str(image), str(point)]
-
-
 def release_points(points: Sequence[Path]) -> list[str]:
-    libc = _libc()
+    from sbx.seams.host import mounts
+
     problems: list[str] = []
     for point in reversed(points):
-        if libc.umount2(str(point).encode(), _MNT_DETACH) != 0:
-            code = _errno()
-            if code not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (any more)
-                problems.append(f"could not unmount staging point {point}: "
-                                f"{os.strerror(code)}")
-                continue
+        code = mounts.detach(point)
+        if code not in (0, errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (any more)
+            problems.append(f"could not unmount staging point {point}: {os.strerror(code)}")
+            continue
         try:
             if point.is_dir() and not point.is_symlink():
                 point.rmdir()

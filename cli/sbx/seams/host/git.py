@@ -8,11 +8,10 @@ never inside the workspace.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from typing import Final
 
-from sbx.seams.children import run
+from sbx.seams.host.processes import SubprocessError, run
 
 GIT_TIMEOUT_S: Final = 5.0
 # The variables that would point git at a repository or add command-line scope settings.
@@ -31,7 +30,7 @@ def global_identity(env: Mapping[str, str]) -> tuple[str, str] | None:
             finished = run(["git", "-C", "/", "config", "--global", "--get", key],
                            timeout=GIT_TIMEOUT_S, env=clean, max_output=4096,
                            keep_stderr=False)
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, SubprocessError):
             return None
         value = finished.stdout.decode("utf-8", "replace").rstrip("\n")
         if finished.returncode != 0 or finished.overflow or not value.strip():

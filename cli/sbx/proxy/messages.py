@@ -8,8 +8,8 @@ from typing import Final
 import h11
 
 from sbx.base.reasons import EgressCode
-from sbx.domain.egress.proxy.refusals import EgressRefusal, failure
 from sbx.domain.egress.proxyconfig import ProxyLimits
+from sbx.proxy.refusals import EgressRefusal, failure
 
 HOP_BY_HOP: Final = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",

@@ -16,9 +16,9 @@ from sbx.base.reasons import DETAILS, Reason
 from sbx.domain.egress import fixes, proxyauth
 from sbx.domain.egress.destination import Blocked
 from sbx.domain.egress.policy import Decision, describe_rule, rule_where
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.streams import Stream, flush
 from sbx.domain.kits.compose import Rule
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.streams import Stream, flush
 from sbx.seams import audit
 
 SBX_REASON: Final = "X-Sbx-Reason"

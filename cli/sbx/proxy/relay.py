@@ -28,10 +28,10 @@ from typing import Final
 from sbx.base.reasons import EgressCode
 from sbx.domain.egress import clienthello
 from sbx.domain.egress.policy import normalize_host
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.recorder import Traffic
-from sbx.domain.egress.proxy.refusals import EgressRefusal, Refuser, clean, proxy_refusal
-from sbx.domain.egress.proxy.streams import READ_SIZE, WRITE_HIGH_WATER, Stream, TcpStream
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.recorder import Traffic
+from sbx.proxy.refusals import EgressRefusal, Refuser, clean, proxy_refusal
+from sbx.proxy.streams import READ_SIZE, WRITE_HIGH_WATER, Stream, TcpStream
 
 SPLICE_PIPE: Final = 1024 * 1024  # pipe capacity asked for, per direction (Linux's default max)
 SPLICE_BY_DEFAULT = False  # measured: see the module's docstring and bench/README.md

@@ -15,25 +15,25 @@ from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, CorruptBody
 from sbx.domain.egress.policy import Decision, Request, decide, normalize_host
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.credentials import (
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.credentials import (
     Masker,
     ProxyCredentials,
     inbound_headers,
     masking_decoder,
 )
-from sbx.domain.egress.proxy.dialing import Dialer, Pool, Site, Upstream
-from sbx.domain.egress.proxy.messages import head_size, parse_authority
-from sbx.domain.egress.proxy.recorder import Traffic, mark_start
-from sbx.domain.egress.proxy.refusals import (
+from sbx.proxy.dialing import Dialer, Pool, Site, Upstream
+from sbx.proxy.messages import head_size, parse_authority
+from sbx.proxy.recorder import Traffic, mark_start
+from sbx.proxy.refusals import (
     EgressRefusal,
     clean,
     failure,
     proxy_refusal,
     refusal_for,
 )
-from sbx.domain.egress.proxy.streams import Stream, flush, next_event
-from sbx.domain.egress.proxy.tokens import TokenExchange
+from sbx.proxy.streams import Stream, flush, next_event
+from sbx.proxy.tokens import TokenExchange
 
 METHOD_OVERRIDES: Final = (b"x-http-method-override", b"x-http-method", b"x-method-override")
 

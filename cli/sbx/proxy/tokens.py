@@ -16,17 +16,17 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_answers, oauth_intercept
 from sbx.domain.egress.encoding import CorruptBody
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.credentials import (
+from sbx.domain.egress.proxyconfig import CredentialSpec
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.credentials import (
     Masker,
     ProxyCredentials,
     inbound_headers,
     masking_decoder,
 )
-from sbx.domain.egress.proxy.dialing import Pool, Site, Upstream
-from sbx.domain.egress.proxy.refusals import EgressRefusal, clean, failure, proxy_refusal
-from sbx.domain.egress.proxy.streams import Stream, flush, next_event
-from sbx.domain.egress.proxyconfig import CredentialSpec
+from sbx.proxy.dialing import Pool, Site, Upstream
+from sbx.proxy.refusals import EgressRefusal, clean, failure, proxy_refusal
+from sbx.proxy.streams import Stream, flush, next_event
 
 
 class TokenExchange:

@@ -36,7 +36,6 @@ import shlex
 import shutil
 import socket
 import struct
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams import children
+from sbx.seams.host import processes
 
 COMMENT_PREFIX: Final = "sbx-run-"
 IPTABLES_TIMEOUT_S: Final = 10
@@ -126,10 +125,10 @@ class BridgeGuard:
         restore = _restore_binary(iptables)
         if restore is not None:
             try:
-                children.run([restore, "-w", str(LOCK_WAIT_S), "--noflush"],
+                processes.run([restore, "-w", str(LOCK_WAIT_S), "--noflush"],
                              input_data=self.restore_script().encode("ascii"), check=True,
                              timeout=IPTABLES_TIMEOUT_S)
-            except subprocess.CalledProcessError:
+            except processes.CalledProcessError:
                 pass  # all or nothing: nothing was applied; try rule by rule below
             else:
                 self.installed.extend(rules)
@@ -164,7 +163,7 @@ class BridgeGuard:
             self.installed, self.installed_nat = listed
             errors = self.remove()
             if errors:
-                raise subprocess.SubprocessError("; ".join(errors))
+                raise processes.SubprocessError("; ".join(errors))
         return self._install()
 
     def listed(self) -> tuple[list[list[str]], list[list[str]]]:
@@ -175,7 +174,7 @@ class BridgeGuard:
             return [], []
         found: list[list[list[str]]] = []
         for table, chain in (("filter", CHAIN), ("nat", NAT_CHAIN)):
-            done = children.run([iptables, "-w", str(LOCK_WAIT_S), "-t", table, "-S", chain],
+            done = processes.run([iptables, "-w", str(LOCK_WAIT_S), "-t", table, "-S", chain],
                                 timeout=IPTABLES_TIMEOUT_S, max_output=_MAX_LISTING_BYTES)
             rules = []
             for line in done.stdout.decode("utf-8", "replace").splitlines():
@@ -192,14 +191,14 @@ class BridgeGuard:
             rule = self.installed.pop()  # the drop first
             try:
                 _iptables([iptables, "-w", str(LOCK_WAIT_S), "-D", CHAIN, *rule])
-            except subprocess.CalledProcessError as error:
+            except processes.CalledProcessError as error:
                 errors.append(f"iptables -D INPUT {' '.join(rule)}: {error}")
         while self.installed_nat and iptables is not None:
             rule = self.installed_nat.pop()
             try:
                 _iptables([iptables, "-w", str(LOCK_WAIT_S), "-t", "nat", "-D", NAT_CHAIN,
                            *rule])
-            except subprocess.CalledProcessError as error:
+            except processes.CalledProcessError as error:
                 errors.append(f"iptables -t nat -D PREROUTING {' '.join(rule)}: {error}")
         return errors
 
@@ -207,7 +206,7 @@ class BridgeGuard:
 def _present(iptables: str, table: str | None, rule: list[str]) -> bool:
     where = ["-t", table] if table else []
     chain = NAT_CHAIN if table == "nat" else CHAIN
-    done = children.run([iptables, "-w", str(LOCK_WAIT_S), *where, "-C", chain, *rule],
+    done = processes.run([iptables, "-w", str(LOCK_WAIT_S), *where, "-C", chain, *rule],
                         timeout=IPTABLES_TIMEOUT_S)
     return done.returncode == 0
 
@@ -218,7 +217,7 @@ def _refusals_as_reasons(bridge: str) -> Iterator[None]:
     (fail closed: the caller must not start a sandbox behind rules that are not all there)."""
     try:
         yield
-    except (subprocess.SubprocessError, OSError) as error:
+    except (processes.SubprocessError, OSError) as error:
         raise SbxError(Reason.CREATE_FAILED,
                        f"could not install the firewall rules of bridge {bridge}: {error}",
                        hint="Check that iptables works on this host (`iptables -S INPUT`), "
@@ -226,7 +225,7 @@ def _refusals_as_reasons(bridge: str) -> Iterator[None]:
 
 
 def _iptables(argv: list[str]) -> None:
-    children.run(argv, check=True, timeout=IPTABLES_TIMEOUT_S)
+    processes.run(argv, check=True, timeout=IPTABLES_TIMEOUT_S)
 
 
 def _restore_binary(iptables: str) -> str | None:
@@ -376,8 +375,8 @@ def _managing_iptables() -> str:
 
 def _run_iptables(argv: list[str], action: str) -> str:
     try:
-        done = children.run(argv, timeout=IPTABLES_TIMEOUT_S, max_output=_MAX_LISTING_BYTES)
-    except subprocess.TimeoutExpired as exc:
+        done = processes.run(argv, timeout=IPTABLES_TIMEOUT_S, max_output=_MAX_LISTING_BYTES)
+    except processes.TimeoutExpired as exc:
         raise FirewallError(f"{action}: iptables did not answer within "
                             f"{IPTABLES_TIMEOUT_S}s") from exc
     except OSError as exc:

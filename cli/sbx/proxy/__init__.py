@@ -1,10 +1,10 @@
 """The egress proxy: the only way out of a sandbox with a network policy (SPEC §8).
 
-Run as its own process (``python -m sbx.domain.egress.proxy CONFIG_PATH RUN_ID``), it prints one
-line,
-``SBX-PROXY-READY <port>``, once it listens, writes to stderr only on errors, switches from the
-install phase to the runtime phase on SIGUSR1 (never back; ``phase_file`` then says
-``runtime``), re-reads the secret store on SIGHUP and exits on SIGTERM.
+Run as its own process (``python -m sbx.proxy CONFIG_PATH RUN_ID``), it prints one
+line, ``SBX-PROXY-READY <port>`` (:data:`sbx.seams.host.handshake.PROXY`), once it listens,
+writes to stderr only on errors, switches from the install phase to the runtime phase on
+SIGUSR1 (never back; ``phase_file`` then says ``runtime``), re-reads the secret store on SIGHUP
+and exits on SIGTERM.
 
 Its stdin is its **owner's pipe**: the first line is the run's client token (empty for none),
 followed, after a ``|``, by the secrets ``sbx`` resolved itself (keyring, host variable, host
@@ -82,38 +82,36 @@ HTTP/2 and WebSockets to intercepted hosts are not offered (ALPN advertises only
 
 The parts, each a module named for what it owns:
 
-- :mod:`~sbx.domain.egress.proxy.server`: :class:`EgressProxy` — listening, the phase, shutdown;
-- :mod:`~sbx.domain.egress.proxy.connection`: one client connection — admission, CONNECT or plain;
-- :mod:`~sbx.domain.egress.proxy.relay`: raw tunnels — the first-bytes judgement, then the relay
+- :mod:`~sbx.proxy.server`: :class:`EgressProxy` — listening, the phase, shutdown;
+- :mod:`~sbx.proxy.connection`: one client connection — admission, CONNECT or plain;
+- :mod:`~sbx.proxy.relay`: raw tunnels — the first-bytes judgement, then the relay
   (asyncio protocols; a ``splice(2)`` relay, measured and left off by default);
-- :mod:`~sbx.domain.egress.proxy.intercept`: TLS termination of intercepted tunnels;
-- :mod:`~sbx.domain.egress.proxy.exchange`: one HTTP request — policy, Host checks, forwarding;
-- :mod:`~sbx.domain.egress.proxy.credentials`: injection, sentinels, the OAuth header swap, masking;
-- :mod:`~sbx.domain.egress.proxy.tokens`: the OAuth token endpoint answered with sentinels;
-- :mod:`~sbx.domain.egress.proxy.dialing`: address checks, resolving, upstream chaining, pooling;
-- :mod:`~sbx.domain.egress.proxy.refusals`: refusals, their answers and audit records (codes from
+- :mod:`~sbx.proxy.intercept`: TLS termination of intercepted tunnels;
+- :mod:`~sbx.proxy.exchange`: one HTTP request — policy, Host checks, forwarding;
+- :mod:`~sbx.proxy.credentials`: injection, sentinels, the OAuth header swap, masking;
+- :mod:`~sbx.proxy.tokens`: the OAuth token endpoint answered with sentinels;
+- :mod:`~sbx.proxy.dialing`: address checks, resolving, upstream chaining, pooling;
+- :mod:`~sbx.proxy.refusals`: refusals, their answers and audit records (codes from
   :mod:`sbx.base.reasons`);
-- :mod:`~sbx.domain.egress.proxy.streams`, :mod:`~sbx.domain.egress.proxy.messages`: TCP/TLS
+- :mod:`~sbx.proxy.streams`, :mod:`~sbx.proxy.messages`: TCP/TLS
 streams and
   HTTP/1.1 helpers;
-- :mod:`~sbx.domain.egress.proxy.process`: the process — owner pipe, secrets, signals, ``main``.
+- :mod:`~sbx.proxy.process`: the process — owner pipe, secrets, signals, ``main``.
 """
 
 
 from __future__ import annotations
 
-from sbx.domain.egress.proxy.credentials import Masker, escaped_forms, injected_value, redact
-from sbx.domain.egress.proxy.dialing import blocked_address, origin_context
-from sbx.domain.egress.proxy.messages import parse_authority
-from sbx.domain.egress.proxy.process import (
-    READY_PREFIX,
+from sbx.proxy.credentials import Masker, escaped_forms, injected_value, redact
+from sbx.proxy.dialing import blocked_address, origin_context
+from sbx.proxy.messages import parse_authority
+from sbx.proxy.process import (
     load_secrets,
     main,
-    proxy_argv,
     read_owner_line,
     startable,
 )
-from sbx.domain.egress.proxy.refusals import (
+from sbx.proxy.refusals import (
     EgressRefusal,
     client_refusal,
     explain_line,
@@ -121,11 +119,10 @@ from sbx.domain.egress.proxy.refusals import (
     refusal_for,
     refusal_response,
 )
-from sbx.domain.egress.proxy.server import EgressProxy
-from sbx.domain.egress.proxy.streams import TlsStream
+from sbx.proxy.server import EgressProxy
+from sbx.proxy.streams import TlsStream
 
 __all__ = [
-    "READY_PREFIX",
     "EgressProxy",
     "EgressRefusal",
     "Masker",
@@ -139,7 +136,6 @@ __all__ = [
     "main",
     "origin_context",
     "parse_authority",
-    "proxy_argv",
     "read_owner_line",
     "redact",
     "refusal_body",

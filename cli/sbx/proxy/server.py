@@ -1,6 +1,6 @@
 """One run's egress proxy: the listening socket, the phase (install → runtime, once) and the
 collaborators each connection goes through, built once and sharing one
-:class:`~sbx.domain.egress.proxy.context.ProxyContext`."""
+:class:`~sbx.proxy.context.ProxyContext`."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import ssl
 import sys
 from collections.abc import Callable, Mapping
 
-from sbx.domain.egress.proxy.connection import ClientHandler
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.credentials import ProxyCredentials
-from sbx.domain.egress.proxy.dialing import Dialer, Resolver
-from sbx.domain.egress.proxy.exchange import Forwarder
-from sbx.domain.egress.proxy.intercept import Interceptor
-from sbx.domain.egress.proxy.recorder import Recorder
-from sbx.domain.egress.proxy.refusals import Refuser
-from sbx.domain.egress.proxy.relay import Tunnel
-from sbx.domain.egress.proxy.streams import READ_SIZE
-from sbx.domain.egress.proxy.userrules import UserRules
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.egress.requestlog import JsonlSink, NullSink
 from sbx.domain.kits.compose import Network, Phase
+from sbx.proxy.connection import ClientHandler
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.credentials import ProxyCredentials
+from sbx.proxy.dialing import Dialer, Resolver
+from sbx.proxy.exchange import Forwarder
+from sbx.proxy.intercept import Interceptor
+from sbx.proxy.recorder import Recorder
+from sbx.proxy.refusals import Refuser
+from sbx.proxy.relay import Tunnel
+from sbx.proxy.streams import READ_SIZE
+from sbx.proxy.userrules import UserRules
 
 
 def write_stderr(message: str) -> None:
@@ -35,12 +35,12 @@ def write_stderr(message: str) -> None:
 
 class EgressProxy:
     """One run's egress proxy. ``secrets`` maps service → value (read by
-    :func:`~sbx.domain.egress.proxy.process.main` from the secret store); a configured credential
+    :func:`~sbx.proxy.process.main` from the secret store); a configured credential
     without a value refuses its requests. ``client_token``: the run's proxy token every
     request must carry (None: no credentials asked, for loopback-only use). ``use_splice``:
     relay raw tunnels with ``splice(2)`` (None:
-    :data:`~sbx.domain.egress.proxy.relay.SPLICE_BY_DEFAULT`,
-    off; see :mod:`sbx.domain.egress.proxy.relay` for why)."""
+    :data:`~sbx.proxy.relay.SPLICE_BY_DEFAULT`,
+    off; see :mod:`sbx.proxy.relay` for why)."""
 
     def __init__(self, config: ProxyConfig, *, server_context: Callable[[str], ssl.SSLContext],
                  secrets: Mapping[str, str], stderr: Callable[[str], None] | None = None,

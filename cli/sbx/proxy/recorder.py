@@ -1,7 +1,7 @@
 """The proxy's side of the request log: one record per decision, into the sink it was given.
 
 Allowed requests are recorded when their answer ended (status, bytes, duration), tunnels when
-they close, refusals and failures when they are answered (:class:`~sbx.domain.egress.proxy.
+they close, refusals and failures when they are answered (:class:`~sbx.proxy.
 refusals.Refuser`). The record's shape is :mod:`sbx.domain.egress.requestlog`'s; what a
 client controls (host, path) is scrubbed of every secret value, OAuth token and sentinel the
 proxy knows before it is written, and nothing else a client sent (headers, cookies, the
@@ -22,8 +22,8 @@ from sbx.domain.egress.requestlog import CAUSES, REDACTED, SCHEMA_VERSION, bound
 from sbx.domain.kits.compose import Phase, Rule
 
 if TYPE_CHECKING:
-    from sbx.domain.egress.proxy.context import ProxyContext
-    from sbx.domain.egress.proxy.refusals import EgressRefusal
+    from sbx.proxy.context import ProxyContext
+    from sbx.proxy.refusals import EgressRefusal
 
 # When the request (or, before its first request, the connection) being handled began: a
 # refusal's duration. Each client connection is its own task, so each has its own value.

@@ -25,11 +25,11 @@ from sbx.domain.egress.destination import (
     check_addresses,
     check_name,
 )
-from sbx.domain.egress.proxy.context import ConnState, ProxyContext
-from sbx.domain.egress.proxy.messages import h11_client
-from sbx.domain.egress.proxy.refusals import EgressRefusal, clean, failure, proxy_refusal
-from sbx.domain.egress.proxy.streams import READ_SIZE, Stream, TcpStream, TlsStream, next_event
 from sbx.domain.egress.proxyconfig import ProxyConfigError
+from sbx.proxy.context import ConnState, ProxyContext
+from sbx.proxy.messages import h11_client
+from sbx.proxy.refusals import EgressRefusal, clean, failure, proxy_refusal
+from sbx.proxy.streams import READ_SIZE, Stream, TcpStream, TlsStream, next_event
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 

@@ -21,11 +21,11 @@ from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, UnsupportedEncoding, content_codings
 from sbx.domain.egress.policy import host_matches
-from sbx.domain.egress.proxy.context import ProxyContext
-from sbx.domain.egress.proxy.dialing import Site
-from sbx.domain.egress.proxy.messages import HOP_BY_HOP, connection_listed
-from sbx.domain.egress.proxy.refusals import EgressRefusal, failure, proxy_refusal
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject
+from sbx.proxy.context import ProxyContext
+from sbx.proxy.dialing import Site
+from sbx.proxy.messages import HOP_BY_HOP, connection_listed
+from sbx.proxy.refusals import EgressRefusal, failure, proxy_refusal
 
 # Not forwarded to inject domains: a range of an echo could cut the secret into pieces no mask
 # recognises; and bodies must come back in an encoding the proxy can read.

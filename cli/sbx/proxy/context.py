@@ -1,10 +1,10 @@
 """What every part of one proxy shares: its config, its current phase, its error channel, the
 rules it decides with and the request log it writes.
 
-One :class:`ProxyContext` per proxy, made by :class:`~sbx.domain.egress.proxy.server.EgressProxy`
+One :class:`ProxyContext` per proxy, made by :class:`~sbx.proxy.server.EgressProxy`
 and
 handed to each collaborator (no module-level state). The phase changes install → runtime, once;
-the rules change when the user policy does (:mod:`sbx.domain.egress.proxy.userrules`).
+the rules change when the user policy does (:mod:`sbx.proxy.userrules`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sbx.domain.egress.proxy.recorder import Recorder
-from sbx.domain.egress.proxy.streams import Stream
-from sbx.domain.egress.proxy.userrules import UserRules
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.egress.requestlog import NullSink
 from sbx.domain.kits.compose import Network, Phase
+from sbx.proxy.recorder import Recorder
+from sbx.proxy.streams import Stream
+from sbx.proxy.userrules import UserRules
 
 
 @dataclass

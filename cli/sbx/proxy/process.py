@@ -1,9 +1,8 @@
-"""The proxy process: ``python -m sbx.domain.egress.proxy CONFIG_PATH RUN_ID``, started by ``sbx
-run``
-with :func:`proxy_argv` (the one place that argv is written). It reads its owner's pipe (the
-client token, then the secrets sbx resolved), prints ``SBX-PROXY-READY <port>`` once it
-listens, and follows its signals: SIGUSR1 runtime phase, SIGHUP re-read secrets, SIGTERM stop;
-EOF on the owner's pipe stops it too."""
+"""The proxy process: ``python -m sbx.proxy CONFIG_PATH RUN_ID``, started by ``sbx run``
+through its handshake (:data:`sbx.seams.host.handshake.PROXY`: the argv and the ready line). It
+reads its owner's pipe (the client token, then the secrets sbx resolved), prints its ready line
+``SBX-PROXY-READY <port>`` once it listens, and follows its signals: SIGUSR1 runtime phase,
+SIGHUP re-read secrets, SIGTERM stop; EOF on the owner's pipe stops it too."""
 
 from __future__ import annotations
 
@@ -18,11 +17,10 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.domain.egress import proxyauth
-from sbx.domain.egress.proxy.credentials import redact
-from sbx.domain.egress.proxy.server import EgressProxy, write_stderr
 from sbx.domain.egress.proxyconfig import ProxyConfig
-
-READY_PREFIX: Final = "SBX-PROXY-READY"
+from sbx.proxy.credentials import redact
+from sbx.proxy.server import EgressProxy, write_stderr
+from sbx.seams.host.handshake import PROXY
 
 
 def load_secrets(config: ProxyConfig, report: Callable[[str], None], *,
@@ -47,11 +45,6 @@ def load_secrets(config: ProxyConfig, report: Callable[[str], None], *,
             continue
         values[service] = value
     return values
-
-
-def proxy_argv(config_path: Path, run_id: str) -> list[str]:
-    """The command line ``sbx run`` starts the proxy with (the run id in it lets gc find it)."""
-    return [sys.executable, "-m", "sbx.domain.egress.proxy", str(config_path), run_id]
 
 
 # The token (a few dozen characters) plus the encoded secrets resolved by sbx: room for a
@@ -139,7 +132,7 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
     the client token (empty: none), and its EOF ends the proxy."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (1, 2):
-        write_stderr("usage: python -m sbx.domain.egress.proxy CONFIG_PATH [RUN_ID] "
+        write_stderr("usage: python -m sbx.proxy CONFIG_PATH [RUN_ID] "
                       "(stdin: the owner's pipe)")
         return 2
     try:
@@ -185,7 +178,7 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
         proxy.replace_secrets(fresh)
 
     def ready(port: int) -> None:
-        sys.stdout.write(f"{READY_PREFIX} {port}\n")
+        sys.stdout.write(PROXY.ready_line(port))
         sys.stdout.flush()
 
     async def run() -> None:
@@ -205,5 +198,4 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
     return 0
 
 
-__all__ = ["OWNER_LINE_LIMIT", "READY_PREFIX", "load_secrets", "main", "proxy_argv",
-           "read_owner_line", "startable"]
+__all__ = ["OWNER_LINE_LIMIT", "load_secrets", "main", "read_owner_line", "startable"]

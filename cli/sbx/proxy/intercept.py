@@ -1,6 +1,6 @@
 """TLS interception of a CONNECT tunnel: the client's TLS is terminated with the state home CA's
 leaf for the CONNECT host (its SNI must name that host), and every HTTP/1.1 request inside is
-judged and forwarded on its own by the :class:`~sbx.domain.egress.proxy.exchange.Forwarder`."""
+judged and forwarded on its own by the :class:`~sbx.proxy.exchange.Forwarder`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import h11
 from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress.policy import normalize_host
-from sbx.domain.egress.proxy.context import ConnState, ProxyContext
-from sbx.domain.egress.proxy.dialing import Pool, Site
-from sbx.domain.egress.proxy.exchange import Forwarder
-from sbx.domain.egress.proxy.messages import bad_request, h11_server
-from sbx.domain.egress.proxy.refusals import EgressRefusal, Refuser, clean, failure, proxy_refusal
-from sbx.domain.egress.proxy.streams import READ_SIZE, TcpStream, TlsStream, next_event
+from sbx.proxy.context import ConnState, ProxyContext
+from sbx.proxy.dialing import Pool, Site
+from sbx.proxy.exchange import Forwarder
+from sbx.proxy.messages import bad_request, h11_server
+from sbx.proxy.refusals import EgressRefusal, Refuser, clean, failure, proxy_refusal
+from sbx.proxy.streams import READ_SIZE, TcpStream, TlsStream, next_event
 
 CONTEXT_CACHE: Final = 4096  # server contexts kept (one per intercepted host)
 

@@ -15,14 +15,14 @@ import h11
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import proxyauth
 from sbx.domain.egress.policy import Request, classify, decide, normalize_host
-from sbx.domain.egress.proxy.context import ConnState, ProxyContext
-from sbx.domain.egress.proxy.credentials import ProxyCredentials
-from sbx.domain.egress.proxy.dialing import Dialer, Pool
-from sbx.domain.egress.proxy.exchange import Forwarder
-from sbx.domain.egress.proxy.intercept import Interceptor
-from sbx.domain.egress.proxy.messages import bad_request, h11_server, parse_authority
-from sbx.domain.egress.proxy.recorder import Traffic, mark_start
-from sbx.domain.egress.proxy.refusals import (
+from sbx.proxy.context import ConnState, ProxyContext
+from sbx.proxy.credentials import ProxyCredentials
+from sbx.proxy.dialing import Dialer, Pool
+from sbx.proxy.exchange import Forwarder
+from sbx.proxy.intercept import Interceptor
+from sbx.proxy.messages import bad_request, h11_server, parse_authority
+from sbx.proxy.recorder import Traffic, mark_start
+from sbx.proxy.refusals import (
     EgressRefusal,
     Refuser,
     clean,
@@ -31,8 +31,8 @@ from sbx.domain.egress.proxy.refusals import (
     refusal_for,
     refusal_response,
 )
-from sbx.domain.egress.proxy.relay import Tunnel
-from sbx.domain.egress.proxy.streams import TcpStream, next_event
+from sbx.proxy.relay import Tunnel
+from sbx.proxy.streams import TcpStream, next_event
 
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
