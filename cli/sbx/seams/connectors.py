@@ -33,6 +33,7 @@ SSH_CONNECT_TIMEOUT_S: Final = 30
 SSH_SHARE_ENV: Final = "SBX_ENGINE_SSH_SHARE"  # "0": a login of its own for every connection
 SSH_PERSIST_S: Final = 60  # a shared login outlives its last connection by this long
 _STDERR_BYTES: Final = 8192
+_MAX_SHARE_DIR: Final = 107 - 1 - 40 - 17  # sun_path, "/", %C, ssh's temporary suffix
 _EXIT_WAIT_S: Final = 5.0
 
 
@@ -190,8 +191,9 @@ def ssh_share_dir(env: Mapping[str, str]) -> str | None:
         return None
     runtime = env.get("XDG_RUNTIME_DIR", "")
     uid = os.geteuid()
-    path = os.path.join(runtime, "sbx-ssh") if os.path.isabs(runtime) \
-        else f"/tmp/sbx-ssh-{uid}"  # noqa: S108 - checked to be ours alone below
+    path = os.path.join(runtime, "sbx-ssh") if os.path.isabs(runtime) else ""
+    if not path or len(path) > _MAX_SHARE_DIR:  # ssh's socket name must fit a sockaddr_un
+        path = f"/tmp/sbx-ssh-{uid}"  # noqa: S108 - checked to be ours alone below
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
