@@ -29,7 +29,17 @@ command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
 # A real OCI registry for the `sbx pull` / `sbx kit push` tests (started per test on loopback).
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
   || need_pkgs+=(docker-registry)
+# The second engine host of the remote-engine tests is reached over ssh (its own sshd in a
+# network namespace, started per test session): the server binary, never the service.
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  # Installing openssh-server must not start a machine-wide sshd: no service starts here.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

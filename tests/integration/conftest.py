@@ -3,9 +3,12 @@ a missing engine is a failure, never a skip."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,6 +20,9 @@ from sbx.seams.engine import OwnedObject
 from sbx.seams.transports import open_engine
 from tests.support.kits import write_kit
 from tests.support.origin import Internet
+
+if TYPE_CHECKING:
+    from tests.support.enginehost import EngineHost as EngineHostType
 
 BUSYBOX = "sbx-test/busybox:1"
 
@@ -154,3 +160,61 @@ def tester_sbx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
            "env", f"PYTHONPATH={root / 'src'}:{root / 'site'}", "PYTHONDONTWRITEBYTECODE=1",
            python, "-m", "sbx"]
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def far_host(engine: SdkEngine) -> Iterator[FarHost]:
+    """A second engine host (tests/support/enginehost.py) with the busybox test image, reached
+    over ssh:// through an ``ssh`` on PATH that reads the host's own config (key, known_hosts);
+    everything it made is removed at the end of the session."""
+    from tests.support.enginehost import EngineHost, EngineHostUnavailable
+
+    host = EngineHost()
+    try:
+        host.start()
+        host.load_image(BUSYBOX)
+    except (EngineHostUnavailable, OSError, subprocess.SubprocessError) as error:
+        host.close()
+        message = f"no second engine host: {error}"
+        if os.environ.get("SBX_REQUIRE_ENGINE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield FarHost(host, ssh_wrapper(host.root / "bin", host.ssh_config))
+    finally:
+        host.close()
+
+
+def ssh_wrapper(directory: Path, config: Path) -> Path:
+    """A directory whose ``ssh`` is the real one with ``-F config``: what a user's
+    ~/.ssh/config gives sbx and docker, without touching this machine's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapper = directory / "ssh"
+    wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F "{config}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    return directory
+
+
+@dataclasses.dataclass(frozen=True)
+class FarHost:
+    host: EngineHostType
+    ssh_bin: Path  # put first on PATH
+
+    def env(self, state_home: Path, **extra: str) -> dict[str, str]:
+        """sbx's environment for a run on the far engine over ssh://."""
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("DOCKER_", "SBX_"))}
+        # Its own directory of shared ssh logins: a login another test made (with other
+        # known hosts) is not this test's.
+        runtime = self.host.root / "run" / home_hash(state_home)[:8]
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return {**base, "DOCKER_HOST": self.host.ssh_host, "SBX_HOME": str(state_home),
+                "XDG_RUNTIME_DIR": str(runtime),
+                "SBX_CONFIG": os.devnull, "NO_COLOR": "1",
+                "PATH": f"{self.ssh_bin}:{base.get('PATH', '/usr/bin:/bin')}", **extra}
+
+    def containers(self, home: Path) -> list[str]:
+        """Ids of the containers labelled with state home ``home`` on the far engine."""
+        listed = self.host.docker("ps", "-aq", "--filter",
+                                  f"label={labels.HOME}={home_hash(home)}")
+        return listed.stdout.decode().split()

@@ -36,6 +36,7 @@ from sbx.seams.engine import (
     Distribution,
     Driver,
     EngineInfo,
+    EngineLocation,
     ImageInfo,
     Images,
     Inventory,
@@ -92,6 +93,7 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
     def __init__(self, *, info: EngineInfo = DEFAULT_INFO) -> None:
         self.calls: list[Call] = []
         self.engine_info = info
+        self.engine_location = EngineLocation("unix:///var/run/docker.sock", local=True)
         # What the engine lists (raw JSON objects, as sbx.seams.driver.RawListing holds them).
         self.containers: list[Any] = []
         self.networks: list[Any] = []
@@ -212,6 +214,9 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
     def info(self) -> EngineInfo:
         self._call("info")
         return self.engine_info
+
+    def location(self) -> EngineLocation:
+        return self.engine_location
 
     def image(self, ref: str) -> ImageInfo | None:
         self._call("image", ref)

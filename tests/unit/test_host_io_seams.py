@@ -26,9 +26,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "sbx"
 ALLOWED: dict[str, dict[str, str]] = {
     "subprocess": {
         "seams/host/processes.py": "the one place sbx starts host processes",
-        # Only subprocess.CalledProcessError, which docker's credential store expects; the
-        # driver is being reshaped elsewhere: it can take processes.CalledProcessError then.
-        "seams/driver.py": "builds the CalledProcessError docker's credential store expects",
     },
     "ctypes": {
         "seams/host/processes.py": "prctl: sbx as the subreaper of the commands it runs",

@@ -80,15 +80,16 @@ def test_create_body_with_a_deadline_healthcheck() -> None:
     assert create_body(spec) == _sdk_body(spec)
 
 
-@pytest.mark.parametrize(("env", "socket"), [
-    ({}, "/var/run/docker.sock"),
-    ({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}, "/run/user/1000/docker.sock"),
-    ({"DOCKER_HOST": "tcp://127.0.0.1:2375"}, None), ({"DOCKER_HOST": "ssh://me@host"}, None),
+@pytest.mark.parametrize(("env", "host"), [
+    ({}, "unix:///var/run/docker.sock"),
+    ({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}, "unix:///run/user/1000/docker.sock"),
+    ({"DOCKER_HOST": "tcp://127.0.0.1:2375"}, "tcp://127.0.0.1:2375"),
+    ({"DOCKER_HOST": "ssh://me@host"}, "ssh://me@host"),
     ({"DOCKER_HOST": "unix://"}, None), ({"SBX_ENGINE_SOCKET": "0"}, None),
 ])
-def test_transport_follows_docker_host(env: dict[str, str], socket: str | None) -> None:
-    chosen = open_engine(env)
-    assert (chosen._socket_path if isinstance(chosen, SocketEngine) else None) == socket
+def test_transport_follows_docker_host(env: dict[str, str], host: str | None) -> None:
+    chosen = open_engine({"HOME": "/nonexistent", **env})
+    assert (chosen.location().host if isinstance(chosen, SocketEngine) else None) == host
 
 
 def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:

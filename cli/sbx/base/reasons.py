@@ -89,6 +89,9 @@ class Reason(enum.StrEnum):
     STATE_UNSAFE = "state_unsafe"
     COMMAND_TIMEOUT = "command_timeout"
     LOGIN_FAILED = "login_failed"
+    ENGINE_HOST_KEY = "engine_host_key"
+    ENGINE_PLAIN_TCP = "engine_plain_tcp"
+    ENGINE_NOT_LOCAL = "engine_not_local"
 
     @property
     def info(self) -> ReasonInfo:
@@ -530,6 +533,37 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "~/.claude/.credentials.json` (codex: ~/.codex/auth.json, gemini: "
         "~/.gemini/oauth_creds.json).",
         _E.FAILED,
+    ),
+    _R.ENGINE_HOST_KEY: ReasonInfo(
+        "Engine host's key not trusted",
+        "The engine is reached over ssh, and ssh refused the host's key: it is not in your "
+        "known hosts, or it changed since you accepted it. sbx checks host keys as ssh does and "
+        "never accepts one itself (it runs ssh without prompts).",
+        "Check the key's fingerprint with the host's owner, then accept it once by hand: "
+        "`ssh USER@HOST true` (the message names the exact command).",
+        _E.REFUSED,
+    ),
+    _R.ENGINE_PLAIN_TCP: ReasonInfo(
+        "Unprotected engine connection",
+        "DOCKER_HOST (or the docker context) names an engine on another host over plain tcp, "
+        "or over TLS with verification skipped: the calls travel unencrypted or to whoever "
+        "answers, and whoever reaches the port owns the engine.",
+        "Use TLS with verification (`export DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH=DIR`) or "
+        "ssh:// (`export DOCKER_HOST=ssh://USER@HOST`); to accept the risk knowingly: "
+        "`export SBX_ENGINE_PLAIN_TCP=allow`.",
+        _E.REFUSED,
+    ),
+    _R.ENGINE_NOT_LOCAL: ReasonInfo(
+        "Needs an engine on this machine",
+        "The engine is on another host (ssh://, or tcp:// to another address), and the run "
+        "needs something that only exists where sbx runs: a workspace or --mount bound from "
+        "this machine's disk, a sized volume staged here, or a network whose egress proxy and "
+        "firewall sbx puts on this machine's bridge. sbx refuses instead of starting it with an "
+        "empty workspace or without its egress boundary.",
+        "Run without a workspace and offline (`sbx run WORKLOAD -- CMD` with a kit that needs "
+        "no network), or use the local engine (`unset DOCKER_HOST DOCKER_CONTEXT`). Copying a "
+        "workspace to a remote engine (`--workspace-mode copy`) is not built yet.",
+        _E.REFUSED,
     ),
 }
 

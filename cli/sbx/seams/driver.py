@@ -16,13 +16,13 @@ explicitly on every path).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
 import math
 import socket
 import struct
-import subprocess
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from sbx.seams.engine import (
     CachedImage,
     Driver,
     EngineInfo,
+    EngineLocation,
     ImageInfo,
     OwnedObject,
     RawListing,
@@ -68,8 +69,13 @@ if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
+    from sbx.seams.connectors import Connector
     from sbx.seams.containerspec import ContainerSpec
     from sbx.seams.session.stream import AttachedStream
+
+# The DOCKER_HOST the SDK is built with when a connector carries its connections: it makes the
+# SDK mount a unix adapter, which _bound_transport replaces; nothing ever connects to it.
+_CONNECTOR_PLACEHOLDER = "unix:///nonexistent/sbx-connector.sock"
 
 
 def _collect_failed_client(error: BaseException) -> None:
@@ -97,8 +103,11 @@ class SdkEngine(Driver):
 
     def __init__(self, env: Mapping[str, str],
                  credentials: Callable[[str], Mapping[str, str] | None] = lambda _host: None,
-                 ) -> None:
+                 *, connector: Connector | None = None) -> None:
         self._env = env
+        # The SDK's connections come from the connector when there is one (the transport's
+        # own); without one the SDK speaks what DOCKER_HOST names (SBX_ENGINE_SOCKET=0).
+        self._sdk_connector = connector
         self._client_obj: docker.DockerClient | None = None
         # The user's registry credentials for a host, as the SDK's auth_config (None:
         # anonymous); handed in by the factory, so the driver never imports their resolver.
@@ -116,11 +125,17 @@ class SdkEngine(Driver):
                 # The API version is asked for below, once the connections are bounded.
                 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
+                environment = dict(self._env)
+                if self._sdk_connector is not None:
+                    # A unix adapter, replaced at once by one on the connector's streams.
+                    environment = {k: v for k, v in environment.items()
+                                   if not k.startswith("DOCKER_TLS")}
+                    environment["DOCKER_HOST"] = _CONNECTOR_PLACEHOLDER
                 client = docker.DockerClient.from_env(
-                    environment=dict(self._env), timeout=math.ceil(timeout_s(self._env)),
+                    environment=environment, timeout=math.ceil(timeout_s(self._env)),
                     version=MINIMUM_DOCKER_API_VERSION)
                 api: Any = client.api
-                _bound_transport(api)
+                _bound_transport(api, self._sdk_connector)
                 # The answer also proves the engine answers; no separate ping.
                 with bounded(quick(self._env)):
                     version = api.version(api_version=False).get("ApiVersion")
@@ -133,8 +148,9 @@ class SdkEngine(Driver):
             except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                 message, hint = short_error(exc), situation_hint(self._env, str(exc))
                 _collect_failed_client(exc)
-                raise EngineUnavailable(f"cannot reach the Docker engine: {message}",
-                                        hint=hint) from exc
+                told = self._told("cannot reach the Docker engine", str(exc), reached=False)
+                raise told or EngineUnavailable(f"cannot reach the Docker engine: {message}",
+                                                hint=hint) from exc
             self._client_obj = client
         return self._client_obj
 
@@ -168,8 +184,27 @@ class SdkEngine(Driver):
         except docker.errors.APIError as exc:
             raise SbxError(reason, f"{action}: the engine answered {short_error(exc)}") from exc
         except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-            raise EngineUnavailable(f"{action}: lost the Docker engine: {short_error(exc)}",
-                                    hint=situation_hint(self._env, str(exc))) from exc
+            told = self._told(action, str(exc), reached=True)
+            raise told or EngineUnavailable(
+                f"{action}: lost the Docker engine: {short_error(exc)}",
+                hint=situation_hint(self._env, str(exc))) from exc
+
+    def _told(self, action: str, detail: str, *, reached: bool) -> SbxError | None:
+        connector = self._sdk_connector
+        return None if connector is None else connector.unreachable(action, detail,
+                                                                    reached=reached)
+
+    def location(self) -> EngineLocation:
+        if self._sdk_connector is not None:
+            return self._sdk_connector.location
+        from sbx.seams.enginehost import is_loopback, resolve_endpoint, tcp_target
+
+        endpoint = resolve_endpoint(self._env)
+        local = endpoint.scheme == "unix"
+        if endpoint.scheme == "tcp":
+            with contextlib.suppress(ValueError):
+                local = is_loopback(tcp_target(endpoint.address, tls=False)[0])
+        return EngineLocation(endpoint.host, local=local)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -956,18 +991,18 @@ def _upgraded_socket(response: Any) -> socket.socket:
     if not isinstance(sock, socket.socket):  # pragma: no cover - ssh/npipe transports
         raise SbxError(Reason.START_FAILED,
                        "this engine transport cannot carry an interactive session",
-                       hint="Use the engine's unix socket (unset DOCKER_HOST) or tcp.")
+                       hint="Let sbx speak to the engine itself: unset SBX_ENGINE_SOCKET.")
     if isinstance(sock, BoundedSocket):
         sock.release()  # the workload's output from here on: never cut
     return sock
 
 
-def _bound_transport(api: Any) -> None:
-    """Make the SDK's connections to a unix-socket or plain-tcp engine
-    :class:`BoundedSocket`\\ s, so each call's answer keeps to the bound
+def _bound_transport(api: Any, connector: Connector | None = None) -> None:
+    """Make the SDK's connections :class:`BoundedSocket`\\ s (from ``connector`` when given,
+    the transport's own streams), so each call's answer keeps to the bound
     :meth:`SdkEngine._engine_errors` sets (head and body, chunked or not), and cap a
-    streaming call's answer that turns out to be a plain body. Engines over TLS or ssh keep the
-    SDK's per-read timeout (the README's residual risk)."""
+    streaming call's answer that turns out to be a plain body. Without a connector, an engine
+    the SDK reaches over TLS or ssh itself keeps the SDK's per-read timeout."""
     from docker.transport.unixconn import (
         UnixHTTPAdapter,
         UnixHTTPConnection,
@@ -978,15 +1013,20 @@ def _bound_transport(api: Any) -> None:
     # The SDK reads a progress stream chunk by chunk, each whole (a chunk may claim gigabytes)
     # and joins JSON without bound: its pull, push and build streams are read here instead.
     api._stream_helper = functools.partial(_stream_pieces, api)
-    if str(getattr(api, "base_url", "")).startswith("http://"):
+    if connector is None and str(getattr(api, "base_url", "")).startswith("http://"):
         api.mount("http://", _bounded_tcp_adapter())
         return
     current = getattr(api, "_custom_adapter", None)
     if not isinstance(current, UnixHTTPAdapter):
         return
 
+    opener = connector
+
     class _Connection(UnixHTTPConnection):
         def connect(self) -> None:
+            if opener is not None:
+                self.sock = opener.connect(self.timeout)
+                return
             sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.timeout)
             sock.connect(self.unix_socket)
@@ -1106,12 +1146,12 @@ class _HelperTimeout(Exception):
 
 def _helper_store(name: str, environment: Any) -> Any:
     """docker's ``credentials.Store`` for helper ``name``, its helper run in a session of its
-    own with a deadline (sbx.seams.children): a hanging helper cannot hang sbx, nor leave
+    own with a deadline (sbx.seams.host.processes): a hanging helper cannot hang sbx, nor leave
     anything running, and what it prints on stderr never reaches the terminal."""
     from docker import credentials
     from docker.credentials import utils
 
-    from sbx.seams import children
+    from sbx.seams.host import processes
 
     environment_of: Any = utils.create_environment_dict  # untyped in the SDK
 
@@ -1121,16 +1161,16 @@ def _helper_store(name: str, environment: Any) -> Any:
                 raise credentials.StoreError(f"{self.program} not installed or not available "
                                              "in PATH")
             try:
-                done = children.run([self.exe, subcmd], timeout=HELPER_TIMEOUT_S,
+                done = processes.run([self.exe, subcmd], timeout=HELPER_TIMEOUT_S,
                                     input_data=data_input or b"",
                                     env=environment_of(self.environment))
-            except children.CommandTimeout:
+            except processes.CommandTimeout:
                 raise _HelperTimeout(self.program) from None
             except OSError as exc:
                 raise credentials.StoreError(f"{self.program} could not run "
                                              f"({exc.strerror})") from None
             if done.returncode != 0:
-                failed = subprocess.CalledProcessError(done.returncode, [self.exe, subcmd],
+                failed = processes.CalledProcessError(done.returncode, [self.exe, subcmd],
                                                        done.stdout)
                 raise credentials.errors.process_store_error(failed, self.program)
             return done.stdout

@@ -34,6 +34,16 @@ class EngineInfo:
 
 
 @dataclass(frozen=True)
+class EngineLocation:
+    """Where an engine is, as far as a run cares: ``local`` when it shares this machine's file
+    systems and network stack (a bind of a host path, the bridge's firewall and the egress
+    proxy on its gateway mean there what they mean here)."""
+
+    host: str  # as DOCKER_HOST spells it: unix:///var/run/docker.sock, ssh://me@box, ...
+    local: bool
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     id: str
     tags: tuple[str, ...]
@@ -156,6 +166,7 @@ class Inventory(Protocol):
     """What the engine is and holds: its info, and the labelled objects gc and doctor list."""
 
     def info(self) -> EngineInfo: ...
+    def location(self) -> EngineLocation: ...
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]: ...
     def list_labelled(self, labels: Mapping[str, str]) -> RawListing: ...
     def list_labelled_images(self, labels: Mapping[str, str]) -> tuple[Any, ...]: ...

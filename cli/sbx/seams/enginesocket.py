@@ -1,30 +1,31 @@
-"""The engine's unix socket, spoken directly: a small HTTP/1.1 client for the calls a run and a
-pull make (create, attach, start, wait, remove, info, inspect, tag, pull), so those paths need
-neither the docker SDK nor requests. :class:`SocketEngine` is the local engine's transport
-(chosen by :mod:`sbx.seams.transports`); what it does not speak itself is its base's, the
-SDK's. Every answer is read within the bounds of :mod:`sbx.seams.enginebounds` (a total time
-and a size; a pull by its silence and message length), and an attach stream is released from
-them once its head is read.
+"""The engine spoken to directly, over any connector (:mod:`sbx.seams.enginehttp`): the calls a
+run and a pull make (create, attach, start, wait, remove, info, inspect, tag, pull), so those
+paths need neither the docker SDK nor requests. :class:`SocketEngine` is every transport's
+engine class (chosen by :mod:`sbx.seams.transports`); what it does not speak itself is its
+base's, the SDK's, through the same connector. Every answer is read within the bounds of
+:mod:`sbx.seams.enginebounds` (a total time and a size; a pull by its silence and message
+length), and an attach stream is released from them once its head is read.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
-import socket
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
+from sbx.seams.connectors import Connector, UnixConnector
 from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import (
     MAX_IMAGE_FILE_BYTES,
     EngineInfo,
+    EngineLocation,
     ImageInfo,
     create_body,
     image_info,
@@ -35,11 +36,8 @@ from sbx.seams.engine import (
     unix_mode,
 )
 from sbx.seams.enginebounds import (
-    MAX_ANSWER_BYTES,
-    MAX_HEAD_BYTES,
     AnswerBound,
     AnswerExceeded,
-    BoundedSocket,
     bounded,
     cap_body,
     exceeded,
@@ -49,6 +47,7 @@ from sbx.seams.enginebounds import (
     timeout_s,
     waiting,
 )
+from sbx.seams.enginehttp import EngineConnections, Response, body_of, is_chunked, read_head
 from sbx.seams.http11 import parse_head
 from sbx.seams.signals import deferred_interrupts
 
@@ -58,44 +57,16 @@ if TYPE_CHECKING:
     from sbx.seams.session.stream import AttachedStream
 
 
-_READ_BYTES: Final = 64 * 1024
-_SIZE_LINE_BYTES: Final = 4096  # a chunk's size line, extensions included
-
-
-@dataclass(frozen=True)
-class _Response:
-    status: int
-    headers: Mapping[str, str]  # lower-case names
-    body: bytes
-
-
-def _exchange(path: str, request: bytes, bound: AnswerBound, *,
-              expect_body: bool = True) -> _Response:
-    """One HTTP/1.1 exchange on a fresh connection to the unix socket ``path``, closed by the
-    engine after the response (``Connection: close``), held to ``bound`` as a whole. Raises
-    OSError, ValueError (an answer that is not HTTP) and AnswerExceeded."""
-    sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with bounded(bound), closing(sock):
-        sock.settimeout(bound.idle_s)
-        sock.connect(path)
-        sock.sendall(request)
-        status, headers = parse_head(_read_head(sock))
-        body = bytearray()
-        for piece in _body(sock, headers,
-                           expected=expect_body and status not in (204, 304) and status >= 200):
-            body += piece
-    return _Response(status, headers, bytes(body))
-
-
 class _StillRunning(Exception):
     """A wait whose time ran out: the container still runs."""
 
 
 class SocketEngine(SdkEngine):
-    """A local engine: the calls of a run's hot path made straight on its unix socket with a
-    small HTTP/1.1 exchange, so that a run from the plan cache never imports the SDK (requests,
+    """An engine reached through a :class:`~sbx.seams.connectors.Connector` (its unix socket,
+    tcp, tcp+TLS, ssh): the calls of a run's hot path made straight with a small HTTP/1.1
+    exchange, so that a run from the plan cache never imports the SDK (requests,
     urllib3, charset detection: the largest import of a run); every other call is
-    :class:`SdkEngine`'s, on the same socket (the SDK imported on first use).
+    :class:`SdkEngine`'s, through the same connector (the SDK imported on first use).
 
     Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
     :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
@@ -108,11 +79,17 @@ class SocketEngine(SdkEngine):
     decode=True)``). ``SBX_ENGINE_SOCKET=0`` sends every call through the SDK instead.
     """
 
-    def __init__(self, env: Mapping[str, str], socket_path: str,
+    def __init__(self, env: Mapping[str, str], connector: Connector | str,
                  credentials: Callable[[str], Mapping[str, str] | None] = lambda _host: None,
                  ) -> None:
-        super().__init__(env, credentials)
-        self._socket_path = socket_path
+        if isinstance(connector, str):  # a local socket's path
+            connector = UnixConnector(connector)
+        super().__init__(env, credentials, connector=connector)
+        self._connector = connector
+        self._connections = EngineConnections(connector)
+        # Before the connector's own exit handler (atexit runs the last registered first):
+        # a kept ssh connection would hold its tunnel open.
+        atexit.register(self._connections.close)
         self._reached = False
 
     # -- transport -----------------------------------------------------------------------------
@@ -120,7 +97,7 @@ class SocketEngine(SdkEngine):
     def _call(self, method: str, path: str, *, action: str, reason: Reason,
               params: Mapping[str, Any] | None = None, body: Any = None,
               bound: AnswerBound | None = None,
-              waits: bool = False) -> tuple[int, bytes, _Response]:
+              waits: bool = False) -> tuple[int, bytes, Response]:
         """(status, body, response) of one request, held to ``bound`` (default: a quick
         call's); a transport failure or an answer past its bound is an
         :class:`EngineUnavailable`, except the time running out on a call that ``waits``
@@ -128,12 +105,11 @@ class SocketEngine(SdkEngine):
         target = path + ("?" + urllib.parse.urlencode(params) if params else "")
         payload = json.dumps(body).encode() if body is not None else b""
         request = (f"{method} {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
-                   "Connection: close\r\n"
                    + ("Content-Type: application/json\r\n" if body is not None else "")
                    + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
         try:
-            response = _exchange(self._socket_path, request, bound or quick(self._env),
-                                 expect_body=method != "HEAD")
+            response = self._connections.exchange(request, bound or quick(self._env),
+                                                  expect_body=method != "HEAD")
         except AnswerExceeded as exc:
             if waits and exc.slow:
                 raise _StillRunning from None
@@ -143,8 +119,11 @@ class SocketEngine(SdkEngine):
         self._reached = True
         return response.status, response.body, response
 
-    def _unreachable(self, action: str, exc: BaseException) -> EngineUnavailable:
+    def _unreachable(self, action: str, exc: BaseException) -> SbxError:
         detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+        told = self._connector.unreachable(action, detail, reached=self._reached)
+        if told is not None:
+            return told
         if not self._reached:
             return EngineUnavailable(f"cannot reach the Docker engine: {short_error(detail)}",
                                      hint=situation_hint(self._env, detail))
@@ -170,6 +149,9 @@ class SocketEngine(SdkEngine):
         return status, decoded
 
     # -- the hot path ----------------------------------------------------------------------------
+
+    def location(self) -> EngineLocation:
+        return self._connector.location
 
     def info(self) -> EngineInfo:
         action = "reading engine info"
@@ -238,15 +220,17 @@ class SocketEngine(SdkEngine):
         request = (f"POST /containers/{container_id}/attach?{urllib.parse.urlencode(params)} "
                    "HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\nConnection: Upgrade\r\n"
                    "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n").encode()
-        sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = quick(self._env)
+        with bounded(bound):
+            try:
+                sock = self._connections.open(bound.idle_s)
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
         try:
-            bound = quick(self._env)
             with bounded(bound):
                 try:
-                    sock.settimeout(bound.idle_s)
-                    sock.connect(self._socket_path)
                     sock.sendall(request)
-                    status, _headers = parse_head(_read_head(sock))
+                    status, _headers = parse_head(read_head(sock))
                     if status not in (101, 200):
                         body = sock.recv(65536)
                         raise _refusal(action, Reason.START_FAILED, status, _maybe_json(body),
@@ -410,19 +394,20 @@ class SocketEngine(SdkEngine):
         request = (f"POST /images/create?{urllib.parse.urlencode(params)} HTTP/1.1\r\n"
                    "Host: docker\r\nUser-Agent: sbx\r\nConnection: close\r\n" + auth
                    + "Content-Length: 0\r\n\r\n").encode()
-        sock = BoundedSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock = self._connections.open(timeout_s(self._env))
+        except (OSError, ValueError) as exc:
+            raise self._unreachable(action, exc) from exc
         # As long as the engine works on it (a pull can be long), but never silent for long
         # and never one message without end.
         with closing(sock), bounded(stream(self._env)):
             try:
-                sock.settimeout(timeout_s(self._env))
-                sock.connect(self._socket_path)
                 sock.sendall(request)
-                status, headers = parse_head(_read_head(sock))
+                status, headers = parse_head(read_head(sock))
                 self._reached = True
-                if status != 200 or not _chunked(headers):
+                if status != 200 or not is_chunked(headers):
                     cap_body()  # an answer, not a stream
-                body = _body(sock, headers)
+                body = body_of(sock, headers)
                 if status != 200:
                     data = b"".join(body)
                     raise _refusal(action, Reason.REGISTRY_UNREACHABLE, status,
@@ -438,108 +423,6 @@ class SocketEngine(SdkEngine):
         if image is None:
             raise SbxError(Reason.IMAGE_MISSING, f"pulling {ref} left no image")
         return image
-
-
-def _chunked(headers: Mapping[str, str]) -> bool:
-    return headers.get("transfer-encoding", "").lower() == "chunked"
-
-
-def _body(sock: socket.socket, headers: Mapping[str, str], *,
-          expected: bool = True) -> Iterator[bytes]:
-    """A response body as it arrives: de-chunked, exactly its Content-Length, or everything up
-    to the engine's close; nothing for an answer that has none (HEAD, 204, 304)."""
-    if not expected:
-        return
-    if _chunked(headers):
-        yield from _dechunked(sock)
-        return
-    length = headers.get("content-length", "")
-    if length.isdigit():
-        left = int(length)
-        if left > MAX_ANSWER_BYTES:
-            # Refused before a byte is read: no call of sbx expects an answer this large.
-            raise AnswerExceeded(f"declares {left} bytes, more than sbx reads", slow=False)
-        while left:
-            data = sock.recv(min(left, _READ_BYTES))
-            if not data:
-                raise ValueError("the engine's answer was cut short")
-            left -= len(data)
-            yield data
-        return
-    while data := sock.recv(_READ_BYTES):
-        yield data
-
-
-def _dechunked(sock: socket.socket) -> Iterator[bytes]:
-    """A ``Transfer-Encoding: chunked`` body, piece by piece as it arrives (never a whole
-    chunk held: one may be endless); the socket's bound limits the whole."""
-    buffer = bytearray()
-    while True:
-        while (end := buffer.find(b"\r\n")) < 0:
-            if len(buffer) > _SIZE_LINE_BYTES:
-                raise ValueError("the engine sent a chunk size line without end")
-            more = sock.recv(_READ_BYTES)
-            if not more:
-                raise ValueError("the stream ended inside a chunk's size line")
-            buffer += more
-        size_text = bytes(buffer[:end]).split(b";", 1)[0].strip() or b"0"
-        del buffer[:end + 2]
-        try:
-            left = int(size_text, 16)
-        except ValueError:
-            raise ValueError(f"not a chunk size: {size_text[:20]!r}") from None
-        if left == 0:
-            return  # trailers, if any, are not read: the engine closes the connection
-        while left:
-            if not buffer:
-                more = sock.recv(min(left, _READ_BYTES) + 2)
-                if not more:
-                    raise ValueError("a chunk cut short")
-                buffer += more
-            piece = bytes(buffer[:left])
-            del buffer[:len(piece)]
-            left -= len(piece)
-            yield piece
-        while len(buffer) < 2:
-            more = sock.recv(_READ_BYTES)
-            if not more:
-                raise ValueError("a chunk cut short")
-            buffer += more
-        if buffer[:2] != b"\r\n":
-            raise ValueError("a chunk without its line end")
-        del buffer[:2]
-
-
-def _read_head(sock: socket.socket) -> bytes:
-    """The status line and headers of an HTTP response, consumed exactly (the bytes after
-    them belong to an upgraded stream) and at most MAX_HEAD_BYTES. Each wait is the socket's:
-    a bounded socket holds the whole head to the call's time."""
-    head = bytearray()
-    while True:
-        room = MAX_HEAD_BYTES - len(head)
-        if room <= 0:
-            raise AnswerExceeded(f"sent a head longer than {MAX_HEAD_BYTES} bytes", slow=False)
-        # Look at what has arrived without taking it, then take exactly what is head.
-        peeked = sock.recv(min(room, 4096), socket.MSG_PEEK)
-        if not peeked:
-            raise ValueError("the engine closed the connection")
-        seen = bytes(head[-3:]) + peeked
-        end = seen.find(b"\r\n\r\n")
-        take = len(peeked) if end < 0 else end + 4 - min(len(head), 3)
-        head += _recv_exactly(sock, take)
-        if end >= 0:
-            return bytes(head)
-
-
-def _recv_exactly(sock: socket.socket, count: int) -> bytes:
-    chunks = []
-    while count:
-        chunk = sock.recv(count)
-        if not chunk:
-            raise ValueError("the engine closed the connection")
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
 
 
 def _maybe_json(data: bytes) -> Any:

@@ -1627,8 +1627,12 @@ def _release_owner(run_id: str) -> None:
 
 def _open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """The run's record in the run directory it claimed, with the workspace baselines (for the
-    check after a named sandbox's sessions, or gc's); a failure gives the claim back."""
+    check after a named sandbox's sessions, or gc's); a failure gives the claim back. A run
+    the engine's place cannot hold is refused first, before anything exists here or there."""
+    from sbx.usecases.enginefit import refuse_local_only
+
     try:
+        refuse_local_only(ctx.driver.location(), plan)
         run_dir = _write_run_dir(ctx, plan)
         if plan.workspace_baselines:
             from sbx.usecases import workspace_check

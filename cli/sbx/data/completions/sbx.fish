@@ -208,6 +208,9 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_answer_unrewritable' -d
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'token_endpoint_ambiguous' -d 'Request to an OAuth token host with an unreadable path'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host command timed out'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login failed'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_host_key' -d 'Engine host\'s key not trusted'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_plain_tcp' -d 'Unprotected engine connection'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_not_local' -d 'Needs an engine on this machine'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'

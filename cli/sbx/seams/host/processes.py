@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 CalledProcessError = subprocess.CalledProcessError
 SubprocessError = subprocess.SubprocessError
 TimeoutExpired = subprocess.TimeoutExpired
+Popen = subprocess.Popen
 
 DRAIN_S: Final = 1.0  # after the first process exits: what is still in the pipes
 _POLL_S: Final = 0.05
@@ -410,6 +411,15 @@ def start_program(handshake: Handshake, args: Sequence[str], *, owner_line: byte
 
 
 # -- processes sbx did not start ----------------------------------------------------------------
+
+
+def spawn_on_socket(argv: Sequence[str], stdio_fd: int) -> subprocess.Popen[bytes]:
+    """A long-lived child whose stdin and stdout are ``stdio_fd`` (one end of a socket pair)
+    and whose stderr sbx reads after it ends: the tunnel to a remote engine. It runs in a
+    session of its own, so a Ctrl-C at the terminal reaches sbx, not the tunnel its cleanup
+    still needs."""
+    return subprocess.Popen(list(argv), stdin=stdio_fd, stdout=stdio_fd, stderr=subprocess.PIPE,
+                            start_new_session=True, close_fds=True)
 
 
 def pid_alive(pid: int) -> bool:

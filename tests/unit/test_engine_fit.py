@@ -1,0 +1,54 @@
+"""A run on an engine of another host is refused when it needs this machine (a bound workspace,
+host paths, sized volumes, network), and goes ahead when it needs none of it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.engine import EngineLocation
+from sbx.usecases.enginefit import local_needs, refuse_local_only
+
+FAR = EngineLocation("ssh://me@box", local=False)
+HERE = EngineLocation("unix:///var/run/docker.sock", local=True)
+
+
+def _plan(**fields: Any) -> Any:
+    base: dict[str, Any] = {"workspace_host": None, "host_mounts": SimpleNamespace(pins=[]),
+                            "capabilities": SimpleNamespace(volumes=()), "egress": None,
+                            "network": None}
+    return SimpleNamespace(**{**base, **fields})
+
+
+def _pin(path: str) -> Any:
+    return SimpleNamespace(source=SimpleNamespace(path=path))
+
+
+def test_an_offline_run_without_host_paths_runs_anywhere() -> None:
+    refuse_local_only(FAR, _plan())
+    assert local_needs(_plan()) == []
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"workspace_host": "/src/p", "host_mounts": SimpleNamespace(
+        pins=[_pin("/src/p"), _pin("/src/p/.git")])}, "the workspace /src/p"),
+    ({"host_mounts": SimpleNamespace(pins=[_pin("/data")])}, "host paths (/data)"),
+    ({"capabilities": SimpleNamespace(volumes=(SimpleNamespace(path="/cache", size=1),))},
+     "sized volumes (/cache)"),
+    ({"egress": object(), "network": "n"}, "egress proxy"),
+    ({"network": "n"}, "published ports"),
+])
+def test_what_needs_this_machine_is_refused_on_a_far_engine(fields: dict[str, Any],
+                                                            said: str) -> None:
+    plan = _plan(**fields)
+    refuse_local_only(HERE, plan)  # the local engine: fine
+    with pytest.raises(SbxError) as raised:
+        refuse_local_only(FAR, plan)
+    assert raised.value.reason is Reason.ENGINE_NOT_LOCAL
+    assert said in raised.value.message and "ssh://me@box" in raised.value.message
+    assert "--workspace-mode copy" in (raised.value.hint or "")
+    assert len(local_needs(plan)) == 1  # the workspace's own pins are not listed twice
