@@ -329,9 +329,12 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
         self._call("push_image", ref)
         on_line("Pushed")
 
-    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+    def cached_images(self, repositories: Sequence[str], *,
+                      inspect: Callable[[str, tuple[str, ...]], bool] | None = None,
+                      ) -> list[CachedImage]:
         self._call("cached_images", tuple(repositories))
-        return list(self.cached)
+        return [image if inspect is None or inspect(image.id, image.tags)
+                else CachedImage(image.id, image.tags, None) for image in self.cached]
 
     # -- containers ------------------------------------------------------------------------
 

@@ -1439,3 +1439,21 @@ def test_a_run_that_starts_after_gc_read_the_runs_is_seen_at_removal(h: Harness)
     assert late in h.engine.containers
     assert ("container", late["Id"], "live") in {(i.kind, i.id, i.why) for i in result.kept}
     assert "remove_container" not in h.engine.names()
+
+
+def test_gc_asks_the_engine_only_about_the_images_this_home_marks(tmp_path: Path) -> None:
+    """Other homes' marks (thousands, on a shared engine) cost no inspect and no users call:
+    an image this home does not mark is never this home's, whatever its use or age."""
+    h = Harness(tmp_path)
+    h.config.write_text("[gc]\nimage_idle_seconds = 600\n", encoding="utf-8")
+    h.run_dir()
+    mine = h.marked(cached(["sbx-kit/mine:1"]))
+    others = [cached([f"sbx-use/{'b' * 16}:{n:024x}"], idle=None) for n in range(50)]
+    h.engine.cached = [mine, *others]
+    h.engine.users = {other.id: ["c" * 64] for other in others}
+    result = h.collect()
+    assert {i.id for i in result.removed if i.kind == "cached_image"} == {mine.id}
+    kept = {i.id: i.why for i in result.kept if i.kind == "cached_image"}
+    assert kept == {other.id: "not_this_home" for other in others}
+    assert [args[1] for args in h.engine.called("object_users")
+            if args[0] == "image"] == [mine.id]

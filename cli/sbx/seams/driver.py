@@ -750,9 +750,14 @@ class SdkEngine(Driver):
             created = self._api.create_volume(name=name, driver="local", labels=dict(labels))
         return str(created["Name"])
 
-    def cached_images(self, repositories: Sequence[str]) -> list[CachedImage]:
+    def cached_images(self, repositories: Sequence[str], *,
+                      inspect: Callable[[str, tuple[str, ...]], bool] | None = None,
+                      ) -> list[CachedImage]:
         """Every image with a tag in one of ``repositories`` (``name/``: every repository
-        under it), with its tags and when it was last tagged."""
+        under it), with its tags and when it was last tagged. With ``inspect``, only the
+        images it picks by id and listed tags are inspected for that time (one call each);
+        the others come with the tags the listing gave (the engine may give only those that
+        matched the repository) and no time."""
         import docker
 
         found: dict[str, CachedImage] = {}
@@ -762,6 +767,10 @@ class SdkEngine(Driver):
                 for entry in self._api.images(filters={"reference": pattern}) or []:
                     ident = str(entry.get("Id", ""))
                     if not ident or ident in found:
+                        continue
+                    listed = tuple(str(tag) for tag in entry.get("RepoTags") or ())
+                    if inspect is not None and not inspect(ident, listed):
+                        found[ident] = CachedImage(ident, listed, None)
                         continue
                     try:
                         attrs = self._api.inspect_image(ident)

@@ -836,21 +836,26 @@ class _Collector:
             CACHE_REPOSITORIES,
             USE_REPOSITORY,
             judge_cached,
+            marked_by,
             removal_order,
         )
 
-        try:
-            images = self.driver.cached_images([USE_REPOSITORY, *CACHE_REPOSITORIES])
+        home = self.ctx.home_hash
+        try:  # only this home's images are inspected: the cost follows this home, not all
+            images = self.driver.cached_images(
+                [USE_REPOSITORY, *CACHE_REPOSITORIES],
+                inspect=lambda ident, tags: marked_by(home, ident, tags))
         except SbxError as error:
             self._fail("cached_image_list_failed", error.reason,
                        f"listing the cached images failed, none was removed: {error.message}")
             return
         decisions = []
         for image in images:
-            users = self._users("image", image.id, None, set(), set())
+            users = (self._users("image", image.id, None, set(), set())
+                     if marked_by(home, image.id, image.tags) else 0)
             if users is None:
                 continue
-            decision = judge_cached(image, home_hash=self.ctx.home_hash, now=self.clock.now,
+            decision = judge_cached(image, home_hash=home, now=self.clock.now,
                                     grace_s=idle_s, users=users)
             if decision.untag:
                 decisions.append(decision)

@@ -42,6 +42,11 @@ def use_tag(home_hash: str, image_id: str) -> str:
     return f"{USE_REPOSITORY}{home_hash[:HOME_DIGITS]}:{digits}"
 
 
+def marked_by(home_hash: str, image_id: str, tags: Iterable[str]) -> bool:
+    """The image carries this home's use tag: only then is it this home's to judge."""
+    return use_tag(home_hash, image_id) in tags
+
+
 def is_cached(tags: Iterable[str]) -> bool:
     """The image carries a cache tag (it is one of sbx's cached images)."""
     return any(tag.startswith(CACHE_REPOSITORIES) for tag in tags)
@@ -71,6 +76,10 @@ def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int
     """The decision for one cached image (``users``: containers that use it)."""
     mine = use_tag(home_hash, image.id)
     marks = [tag for tag in image.tags if tag.startswith(USE_REPOSITORY)]
+    if mine not in marks:
+        # Another home built it or marks it, or none does: never this home's to remove.
+        return CacheDecision(image.id, (), "not_this_home",
+                             "this state home neither built nor marks it")
     if users:
         return CacheDecision(image.id, (), "in_use", f"used by {users} container(s)")
     if image.last_tagged is None:
@@ -80,10 +89,6 @@ def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int
     if idle < grace_s:
         return CacheDecision(image.id, (), "recently_used",
                              f"last used {int(idle)}s ago (grace {grace_s}s)")
-    if mine not in marks:
-        # Another home built it or marks it, or none does: never this home's to remove.
-        return CacheDecision(image.id, (), "not_this_home",
-                             "this state home neither built nor marks it")
     others = [tag for tag in marks if tag != mine]
     if others:
         # Another home still marks it: only this home's mark goes.
