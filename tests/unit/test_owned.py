@@ -200,6 +200,47 @@ def test_a_file_larger_than_asked_for_is_refused(home: Path) -> None:
     _refused(lambda: owned.read_bytes(home / "f", max_bytes=10), "larger than 10 bytes")
 
 
+
+def test_a_file_replaced_while_being_opened_is_read_again(home: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An atomic writer renaming a new file over the one just opened leaves it with no name:
+    the reader opens the name again and reads what is there now, never refuses it."""
+    owned.write_file(home / "f", b"old")
+    real_open = os.open
+    replaced: list[int] = []
+
+    def open_then_replace(path: object, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)  # type: ignore[arg-type]
+        if not replaced:
+            replaced.append(fd)
+            owned.write_file(home / "f", b"new")
+        return fd
+
+    monkeypatch.setattr(owned.os, "open", open_then_replace)
+    assert owned.read_bytes(home / "f", max_bytes=10) == b"new"
+    assert replaced
+
+
+def test_a_file_replaced_on_every_open_is_refused(home: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    owned.write_file(home / "f", b"0")
+    real_open = os.open
+
+    def open_then_replace(path: object, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)  # type: ignore[arg-type]
+        if Path(str(path)) == home / "f":
+            os.rename(_fresh(home), home / "f")
+        return fd
+
+    def _fresh(directory: Path) -> Path:
+        fresh = directory / "fresh"
+        fd = real_open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        return fresh
+
+    monkeypatch.setattr(owned.os, "open", open_then_replace)
+    _refused(lambda: owned.read_bytes(home / "f", max_bytes=10), "replaced")
+
 @as_root
 def test_a_file_of_another_user_is_refused(home: Path) -> None:
     owned.write_file(home / "f", b"x")

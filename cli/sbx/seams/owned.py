@@ -165,6 +165,10 @@ def ensure_directory(directory: Path, *, mode: int = 0o700,
     return directory
 
 
+# An atomic replace between open and fstat is retried this often before refusing.
+_REPLACED_RETRIES = 20
+
+
 def open_file(path: Path, *, forbidden_bits: int = WRITE_BITS,
               reason: Reason = Reason.STATE_UNSAFE, flags: int = os.O_RDONLY,
               create: bool = False) -> int | None:
@@ -175,24 +179,33 @@ def open_file(path: Path, *, forbidden_bits: int = WRITE_BITS,
     open_flags = flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     if create:
         open_flags |= os.O_CREAT
-    try:
-        fd = os.open(path, open_flags, 0o600)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise refuse(path, "it is a symlink", f"Remove the link (`rm {path}`); sbx writes "
-                         "the file again when it needs it.", reason=reason) from None
-        if error.errno == errno.ENXIO:  # a socket, or a FIFO nobody writes
-            raise refuse(path, "it is not a regular file",
-                         f"Remove it (`rm -r {path}`).", reason=reason) from None
-        raise
-    try:
-        _check_file(path, os.fstat(fd), forbidden_bits, reason)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    for _attempt in range(_REPLACED_RETRIES):
+        try:
+            fd = os.open(path, open_flags, 0o600)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise refuse(path, "it is a symlink", f"Remove the link (`rm {path}`); sbx "
+                             "writes the file again when it needs it.", reason=reason) from None
+            if error.errno == errno.ENXIO:  # a socket, or a FIFO nobody writes
+                raise refuse(path, "it is not a regular file",
+                             f"Remove it (`rm -r {path}`).", reason=reason) from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if info.st_nlink == 0 and stat.S_ISREG(info.st_mode):
+                # An atomic writer renamed a new file over this one after we opened it:
+                # open the name again rather than read a version nobody can see any more.
+                os.close(fd)
+                continue
+            _check_file(path, info, forbidden_bits, reason)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    raise refuse(path, f"it was replaced {_REPLACED_RETRIES} times while being opened",
+                 "Stop whatever is rewriting it, then try again.", reason=reason)
 
 
 def _check_file(path: Path, info: os.stat_result, forbidden_bits: int,
