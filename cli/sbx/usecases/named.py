@@ -18,6 +18,7 @@ path swapped while the sandbox was stopped is caught like at creation.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -30,10 +31,10 @@ from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.seams import audit, owned
 from sbx.seams.host import procfs
-from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
-from sbx.seams.session.mode import decide_mode
-from sbx.seams.session.pump import SessionEnd
+from sbx.seams.signals import deferred_interrupts
+from sbx.usecases import keeper
 from sbx.usecases.context import AppContext
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
@@ -44,7 +45,6 @@ from sbx.usecases.namedrecord import (
     release_creation,
 )
 from sbx.usecases.run.request import NO_DEADLINE_S, OutputSink, ProgressFactory, RunRequest
-from sbx.usecases.run.session import OUTPUT_DRAIN_S, Terminal, TerminalOutput
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.admission import Admission
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sbx.usecases.kitgate import Confirm as ConfirmKits
     from sbx.usecases.namedkits import Confirm as ConfirmFollow
     from sbx.usecases.run.result import RunResult
+    from sbx.usecases.run.session import TerminalOutput
 
 
 # -- run --name -------------------------------------------------------------------------------
@@ -138,8 +139,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
                        hint=f"`sbx rm -f {record.name}` and create it again.")
     if state == "running":
         return
-    from sbx.seams.signals import deferred_interrupts
-    from sbx.usecases.namedkits import follow
+    from sbx.usecases.namedkits import follow  # the kits decoded again: only at a start
 
     _restarting_workspace(ctx, record, on_warning)
     admission = admit_recorded(ctx, record)
@@ -161,12 +161,9 @@ def admit_recorded(ctx: AppContext, record: SandboxRecord, *, env: Sequence[str]
     """A start (or attach, or exec) of a named sandbox, decided as its first start was
     (:func:`sbx.domain.sandbox.admission.admit`): its recorded host paths judged, opened and
     scanned for sockets again, the variables by the run's rules, its recorded user."""
-    from sbx.domain.sandbox.admission import (
-        StartRequest,
-        admit,
-        recorded_paths,
-        recorded_user,
-    )
+
+    # The admission and the mount policy: not loaded by ls, stop, rm or logs.
+    from sbx.domain.sandbox.admission import StartRequest, admit, recorded_paths, recorded_user
     from sbx.domain.sandbox.mounts import MountPolicy
 
     names = record.request.get("credential_names")
@@ -205,7 +202,9 @@ def _restage(ctx: AppContext, record: SandboxRecord,
     """As root, stage the admitted host paths (and mount the volume file systems) at the same
     points as at creation; without root, the (target, source) pairs to verify after the
     start."""
+    # Staging and mount checks: only a start or a removal.
     from sbx.domain.sandbox.sources import Staging, staging_available
+
 
     pins = admission.mounts.pins
     by_path: dict[str, Any] = {pin.source.path: pin.source for pin in pins}
@@ -239,8 +238,8 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     bridge = record.request.get("bridge")
     if not bridge or record.network is None:
         return
-    from sbx.seams.host.firewall import BridgeGuard
-    from sbx.usecases.keeper import recorded_port, restart_kept_proxy, stop_keeper
+
+    from sbx.seams.host.firewall import BridgeGuard  # the host firewall: networked only
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     port: tuple[int, ...] = ()
@@ -249,16 +248,16 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     if record.request.get("proxy"):
         secrets = _start_secrets(ctx, record, run_dir)
         gateway = ctx.driver.network_gateway(record.network)
-        kept = restart_kept_proxy(run_dir, record.run_id, secrets)
+        kept = keeper.restart_kept_proxy(run_dir, record.run_id, secrets)
         port = (kept.port,)
-        dialled = recorded_port(run_dir)
+        dialled = keeper.recorded_port(run_dir)
         if dialled is not None and dialled != kept.port:
             redirect = (dialled, kept.port)
     guard = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
                         proxy_address=gateway, redirect=redirect)
     gap = guard.ensure()
     if gap and redirect is not None:
-        stop_keeper(run_dir, record.run_id)
+        keeper.stop_keeper(run_dir, record.run_id)
         raise SbxError(
             Reason.PROXY_FAILED,
             f"{record.name}'s egress proxy port {redirect[0]} on {gateway} (which the "
@@ -275,16 +274,13 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
 def _start_secrets(ctx: AppContext, record: SandboxRecord, run_dir: Path) -> dict[str, str]:
     """The secrets this start hands the keeper: those not in the file store, resolved now; a
     required one that cannot be had refuses the start (``credential_unbound``)."""
-    import json
-
+    # The secret store and its resolvers: only a start with an egress proxy.
     from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 
     recorded = record.request.get("credentials")
     if isinstance(recorded, dict):
         wanted = [_Needed(str(s), bool(optional)) for s, optional in recorded.items()]
     else:  # created before the record kept them: every API-key credential of its proxy
-        from sbx.seams import owned
-
         try:  # the run's own config only (sbx.seams.owned)
             raw = owned.read_bytes(run_dir / "proxy.json", max_bytes=16 * 1024 * 1024)
             config = json.loads(raw or b"{}")
@@ -302,7 +298,7 @@ class _Needed:
 
 
 def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
-    from sbx.domain.sandbox.sources import mount_mismatches
+    from sbx.domain.sandbox.sources import mount_mismatches  # only a start
 
     pid = driver.container_pid(container_id)
     try:
@@ -326,6 +322,11 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            interactive: bool | None = None, terminal_passthrough: bool = False) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
     or the user detaches (0: it keeps running)."""
+    # The terminal session: only attach, exec and logs load it.
+    from sbx.seams.session.mode import decide_mode
+    from sbx.seams.session.pump import SessionEnd
+    from sbx.usecases.run.session import OUTPUT_DRAIN_S, Terminal
+
     record = _load(ctx, name)
     driver = ctx.driver
     container_id = record.container_id
@@ -366,6 +367,12 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
             terminal_passthrough: bool = False) -> int:
     """Run a command in a running sandbox: its user, its hardening, its egress (the exec
     inherits the container's environment, proxy and sentinels included)."""
+    # The terminal session: only attach, exec and logs load it.
+    from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
+    from sbx.seams.session.mode import decide_mode
+    from sbx.seams.session.pump import SessionEnd
+    from sbx.usecases.run.session import Terminal
+
     if not argv:
         raise SbxError(Reason.INVALID_ARGUMENT, "sbx exec needs a command after `--`",
                        hint=f"e.g. sbx exec {name} -- sh")
@@ -416,6 +423,9 @@ def _to_terminal(ctx: AppContext, host: Any, on_output: OutputSink,
                  flag: bool) -> TerminalOutput:
     """``on_output`` filtered where it reaches a terminal, unless the flag or
     ``[sandbox] terminal_passthrough`` passes everything."""
+    # The terminal session: only attach, exec and logs load it.
+    from sbx.usecases.run.session import TerminalOutput
+
     passthrough = flag or ctx.load_config().sandbox.terminal_passthrough.value
     return TerminalOutput(on_output, host, ctx.env, passthrough=passthrough)
 
@@ -427,14 +437,12 @@ def stop(ctx: AppContext, names: Sequence[str],
          on_warning: Callable[[str], None] = lambda _text: None) -> list[str]:
     """Stop each sandbox (SIGTERM, then SIGKILL after a grace); the keeper then stops its
     proxy; then its writable directories are checked. Returns the names stopped."""
-    from sbx.usecases.keeper import stop_keeper
-
     stopped = []
     for name in names:
         record = _load(ctx, name)
         assert record.container_id is not None  # noqa: S101 - _load checks
         ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
-        stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
+        keeper.stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
         check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped
@@ -442,7 +450,7 @@ def stop(ctx: AppContext, names: Sequence[str],
 
 def _restarting_workspace(ctx: AppContext, record: SandboxRecord,
                           on_warning: Callable[[str], None]) -> None:
-    from sbx.usecases import workspace_check
+    from sbx.usecases import workspace_check  # the git and quarantine checks: not ls's
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     try:
@@ -457,8 +465,8 @@ def remove(ctx: AppContext, names: Sequence[str],
     """Remove each sandbox and everything it owns: container, volumes (HOME included),
     network and firewall rules, proxy, staging points, per-sandbox image, run directory, the
     record. Objects are found by label too, so a half-created sandbox goes as well."""
+    # Staging and mount checks: only a start or a removal.
     from sbx.domain.sandbox.sources import Staging
-    from sbx.usecases.keeper import stop_keeper
 
     removed = []
     store = SandboxStore(ctx.state_home)
@@ -475,7 +483,7 @@ def remove(ctx: AppContext, names: Sequence[str],
                 (o.labels.get(label_keys.RUN, "") for o in objects), "")
             run_dir = runrecord.run_dir(ctx.state_home, run_id) if run_id else None
             if run_dir is not None:
-                stop_keeper(run_dir, run_id)
+                keeper.stop_keeper(run_dir, run_id)
             for obj in sorted(objects, key=lambda o: ("container", "volume", "network")
                               .index(o.kind) if o.kind in ("container", "volume", "network")
                               else 3):
@@ -484,7 +492,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if record is not None and record.image:
                 driver.remove_image(record.image)
             if record is not None and record.request.get("bridge"):
-                from sbx.seams.host.firewall import BridgeGuard
+                from sbx.seams.host.firewall import BridgeGuard  # networked sandboxes only
 
                 guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
                 guard.installed, guard.installed_nat = guard.listed()
@@ -505,8 +513,7 @@ def remove(ctx: AppContext, names: Sequence[str],
 def _forget_rules(ctx: AppContext, name: str) -> None:
     """The user policy's rules for a removed sandbox go with it (a new sandbox of that name
     must not inherit what was approved for the old one); audited."""
-    from sbx.domain.egress.policystore import PolicyStore
-    from sbx.seams import audit
+    from sbx.domain.egress.policystore import PolicyStore  # the user policy: only at rm
 
     store = PolicyStore(ctx.state_home)
     if not store.path.exists():
