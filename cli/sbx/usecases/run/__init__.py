@@ -19,7 +19,7 @@ The modules, each importing only those before it:
   from a cached recipe;
 - :mod:`.session`: the terminal session, shared with ``sbx attach`` and ``sbx exec``;
 - :mod:`.rundir`, :mod:`.network`, :mod:`.createstep`, :mod:`.cleanup`, :mod:`.execute`: what a
-  run creates, and its removal;
+  run creates, and its removal; :mod:`.result`: what it reports;
 - :mod:`.start`: a one-shot run from request to result, fully planned or from the cache;
   :mod:`.entry`: ``sbx run``'s choice between that and a named sandbox (sbx.usecases.named).
 """
