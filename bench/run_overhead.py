@@ -57,13 +57,14 @@ WORKLOAD: Final = ("true",)
 # jsonschema, kits with ruamel.yaml), the docker SDK, and typer's pydantic-based value adapters
 # (loaded while parsing a command's parameters; guarded because the module is typer-internal).
 RUN_IMPORTS: Final = (
-    "import sbx.app, sbx.base.render, sbx.usecases.run, sbx.usecases.pipeline, sbx.base.config\n"
+    "import sbx.app, sbx.base.render, sbx.usecases.run.entry, sbx.usecases.run.fromkits\n"
+    "import sbx.usecases.pipeline, sbx.base.config\n"
     "import docker\n"
     "try:\n    import typer._adapters\nexcept ImportError:\n    pass\n"
 )
 # What a run from the plan cache imports (sbx.usecases.plancache): no typer, config, kits or SDK.
 CACHED_RUN_IMPORTS: Final = (
-    "import sbx.__main__, sbx.commands.run_cached, sbx.usecases.plancache, sbx.usecases.run, "
+    "import sbx.__main__, sbx.commands.run_cached, sbx.usecases.plancache, sbx.usecases.run.start, "
     "sbx.base.render, sbx.seams.driver, sbx.domain.sandbox.requirements"
 )
 

@@ -289,7 +289,7 @@ def test_run_explain_and_doctor_agree(case: Case, tmp_path: Path, state_home: Pa
 def test_the_matrix_covers_every_refusal_of_the_shared_request() -> None:
     """Every reason code `sbx run` can refuse the shared request with before anything starts
     has a kit here. Enumerated from the prepare path (``raise SbxError`` in sbx.usecases.pipeline
-    and what it calls, then sbx.usecases.run._plan):
+    and what it calls, then sbx.usecases.run.plan.assemble):
 
     - covered here: config; kit lookup, path, descriptor, duplicates, args (undeclared, enum,
       pattern, expanded form), unsupported required types, resolution; the engine unreachable;

@@ -201,10 +201,10 @@ def test_a_cached_plan_does_not_skip_the_gate(sbx_cli: Any, env: dict[str, str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # A kit whose plan is cached (no network): an optional capability this sbx does not have
     # is still part of what it asks for.
-    from sbx.usecases import run as run_module
+    from sbx.usecases.run import start as run_module
+    from sbx.usecases.run.fromcache import prepare_cached
 
     cached: list[bool] = []
-    prepare_cached = run_module.prepare_cached
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         plan = prepare_cached(*args, **kwargs)

@@ -19,7 +19,10 @@ import pytest
 from sbx.base import labels
 from sbx.seams.driver import SdkEngine
 from sbx.seams.enginesocket import SocketEngine
-from sbx.usecases import run as run_module
+from sbx.usecases.run import fromkits
+from sbx.usecases.run import start as run_module
+from sbx.usecases.run.fromcache import prepare_cached
+from sbx.usecases.run.fromkits import prepare
 
 from .conftest import BUSYBOX, user_owned
 
@@ -50,7 +53,6 @@ def kit(kit_factory: Callable[..., Path]) -> Path:
 def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
     """Which planner each run used, and the engine's inspect of every sandbox it started."""
     seen: dict[str, list[Any]] = {"full": [], "cached": [], "inspect": []}
-    prepare, prepare_cached = run_module.prepare, run_module.prepare_cached
 
     def full(*args: Any, **kwargs: Any) -> Any:
         seen["full"].append(1)
@@ -69,7 +71,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
             seen["inspect"].append(json.loads(done.stdout)[0])
         return started
 
-    monkeypatch.setattr(run_module, "prepare", full)
+    monkeypatch.setattr(fromkits, "prepare", full)
     monkeypatch.setattr(run_module, "prepare_cached", cached)
     for transport in (SdkEngine, SocketEngine):  # whichever the run opens
         monkeypatch.setattr(transport, "start", inspected(transport.start))

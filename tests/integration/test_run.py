@@ -16,7 +16,8 @@ from sbx.base.reasons import Reason
 from sbx.seams.driver import SdkEngine
 from sbx.seams.transports import open_engine
 from sbx.usecases.context import AppContext
-from sbx.usecases.run import RunRequest, run
+from sbx.usecases.run.entry import run
+from sbx.usecases.run.request import RunRequest
 
 from .conftest import BUSYBOX, owned, user_owned
 

@@ -26,7 +26,8 @@ from sbx.usecases.doctor import (
     diagnose,
 )
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan
-from sbx.usecases.run import RunRequest, prepare
+from sbx.usecases.run.fromkits import prepare
+from sbx.usecases.run.request import RunRequest
 from tests.support.kits import write_kit
 
 from .test_doctor import V1_OK

@@ -23,7 +23,8 @@ from sbx.base.render import Renderer
 from sbx.domain.sandbox.hardening import hardening_violations
 from sbx.seams.engine import create_kwargs
 from sbx.usecases.context import AppContext
-from sbx.usecases.run import RunRequest, prepare
+from sbx.usecases.run.fromkits import prepare
+from sbx.usecases.run.request import RunRequest
 from tests.support.fakeengine import FakeEngine, image_info, tar_of
 from tests.support.kits import write_kit
 

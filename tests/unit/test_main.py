@@ -12,7 +12,8 @@ from sbx import __version__
 from sbx.__main__ import split_passthrough
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.usecases import run as run_core
+from sbx.usecases.run import entry as run_core
+from sbx.usecases.run.request import RunRequest
 
 
 @pytest.mark.parametrize(("argv", "head", "tail"), [
@@ -35,9 +36,9 @@ def test_version_flag_and_command(sbx_cli: Any) -> None:
 
 def test_run_dispatches_one_typed_request(sbx_cli: Any, monkeypatch: pytest.MonkeyPatch,
                                           tmp_path: Path) -> None:
-    seen: list[run_core.RunRequest] = []
+    seen: list[RunRequest] = []
 
-    def fake_run(ctx: Any, request: run_core.RunRequest, **_kw: Any) -> Any:
+    def fake_run(ctx: Any, request: RunRequest, **_kw: Any) -> Any:
         seen.append(request)
         raise SbxError(Reason.IMAGE_MISSING, "stop here")
 
@@ -45,7 +46,7 @@ def test_run_dispatches_one_typed_request(sbx_cli: Any, monkeypatch: pytest.Monk
     result = sbx_cli(["run", "./kit", "./ws", "--access", "ro", "--mount", "/a:/b",
                       "--mount", "/c:/d:ro", "--timeout", "5", "--", "echo", "--json"])
     assert result.exit_code == 125 and "(image_missing)" in result.stderr
-    assert seen == [run_core.RunRequest(
+    assert seen == [RunRequest(
         workload="./kit", workspace="./ws", access="ro", mounts=("/a:/b", "/c:/d:ro"),
         timeout_s=5.0, command=("echo", "--json"), capture_output=False)]
 

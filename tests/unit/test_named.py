@@ -10,7 +10,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.usecases.named import CREATION_OPTIONS, creation_options
-from sbx.usecases.run import RunRequest
+from sbx.usecases.run.request import RunRequest
 
 
 @pytest.mark.parametrize("name", ["ab", "a1", "my-agent", "A.b-9", "x" * 63])

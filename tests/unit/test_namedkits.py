@@ -22,7 +22,7 @@ from sbx.usecases import namedkits, recreate
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.pipeline import WorkloadRequest, load
-from sbx.usecases.run import RunRequest
+from sbx.usecases.run.request import RunRequest
 from tests.support.kits import api_key_credential, capabilities, network_policy, write_kit
 
 

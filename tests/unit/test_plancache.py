@@ -16,8 +16,8 @@ from sbx.base.reasons import Reason
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.mode import HostStreams
 from sbx.usecases import plancache
-from sbx.usecases.plancache import PlanFacts, Recipe
-from sbx.usecases.run import RunRequest
+from sbx.usecases.run.recipe import PlanFacts, Recipe
+from sbx.usecases.run.request import RunRequest
 
 STREAMS = HostStreams(stdin_fd=0, stdin_is_terminal=False, stdout_is_terminal=False)
 
@@ -38,7 +38,7 @@ def _recipe() -> Recipe:
         limits={"memory_bytes": 1 << 30, "pids": 128, "cpu_millis": 1000,
                 "tmp_bytes": 1 << 28, "workspace_bytes": 1 << 29, "home_bytes": 1 << 28},
         workspace_target="/workspace", command=("true",), entrypoint=None,
-        exports={"A": "1"}, home="/home/sbx", tmpfs={"/cache": (1 << 20, None)},
+        env={"A": "1"}, home="/home/sbx", tmpfs={"/cache": (1 << 20, None)},
         detach_keys="ctrl-p,ctrl-q", explain_command="sbx explain /k",
         notes=(), blocked=("/secret",), allowed_roots=(),
         facts=PlanFacts(workload="./k", kits=("./k",),
@@ -264,7 +264,8 @@ def test_the_cached_path_is_light_to_import() -> None:
     import sys
 
     code = ("import sys, sbx.__main__, sbx.commands.run_cached, sbx.usecases.plancache, "
-            "sbx.usecases.run, sbx.domain.sandbox.runargs, sbx.seams.driver, sbx.base.render\n"
+            "sbx.usecases.run.start, sbx.domain.sandbox.runargs, sbx.seams.driver, "
+            "sbx.base.render\n"
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True, timeout=60).stdout.split())

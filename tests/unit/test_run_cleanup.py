@@ -2,15 +2,15 @@
 
 A run creates its objects in steps (volume, network, egress proxy, firewall guard, the create
 step's container and per-run image, the sandbox container, its attach stream, its port
-forwarder) and removes them in the ``finally`` of :func:`sbx.usecases.run._execute`. Each case
-here makes one step fail (an engine call of :class:`tests.support.fakeengine.FakeEngine`, or a
-host seam: the proxy launch, the firewall guard) and checks, through the CLI and its ``--json``
-envelope, that
+forwarder) and removes them in the ``finally`` of :func:`sbx.usecases.run.execute.execute`.
+Each case here makes one step fail (an engine call of
+:class:`tests.support.fakeengine.FakeEngine`, or a host seam: the proxy launch, the firewall
+guard) and checks, through the CLI and its ``--json`` envelope, that
 
 (a) the run ends with the failing step's reason code (never a crash, exit 70);
 (b) everything created before the failing step is removed;
 (c) in dependency order: nothing is removed while something created after it still uses it
-    (the order :func:`sbx.usecases.run._cleanup` documents; it is not the strict mirror of
+    (the order :func:`sbx.usecases.run.cleanup.cleanup` documents; it is not the strict mirror of
     creation: the firewall rules, made before the container, go last on purpose);
 (d) nothing after the failing step was attempted.
 
@@ -117,7 +117,7 @@ def install_host(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> Host:
             host.record("forwarder.stop", self.target_ip)
 
     monkeypatch.setattr(transports_module, "open_engine", lambda _env: engine)
-    monkeypatch.setattr(egress_plan, "start_proxy", start_proxy)  # run imports it per call
+    monkeypatch.setattr(egress_plan, "start_proxy", start_proxy)  # called through its module
     monkeypatch.setattr(firewall, "BridgeGuard", FakeGuard)
     monkeypatch.setattr(firewall, "bridge_network", lambda _bridge: BRIDGE_NETWORK)
     monkeypatch.setattr(ports, "PortForwarder", FakeForwarder)

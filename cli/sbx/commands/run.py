@@ -1,5 +1,5 @@
 """`sbx run WORKLOAD [WORKSPACE] [-- ARGS...]`: adapter from flags to
-:func:`sbx.usecases.run.run`."""
+:func:`sbx.usecases.run.entry.run`."""
 
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ def run(
     from sbx.commands.run_cached import finish
     from sbx.domain.sandbox.durations import parse_duration
     from sbx.domain.sandbox.runargs import check_workspace_word
-    from sbx.usecases.run import RunRequest
-    from sbx.usecases.run import run as run_core
+    from sbx.usecases.run.entry import run as run_core
+    from sbx.usecases.run.request import RunRequest
 
     app = ctx.obj
     check_workspace_word(workload, workspace, app.cwd, app.passthrough)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from sbx.base.render import Renderer
     from sbx.seams.session.mode import HostStreams
-    from sbx.usecases.run import RunResult
+    from sbx.usecases.run.result import RunResult
 
 
 class Launch(Protocol):
@@ -44,7 +44,7 @@ def run_from_cache(launch: Launch) -> int | None:
     if hit is None:
         return None
     from sbx.domain.sandbox.runargs import check_workspace_word
-    from sbx.usecases.run import run_cached
+    from sbx.usecases.run.start import run_cached
 
     app = launch.context(verbose=hit.verbose, traceback=hit.traceback)
     request = hit.request

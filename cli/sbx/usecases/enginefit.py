@@ -11,7 +11,7 @@ from sbx.base.reasons import Reason
 
 if TYPE_CHECKING:
     from sbx.seams.engine import EngineLocation
-    from sbx.usecases.run import RunPlan
+    from sbx.usecases.run.plan import RunPlan
 
 
 def local_needs(plan: RunPlan) -> list[str]:

@@ -29,13 +29,13 @@ from urllib.parse import urlsplit
 from sbx.base.config import DEFAULT_SOURCE, Config
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
-from sbx.domain.egress.policy import Request, describe_rule, rule_dict, rule_where
+from sbx.domain.egress.policy import describe_rule, rule_dict, rule_where
 from sbx.domain.kits.compose import PHASES, Composition, Contribution, Phase, Rule, compose
 from sbx.domain.kits.kitset import KitSet, load_kit_set
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.sandbox.capabilities import SUPPORTED
 from sbx.seams import audit
-from sbx.usecases.explainrequest import RequestExplanation, judge_request
+from sbx.usecases.explainrequest import RequestExplanation, Target, judge_request
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.images import SandboxUser
@@ -57,23 +57,6 @@ def _usage(message: str, hint: str) -> SbxError:
 
 
 # --- the target ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed ``[METHOD] URL|HOST[:PORT]``; ``method`` None is a connection (no HTTP seen)."""
-
-    text: str
-    host: str
-    port: int
-    scheme: str
-    method: str | None
-    path: str | None
-    method_defaulted: bool = False
-
-    def request(self, phase: Phase) -> Request:
-        return Request(phase=phase, host=self.host, port=self.port, method=self.method,
-                       path=self.path, scheme=self.scheme)
 
 
 def _parse_port(text: str, target: str) -> int:

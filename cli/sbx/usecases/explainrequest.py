@@ -18,13 +18,29 @@ from typing import TYPE_CHECKING, Any
 
 from sbx.domain.egress import fixes
 from sbx.domain.egress.destination import DestinationVerdict, judge
-from sbx.domain.egress.policy import Decision, decide, rule_dict
+from sbx.domain.egress.policy import Decision, Request, decide, rule_dict
 from sbx.domain.egress.userpolicy import UserRule, overlay
 from sbx.domain.kits.compose import Network, Phase, Rule
 
 if TYPE_CHECKING:
     from sbx.base.errors import SbxError
-    from sbx.usecases.explain import Target
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed ``[METHOD] URL|HOST[:PORT]``; ``method`` None is a connection (no HTTP seen)."""
+
+    text: str
+    host: str
+    port: int
+    scheme: str
+    method: str | None
+    path: str | None
+    method_defaulted: bool = False
+
+    def request(self, phase: Phase) -> Request:
+        return Request(phase=phase, host=self.host, port=self.port, method=self.method,
+                       path=self.path, scheme=self.scheme)
 
 
 @dataclass(frozen=True)
@@ -117,4 +133,4 @@ def judge_request(network: Network | None, kits: Sequence[str], target: Target, 
                               run_refusal, sandbox, in_force)
 
 
-__all__ = ["RequestExplanation", "RunRefusal", "judge_request"]
+__all__ = ["RequestExplanation", "RunRefusal", "Target", "judge_request"]

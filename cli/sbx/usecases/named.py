@@ -1,8 +1,8 @@
 """Named sandboxes: created once, started, attached, stopped and removed by name.
 
 ``sbx run --name NAME WORKLOAD ...`` creates the sandbox when it does not exist (the same
-preparation, checks and hardened shape as a one-shot run: :func:`sbx.usecases.run.run_new`) and
-keeps it afterwards; when it exists, it is started (if stopped) exactly as it was created and
+preparation, checks and hardened shape as a one-shot run: :func:`sbx.usecases.run.start.run_new`)
+and keeps it afterwards; when it exists, it is started (if stopped) exactly as it was created and
 attached. Options that only make sense at creation (kits, args, workspace, mounts, user, limits,
 environment) are refused on a later run, naming the option, never silently ignored.
 
@@ -18,38 +18,41 @@ path swapped while the sandbox was stopped is caught like at creation.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.seams import audit, owned
 from sbx.seams.host import procfs
+from sbx.seams.signals import deferred_interrupts
+from sbx.usecases import keeper
 from sbx.usecases.context import AppContext
+from sbx.usecases.namedrecord import (
+    CREATION_OPTIONS,
+    STOP_TIMEOUT_S,
+    check_workspace,
+    creation_options,
+    hold_creation,
+    release_creation,
+)
+from sbx.usecases.run.request import NO_DEADLINE_S, OutputSink, ProgressFactory, RunRequest
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.admission import Admission
     from sbx.seams.engine import Driver, OwnedObject
     from sbx.usecases.kitgate import Confirm as ConfirmKits
     from sbx.usecases.namedkits import Confirm as ConfirmFollow
-    from sbx.usecases.run import OutputSink, ProgressFactory, RunPlan, RunRequest, RunResult
-
-STOP_TIMEOUT_S: Final = 10
-# Flags that shape a sandbox at its creation; given again for an existing one, they are
-# refused by name (RunRequest field -> the flag the user typed).
-CREATION_OPTIONS: Final = {
-    "kits": "--kit", "args": "--arg", "workspace": "WORKSPACE", "access": "--access",
-    "mounts": "--mount", "env": "--env", "env_files": "--env-file", "user": "--user",
-    "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
-    "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
-    "detach_keys": "--detach-keys",
-}
+    from sbx.usecases.run.result import RunResult
+    from sbx.usecases.run.session import TerminalOutput
 
 
 # -- run --name -------------------------------------------------------------------------------
@@ -60,13 +63,14 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
               on_notice: Callable[[str], None],
               confirm_kits: ConfirmKits | None = None,
               confirm_follow: ConfirmFollow | None = None) -> RunResult:
-    from sbx.usecases.run import RunResult, run_new
+    # The run's planner and executor: not loaded by ls, stop, rm, attach or exec.
+    from sbx.usecases.recreate import recreate
+    from sbx.usecases.run.result import RunResult
+    from sbx.usecases.run.start import run_new
 
     name = check_name(request.name or "")
     store = SandboxStore(ctx.state_home)
-    # Exactly one of two concurrent `run --name N` creates it: the name's lock is held from
-    # here until the new sandbox is recorded (record_created), or the creation failed.
-    _creating[name] = store.acquire(name)
+    hold_creation(store, name)
     try:
         record = store.load(name)
         if record is None:
@@ -81,8 +85,6 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                            on_warning=on_warning, on_notice=on_notice,
                            confirm_kits=confirm_kits)
         if request.recreate:
-            from sbx.usecases.recreate import recreate
-
             return recreate(ctx, record, request, on_output=on_output, progress=progress,
                             on_warning=on_warning, on_notice=on_notice,
                             confirm_kits=confirm_kits)
@@ -91,7 +93,7 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         _start(ctx, record, on_warning, accept=request.accept, confirm=confirm_follow,
                on_notice=on_notice)
     finally:
-        _release(name)
+        release_creation(name)
     if request.detach:
         on_notice(f"{name} is running; `sbx attach {name}` to use it")
         return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
@@ -99,76 +101,6 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                   on_notice=on_notice, interactive=request.interactive,
                   terminal_passthrough=request.terminal_passthrough)
     return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
-
-
-_creating: dict[str, int] = {}  # name -> its lock, held while this process creates it
-
-
-def _release(name: str) -> None:
-    import os
-
-    fd = _creating.pop(name, None)
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def creation_options(request: RunRequest) -> dict[str, Any]:
-    """The creation-only options a request gave, as the record keeps them: values as given,
-    except variables (``-e``/``--env-file``), of which only a digest is kept (never a value)."""
-    import hashlib
-    import json
-
-    from sbx.usecases.run import RunRequest
-
-    defaults = RunRequest(workload=request.workload)
-    options: dict[str, Any] = {}
-    for field_name in CREATION_OPTIONS:
-        value = getattr(request, field_name)
-        if value == getattr(defaults, field_name):
-            continue
-        if field_name in ("env", "env_files"):
-            value = hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()
-        options[field_name] = list(value) if isinstance(value, tuple) else value
-    return options
-
-
-def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
-                   request: RunRequest) -> None:
-    """Called by the run once a named sandbox's container started: from now on it is the
-    sandbox's (a failure before this point removed everything, like a one-shot run)."""
-    assert plan.name is not None  # noqa: S101 - only named plans get here
-    from sbx.usecases.explain import static_composition
-    from sbx.usecases.namedkits import fingerprint
-
-    store = SandboxStore(ctx.state_home)
-    kit_set, _config, composition, capabilities = plan.full()
-    record = SandboxRecord(
-        name=plan.name, run_id=plan.run_id, created=time.time(),
-        workload=kit_set.workload.reference, kits=[k.reference for k in kit_set.mixins],
-        workspace=plan.workspace_host, access=plan.access,
-        request={"workspace_target": plan.workspace_target, "bridge": plan.bridge,
-                 "proxy": plan.egress is not None, "user": plan.spec.user,
-                 "pins": [{"path": p.source.path, "target": p.target,
-                           "read_only": p.read_only} for p in plan.host_mounts.pins],
-                 "staging": ids.get("staging", []),
-                 "credentials": {s: _optional(composition, s) for s in plan.egress.bound
-                                 if plan.egress.modes.get(s) == "apikey"}
-                 if plan.egress is not None else {},
-                 "home_bounded": any(v.size is not None and v.path == plan.home
-                                     for v in capabilities.volumes),
-                 "credential_names": sorted(plan.credential_names),
-                 "options": creation_options(request),
-                 "kits_state": fingerprint(kit_set, static_composition(kit_set))},
-        container_id=ids["container_id"], network=ids.get("network"),
-        volumes=list(ids.get("volumes", [])), image=ids.get("image"),
-        home_volume=plan.home, tty=plan.mode.tty)
-    store.save(record)
-    _release(plan.name)  # created and recorded: others may use the name now
-
-
-def _optional(composition: Any, service: str) -> bool:
-    return all(c.optional for c in composition.credentials if c.service == service)
 
 
 def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None:
@@ -207,8 +139,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
                        hint=f"`sbx rm -f {record.name}` and create it again.")
     if state == "running":
         return
-    from sbx.seams.signals import deferred_interrupts
-    from sbx.usecases.namedkits import follow
+    from sbx.usecases.namedkits import follow  # the kits decoded again: only at a start
 
     _restarting_workspace(ctx, record, on_warning)
     admission = admit_recorded(ctx, record)
@@ -230,12 +161,9 @@ def admit_recorded(ctx: AppContext, record: SandboxRecord, *, env: Sequence[str]
     """A start (or attach, or exec) of a named sandbox, decided as its first start was
     (:func:`sbx.domain.sandbox.admission.admit`): its recorded host paths judged, opened and
     scanned for sockets again, the variables by the run's rules, its recorded user."""
-    from sbx.domain.sandbox.admission import (
-        StartRequest,
-        admit,
-        recorded_paths,
-        recorded_user,
-    )
+
+    # The admission and the mount policy: not loaded by ls, stop, rm or logs.
+    from sbx.domain.sandbox.admission import StartRequest, admit, recorded_paths, recorded_user
     from sbx.domain.sandbox.mounts import MountPolicy
 
     names = record.request.get("credential_names")
@@ -274,7 +202,9 @@ def _restage(ctx: AppContext, record: SandboxRecord,
     """As root, stage the admitted host paths (and mount the volume file systems) at the same
     points as at creation; without root, the (target, source) pairs to verify after the
     start."""
+    # Staging and mount checks: only a start or a removal.
     from sbx.domain.sandbox.sources import Staging, staging_available
+
 
     pins = admission.mounts.pins
     by_path: dict[str, Any] = {pin.source.path: pin.source for pin in pins}
@@ -308,8 +238,8 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     bridge = record.request.get("bridge")
     if not bridge or record.network is None:
         return
-    from sbx.seams.host.firewall import BridgeGuard
-    from sbx.usecases.keeper import recorded_port, restart_kept_proxy, stop_keeper
+
+    from sbx.seams.host.firewall import BridgeGuard  # the host firewall: networked only
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     port: tuple[int, ...] = ()
@@ -318,16 +248,16 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     if record.request.get("proxy"):
         secrets = _start_secrets(ctx, record, run_dir)
         gateway = ctx.driver.network_gateway(record.network)
-        kept = restart_kept_proxy(run_dir, record.run_id, secrets)
+        kept = keeper.restart_kept_proxy(run_dir, record.run_id, secrets)
         port = (kept.port,)
-        dialled = recorded_port(run_dir)
+        dialled = keeper.recorded_port(run_dir)
         if dialled is not None and dialled != kept.port:
             redirect = (dialled, kept.port)
     guard = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
                         proxy_address=gateway, redirect=redirect)
     gap = guard.ensure()
     if gap and redirect is not None:
-        stop_keeper(run_dir, record.run_id)
+        keeper.stop_keeper(run_dir, record.run_id)
         raise SbxError(
             Reason.PROXY_FAILED,
             f"{record.name}'s egress proxy port {redirect[0]} on {gateway} (which the "
@@ -344,16 +274,13 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
 def _start_secrets(ctx: AppContext, record: SandboxRecord, run_dir: Path) -> dict[str, str]:
     """The secrets this start hands the keeper: those not in the file store, resolved now; a
     required one that cannot be had refuses the start (``credential_unbound``)."""
-    import json
-
+    # The secret store and its resolvers: only a start with an egress proxy.
     from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 
     recorded = record.request.get("credentials")
     if isinstance(recorded, dict):
         wanted = [_Needed(str(s), bool(optional)) for s, optional in recorded.items()]
     else:  # created before the record kept them: every API-key credential of its proxy
-        from sbx.seams import owned
-
         try:  # the run's own config only (sbx.seams.owned)
             raw = owned.read_bytes(run_dir / "proxy.json", max_bytes=16 * 1024 * 1024)
             config = json.loads(raw or b"{}")
@@ -371,7 +298,7 @@ class _Needed:
 
 
 def _verify(driver: Driver, container_id: str, pins: Sequence[tuple[str, Any]]) -> None:
-    from sbx.domain.sandbox.sources import mount_mismatches
+    from sbx.domain.sandbox.sources import mount_mismatches  # only a start
 
     pid = driver.container_pid(container_id)
     try:
@@ -395,34 +322,30 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            interactive: bool | None = None, terminal_passthrough: bool = False) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
     or the user detaches (0: it keeps running)."""
-    from sbx.seams.session.escape import parse_detach_keys
+    # The terminal session: only attach, exec and logs load it.
     from sbx.seams.session.mode import decide_mode
-    from sbx.seams.session.pump import Session, SessionEnd
-    from sbx.seams.session.terminal import raw_mode
-    from sbx.usecases.run import NO_DEADLINE_S, OUTPUT_DRAIN_S, _resizer
+    from sbx.seams.session.pump import SessionEnd
+    from sbx.usecases.run.session import OUTPUT_DRAIN_S, Terminal
 
     record = _load(ctx, name)
     driver = ctx.driver
-    assert record.container_id is not None  # noqa: S101 - _load checks
-    if driver.container_state(record.container_id) != "running":
+    container_id = record.container_id
+    assert container_id is not None  # noqa: S101 - _load checks
+    if driver.container_state(container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
                        hint=f"Start it with `sbx run --name {name} {record.workload}`.")
     admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
     mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
     keys = ctx.load_config().sandbox.detach_keys.value
-    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
-    stream = driver.attach(record.container_id, stdin=mode.stdin,
+    output = _to_terminal(ctx, host, on_output, terminal_passthrough)
+    stream = driver.attach(container_id, stdin=mode.stdin,
                            detach_keys=keys if record.tty else None)
-    size_fd = host.size_fd() if record.tty else None
-    resize = _resizer(driver, record.container_id, size_fd)
-    resize()
-    terminal_fd = host.stdin_fd if mode.raw else None
-    session = Session(stream, tty=record.tty, stdin_fd=host.stdin_fd if mode.stdin else None,
-                      sink=on_output, escape=parse_detach_keys(keys),
-                      on_resize=resize if size_fd is not None else None)
-    with session, session.resize_on_sigwinch(), \
-            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()), \
-            end_output:
+    terminal = Terminal(host, tty=record.tty, raw=mode.raw,
+                        resize_to=lambda rows, columns: driver.resize(
+                            container_id, rows=rows, columns=columns))
+    terminal.resize()
+    session = terminal.session(stream, stdin=mode.stdin, sink=output.sink, detach_keys=keys)
+    with terminal.live(session), output:
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
         if end is SessionEnd.EOF:
             session.drain(OUTPUT_DRAIN_S)
@@ -432,7 +355,7 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
         return 0
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
-    code = driver.wait(record.container_id, 30)
+    code = driver.wait(container_id, 30)
     check_workspace(ctx, record, on_warning, stopped=code is not None)
     return 0 if code is None else code
 
@@ -444,11 +367,11 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
             terminal_passthrough: bool = False) -> int:
     """Run a command in a running sandbox: its user, its hardening, its egress (the exec
     inherits the container's environment, proxy and sentinels included)."""
-    from sbx.seams.session.escape import DEFAULT_DETACH_KEYS, parse_detach_keys
+    # The terminal session: only attach, exec and logs load it.
+    from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
     from sbx.seams.session.mode import decide_mode
-    from sbx.seams.session.pump import Session, SessionEnd
-    from sbx.seams.session.terminal import raw_mode, window_size
-    from sbx.usecases.run import NO_DEADLINE_S
+    from sbx.seams.session.pump import SessionEnd
+    from sbx.usecases.run.session import Terminal
 
     if not argv:
         raise SbxError(Reason.INVALID_ARGUMENT, "sbx exec needs a command after `--`",
@@ -462,28 +385,19 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
     mode = decide_mode(interactive=interactive, tty=tty, capture=False, host=host)
     admission = admit_recorded(ctx, record, env=env)
     admission.close()  # the paths are the running container's; only the decision is needed
-    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
+    output = _to_terminal(ctx, host, on_output, terminal_passthrough)
     stream, exec_id = driver.exec_attach(
         record.container_id, argv, user=f"{admission.user.uid}:{admission.user.gid}",
         env=admission.env,
         workdir=str(record.request.get("workspace_target") or "") or None, tty=mode.tty,
         stdin=mode.stdin)
-    size_fd = host.size_fd() if mode.tty else None
-
-    def resize() -> None:
-        size = window_size(size_fd) if size_fd is not None else None
-        if size is not None:
-            with contextlib.suppress(SbxError):
-                driver.exec_resize(exec_id, rows=size[0], columns=size[1])
-
-    terminal_fd = host.stdin_fd if mode.raw else None
-    session = Session(stream, tty=mode.tty, stdin_fd=host.stdin_fd if mode.stdin else None,
-                      sink=on_output, escape=parse_detach_keys(DEFAULT_DETACH_KEYS),
-                      on_resize=resize if size_fd is not None else None)
-    resize()
-    with session, session.resize_on_sigwinch(), \
-            (raw_mode(terminal_fd) if terminal_fd is not None else contextlib.nullcontext()), \
-            end_output:
+    terminal = Terminal(host, tty=mode.tty, raw=mode.raw,
+                        resize_to=lambda rows, columns: driver.exec_resize(
+                            exec_id, rows=rows, columns=columns))
+    session = terminal.session(stream, stdin=mode.stdin, sink=output.sink,
+                               detach_keys=DEFAULT_DETACH_KEYS)
+    terminal.resize()
+    with terminal.live(session), output:
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")
@@ -500,31 +414,20 @@ def logs(ctx: AppContext, name: str, host: Any, *, follow: bool, on_output: Outp
          terminal_passthrough: bool = False) -> None:
     record = _load(ctx, name)
     assert record.container_id is not None  # noqa: S101 - _load checks
-    on_output, end_output = _to_terminal(ctx, host, on_output, terminal_passthrough)
-    with end_output:
+    with _to_terminal(ctx, host, on_output, terminal_passthrough) as output:
         for stream, chunk in ctx.driver.output(record.container_id, follow=follow):
-            on_output(stream, chunk)
+            output.sink(stream, chunk)
 
 
-def _to_terminal(ctx: AppContext, host: Any, on_output: OutputSink, flag: bool,
-                 ) -> tuple[OutputSink, contextlib.AbstractContextManager[None]]:
-    """``on_output`` filtered where it reaches a terminal (sbx.seams.session.sanitize), unless
-    the flag or ``[sandbox] terminal_passthrough`` passes everything; and the context whose
-    end ends the filtering."""
-    from sbx.seams.session.sanitize import for_terminal
+def _to_terminal(ctx: AppContext, host: Any, on_output: OutputSink,
+                 flag: bool) -> TerminalOutput:
+    """``on_output`` filtered where it reaches a terminal, unless the flag or
+    ``[sandbox] terminal_passthrough`` passes everything."""
+    # The terminal session: only attach, exec and logs load it.
+    from sbx.usecases.run.session import TerminalOutput
 
     passthrough = flag or ctx.load_config().sandbox.terminal_passthrough.value
-    sink, end = for_terminal(on_output, host, ctx.env, passthrough=passthrough)
-
-    @contextlib.contextmanager
-    def ending() -> Iterator[None]:
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                end()
-
-    return sink, ending()
+    return TerminalOutput(on_output, host, ctx.env, passthrough=passthrough)
 
 
 # -- stop / rm / ls ---------------------------------------------------------------------------
@@ -534,36 +437,20 @@ def stop(ctx: AppContext, names: Sequence[str],
          on_warning: Callable[[str], None] = lambda _text: None) -> list[str]:
     """Stop each sandbox (SIGTERM, then SIGKILL after a grace); the keeper then stops its
     proxy; then its writable directories are checked. Returns the names stopped."""
-    from sbx.usecases.keeper import stop_keeper
-
     stopped = []
     for name in names:
         record = _load(ctx, name)
         assert record.container_id is not None  # noqa: S101 - _load checks
         ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
-        stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
+        keeper.stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
         check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped
 
 
-def check_workspace(ctx: AppContext, record: SandboxRecord,
-                    on_warning: Callable[[str], None], *, stopped: bool = False) -> None:
-    """The after-run check of the sandbox's writable directories (sbx.usecases.workspace_check)
-    against what they held when it last started."""
-    from sbx.usecases import workspace_check
-
-    run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
-    try:
-        workspace_check.check_named(ctx, run_dir, record.run_id, on_warning, stopped=stopped)
-    except (OSError, SbxError) as error:
-        on_warning(f"{record.name}'s workspace could not be checked ({error}); review it "
-                   "before you run git or other tools there")
-
-
 def _restarting_workspace(ctx: AppContext, record: SandboxRecord,
                           on_warning: Callable[[str], None]) -> None:
-    from sbx.usecases import workspace_check
+    from sbx.usecases import workspace_check  # the git and quarantine checks: not ls's
 
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     try:
@@ -578,8 +465,8 @@ def remove(ctx: AppContext, names: Sequence[str],
     """Remove each sandbox and everything it owns: container, volumes (HOME included),
     network and firewall rules, proxy, staging points, per-sandbox image, run directory, the
     record. Objects are found by label too, so a half-created sandbox goes as well."""
+    # Staging and mount checks: only a start or a removal.
     from sbx.domain.sandbox.sources import Staging
-    from sbx.usecases.keeper import stop_keeper
 
     removed = []
     store = SandboxStore(ctx.state_home)
@@ -596,7 +483,7 @@ def remove(ctx: AppContext, names: Sequence[str],
                 (o.labels.get(label_keys.RUN, "") for o in objects), "")
             run_dir = runrecord.run_dir(ctx.state_home, run_id) if run_id else None
             if run_dir is not None:
-                stop_keeper(run_dir, run_id)
+                keeper.stop_keeper(run_dir, run_id)
             for obj in sorted(objects, key=lambda o: ("container", "volume", "network")
                               .index(o.kind) if o.kind in ("container", "volume", "network")
                               else 3):
@@ -605,7 +492,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if record is not None and record.image:
                 driver.remove_image(record.image)
             if record is not None and record.request.get("bridge"):
-                from sbx.seams.host.firewall import BridgeGuard
+                from sbx.seams.host.firewall import BridgeGuard  # networked sandboxes only
 
                 guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
                 guard.installed, guard.installed_nat = guard.listed()
@@ -626,8 +513,7 @@ def remove(ctx: AppContext, names: Sequence[str],
 def _forget_rules(ctx: AppContext, name: str) -> None:
     """The user policy's rules for a removed sandbox go with it (a new sandbox of that name
     must not inherit what was approved for the old one); audited."""
-    from sbx.domain.egress.policystore import PolicyStore
-    from sbx.seams import audit
+    from sbx.domain.egress.policystore import PolicyStore  # the user policy: only at rm
 
     store = PolicyStore(ctx.state_home)
     if not store.path.exists():
@@ -718,5 +604,5 @@ def _recorded_name(ctx: AppContext, run_id: str) -> str | None:
     return name if isinstance(name, str) else None
 
 
-__all__ = ["CREATION_OPTIONS", "SandboxStatus", "attach", "exec_in", "list_sandboxes", "logs",
-           "record_created", "remove", "run_named", "stop"]
+__all__ = ["CREATION_OPTIONS", "SandboxStatus", "attach", "creation_options", "exec_in",
+           "list_sandboxes", "logs", "remove", "run_named", "stop"]

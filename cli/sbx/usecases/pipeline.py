@@ -18,7 +18,7 @@ kit image is part of planning, as it always was for ``sbx run``: it is cached by
 so explain and doctor reuse what run built and run reuses what they built.
 
 What only ``sbx run`` knows — the workspace, ``--mount``, ``--user``, ``-e``, the session mode,
-the command after ``--`` — is checked by :mod:`sbx.usecases.run` around these stages.
+the command after ``--`` — is checked by :mod:`sbx.usecases.run.plan` around these stages.
 """
 
 from __future__ import annotations

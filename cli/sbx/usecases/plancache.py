@@ -4,7 +4,8 @@ A full ``sbx run`` decodes the config (schema validation), decodes, validates, r
 composes the kits, builds or finds their image and plans the capabilities. For the same request
 all of that comes out the same, so a one-shot run whose plan needs nothing beyond a container
 (no egress proxy, network, create step, volume, credential or name: :func:`cacheable`) stores
-what planning decided — a :class:`Recipe` — and the next identical request runs from it.
+what planning decided (its :class:`~sbx.usecases.run.recipe.Recipe`, the planner's input), and
+the next identical request runs the same planner from it.
 
 **The key** is in two parts, both checked on every lookup:
 
@@ -20,7 +21,7 @@ what planning decided — a :class:`Recipe` — and the next identical request r
 ``privileged@1`` is never cached, and a cached plan always runs unprivileged without consent.
 The hardened shape is built again by :func:`sbx.domain.sandbox.hardening.build_spec` and
 checked; the mount policy, ``-e``/``--env-file`` and the workspace owner are decided again
-(:func:`sbx.usecases.run.prepare_cached`). An entry is read only when it is this user's own
+(:mod:`sbx.usecases.run.fromcache`). An entry is read only when it is this user's own
 file in this user's own state home (:mod:`sbx.seams.owned`, ``state_unsafe`` otherwise).
 
 Kits are cached only when every kit was read from a directory (none came from a registry
@@ -28,7 +29,7 @@ through the kit lock). A word on the command line loads the directory it names w
 exists (sbx.domain.kits.kitset), so an unchanged digest of that directory means the same resolution;
 a directory that is gone is a miss. The image is run by its id, which the cached path asks the
 engine for every time. What must be checked on every run is not cached: see
-:func:`sbx.usecases.run.prepare_cached`.
+:mod:`sbx.usecases.run.fromcache`.
 
 A missing, stale, unreadable or corrupt entry is a miss (the full path runs and writes a new
 one); only an entry or home that is not this user's own raises (``state_unsafe``).
@@ -44,11 +45,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -56,17 +56,26 @@ from sbx import __version__
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.base.strictjson import (
+    as_bool,
+    as_int,
+    as_number,
+    as_opt_bool,
+    as_opt_str,
+    as_opt_strs,
+    as_str,
+    as_strs,
+)
 from sbx.seams import owned
+from sbx.usecases.run.recipe import Recipe
+from sbx.usecases.run.request import RunRequest
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.kitset import KitSet
-    from sbx.seams.engine import ImageInfo
     from sbx.seams.session.mode import HostStreams
     from sbx.usecases.context import AppContext
-    from sbx.usecases.pipeline import WorkloadPlan
-    from sbx.usecases.run import RunPlan, RunRequest
+    from sbx.usecases.run.plan import RunPlan
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 SWITCH_ENV: Final = "SBX_PLAN_CACHE"  # "0": never read or write the plan cache
 # Shell bookkeeping that changes between identical commands and never reaches a plan.
 VOLATILE_ENV: Final = frozenset({"_", "OLDPWD", "SHLVL"})
@@ -75,114 +84,6 @@ MAX_KIT_FILES: Final = 2000  # a kit tree larger than this is not cached (hashin
 MAX_KIT_BYTES: Final = 32 * 1024 * 1024  # cost more than planning)
 CHUNK: Final = 1024 * 1024
 MAX_ENTRY_BYTES: Final = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class PlanFacts:
-    """What a run reports about its kits, computed by the full plan and cached with it."""
-
-    workload: str = ""
-    kits: tuple[str, ...] = ()
-    selection: Mapping[str, list[dict[str, Any]]] = field(
-        default_factory=lambda: {"selected": [], "skipped": []})
-    limits: Mapping[str, int] = field(default_factory=dict)
-    privileged: bool = False  # never True for a cached plan (see the module docstring)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What planning decided for a cacheable request: enough to build the container spec
-    again with this run's own id, labels, host mounts and environment."""
-
-    image: ImageInfo  # the image the sandbox runs (after mount points were prepared)
-    image_tag: str
-    images_used: tuple[str, ...]  # image ids, checked to exist and marked for gc
-    uid: int
-    gid: int
-    user_source: str
-    user_warnings: tuple[str, ...]
-    owner: tuple[int, int, int] | None  # the workspace's uid, gid, mode the user was chosen by
-    timeout_s: float
-    limits: Mapping[str, int]
-    workspace_target: str
-    command: tuple[str, ...] | None
-    entrypoint: tuple[str, ...] | None
-    exports: Mapping[str, str]
-    home: str
-    tmpfs: Mapping[str, tuple[int, int | None]]  # path -> (size, mode)
-    detach_keys: str
-    explain_command: str
-    notes: tuple[str, ...]
-    blocked: tuple[str, ...]  # [mounts] blocked
-    allowed_roots: tuple[str, ...]  # [mounts] allowed_roots
-    facts: PlanFacts
-    # Each local kit's surface (sbx.usecases.kitgate.KitSurface), checked against its recorded
-    # approval on every cached run; and its host files (sbx.domain.sandbox.kitpins.KitFiles),
-    # pinned read-only again under a writable mount.
-    kit_surfaces: tuple[Mapping[str, Any], ...] = ()
-    kit_files: tuple[Mapping[str, Any], ...] = ()
-    terminal_passthrough: bool = False  # the flag or [sandbox] terminal_passthrough
-
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        del data["facts"]["privileged"]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Recipe:
-        """Raises KeyError, TypeError or ValueError on anything malformed."""
-        from sbx.seams.engine import ImageInfo
-
-        image = dict(data["image"])
-        facts = dict(data["facts"])
-        recipe = cls(
-            image=ImageInfo(
-                id=_str(image["id"]), tags=tuple(_strs(image["tags"])),
-                user=_str(image["user"]), workdir=_str(image["workdir"]),
-                entrypoint=_opt_strs(image["entrypoint"]), cmd=_opt_strs(image["cmd"]),
-                env=tuple(_strs(image["env"])), labels=_str_map(image["labels"])),
-            image_tag=_str(data["image_tag"]),
-            images_used=tuple(_strs(data["images_used"])),
-            uid=_int(data["uid"]), gid=_int(data["gid"]),
-            user_source=_str(data["user_source"]),
-            user_warnings=tuple(_strs(data["user_warnings"])),
-            owner=(None if data["owner"] is None
-                   else (_int(data["owner"][0]), _int(data["owner"][1]),
-                         _int(data["owner"][2]))),
-            timeout_s=_number(data["timeout_s"]),
-            limits={_str(k): _int(v) for k, v in dict(data["limits"]).items()},
-            workspace_target=_str(data["workspace_target"]),
-            command=_opt_strs(data["command"]), entrypoint=_opt_strs(data["entrypoint"]),
-            exports=_str_map(data["exports"]), home=_str(data["home"]),
-            tmpfs={_str(k): (_int(v[0]), None if v[1] is None else _int(v[1]))
-                   for k, v in dict(data["tmpfs"]).items() if len(v) == 2},
-            detach_keys=_str(data["detach_keys"]),
-            terminal_passthrough=_bool(data["terminal_passthrough"]),
-            explain_command=_str(data["explain_command"]), notes=tuple(_strs(data["notes"])),
-            blocked=tuple(_strs(data["blocked"])),
-            allowed_roots=tuple(_strs(data["allowed_roots"])),
-            facts=PlanFacts(
-                workload=_str(facts["workload"]), kits=tuple(_strs(facts["kits"])),
-                selection={_str(k): [dict(r) for r in v]
-                           for k, v in dict(facts["selection"]).items()},
-                limits={_str(k): _int(v) for k, v in dict(facts["limits"]).items()}),
-            kit_surfaces=tuple(_kit_surface(k) for k in _list(data["kit_surfaces"])),
-            kit_files=tuple(_kit_files(k) for k in _list(data["kit_files"])))
-        if recipe.uid <= 0 or recipe.gid <= 0:
-            raise ValueError("user")
-        if len(recipe.tmpfs) != len(data["tmpfs"]):
-            raise ValueError("tmpfs")
-        from sbx.domain.sandbox.hardening import Limits
-
-        if set(recipe.limits) != {f.name for f in dataclasses.fields(Limits)} \
-                or not all(v > 0 for v in recipe.limits.values()):
-            raise ValueError("limits")
-        if not math.isfinite(recipe.timeout_s) or recipe.timeout_s <= 0:
-            raise ValueError("timeout_s")
-        from sbx.seams.session.escape import parse_detach_keys
-
-        parse_detach_keys(recipe.detach_keys)  # ValueError when it does not parse
-        return recipe
 
 
 @dataclass(frozen=True)
@@ -318,14 +219,16 @@ def cache_dir(state_home: Path) -> Path:
     return state_home / "cache" / "plans"
 
 
-def cacheable(planned: WorkloadPlan, plan: RunPlan, kit_set: KitSet) -> bool:
+def cacheable(plan: RunPlan) -> bool:
     """Plans that need nothing but an unprivileged container: everything else takes the full
     path (privilege and consent are decided afresh on every run, never read from a file)."""
-    return (plan.name is None and plan.egress is None and not plan.spec.privileged
-            and not planned.capabilities.privileged
+    capabilities, composition, kit_set = plan.capabilities, plan.composition, plan.kit_set
+    return (capabilities is not None and composition is not None and kit_set is not None
+            and plan.name is None and plan.egress is None and not plan.spec.privileged
+            and not capabilities.privileged
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
-            and not planned.composition.credentials and not planned.capabilities.ports
-            and not planned.capabilities.volumes
+            and not composition.credentials and not capabilities.ports
+            and not capabilities.volumes
             and all(k.local.image is None for k in kit_set.kits))
 
 
@@ -411,7 +314,7 @@ def lookup(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
                 return None
         request = _request_from_json(entry["request"], streams)
         recipe = Recipe.from_json(entry["recipe"])
-        return Hit(request, recipe, _int(entry["verbose"]), _bool(entry["traceback"]))
+        return Hit(request, recipe, as_int(entry["verbose"]), as_bool(entry["traceback"]))
     except SbxError as error:
         if error.reason is Reason.STATE_UNSAFE:
             raise  # someone else's entry or home: refused, never a quiet miss
@@ -435,100 +338,24 @@ def _request_json(request: RunRequest) -> dict[str, Any]:
 
 
 def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequest:
-    from sbx.usecases.run import RunRequest
-
     known = {f.name for f in dataclasses.fields(RunRequest)} - {"host"}
     if set(data) != known:
         raise ValueError("request fields")
     timeout = data["timeout_s"]
     return RunRequest(
-        workload=_str(data["workload"]), workspace=_opt_str(data["workspace"]),
-        access=_opt_str(data["access"]), mounts=tuple(_strs(data["mounts"])),
-        timeout_s=None if timeout is None else _number(timeout),
-        command=_opt_strs(data["command"]), capture_output=_bool(data["capture_output"]),
-        kits=tuple(_strs(data["kits"])), args=tuple(_strs(data["args"])),
-        allow_privileged=_bool(data["allow_privileged"]),
-        interactive=_opt_bool(data["interactive"]), tty=_opt_bool(data["tty"]),
-        env=tuple(_strs(data["env"])), env_files=tuple(_strs(data["env_files"])),
-        user=_opt_str(data["user"]), detach_keys=_opt_str(data["detach_keys"]),
-        trust_workspace=_bool(data["trust_workspace"]), name=_opt_str(data["name"]),
-        detach=_bool(data["detach"]), accept=_bool(data["accept"]),
-        terminal_passthrough=_bool(data["terminal_passthrough"]), host=streams)
+        workload=as_str(data["workload"]), workspace=as_opt_str(data["workspace"]),
+        access=as_opt_str(data["access"]), mounts=tuple(as_strs(data["mounts"])),
+        timeout_s=None if timeout is None else as_number(timeout),
+        command=as_opt_strs(data["command"]), capture_output=as_bool(data["capture_output"]),
+        kits=tuple(as_strs(data["kits"])), args=tuple(as_strs(data["args"])),
+        allow_privileged=as_bool(data["allow_privileged"]),
+        interactive=as_opt_bool(data["interactive"]), tty=as_opt_bool(data["tty"]),
+        env=tuple(as_strs(data["env"])), env_files=tuple(as_strs(data["env_files"])),
+        user=as_opt_str(data["user"]), detach_keys=as_opt_str(data["detach_keys"]),
+        trust_workspace=as_bool(data["trust_workspace"]), name=as_opt_str(data["name"]),
+        detach=as_bool(data["detach"]), accept=as_bool(data["accept"]),
+        terminal_passthrough=as_bool(data["terminal_passthrough"]), host=streams)
 
 
-# -- strict JSON readers -------------------------------------------------------------------------
-
-
-def _list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError("expected a list")
-    return value
-
-
-def _kit_surface(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict) or not isinstance(value.get("permissions"), dict):
-        raise TypeError("expected a kit surface")
-    for key in ("reference", "path", "descriptor"):
-        _str(value.get(key))
-    return value
-
-
-def _kit_files(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError("expected kit files")
-    _str(value.get("named"))
-    _str(value.get("directory"))
-    _strs(value.get("files"))
-    return value
-
-
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError("expected a string")
-    return value
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError("expected an integer")
-    return value
-
-
-def _number(value: object) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError("expected a number")
-    return float(value)
-
-
-def _bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError("expected a boolean")
-    return value
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else _str(value)
-
-
-def _opt_bool(value: object) -> bool | None:
-    return None if value is None else _bool(value)
-
-
-def _strs(value: object) -> list[str]:
-    if not isinstance(value, list):
-        raise TypeError("expected a list")
-    return [_str(v) for v in value]
-
-
-def _opt_strs(value: object) -> tuple[str, ...] | None:
-    return None if value is None else tuple(_strs(value))
-
-
-def _str_map(value: object) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise TypeError("expected an object")
-    return {_str(k): _str(v) for k, v in value.items()}
-
-
-__all__ = ["FORMAT", "SWITCH_ENV", "Hit", "PlanFacts", "Recipe", "cacheable", "code_fingerprint",
+__all__ = ["FORMAT", "SWITCH_ENV", "Hit", "cacheable", "code_fingerprint",
            "file_digest", "forget", "lookup", "remember", "request_key", "store", "tree_digest"]

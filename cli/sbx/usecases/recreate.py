@@ -24,18 +24,19 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases.context import AppContext
 from sbx.usecases.namedkits import kit_words
+from sbx.usecases.namedrecord import CREATION_OPTIONS, STOP_TIMEOUT_S, check_workspace
+from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest, workload_request
+from sbx.usecases.run.rundir import empty_but_volumes
+from sbx.usecases.run.start import run_new
 
 if TYPE_CHECKING:
     from sbx.usecases.kitgate import Confirm as ConfirmKits
-    from sbx.usecases.run import OutputSink, ProgressFactory, RunRequest, RunResult
+    from sbx.usecases.run.result import RunResult
 
 
 def creation_request(request: RunRequest, record: SandboxRecord) -> RunRequest:
     """The request to make ``record`` again: what this command gives, else what it was made
     with."""
-    from sbx.usecases.named import CREATION_OPTIONS
-    from sbx.usecases.run import RunRequest
-
     recorded = record.request.get("options") or {}
     defaults = RunRequest(workload=request.workload)
     changes: dict[str, Any] = {}
@@ -63,7 +64,6 @@ def creation_request(request: RunRequest, record: SandboxRecord) -> RunRequest:
 def _check_volumes(ctx: AppContext, record: SandboxRecord, request: RunRequest) -> None:
     from sbx.usecases.explain import static_composition
     from sbx.usecases.pipeline import load
-    from sbx.usecases.run import workload_request
 
     before = (record.request.get("kits_state") or {}).get("volume_paths")
     if before is None:
@@ -90,8 +90,6 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
     from sbx.domain.sandbox.sources import Staging
     from sbx.seams.host.firewall import BridgeGuard
     from sbx.usecases.keeper import stop_keeper
-    from sbx.usecases.named import STOP_TIMEOUT_S, check_workspace
-    from sbx.usecases.run import _empty_but_volumes
 
     driver = ctx.driver
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
@@ -112,7 +110,7 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
     if problems:
         raise SbxError(Reason.CLEANUP_FAILED, "; ".join(problems))
     check_workspace(ctx, record, on_warning, stopped=True)
-    _empty_but_volumes(run_dir)
+    empty_but_volumes(run_dir)
 
 
 def recreate(ctx: AppContext, record: SandboxRecord, request: RunRequest, *,
@@ -120,8 +118,6 @@ def recreate(ctx: AppContext, record: SandboxRecord, request: RunRequest, *,
              on_warning: Callable[[str], None],
              on_notice: Callable[[str], None],
              confirm_kits: ConfirmKits | None = None) -> RunResult:
-    from sbx.usecases.run import run_new
-
     if request.workload not in (record.workload, kit_words(record)[0]):
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{record.name} runs {record.workload}, not {request.workload}",

@@ -1,0 +1,44 @@
+"""`sbx run`'s one core call: a one-shot run (sbx.usecases.run.start), or a named sandbox
+created, started or attached (sbx.usecases.named)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.usecases.context import AppContext
+from sbx.usecases.named import run_named
+from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
+from sbx.usecases.run.result import RunResult
+from sbx.usecases.run.start import run_new
+
+if TYPE_CHECKING:
+    from sbx.usecases.kitgate import Confirm as ConfirmKits
+
+
+def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+        progress: ProgressFactory,
+        on_warning: Callable[[str], None] = lambda _text: None,
+        on_notice: Callable[[str], None] = lambda _text: None,
+        confirm_kits: ConfirmKits | None = None,
+        confirm_follow: Callable[[str, Sequence[Any]], bool] | None = None) -> RunResult:
+    """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
+    ``confirm_follow``: about a named sandbox's kits asking for more at its start
+    (sbx.usecases.namedkits)."""
+    if request.detach and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
+                       "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.recreate and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
+                       "sandbox's container again", hint="sbx run --name NAME --recreate ...")
+    if request.name is not None:
+        return run_named(ctx, request, on_output=on_output, progress=progress,
+                         on_warning=on_warning, on_notice=on_notice,
+                         confirm_kits=confirm_kits, confirm_follow=confirm_follow)
+    return run_new(ctx, request, on_output=on_output, progress=progress,
+                   on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
+
+
+__all__ = ["run"]

@@ -1,0 +1,81 @@
+"""What a run is asked: the request as typer parsed it, and the checks of its own words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.seams.session.mode import HostStreams
+
+if TYPE_CHECKING:
+    from sbx.usecases.pipeline import WorkloadRequest
+
+ACCESS_MODES: Final = ("none", "ro", "rw")
+NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
+                                     stdout_is_terminal=False)
+NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
+
+OutputSink = Callable[[str, bytes | memoryview], None]
+ProgressFactory = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    workload: str
+    workspace: str | None = None
+    access: str | None = None
+    mounts: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    command: tuple[str, ...] | None = None
+    capture_output: bool = False
+    kits: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    allow_privileged: bool = False
+    interactive: bool | None = None  # -i; None = decided from the host streams
+    tty: bool | None = None  # -t True, --no-tty False, None = decided from the host streams
+    env: tuple[str, ...] = ()  # -e NAME[=VALUE]
+    env_files: tuple[str, ...] = ()  # --env-file FILE
+    user: str | None = None  # --user UID[:GID]
+    detach_keys: str | None = None  # --detach-keys (else [sandbox] detach_keys)
+    trust_workspace: bool = False  # --trust-workspace: no read-only .git in a rw workspace
+    name: str | None = None  # --name: a named sandbox that persists (sbx.usecases.named)
+    detach: bool = False  # -d: start it and do not attach
+    # --accept: approve the kits' permission widenings (usecases.kitgate), and a named
+    # sandbox's kits asking for more at its start (usecases.namedkits)
+    accept: bool = False
+    # --terminal-passthrough (else [sandbox] terminal_passthrough): every terminal sequence
+    # reaches the user's terminal, those acting outside the screen included
+    terminal_passthrough: bool = False
+    recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
+    host: HostStreams = NO_HOST_STREAMS
+
+
+def access_of(request: RunRequest) -> str:
+    """The workspace access this request asks for ("none" without a workspace)."""
+    if request.access is not None and request.access not in ACCESS_MODES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"--access must be one of none, ro, rw (got {request.access!r})")
+    if request.workspace is None:
+        if request.access in ("ro", "rw"):
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           f"--access {request.access} needs a WORKSPACE directory",
+                           hint="Pass the directory after the workload, e.g. `sbx run ./kit .`.")
+        return "none"
+    return request.access or "rw"
+
+
+def workload_request(request: RunRequest) -> WorkloadRequest:
+    """The part of a run request that explain and doctor share (sbx.usecases.pipeline)."""
+    # The pipeline decodes config and kits: a run from the plan cache never imports it.
+    from sbx.usecases.pipeline import WorkloadRequest
+
+    return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
+                           allow_privileged=request.allow_privileged,
+                           timeout_s=request.timeout_s, detach_keys=request.detach_keys)
+
+
+__all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "OutputSink", "ProgressFactory",
+           "RunRequest", "access_of", "workload_request"]
