@@ -325,7 +325,8 @@ def cacheable(planned: WorkloadPlan, plan: RunPlan, kit_set: KitSet) -> bool:
             and not planned.capabilities.privileged
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
             and not planned.composition.credentials and not planned.capabilities.ports
-            and not planned.capabilities.volumes
+            and not planned.capabilities.volumes and not planned.capabilities.host_mounts
+            and not planned.capabilities.skills_paths
             and all(k.local.image is None for k in kit_set.kits))
 
 

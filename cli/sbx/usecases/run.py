@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base import labels as label_keys
 from sbx.base import paths
 from sbx.base.errors import MountBlocked, SbxError
-from sbx.base.reasons import Reason
+from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.admission import (
     Admission,
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     # plan (sbx.usecases.plancache) never imports them, so they are imported where they are used.
     from sbx.base.config import Config
     from sbx.domain.egress.plan import EgressPlan, ProxyProcess
+    from sbx.domain.egress.sshagent import RelayConfig
     from sbx.domain.kits.compose import Composition
     from sbx.domain.kits.kitset import KitSet
     from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
@@ -103,6 +104,7 @@ ACCESS_MODES: Final = ("none", "ro", "rw")
 OUTPUT_CAPTURE_BYTES: Final = 1024 * 1024  # per stream, under --json
 OUTPUT_DRAIN_S: Final = 5.0
 DEADLINE_MARGIN_S: Final = 3  # the sandbox's own deadline trails sbx's by this much
+RELAY_DIR: Final = "ssh-agent"  # the SSH agent relay's socket directory in the run directory
 NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
                                      stdout_is_terminal=False)
 
@@ -520,7 +522,8 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
-                           timeout_s=request.timeout_s, detach_keys=request.detach_keys)
+                           timeout_s=request.timeout_s, detach_keys=request.detach_keys,
+                           named=request.name is not None)
 
 
 def prepare(ctx: AppContext, request: RunRequest, run_id: str,
@@ -587,12 +590,16 @@ def prepare(ctx: AppContext, request: RunRequest, run_id: str,
 
     credential_names = _sentinel_variables(planned)
     kit_files = tuple(local_kit_files(kit_set, ctx.cwd))
+    kit_mounts, made = _kit_host_mounts(ctx, planned.capabilities,
+                                        [workspace_target, *(m.target for m in checked)])
     admission = admit(_start_request(request, workspace_host, workspace_target, access, checked,
                                      credential_names=credential_names, kits=kit_files,
-                                     config_file=paths.config_path(ctx.env)),
+                                     config_file=paths.config_path(ctx.env),
+                                     kit_mounts=kit_mounts),
                       policy, host_env=ctx.env, cwd=ctx.cwd, user=choose)
     assert admission is not None  # noqa: S101 - choose never asks to plan again
     try:
+        _own_made_mounts(admission, made)
         return _plan(ctx, request, run_id, planned=planned, access=access,
                      session_mode=session_mode, labels=labels, deadline=deadline,
                      admission=admission, credential_names=credential_names,
@@ -673,7 +680,8 @@ def _plan(ctx: AppContext, request: RunRequest, run_id: str, *, planned: Workloa
         workspace_target=workspace_target,
         workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
                         if workspace_host else None),
-        extra_binds=[*extra_binds, *_volume_binds(volume_names, capabilities.volumes, {})],
+        extra_binds=[*extra_binds, *_volume_binds(volume_names, capabilities.volumes, {}),
+                     *_relay_binds(ctx, run_id, capabilities)],
         command=command,
         entrypoint=entrypoint,
         env={**exports, **capabilities.env, **session_env, **user_env, "SBX_RUN_ID": run_id},
@@ -827,16 +835,68 @@ def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan
 def _start_request(request: RunRequest, workspace_host: str | None, workspace_target: str,
                    access: str, checked: Sequence[CheckedMount], *,
                    credential_names: frozenset[str], kits: Sequence[KitFiles] = (),
-                   config_file: Path | None = None) -> StartRequest:
+                   config_file: Path | None = None,
+                   kit_mounts: Sequence[HostPath] = ()) -> StartRequest:
     """What this run asks to mount and pass (sbx.domain.sandbox.admission decides)."""
     paths = [HostPath(workspace_host, workspace_target, access == "ro")] \
         if workspace_host is not None else []
     paths += [HostPath(str(m.source), m.target, m.read_only) for m in checked]
+    paths += kit_mounts
     return StartRequest(paths=tuple(paths), workspace=workspace_host is not None,
                         protect=True, trust=request.trust_workspace,
                         env=request.env, env_files=request.env_files,
                         credential_names=credential_names, kits=tuple(kits),
                         config_file=config_file)
+
+
+def _kit_host_mounts(ctx: AppContext, capabilities: CapabilityPlan, taken: Sequence[str],
+                     ) -> tuple[list[HostPath], set[str]]:
+    """The kits' host-mount@1 directories (made when new) and the host's skills store, to be
+    judged by the mount policy and mounted like any host path; and the directories made now."""
+    out: list[HostPath] = []
+    store_dir = paths.skills_home(ctx.env)
+    if capabilities.skills_paths and _non_empty_directory(store_dir):
+        # The host's skills store, read-only (sbx's host setting), judged like any mount.
+        out += [HostPath(str(store_dir), path, True) for path in capabilities.skills_paths
+                if path not in taken]
+    if not capabilities.host_mounts:
+        return out, set()
+    from sbx.domain.sandbox.hostmounts import HostMountStore
+
+    store = HostMountStore(paths.host_mounts_home(ctx.env))
+    made: set[str] = set()
+    for mount in capabilities.host_mounts:
+        if mount.path in taken:
+            raise SbxError(Reason.INVALID_ARGUMENT,
+                           f"host-mount@1 {mount.path} is also the target of the workspace or "
+                           "a --mount; one path holds one mount",
+                           hint="Mount the workspace or that --mount somewhere else.")
+        directory, new = store.ensure(mount.kit, mount.path, mount.mode)
+        out.append(HostPath(str(directory), mount.path, False))
+        if new:
+            made.add(os.path.realpath(directory))
+    return out, made
+
+
+def _non_empty_directory(path: Path) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False  # missing or unreadable: no host content, never a refusal
+
+
+def _own_made_mounts(admission: Admission, made: set[str]) -> None:
+    """A host-mount@1 directory made for this run belongs to the sandbox user (as root: the
+    opened directory itself, so what is chowned is what is mounted)."""
+    if not made or os.geteuid() != 0:
+        return
+    from sbx.seams.host.mounts import chown_descriptor
+
+    user = admission.user
+    for pin in admission.mounts.pins:
+        if pin.source.path in made:
+            chown_descriptor(pin.source.fd, user.uid, user.gid)
 
 
 def _sentinel_variables(planned: WorkloadPlan) -> frozenset[str]:
@@ -1061,11 +1121,39 @@ def _staged(ctx: AppContext, plan: RunPlan, spec: ContainerSpec,
     return dataclasses.replace(spec, binds=tuple(binds))
 
 
+def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: _Created) -> list[BindMount]:
+    """The host-mount@1 directories for the install step (mounted before hooks), staged as
+    the sandbox's are."""
+    capabilities = plan.capabilities
+    targets = ({m.path for m in capabilities.host_mounts} | set(capabilities.skills_paths)
+               if capabilities is not None else set())
+    pins = [pin for pin in plan.host_mounts.pins if pin.target in targets]
+    if not pins:
+        return []
+    if staging_available():
+        staging = _staging(ctx, plan, created)
+        return [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
+    return [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+
+
 def _staging(ctx: AppContext, plan: RunPlan, created: _Created) -> Staging:
     if created.staging is None:
         created.staging = (Staging.for_named(ctx.home_hash, plan.name) if plan.name is not None
                            else Staging.for_run(ctx.home_hash, plan.run_id))
     return created.staging
+
+
+def _relay_binds(ctx: AppContext, run_id: str, capabilities: CapabilityPlan,
+                 phase: str | None = None) -> list[BindMount]:
+    """The SSH agent relay's directory, read-only (its socket is the proxy process's); for
+    the install step only when the install phase is granted."""
+    from sbx.domain.kits.captypes.ssh_agent import SANDBOX_DIR
+
+    if not capabilities.ssh_agent or (
+            phase is not None and all(p != phase for p, _, _ in capabilities.ssh_agent)):
+        return []
+    return [BindMount(str(runrecord.run_dir(ctx.state_home, run_id) / RELAY_DIR), SANDBOX_DIR,
+                      True)]
 
 
 def _volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],
@@ -1203,7 +1291,8 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: _Cr
     boundary = _setup_network(ctx, plan, driver, created, run_dir, on_warning)
     if plan.run_image_tag is not None:
         created.image = plan.run_image_tag  # removing one never committed is a no-op
-        _create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized)
+        _create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized,
+                     _kit_mount_binds(ctx, plan, created))
     raise_if_interrupted()
     with deferred_interrupts():
         container_id = driver.create(_final_spec(ctx, plan, boundary, created))
@@ -1375,7 +1464,8 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         sandbox=plan.name, request_log=_request_log(ctx, plan.run_id),
         user_policy=rules_path(ctx.state_home),
         kit_files={k.reference: str(k.local.descriptor_file.absolute())
-                   for k in kit_set.kits if k.local.image is None})
+                   for k in kit_set.kits if k.local.image is None},
+        ssh_agent=_relay_config(ctx, run_dir, _capabilities))
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:
@@ -1413,6 +1503,25 @@ def _request_log(ctx: AppContext, run_id: str) -> Path:
     return requestlog.log_path(root / run_id)
 
 
+def _relay_config(ctx: AppContext, run_dir: Path,
+                  capabilities: CapabilityPlan) -> RelayConfig | None:
+    """The SSH agent relay the proxy process serves, on the host agent as it is now."""
+    if not capabilities.ssh_agent:
+        return None
+    from sbx.domain.egress.sshagent import RelayConfig, grants_of
+    from sbx.seams.host.agent import host_agent
+
+    upstream, why = host_agent(ctx.env)
+    if upstream is None:
+        raise SbxError(Reason.SSH_AGENT_MISSING,
+                       f"the host's SSH agent went away before the sandbox started: {why}",
+                       hint=REGISTRY[Reason.SSH_AGENT_MISSING].fix)
+    socket_dir = run_dir / RELAY_DIR
+    socket_dir.mkdir(mode=0o755, exist_ok=True)
+    socket_dir.chmod(0o755)  # the sandbox's user must reach the socket inside
+    return RelayConfig(socket_dir, upstream, grants_of(capabilities.ssh_agent))
+
+
 def _sandbox_network(bridge: str, gateway: str) -> str:
     """The run network's address range (from its bridge), where the proxy's only client lives;
     the proxy does not start without it (fail closed)."""
@@ -1431,7 +1540,8 @@ def _sandbox_network(bridge: str, gateway: str) -> str:
 
 def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
                  boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
-                 created_sized: Mapping[str, str]) -> None:
+                 created_sized: Mapping[str, str],
+                 kit_mounts: Sequence[BindMount] = ()) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     from sbx.domain.sandbox.lifecycle import (
         CREATE_STEP_CAP_DROP,
@@ -1448,7 +1558,9 @@ def _create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outp
     spec = build_create_step_spec(
         image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
         labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
-        cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+        cap_drop=CREATE_STEP_CAP_DROP,
+        binds=[*volumes, *kit_mounts,
+               *_relay_binds(ctx, plan.run_id, capabilities, "install")])
     lifecycle = capabilities.lifecycle
     if plan.egress is not None and plan.network is not None:
         # Install hooks reach exactly the install phase's hosts, through the same proxy.
