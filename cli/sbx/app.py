@@ -22,6 +22,7 @@ from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
 from sbx.commands import kit as kit_command
 from sbx.commands import kit_author as kit_author_command
+from sbx.commands import kit_mounts as kit_mounts_command
 from sbx.commands import policy as policy_command
 from sbx.commands import pull as pull_command
 from sbx.commands import run as run_command
@@ -125,6 +126,7 @@ kit_app.command("init")(_interruptible(kit_author_command.init))
 kit_app.command("validate")(_interruptible(kit_author_command.validate))
 kit_app.command("inspect")(_interruptible(kit_author_command.inspect))
 kit_app.command("push")(_interruptible(kit_command.push))
+kit_app.command("mounts")(_interruptible(kit_mounts_command.mounts))
 app.add_typer(kit_app, name="kit")
 
 config_app = typer.Typer(

@@ -64,8 +64,8 @@ def test_usb_device_is_refused_for_the_reason_the_engine_gives() -> None:
 
 
 def test_a_group_member_s_reason_is_its_type_s() -> None:
-    ssh = "com.docker.sandbox/ssh-agent@1"
-    group = {"group": {"name": "g", "capabilities": [{"type": ssh}]}}
+    mount = "com.docker.sandbox/acp@1"
+    group = {"group": {"name": "g", "capabilities": [{"type": mount}]}}
     with pytest.raises(SbxError) as caught:
         refuse_unsupported(select("kit", [group], SUPPORTED))
-    assert f"({ssh}): required, {why_not(ssh)}" in (caught.value.body or "")
+    assert f"({mount}): required, {why_not(mount)}" in (caught.value.body or "")

@@ -32,6 +32,8 @@ from sbx.base.errors import ConfigError
 
 CONFIG_ENV: Final = "SBX_CONFIG"
 HOME_ENV: Final = "SBX_HOME"
+HOST_MOUNTS_ENV: Final = "SBX_HOST_MOUNTS"
+SKILLS_ENV: Final = "SBX_SKILLS"
 CONFIG_FILE_NAME: Final = "config.toml"
 APP_DIR_NAME: Final = "sbx"
 # 32 hex digits = 128 bits: short enough for a Docker label value, long enough that two state
@@ -98,6 +100,32 @@ def state_home(env: Mapping[str, str]) -> Path:
     return base / APP_DIR_NAME
 
 
+def host_mounts_home(env: Mapping[str, str]) -> Path:
+    """Where the kits' ``host-mount@1`` directories live: ``$SBX_HOST_MOUNTS``, else
+    ``$XDG_DATA_HOME/sbx/host-mounts``, else ``$HOME/.local/share/sbx/host-mounts``. Never
+    inside the state home: the mount policy keeps that (and its secrets) out of every sandbox.
+    """
+    explicit = _get(env, HOST_MOUNTS_ENV)
+    if explicit is not None:
+        return Path(explicit)
+    xdg = _xdg(env, "XDG_DATA_HOME")
+    base = xdg if xdg is not None else (
+        _home(env, "host mounts", (HOST_MOUNTS_ENV, "XDG_DATA_HOME")) / ".local" / "share")
+    return base / APP_DIR_NAME / "host-mounts"
+
+
+def skills_home(env: Mapping[str, str]) -> Path:
+    """The host's shared skills store (agent-skills@1): ``$SBX_SKILLS``, else
+    ``$XDG_DATA_HOME/sbx/skills``, else ``$HOME/.local/share/sbx/skills``."""
+    explicit = _get(env, SKILLS_ENV)
+    if explicit is not None:
+        return Path(explicit)
+    xdg = _xdg(env, "XDG_DATA_HOME")
+    base = xdg if xdg is not None else (
+        _home(env, "skills store", (SKILLS_ENV, "XDG_DATA_HOME")) / ".local" / "share")
+    return base / APP_DIR_NAME / "skills"
+
+
 def state_home_source(env: Mapping[str, str]) -> str:
     """Which variable chose the state home (``SBX_HOME``, ``XDG_STATE_HOME`` or ``HOME``), for
     messages that tell the user what to change."""
@@ -127,6 +155,10 @@ __all__ = [
     "state_home",
     "home_hash",
     "state_home_source",
+    "host_mounts_home",
+    "skills_home",
+    "SKILLS_ENV",
+    "HOST_MOUNTS_ENV",
     "config_path_is_explicit",
     "CONFIG_ENV",
     "HOME_ENV",

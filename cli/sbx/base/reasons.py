@@ -61,6 +61,9 @@ class Reason(enum.StrEnum):
     PERMISSION_UNAPPROVED = "permission_unapproved"
     CONSENT_REQUIRED = "consent_required"
     GIT_IDENTITY_MISSING = "git_identity_missing"
+    SSH_AGENT_MISSING = "ssh_agent_missing"
+    SSH_AGENT_UNBOUNDABLE = "ssh_agent_unboundable"
+    LONG_RUNNING_UNNAMED = "long_running_unnamed"
     HOST_SERVICES_EXPOSED = "host_services_exposed"
     BUILD_FAILED = "build_failed"
     HOOK_FAILED = "hook_failed"
@@ -279,6 +282,32 @@ REGISTRY: Final[dict[Reason, ReasonInfo]] = {
         "it from a repository's config.",
         "Set a global identity: git config --global user.name 'Your Name' && "
         "git config --global user.email you@example.com (or mark the capability optional).",
+        _E.REFUSED,
+    ),
+    _R.SSH_AGENT_MISSING: ReasonInfo(
+        "No SSH agent to relay into the sandbox",
+        "A kit requires ssh-agent@1 (signatures from the user's SSH agent, relayed so the keys "
+        "stay on the host), and SSH_AUTH_SOCK names no agent socket sbx can reach.",
+        "Start an agent and add a key: eval \"$(ssh-agent -s)\" && ssh-add (or mark the "
+        "capability optional).",
+        _E.REFUSED,
+    ),
+    _R.SSH_AGENT_UNBOUNDABLE: ReasonInfo(
+        "An ssh-agent@1 bound sbx cannot enforce",
+        "A kit bounds ssh-agent@1 to login destinations (authenticate), which needs a verified "
+        "session binding to tell which server a signature is for; sbx relays SSHSIG signing "
+        "bounded by namespace (sign) and unrestricted agents only, and never relays a bound it "
+        "cannot check.",
+        "Ask the kit's author for a sign-only bound, or for unrestricted: true if you accept "
+        "any signature from the agent (or mark the capability optional).",
+        _E.REFUSED,
+    ),
+    _R.LONG_RUNNING_UNNAMED: ReasonInfo(
+        "A long-running workload in a one-shot run",
+        "The workload requires long-running@1 (it keeps running apart from any session), and a "
+        "one-shot sbx run ends its sandbox with its session.",
+        "Run it as a named sandbox: sbx run --name NAME WORKLOAD (detach with ctrl-p ctrl-q, "
+        "stop it with sbx stop NAME).",
         _E.REFUSED,
     ),
     _R.HOST_SERVICES_EXPOSED: ReasonInfo(

@@ -193,7 +193,9 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
     try:
         asyncio.run(run())
     except OSError as error:
-        report(f"cannot listen on {config.listen_host}:{config.listen_port}: {error.strerror}")
+        where = (f"{config.listen_host}:{config.listen_port}" if error.filename is None
+                 else f"the ssh-agent relay's socket {error.filename}")
+        report(f"cannot listen on {where}: {error.strerror}")
         return 1
     return 0
 

@@ -23,6 +23,7 @@ from sbx.proxy.intercept import Interceptor
 from sbx.proxy.recorder import Recorder
 from sbx.proxy.refusals import Refuser
 from sbx.proxy.relay import Tunnel
+from sbx.proxy.sshrelay import SSHAgentRelay
 from sbx.proxy.streams import READ_SIZE
 from sbx.proxy.userrules import UserRules
 
@@ -69,6 +70,8 @@ class EgressProxy:
                                     refuser=refuser),
             refuser=refuser)
         self._server: asyncio.Server | None = None
+        self.ssh_agent = (SSHAgentRelay(ctx, config.ssh_agent)
+                          if config.ssh_agent is not None else None)
         self._stopping = asyncio.Event()
         self.port = 0
 
@@ -97,6 +100,8 @@ class EgressProxy:
             limit=READ_SIZE, backlog=256, reuse_address=True)
         sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else 0
+        if self.ssh_agent is not None:
+            await self.ssh_agent.start()
         self._write_phase_file()
         return self.port
 
@@ -132,6 +137,8 @@ class EgressProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self.ssh_agent is not None:
+            await self.ssh_agent.close()
         tasks = list(self.ctx.conns)
         for task, conn in list(self.ctx.conns.items()):
             for stream in conn.streams:

@@ -65,6 +65,7 @@ class WorkloadRequest:
     allow_privileged: bool = False
     timeout_s: float | None = None  # --timeout (run only), over [sandbox] timeout_ms
     detach_keys: str | None = None  # --detach-keys (run only), over [sandbox] detach_keys
+    named: bool | None = None  # --name (run, explain); None: not a run (kit inspect, doctor)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     from sbx.domain.sandbox.binding import bind_credentials
     from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
     from sbx.domain.sandbox.sources import staging_available
+    from sbx.seams.host.agent import host_agent
     from sbx.seams.host.git import global_identity
 
     driver: Inventory = ctx.driver
@@ -194,7 +196,9 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
         allow_privileged=loaded.request.allow_privileged, workspace_target=workspace_target,
         volume_sizes_enforced=staging_available(),
         kits={k.reference: k.local for k in kit_set.kits},
-        git_identity=lambda: global_identity(ctx.env))
+        git_identity=lambda: global_identity(ctx.env),
+        ssh_agent_missing=lambda: host_agent(ctx.env)[1] or None,
+        named=loaded.request.named)
     egress = bind_credentials(composition, capabilities, state_home=ctx.state_home, env=ctx.env,
                               resolve_values=resolve_secrets)
     return WorkloadPlan(loaded, engine, image, image_tag, image_built, used, workspace_target,

@@ -12,6 +12,7 @@ from sbx.base.render import Envelope, Renderer, escape
 
 if TYPE_CHECKING:
     from sbx.domain.kits.surface import Widening
+    from sbx.domain.sandbox.hostmounts import StoredMount
     from sbx.usecases.kitinit import KitInitResult
     from sbx.usecases.kitpush import PushResult
     from sbx.usecases.kitvalidate import KitValidation
@@ -56,6 +57,26 @@ def kit_validation(renderer: Renderer, result: KitValidation) -> None:
                         f"{result.reference} is not a valid kit ({count} problem"
                         f"{'s' if count != 1 else ''})", body=result.body,
                         hint="Fix each field at the path and position shown."), "kit")
+
+
+def host_mounts(renderer: Renderer, mounts: Sequence[StoredMount], *,
+                removed: bool = False) -> None:
+    """The kits' host-mount@1 directories (or the ones just removed)."""
+    rows = [{"kit": m.kit, "path": m.path, "directory": str(m.directory)} for m in mounts]
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="kit mounts", status="ok", exit_code=0,
+                               data={"action": "rm" if removed else "ls", "mounts": rows}))
+        return
+    if not rows:
+        renderer.note("no host-mount@1 directories")
+        return
+    if removed:
+        for row in rows:
+            text = f"removed {row['directory']} ({row['kit']} {row['path']})"
+            renderer.line(renderer.out_file, escape(text), text)
+        return
+    renderer.table(("kit", "path", "directory"),
+                   [(escape(r["kit"]), escape(r["path"]), escape(r["directory"])) for r in rows])
 
 
 def kit_pushed(renderer: Renderer, result: PushResult) -> None:

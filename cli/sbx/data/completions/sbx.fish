@@ -66,7 +66,7 @@ function __sbx_subcommands --argument-names node
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
-            printf '%s\n' init validate inspect push
+            printf '%s\n' init validate inspect push mounts
         case 'sbx config'
             printf '%s\n' path show
         case 'sbx policy'
@@ -96,6 +96,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -k --kit --arg
         case 'sbx kit push'
             printf '%s\n' --arg
+        case 'sbx kit mounts'
+            printf '%s\n' --rm --path
         case 'sbx policy log'
             printf '%s\n' --since
         case 'sbx policy allow'
@@ -180,6 +182,9 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit a
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_unapproved' -d 'Kit permissions not approved'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'git_identity_missing' -d 'No git identity to give the sandbox'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_missing' -d 'No SSH agent to relay into the sandbox'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An ssh-agent@1 bound sbx cannot enforce'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
@@ -313,6 +318,7 @@ complete -c sbx -n '__sbx_arg "sbx kit" 0' -a init -d 'Create a minimal kit in D
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a validate -d 'Check one kit with the loader `sbx run` uses; exit 125 (invalid_kit) when inv...'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a inspect -d 'Show the effective composition: what `sbx run WORKLOAD --kit MIXIN...` would get'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a push -d 'Build a local kit\'s image as `sbx run` does, push it as REF, and annotate it'
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a mounts -d 'List the host directories kits keep with host-mount@1 (kit identity, path in...'
 complete -c sbx -n '__sbx_in "sbx kit"' -s h -l help -d 'Show this message and exit'
 
 # sbx kit init
@@ -336,6 +342,12 @@ complete -c sbx -n '__sbx_arg "sbx kit inspect" 0' -a '(__fish_complete_director
 complete -c sbx -n '__sbx_in "sbx kit push"' -l json -d 'Print one JSON envelope with the pushed digest'
 complete -c sbx -n '__sbx_in "sbx kit push"' -l arg -x -d 'A build-phase kit arg (one declaring buildArg), repeatable; the published des...'
 complete -c sbx -n '__sbx_in "sbx kit push"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit mounts
+complete -c sbx -n '__sbx_in "sbx kit mounts"' -l rm -x -d 'Remove this kit\'s directories (its identity or its directory\'s hash, as liste...'
+complete -c sbx -n '__sbx_in "sbx kit mounts"' -l path -x -d 'With --rm: only the directory of this sandbox path'
+complete -c sbx -n '__sbx_in "sbx kit mounts"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx kit mounts"' -s h -l help -d 'Show this message and exit'
 
 # sbx config
 complete -c sbx -n '__sbx_arg "sbx config" 0' -a path -d 'Print the path of the config file sbx reads (it need not exist)'

@@ -1,5 +1,4 @@
-"""Undoing the content codings of responses from credential-injection domains (issue #10,
-item 5).
+"""Undoing the content codings of responses from credential-injection domains.
 
 The proxy masks the secret out of what an inject domain sends back, and it can only mask bytes
 it can read: a gzip body that echoes the request headers would carry the real token past a mask

@@ -70,8 +70,10 @@ class EgressPlan:
 def plan_egress(composition: Composition, *, has_install_hooks: bool,
                 secret_available: Mapping[str, bool],
                 provided: Mapping[str, str] | None = None,
-                oauth_available: Mapping[str, bool] | None = None) -> EgressPlan | None:
-    """None without a network policy (the sandbox then has no network at all).
+                oauth_available: Mapping[str, bool] | None = None,
+                ssh_agent_phases: Sequence[str] = ()) -> EgressPlan | None:
+    """None without a network policy or an SSH agent relay (the sandbox then has no network
+    at all); a relay without a policy gets a proxy that allows nothing.
 
     Each credential is bound in one mode (:func:`sbx.domain.credentials.oauth.credential_mode`):
     ``oauth`` when it
@@ -84,7 +86,7 @@ def plan_egress(composition: Composition, *, has_install_hooks: bool,
         passthrough_refusal,
     )
 
-    if composition.network is None:
+    if composition.network is None and not ssh_agent_phases:
         return None
     unbound_required: list[str] = []
     hints: list[str] = []
@@ -125,8 +127,9 @@ def plan_egress(composition: Composition, *, has_install_hooks: bool,
             hint=f"Store each one first, e.g. {hints[0]}.",
             details={"services": [u.split(" ", 1)[0] for u in unbound_required]})
     network = composition.network
-    wants_install = bool(network.install.allow) or any(
-        c.phase == "install" for c in composition.credentials if c.service in bound)
+    wants_install = (network is not None and bool(network.install.allow)) or any(
+        c.phase == "install" for c in composition.credentials if c.service in bound
+    ) or "install" in ssh_agent_phases
     phase = "install" if has_install_hooks and wants_install else "runtime"
     values = {s: v for s, v in (provided or {}).items()
               if s in bound and modes.get(s) == "apikey"}

@@ -1,4 +1,4 @@
-"""Who may use a run's egress proxy: the sandbox, and nobody else (issue #10, item 4).
+"""Who may use a run's egress proxy: the sandbox, and nobody else.
 
 Two independent checks, both made by the proxy on every connection and request:
 

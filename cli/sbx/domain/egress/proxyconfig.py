@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.egress.sshagent import RelayConfig
 from sbx.domain.kits.compose import PHASES, Credential, Network, NetworkPhase, Origin, Phase, Rule
 
 CONFIG_FORMAT: Final = 1
@@ -399,6 +400,8 @@ class ProxyConfig:
     # Local kits' descriptor files (reference -> path): where a refusal tells a kit author to
     # add a rule. Registry kits have none.
     kit_files: Mapping[str, str] = field(default_factory=dict)
+    # The SSH agent relay this process serves beside the proxy (ssh-agent@1), if any.
+    ssh_agent: RelayConfig | None = None
 
     def __post_init__(self) -> None:
         if self.sandbox is not None and (not self.sandbox
@@ -460,6 +463,7 @@ class ProxyConfig:
             "request_log": None if self.request_log is None else str(self.request_log),
             "user_policy": None if self.user_policy is None else str(self.user_policy),
             "kit_files": dict(self.kit_files),
+            "ssh_agent": None if self.ssh_agent is None else self.ssh_agent.as_dict(),
         }
 
     def to_json(self) -> str:
@@ -471,7 +475,7 @@ class ProxyConfig:
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
                      "peer_network", "login_dir", "sandbox", "request_log", "user_policy",
-                     "kit_files"}, "config")
+                     "kit_files", "ssh_agent"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -488,6 +492,11 @@ class ProxyConfig:
         kit_files = _map(data.get("kit_files", {}), "kit_files")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in kit_files.items()):
             raise ProxyConfigError("kit_files must map kit references to file paths")
+        relay = data.get("ssh_agent")
+        try:
+            ssh_agent = None if relay is None else RelayConfig.from_dict(_map(relay, "ssh_agent"))
+        except ValueError as error:
+            raise ProxyConfigError(str(error)) from None
         return cls(
             run_id=_str(data, "run_id"),
             state_home=Path(_str(data, "state_home")),
@@ -509,6 +518,7 @@ class ProxyConfig:
             request_log=None if request_log is None else Path(request_log),
             user_policy=None if user_policy is None else Path(user_policy),
             kit_files=dict(kit_files),
+            ssh_agent=ssh_agent,
         )
 
     @classmethod

@@ -22,7 +22,8 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
                      resolve_values: bool) -> EgressPlan | None:
     """The egress plan (None without a network policy); raises ``credential_unbound`` for a
     required credential with nothing to bind."""
-    if composition.network is None:
+    relay_phases = tuple(phase for phase, _, _ in capabilities.ssh_agent)
+    if composition.network is None and not relay_phases:
         return None
     from sbx.domain.credentials.oauth import OAuthStore
     from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
@@ -41,7 +42,8 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
     oauth = {c.service: tokens.has(c.service) for c in composition.credentials
              if "oauth" in c.config}
     return plan_egress(composition, has_install_hooks=bool(capabilities.lifecycle.install),
-                       secret_available=available, provided=provided, oauth_available=oauth)
+                       secret_available=available, provided=provided, oauth_available=oauth,
+                       ssh_agent_phases=relay_phases)
 
 
 __all__ = ["bind_credentials"]

@@ -44,6 +44,13 @@ class NamedVolume:
 
 
 @dataclass(frozen=True)
+class PlannedHostMount:
+    path: str  # in the sandbox
+    mode: int | None  # applied when the directory is made
+    kit: str  # the declaring kit's identity (the storage key, with the path)
+
+
+@dataclass(frozen=True)
 class CapabilityPlan:
     limits: Limits
     privileged: bool = False
@@ -53,6 +60,10 @@ class CapabilityPlan:
     ports: tuple[int, ...] = ()  # TCP container ports to publish on 127.0.0.1
     env: Mapping[str, str] = field(default_factory=dict)  # the sandbox's, hooks' included
     port_names: Mapping[int, str] = field(default_factory=dict)  # port@1 `name`s, by port
+    # ssh-agent@1 per phase: (phase, unrestricted, SSHSIG namespaces a bounded grant signs)
+    ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    host_mounts: tuple[PlannedHostMount, ...] = ()
+    skills_paths: tuple[str, ...] = ()  # agent-skills@1: where the host's store is shown
     skipped: tuple[SelectionRecord, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -71,6 +82,8 @@ class _Planner:
     volume_sizes_enforced: bool
     kits: Mapping[str, LocalKit]
     host_git_identity: Callable[[], tuple[str, str] | None]
+    host_agent_missing: Callable[[], str | None]
+    named: bool | None = None
     privileged: bool = False
     tmpfs: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     volumes: list[NamedVolume] = field(default_factory=list)
@@ -81,6 +94,9 @@ class _Planner:
     skipped: list[SelectionRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    host_mounts: list[PlannedHostMount] = field(default_factory=list)
+    skills_paths: list[str] = field(default_factory=list)
 
     def set_limits(self, *, memory_bytes: int, cpu_millis: int) -> None:
         self.limits = dataclasses.replace(self.limits, memory_bytes=memory_bytes,
@@ -113,6 +129,18 @@ class _Planner:
     def git_identity(self) -> tuple[str, str] | None:
         return self.host_git_identity()
 
+    def add_host_mount(self, path: str, mode: int | None, kit: str) -> None:
+        self.host_mounts.append(PlannedHostMount(path, mode, kit))
+
+    def add_skills_destination(self, path: str) -> None:
+        self.skills_paths.append(path)
+
+    def ssh_agent_missing(self) -> str | None:
+        return self.host_agent_missing()
+
+    def add_ssh_agent(self, grants: Sequence[tuple[str, bool, tuple[str, ...]]]) -> None:
+        self.ssh_agent = tuple(grants)
+
     def skip(self, record: SelectionRecord) -> None:
         self.skipped.append(record)
 
@@ -126,21 +154,26 @@ class _Planner:
             lifecycle=LifecyclePlan(install=self.install, startup=self.startup,
                                     files=tuple(self.files)),
             ports=tuple(sorted(set(self.ports))), skipped=tuple(self.skipped),
-            notes=tuple(self.notes), env=dict(self.env))
+            notes=tuple(self.notes), env=dict(self.env), ssh_agent=self.ssh_agent,
+            host_mounts=tuple(self.host_mounts), skills_paths=tuple(self.skills_paths))
 
 
 def plan_capabilities(composition: Composition, *, limits: Limits, allow_privileged: bool,
                       workspace_target: str, kits: Mapping[str, LocalKit],
                       volume_sizes_enforced: bool = False,
                       git_identity: Callable[[], tuple[str, str] | None] = lambda: None,
-                      ) -> CapabilityPlan:
+                      ssh_agent_missing: Callable[[], str | None] = lambda: "no host agent",
+                      named: bool | None = None) -> CapabilityPlan:
     """``volume_sizes_enforced``: whether sbx can give a sized ``volume@1`` a file system of
     that size (it needs root); when it cannot, such a volume is refused (skipped if optional)
-    rather than left unbounded. ``git_identity`` reads the host's (only when a kit asks)."""
+    rather than left unbounded. ``git_identity`` reads the host's (only when a kit asks);
+    ``ssh_agent_missing`` says why the host has no SSH agent to relay (None: it has one);
+    ``named``: whether the sandbox outlives its session (None: not known, nothing is run)."""
     planner = _Planner(limits=limits, allow_privileged=allow_privileged,
                        workspace_target=workspace_target,
                        volume_sizes_enforced=volume_sizes_enforced, kits=kits,
-                       host_git_identity=git_identity)
+                       host_git_identity=git_identity, host_agent_missing=ssh_agent_missing,
+                       named=named)
     for handler in captypes.PLAN_ORDER:
         handler.plan(composition, planner)
     plan = planner.plan()
@@ -149,4 +182,5 @@ def plan_capabilities(composition: Composition, *, limits: Limits, allow_privile
 
 
 __all__ = ["DEFAULT_PROFILE", "GUIDANCE", "SUPPORTED", "CapabilityPlan", "NamedVolume",
+           "PlannedHostMount",
            "plan_capabilities"]

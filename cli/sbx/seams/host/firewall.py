@@ -12,9 +12,9 @@ Concurrent runs: each run's rules go in as one ``iptables-restore --noflush`` tr
 (waiting for the xtables lock), every rule inserted at the top of INPUT in reverse order, so the
 run's accept always precedes its drop, whatever other runs (or Docker) insert at the same time —
 inserting rule by rule at fixed positions let another run's insertion slip between a run's
-accept and its drop and leave the drop first (issue #10: 4 of 30 concurrent runs lost their
-network). Without ``iptables-restore`` the same reverse-order inserts run one by one (the order
-still holds; only the all-or-nothing is lost).
+accept and its drop and leave the drop first (4 of 30 concurrent runs lost their network).
+Without ``iptables-restore`` the same reverse-order inserts run one by one (the order still
+holds; only the all-or-nothing is lost).
 
 Installing rules needs root and iptables; without them the gap stays open and is reported
 (``sbx doctor`` names it too), never silently ignored.

@@ -7,6 +7,7 @@ What to stage and what a failure means is :mod:`sbx.domain.sandbox.sources`'s.""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,6 +52,12 @@ def bind_descriptor(fd: int, point: Path) -> int:
         return _errno()
     libc.mount(None, str(point).encode(), None, _MS_PRIVATE | _MS_REC, None)
     return 0
+
+
+def chown_descriptor(fd: int, uid: int, gid: int) -> None:
+    """Give the object an ``O_PATH`` descriptor holds to ``uid:gid`` (through its /proc link:
+    exactly that object, whatever its path now names)."""
+    os.chown(f"/proc/self/fd/{fd}", uid, gid)
 
 
 def detach(point: Path) -> int:

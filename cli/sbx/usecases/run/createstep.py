@@ -4,7 +4,7 @@ script and install hooks, committed into the per-run image the sandbox runs."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sbx.base.errors import SbxError
@@ -18,7 +18,7 @@ from sbx.domain.egress.plan import (
     trust_bundle,
     upstream_certificates,
 )
-from sbx.domain.sandbox.hardening import build_create_step_spec
+from sbx.domain.sandbox.hardening import BindMount, build_create_step_spec
 from sbx.domain.sandbox.lifecycle import (
     CREATE_STEP_CAP_DROP,
     KEEPALIVE,
@@ -31,13 +31,15 @@ from sbx.seams.engine import Driver
 from sbx.usecases.context import AppContext
 from sbx.usecases.keeper import KeptProxy
 from sbx.usecases.policylog import record_line, records_of_run
+from sbx.usecases.run.kitmounts import relay_binds
 from sbx.usecases.run.plan import RunPlan, volume_binds
 from sbx.usecases.run.request import OutputSink
 
 
 def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
                  boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
-                 created_sized: Mapping[str, str]) -> None:
+                 created_sized: Mapping[str, str],
+                 kit_mounts: Sequence[BindMount] = ()) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     capabilities = plan.full()[3]
@@ -46,7 +48,8 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
     spec = build_create_step_spec(
         image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
         labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
-        cap_drop=CREATE_STEP_CAP_DROP, binds=volumes)
+        cap_drop=CREATE_STEP_CAP_DROP,
+        binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")])
     lifecycle = capabilities.lifecycle
     if plan.egress is not None and plan.network is not None:
         # Install hooks reach exactly the install phase's hosts, through the same proxy.

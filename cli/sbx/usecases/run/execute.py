@@ -19,7 +19,7 @@ from typing import Final
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.hardening import ContainerSpec, deadline_check
+from sbx.domain.sandbox.hardening import BindMount, ContainerSpec, deadline_check
 from sbx.domain.sandbox.mounts import SOURCE_CHANGED
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import audit
@@ -207,6 +207,21 @@ def _staging(ctx: AppContext, plan: RunPlan, created: Created) -> Staging:
     return created.staging
 
 
+def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[BindMount]:
+    """The kits' host directories for the install step (mounted before hooks), staged as the
+    sandbox's are."""
+    from sbx.usecases.run.kitmounts import kit_mount_targets
+
+    targets = kit_mount_targets(plan.capabilities)
+    pins = [pin for pin in plan.host_mounts.pins if pin.target in targets]
+    if not pins:
+        return []
+    if staging_available():
+        staging = _staging(ctx, plan, created)
+        return [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
+    return [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+
+
 def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
                    on_warning: Callable[[str], None]) -> None:
     """Without staging (sbx not root): what the container mounted must be what was opened.
@@ -340,7 +355,8 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
         from sbx.usecases.run.createstep import create_step
 
         created.image = plan.run_image_tag  # removing one never committed is a no-op
-        create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized)
+        create_step(ctx, plan, driver, on_output, boundary, created.proxy, created.sized,
+                    _kit_mount_binds(ctx, plan, created))
     raise_if_interrupted()
     with deferred_interrupts():
         container_id = driver.create(_final_spec(ctx, plan, boundary, created))

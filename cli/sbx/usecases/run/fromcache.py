@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sbx.domain.sandbox.admission import Admission
+from sbx.domain.sandbox.admission import Admission, HostPath
 from sbx.domain.sandbox.identity import WorkspaceOwner
 from sbx.domain.sandbox.imagecache import record_use, use_tag
 from sbx.domain.sandbox.images import SandboxUser
@@ -90,6 +90,10 @@ class FromCache:
     @property
     def kit_files(self) -> Sequence[KitFiles]:
         return tuple(KitFiles.from_json(kit) for kit in self.recipe.kit_files)
+
+    def kit_mounts(self, ctx: AppContext, taken: Sequence[str]
+                   ) -> tuple[Sequence[HostPath], set[str]]:
+        return (), set()  # a plan with host directories is never cached
 
     def user(self, owner: WorkspaceOwner | None,
              ) -> tuple[SandboxUser, tuple[str, ...]] | None:

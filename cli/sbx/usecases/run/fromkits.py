@@ -18,7 +18,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.oauth import ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX
 from sbx.domain.egress.proxyconfig import SENTINEL_PREFIX
-from sbx.domain.sandbox.admission import Admission, sentinel_names
+from sbx.domain.sandbox.admission import Admission, HostPath, sentinel_names
 from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
 from sbx.domain.sandbox.hardening import TMP_TARGET
 from sbx.domain.sandbox.identity import WorkspaceOwner, choose_user, home_path
@@ -145,6 +145,15 @@ class FromKits:
     @property
     def kit_files(self) -> Sequence[KitFiles]:
         return self._files
+
+    def kit_mounts(self, ctx: AppContext, taken: Sequence[str]
+                   ) -> tuple[Sequence[HostPath], set[str]]:
+        capabilities = self.planned.capabilities
+        if not capabilities.host_mounts and not capabilities.skills_paths:
+            return (), set()
+        from sbx.usecases.run.kitmounts import kit_host_mounts
+
+        return kit_host_mounts(ctx, capabilities, taken)
 
     def user(self, owner: WorkspaceOwner | None) -> tuple[SandboxUser, tuple[str, ...]]:
         config, planned, ctx = self.config, self.planned, self._ctx

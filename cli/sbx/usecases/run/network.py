@@ -23,6 +23,7 @@ from sbx.seams.signals import deferred_interrupts
 from sbx.usecases.context import AppContext
 from sbx.usecases.keeper import KeptProxy, start_kept_proxy
 from sbx.usecases.run.cleanup import Created
+from sbx.usecases.run.kitmounts import relay_config
 from sbx.usecases.run.plan import RunPlan
 
 
@@ -43,7 +44,7 @@ def setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: Creat
         with deferred_interrupts():
             created.proxy, boundary = _start_egress(ctx, plan, gateway, plan.bridge, run_dir)
             created.proxy_url = boundary.get("HTTPS_PROXY")
-    # Only the proxy's own address and port are open to the bridge (issue #10, item 4).
+    # Only the proxy's own address and port are open to the bridge.
     created.guard = firewall.BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
         (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)
     gap = created.guard.install()  # create_failed when iptables refuses (fail closed)
@@ -58,9 +59,9 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
 
     Only the sandbox may use it: the proxy URL carries a fresh per-run token (handed to the
     proxy over its owner pipe, never written anywhere), and the proxy accepts clients only
-    from inside the run's network (issue #10, item 4)."""
+    from inside the run's network."""
     assert plan.egress is not None  # noqa: S101 - guarded by the caller
-    kit_set, plan_config, composition, _capabilities = plan.full()
+    kit_set, plan_config, composition, capabilities = plan.full()
     specs = tuple(CredentialSpec.from_credential(c, mode=plan.egress.modes.get(c.service,
                                                                               "apikey"))
                   for c in composition.credentials if c.service in plan.egress.bound)
@@ -82,7 +83,8 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         sandbox=plan.name, request_log=_request_log(ctx, plan.run_id),
         user_policy=rules_path(ctx.state_home),
         kit_files={k.reference: str(k.local.descriptor_file.absolute())
-                   for k in kit_set.kits if k.local.image is None})
+                   for k in kit_set.kits if k.local.image is None},
+        ssh_agent=relay_config(ctx, run_dir, capabilities))
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:

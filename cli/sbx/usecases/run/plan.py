@@ -168,6 +168,12 @@ class PlanInputs(Protocol):
     @property
     def kit_files(self) -> Sequence[KitFiles]: ...
 
+    def kit_mounts(self, ctx: AppContext, taken: Sequence[str]
+                   ) -> tuple[Sequence[HostPath], set[str]]:
+        """The kits' host directories to admit (sbx.usecases.run.kitmounts), and those made
+        now for this run."""
+        ...
+
     def user(self, owner: WorkspaceOwner | None) -> tuple[SandboxUser, tuple[str, ...]] | None:
         """The sandbox's user for this workspace owner; None: the full plan must be made."""
         ...
@@ -200,14 +206,20 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
     checked = [check_mount(policy, mount, reserved_targets={workspace_target})
                for mount in mount_requests]
     _refuse_duplicate_targets(checked)
+    kit_mounts, made = inputs.kit_mounts(ctx, [workspace_target, *(m.target for m in checked)])
     admission = admit(_start_request(request, workspace_host, workspace_target, access, checked,
                                      credential_names=inputs.credential_names,
                                      kits=inputs.kit_files,
-                                     config_file=paths.config_path(ctx.env)),
+                                     config_file=paths.config_path(ctx.env),
+                                     kit_mounts=kit_mounts),
                       policy, host_env=ctx.env, cwd=ctx.cwd, user=inputs.user)
     if admission is None:
         return None
     try:
+        if made:
+            from sbx.usecases.run.kitmounts import own_made_mounts
+
+            own_made_mounts(admission, made)
         decided = inputs.decide(ctx, request, run_id, admission, labels)
         return assemble(ctx, request, run_id, decided, access=access,
                         session_mode=session_mode, labels=labels, deadline=deadline,
@@ -237,7 +249,10 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
                    for pin in host_mounts.pins if pin.source is not workspace]
     if capabilities is not None:
+        from sbx.usecases.run.kitmounts import relay_binds
+
         extra_binds += volume_binds(volume_names, capabilities.volumes, {})
+        extra_binds += relay_binds(ctx, run_id, capabilities)
     network = full.network if full is not None else None
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
@@ -322,11 +337,13 @@ def new_run_id() -> str:
 def _start_request(request: RunRequest, workspace_host: str | None, workspace_target: str,
                    access: str, checked: Sequence[CheckedMount], *,
                    credential_names: frozenset[str], kits: Sequence[KitFiles] = (),
-                   config_file: Path | None = None) -> StartRequest:
+                   config_file: Path | None = None,
+                   kit_mounts: Sequence[HostPath] = ()) -> StartRequest:
     """What this run asks to mount and pass (sbx.domain.sandbox.admission decides)."""
     paths = [HostPath(workspace_host, workspace_target, access == "ro")] \
         if workspace_host is not None else []
     paths += [HostPath(str(m.source), m.target, m.read_only) for m in checked]
+    paths += kit_mounts
     return StartRequest(paths=tuple(paths), workspace=workspace_host is not None,
                         protect=True, trust=request.trust_workspace,
                         env=request.env, env_files=request.env_files,

@@ -74,7 +74,8 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
-                           timeout_s=request.timeout_s, detach_keys=request.detach_keys)
+                           timeout_s=request.timeout_s, detach_keys=request.detach_keys,
+                           named=request.name is not None)
 
 
 __all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "OutputSink", "ProgressFactory",

@@ -35,7 +35,8 @@ SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 class AgentSkill(Handler):
     types = (AGENT_SKILL,)
-    refusal = ("sbx has no skills destination (agent-skills@1) to expose a bundle in yet")
+    refusal = ("sbx mounts the host skills store at agent-skills@1 paths but does not yet "
+               "expose a skill bundled in a kit's image there")
     on_surface = False
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,

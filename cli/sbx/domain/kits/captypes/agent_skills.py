@@ -3,6 +3,9 @@ skills store (within the host's and the kit's modes) and every selected bundled 
 
 One entry per path in a block; across kits the same path takes the widest declared mode (still
 bounded by the host). On the surface: ``skillsPaths``, and ``skillsWritePaths`` for readwrite.
+sbx's host setting is read-only, so the store (sbx.base.paths.skills_home) is mounted read-only
+at every path when it exists and is not empty; a missing or empty store mounts nothing and
+refuses nothing.
 """
 
 from __future__ import annotations
@@ -27,13 +30,21 @@ from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import AGENT_SKILLS
 
 if TYPE_CHECKING:
+    from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.compose import Composition, Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 
 class AgentSkills(Handler):
     types = (AGENT_SKILLS,)
-    refusal = ("sbx has no host skills store yet")
+    implemented = True
+
+    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+        # sbx's host setting is read-only: the narrower of it and any kit mode is read-only.
+        for entry in composition.skills:
+            path = (entry.config or {}).get("path")
+            if isinstance(path, str):
+                planner.add_skills_destination(path)
 
     def claim(self, entry: CapabilityEntry, keys: Keys, out: Out) -> None:
         path = string(entry.config.get("path"))

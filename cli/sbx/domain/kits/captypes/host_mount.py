@@ -3,12 +3,16 @@
 Descriptor side: the path key is shared with ``volume@1``, and a host mount has one owner, so
 two kits naming one path conflict even when their requests are identical. On the surface its
 paths are listed apart from storage (``hostMountPaths``), so moving a path from a volume to a
-host mount is the widening ``host-mount``.
+host mount is the widening ``host-mount``. The planner gets each path with its kit's identity;
+the directory itself is made and mounted through the mount policy by the run
+(sbx.domain.sandbox.hostmounts).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.domain.kits.captypes.base import (
@@ -25,15 +29,33 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.captypes.volume import STORAGE, add_storage, claim_storage
 from sbx.domain.kits.types import HOST_MOUNT
 
+
+def kit_identity(reference: str, directory: Path, stem: str, image: str | None) -> str:
+    """What a kit's host directories are keyed on: a registry kit's repository (a new tag or
+    digest keeps them), a local kit's real directory and descriptor stem. Nothing a descriptor
+    says (its name, a ``source``) is part of it, so no kit can claim another's storage."""
+    if image is not None:
+        return "registry:" + image.partition("@")[0]
+    return f"local:{os.path.realpath(directory)}/{stem}"
+
 if TYPE_CHECKING:
+    from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.compose import Composition, Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 
 class HostMountType(Handler):
     types = (HOST_MOUNT,)
-    refusal = ("sbx keeps no kit-owned host directories yet; a per-run volume would lose what "
-               "this type promises to keep past the sandbox")
+    implemented = True
+
+    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+        for mount in composition.host_mounts:
+            kit = planner.kits.get(mount.origin.kit)
+            if kit is None:  # pragma: no cover - every origin is a kit of the set
+                continue
+            mode = int(mount.mode, 8) if mount.mode else None
+            planner.add_host_mount(mount.path, mode, kit_identity(
+                kit.reference, kit.directory, kit.stem, kit.image))
 
     def claim(self, entry: CapabilityEntry, keys: Keys, out: Out) -> None:
         claim_storage(entry, "host mount", keys, out)
@@ -68,4 +90,4 @@ class HostMountType(Handler):
 
 HANDLER: Final = HostMountType()
 
-__all__ = ["HANDLER", "HostMountType"]
+__all__ = ["HANDLER", "HostMountType", "kit_identity"]

@@ -1,5 +1,10 @@
 """``ssh-agent@1``: the user's SSH agent, relayed into the sandbox per phase, keys kept outside.
 
+In the sandbox: ``SSH_AUTH_SOCK`` names the relay's socket (sbx.proxy.sshrelay),
+which forwards only list and sign requests allowed in the current phase. A grant bounded by
+``authenticate`` is refused (``ssh_agent_unboundable``); no agent on the host refuses a required
+grant (``ssh_agent_missing``) and skips an optional one (no ``SSH_AUTH_SOCK`` then).
+
 Descriptor side: a bounded entry (``unrestricted: false``) needs ``sign`` or ``authenticate``
 and an unrestricted one states neither; destinations are DNS names. One entry per phase in a
 block; merged per phase (unrestricted if any asker is, else the union of the lists); on the
@@ -11,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from sbx.base.errors import SbxError
+from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.captypes.base import (
     PHASES,
     CapabilityEntry,
@@ -29,14 +36,59 @@ from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import SSH_AGENT
 
 if TYPE_CHECKING:
+    from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.compose import Composition, Origin, SSHAgentGrant
     from sbx.domain.kits.surface import Surface, Widening
+
+# The relay's directory inside the sandbox (mounted read-only) and its socket there.
+SANDBOX_DIR: Final = "/run/sbx-ssh-agent"
+SANDBOX_SOCKET: Final = f"{SANDBOX_DIR}/agent.sock"
 
 
 class SSHAgent(Handler):
     types = (SSH_AGENT,)
-    refusal = ("sbx has no SSH agent relay yet (one that passes only list-identities and "
-               "filtered sign requests); keys never enter a sandbox, so there is no fallback")
+    implemented = True
+
+    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+        from sbx.domain.kits.selection import SelectionRecord
+
+        granted = list(composition.ssh_agent)
+        if not granted:
+            return
+        kept: list[SSHAgentGrant] = []
+        for grant in granted:
+            origin = grant.origins[0]
+            if grant.unrestricted or not grant.authenticate:
+                kept.append(grant)
+                continue
+            why = (f"its {grant.phase} grant bounds logins to "
+                   + ", ".join(grant.authenticate) + ", which sbx cannot verify")
+            if grant.optional:
+                planner.skip(SelectionRecord(origin.kit, origin.path, SSH_AGENT, why))
+                continue
+            raise SbxError(Reason.SSH_AGENT_UNBOUNDABLE,
+                           f"refused: {origin.kit} {origin.path} ({SSH_AGENT}): {why}",
+                           hint=REGISTRY[Reason.SSH_AGENT_UNBOUNDABLE].fix,
+                           details={"kit": origin.kit, "path": origin.path})
+        if not kept:
+            return
+        missing = planner.ssh_agent_missing()
+        if missing is None:
+            planner.add_ssh_agent(tuple((g.phase, g.unrestricted, g.sign) for g in kept))
+            planner.add_env("SSH_AUTH_SOCK", SANDBOX_SOCKET)
+            return
+        required = [g for g in kept if not g.optional]
+        for grant in kept if not required else ():
+            origin = grant.origins[0]
+            planner.skip(SelectionRecord(origin.kit, origin.path, SSH_AGENT,
+                                         f"no SSH agent on the host: {missing}"))
+        if required:
+            origin = required[0].origins[0]
+            raise SbxError(Reason.SSH_AGENT_MISSING,
+                           f"refused: {origin.kit} {origin.path} ({SSH_AGENT}) needs the "
+                           f"host's SSH agent: {missing}",
+                           hint=REGISTRY[Reason.SSH_AGENT_MISSING].fix,
+                           details={"kit": origin.kit, "path": origin.path})
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
               out: Out) -> None:
@@ -157,4 +209,4 @@ def surface_atoms(config: Mapping[str, Any]) -> list[str] | None:
 
 HANDLER: Final = SSHAgent()
 
-__all__ = ["HANDLER", "SSHAgent", "surface_atoms"]
+__all__ = ["HANDLER", "SANDBOX_DIR", "SANDBOX_SOCKET", "SSHAgent", "surface_atoms"]
