@@ -216,7 +216,7 @@ def test_a_file_replaced_while_being_opened_is_read_again(home: Path,
             owned.write_file(home / "f", b"new")
         return fd
 
-    monkeypatch.setattr(owned.os, "open", open_then_replace)
+    monkeypatch.setattr(os, "open", open_then_replace)
     assert owned.read_bytes(home / "f", max_bytes=10) == b"new"
     assert replaced
 
@@ -238,7 +238,7 @@ def test_a_file_replaced_on_every_open_is_refused(home: Path,
         os.close(fd)
         return fresh
 
-    monkeypatch.setattr(owned.os, "open", open_then_replace)
+    monkeypatch.setattr(os, "open", open_then_replace)
     _refused(lambda: owned.read_bytes(home / "f", max_bytes=10), "replaced")
 
 @as_root
