@@ -4,6 +4,7 @@ sits)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -35,3 +36,15 @@ def test_the_map_names_no_folder_that_is_gone() -> None:
     assert named
     gone = [folder for folder in named if not (ROOT / folder).is_dir()]
     assert not gone, f"README layout names folders that do not exist: {gone}"
+
+
+def test_the_map_is_what_the_package_docstrings_say() -> None:
+    """The map is generated (scripts/gen_layout.py) from each folder's ``__init__`` docstring:
+    a folder whose description changed, or that moved, fails here until regenerated."""
+    spec = importlib.util.spec_from_file_location("gen_layout", ROOT / "scripts" / "gen_layout.py")
+    assert spec is not None and spec.loader is not None
+    gen_layout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_layout)
+    match = gen_layout.BLOCK.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert match is not None
+    assert match.group(2) == gen_layout.layout(), "run scripts/regen.sh"

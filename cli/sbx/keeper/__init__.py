@@ -1,4 +1,6 @@
-"""The keeper of a named sandbox's egress proxy, as a program of its own:
+"""The keeper program: a named sandbox's proxy, outliving the terminal.
+
+The keeper of a named sandbox's egress proxy, as a program of its own:
 ``python -m sbx.keeper RUN_DIR RUN_ID`` (its start and ready line:
 :data:`sbx.seams.host.handshake.KEEPER`; what it is for: :mod:`sbx.usecases.keeper`, the
 starting ``sbx``'s side).

@@ -1,4 +1,6 @@
-"""The egress proxy: the only way out of a sandbox with a network policy (SPEC §8).
+"""The egress proxy program: owner pipe, policy at the boundary, relay.
+
+The egress proxy: the only way out of a sandbox with a network policy (SPEC §8).
 
 Run as its own process (``python -m sbx.proxy CONFIG_PATH RUN_ID``), it prints one
 line, ``SBX-PROXY-READY <port>`` (:data:`sbx.seams.host.handshake.PROXY`), once it listens,

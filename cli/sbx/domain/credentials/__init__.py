@@ -1,0 +1,1 @@
+"""The secret store and OAuth tokens on the host."""

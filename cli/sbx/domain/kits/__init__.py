@@ -1,0 +1,1 @@
+"""Kit descriptors: decoding, rules, args, composition, resolution, lock."""

@@ -1,0 +1,2 @@
+"""Planning a sandbox: hardening, mounts, capabilities, images, lifecycle, identity, credential
+binding, run records, named-sandbox records."""

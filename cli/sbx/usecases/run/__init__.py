@@ -1,4 +1,7 @@
-"""`sbx run`: check everything, build, run one hardened sandbox, and always clean up.
+"""`sbx run`: the request, the one planner (its inputs from the kits or from the plan cache),
+the terminal session (shared with attach and exec), the network, the execution and its cleanup.
+
+`sbx run`: check everything, build, run one hardened sandbox, and always clean up.
 
 Order (SPEC §2.1): the pipeline's first stage (config, kits: strict, args, selection,
 resolution) → the run's own arguments (access, session, workspace, mounts) → the pipeline's
