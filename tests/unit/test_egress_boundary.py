@@ -30,15 +30,10 @@ from sbx.domain.egress.encoding import (
     UnsupportedEncoding,
     content_codings,
 )
+from sbx.domain.egress.hosts import internal_name, is_metadata_name
+from sbx.domain.egress.paths import normalize_path, path_matches
 from sbx.domain.egress.plan import ProxyProcess, proxy_env
-from sbx.domain.egress.policy import (
-    Request,
-    decide,
-    internal_name,
-    is_metadata_name,
-    normalize_path,
-    path_matches,
-)
+from sbx.domain.egress.policy import Request, decide
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from sbx.proxy import EgressProxy, Masker, blocked_address, client_refusal

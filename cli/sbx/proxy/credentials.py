@@ -20,7 +20,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, UnsupportedEncoding, content_codings
-from sbx.domain.egress.policy import host_matches
+from sbx.domain.egress.hosts import host_matches
 from sbx.domain.egress.proxyconfig import CredentialSpec, Inject
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.dialing import Site

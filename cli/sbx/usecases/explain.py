@@ -174,7 +174,7 @@ def addresses_of(host: str, port: int, *, resolve: bool) -> list[str] | None:
     """What ``host`` resolves to here for the destination checks: an IP literal is itself;
     a name is looked up in /etc/hosts, or with ``resolve`` by the system resolver (None: not
     known, so the answer depends on resolution)."""
-    from sbx.domain.egress.policy import is_literal_address, normalize_host
+    from sbx.domain.egress.hosts import is_literal_address, normalize_host
     from sbx.seams import names
 
     name = normalize_host(host) or host

@@ -6,7 +6,7 @@ credential bound in its OAuth mode is here and in :mod:`sbx.domain.egress.oauth_
 
 - **Which requests are the token endpoint** (:meth:`OAuthRoutes.token_endpoint`): any method
   to ``oauth.tokenEndpoint``'s host, and to its path when declared, matched after the
-  policy's own normalisation (:func:`sbx.domain.egress.policy.normalize_path`) the way
+  policy's own normalisation (:func:`sbx.domain.egress.paths.normalize_path`) the way
   lenient origins read a path: case-insensitively, without ``;`` parameters, with a trailing
   ``/`` or a format suffix (``token.json``). A path the policy cannot normalise (an encoded
   ``/``, ``%00``) on the token host is ambiguous and refused (:class:`AmbiguousEndpoint`).
@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from sbx.domain.egress.policy import host_matches, normalize_path, without_parameters
+from sbx.domain.egress.hosts import host_matches
+from sbx.domain.egress.paths import normalize_path, without_parameters
 from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec
 
 TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes

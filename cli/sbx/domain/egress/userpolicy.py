@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from sbx.domain.egress.policy import normalize_host, valid_host_pattern, valid_path_pattern
+from sbx.domain.egress.hosts import normalize_host, valid_host_pattern
+from sbx.domain.egress.paths import valid_path_pattern
 from sbx.domain.kits.compose import (
     METHOD_ANY,
     PHASES,
