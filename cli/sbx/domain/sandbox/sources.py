@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_file_type
+from sbx.domain.sandbox.mountrules import SOURCE_CHANGED, SOURCE_UNREADABLE
+from sbx.domain.sandbox.mounts import check_file_type
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.workspace_trust import Baseline
