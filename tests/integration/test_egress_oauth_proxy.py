@@ -22,7 +22,8 @@ from urllib.parse import urlencode
 import pytest
 
 from sbx.domain.credentials.oauth import OAuthStore, Tokens
-from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
+from sbx.domain.egress.proxyconfig import ProxyConfig
+from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from tests.support.agent_api import OAuthServer, TokenState
 from tests.support.origin import Internet, ProxyProcess

@@ -21,7 +21,7 @@ from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, UnsupportedEncoding, content_codings
 from sbx.domain.egress.hosts import host_matches
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.dialing import Site
 from sbx.proxy.messages import HOP_BY_HOP, connection_listed

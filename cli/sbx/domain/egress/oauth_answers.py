@@ -36,7 +36,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from sbx.base.errors import SbxError
-from sbx.domain.egress.proxyconfig import OAuthSpec
+from sbx.domain.egress.proxycreds import OAuthSpec
 
 WITHHELD: Final = "sbx-oauth-withheld"  # what a token field other than access/refresh becomes
 # Headers never passed from a token endpoint (by name, lower-case, or containing one of these).

@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from sbx.domain.egress.hosts import host_matches
 from sbx.domain.egress.paths import normalize_path, without_parameters
-from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec
+from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
 
 TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes
 TOKEN_RESPONSE_LIMIT: Final = 1024 * 1024  # a token answer (with an id_token) is a few KiB
