@@ -255,7 +255,7 @@ def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
 
 def _entry(service: str, tokens: Any, updated: float, *,
            sandbox: str | None = None) -> OAuthEntry:
-    from sbx.domain.credentials.secrets import mask
+    from sbx.domain.credentials.secretvalues import mask
 
     if tokens is None:
         return OAuthEntry(service, None, False, None, updated, sandbox)

@@ -241,7 +241,7 @@ class Tokens:
 
     def describe(self) -> str:
         """For humans: masked, with the expiry; never a token."""
-        from sbx.domain.credentials.secrets import mask
+        from sbx.domain.credentials.secretvalues import mask
 
         expiry = "unknown expiry" if self.expires_at is None else time.strftime(
             "expires %Y-%m-%d %H:%M:%S UTC", time.gmtime(self.expires_at))
