@@ -21,7 +21,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule

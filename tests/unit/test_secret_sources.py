@@ -25,7 +25,8 @@ from sbx.domain.credentials.secrets import (
     encode_provided,
     resolve_for_run,
 )
-from sbx.domain.credentials.secretvalues import COMMAND, ENV, SecretSource, run_command
+from sbx.domain.credentials.secretsources import run_command
+from sbx.domain.credentials.secretvalues import COMMAND, ENV, SecretSource
 from sbx.proxy import process as process_module
 from sbx.seams import audit, keyrings
 from sbx.usecases import secretops

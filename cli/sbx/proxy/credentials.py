@@ -258,7 +258,7 @@ class ProxyCredentials:
     @property
     def oauth_store(self) -> Any:
         """The user's own logins (``sbx secret login``), shared by every sandbox."""
-        from sbx.domain.credentials.oauth import OAuthStore
+        from sbx.domain.credentials.oauthstore import OAuthStore
 
         return OAuthStore(self.ctx.config.state_home)
 
@@ -282,7 +282,7 @@ class ProxyCredentials:
         if directory is None:
             tokens = self._logins.get(service)
         else:
-            from sbx.domain.credentials.oauth import OAuthStore
+            from sbx.domain.credentials.oauthstore import OAuthStore
 
             try:
                 tokens = OAuthStore.at(directory).get(service)
@@ -300,7 +300,7 @@ class ProxyCredentials:
         if directory is None:
             self._logins[service] = tokens
             return
-        from sbx.domain.credentials.oauth import OAuthStore
+        from sbx.domain.credentials.oauthstore import OAuthStore
 
         OAuthStore.at(directory).set(service, tokens)
 

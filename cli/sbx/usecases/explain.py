@@ -394,7 +394,7 @@ def _credential_item(credential: Any, bound: Mapping[str, bool],
 def stored_credentials(kit_set: KitSet, state_home: Path,
                        ) -> tuple[dict[str, bool], dict[str, bool]]:
     """Per credential service: whether a secret is stored, and whether OAuth tokens are."""
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.domain.credentials.secrets import SecretStore
 
     secrets, tokens = SecretStore(state_home), OAuthStore(state_home)

@@ -20,6 +20,7 @@ from typing import IO, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import SecretStore
+from sbx.domain.credentials.secretsources import resolve_env, run_command
 from sbx.domain.credentials.secretvalues import (
     COMMAND,
     ENV,
@@ -28,8 +29,6 @@ from sbx.domain.credentials.secretvalues import (
     SecretSource,
     normalize_value,
     read_value,
-    resolve_env,
-    run_command,
     validate_command,
     validate_env_name,
     validate_service,

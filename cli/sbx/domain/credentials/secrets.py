@@ -49,6 +49,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.credentials.secretsources import resolve_env, run_command, unresolved
 from sbx.domain.credentials.secretvalues import (
     COMMAND,
     DYNAMIC,
@@ -62,9 +63,6 @@ from sbx.domain.credentials.secretvalues import (
     mask,
     normalize_value,
     read_value,
-    resolve_env,
-    run_command,
-    unresolved,
     validate_command,
     validate_env_name,
     validate_service,

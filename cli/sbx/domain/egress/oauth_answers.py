@@ -110,7 +110,7 @@ def rewrite_token_answer(status: int, headers: Sequence[tuple[bytes, bytes]], bo
     tokens = None
     if 200 <= status < 300 and isinstance(data, dict) \
             and isinstance(data.get(oauth.access_field), str):
-        from sbx.domain.credentials.oauth import tokens_from_response
+        from sbx.domain.credentials.oauthparse import tokens_from_response
 
         try:
             tokens = tokens_from_response(data, config=oauth.config(), previous=previous,

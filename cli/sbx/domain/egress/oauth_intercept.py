@@ -348,7 +348,7 @@ def mask_needles(values: Iterable[str]) -> list[bytes]:
 @contextlib.asynccontextmanager
 async def store_lock(directory: Path, service: str,
                      timeout: float = LOCK_TIMEOUT_S) -> AsyncIterator[None]:
-    """``sbx.domain.credentials.oauth.OAuthStore.locked`` without blocking the event loop: two
+    """``sbx.domain.credentials.oauthstore.OAuthStore.locked`` without blocking the event loop: two
     sandboxes (or two
     requests of one) refreshing one rotating refresh token take turns, so the second sends the
     token the first one received. Raises TimeoutError after ``timeout`` seconds."""

@@ -87,7 +87,7 @@ class OAuthSpec:
     endpoint the proxy
     answers with sentinels, the hosts where the access sentinel becomes the real access token,
     and the sentinels. The tokens themselves are read from
-    ``sbx.domain.credentials.oauth.OAuthStore``."""
+    ``sbx.domain.credentials.oauthstore.OAuthStore``."""
 
     token_host: str | None
     token_path: str | None  # None: any path on the token host

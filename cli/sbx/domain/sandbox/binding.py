@@ -25,7 +25,7 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
     relay_phases = tuple(phase for phase, _, _ in capabilities.ssh_agent)
     if composition.network is None and not relay_phases:
         return None
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 
     store = SecretStore(state_home)

@@ -21,12 +21,8 @@ from sbx.domain.sandbox.lifecycle import KitFile
 def credential_files(composition: Composition, modes: Mapping[str, str], state_home: Path,
                      *, home: str, now: float | None = None) -> list[KitFile]:
     """The OAuth credential files (sentinels only), at their paths in the sandbox."""
-    from sbx.domain.credentials.oauth import (
-        OAuthConfig,
-        OAuthStore,
-        home_relative,
-        render_credential_file,
-    )
+    from sbx.domain.credentials.oauth import OAuthConfig, home_relative, render_credential_file
+    from sbx.domain.credentials.oauthstore import OAuthStore
 
     store = OAuthStore(state_home)
     files: list[KitFile] = []
