@@ -37,13 +37,9 @@ from typing import Any, Final, Literal
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import (
-    MAX_DESCRIPTOR_BYTES,
-    Descriptor,
-    load_document,
-    raise_diagnostics,
-)
+from sbx.domain.kits.descriptor import Descriptor, raise_diagnostics
 from sbx.domain.kits.diagnostics import Finding, Parts, position, to_plain
+from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES, load_document
 from sbx.domain.kits.patterns import PatternError, full_match
 from sbx.domain.kits.placeholders import (
     ARG_NAME,

@@ -27,9 +27,9 @@ from sbx.domain.kits.args import (
     validate_effective,
 )
 from sbx.domain.kits.compose import Composition, Contribution, compose
-from sbx.domain.kits.descriptor import validation_fingerprint
 from sbx.domain.kits.local import LocalKit, load_local_kit, path_kind
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
+from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.selection import Selection, refuse_unsupported, select
 from sbx.seams import owned
 

@@ -18,12 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import (
-    MAX_DESCRIPTOR_BYTES,
-    Descriptor,
-    parse_descriptor_text,
-    validation_fingerprint,
-)
+from sbx.domain.kits.descriptor import Descriptor, parse_descriptor_text
+from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES
+from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.statefile import MAX_STATE_BYTES, read_state, write_atomic
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import owned, state
