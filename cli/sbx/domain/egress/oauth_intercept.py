@@ -47,6 +47,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 from sbx.domain.egress.hosts import host_matches
 from sbx.domain.egress.paths import normalize_path, without_parameters
 from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
+from sbx.seams.host.private import ensure_private_dir
 
 TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes
 TOKEN_RESPONSE_LIMIT: Final = 1024 * 1024  # a token answer (with an id_token) is a few KiB
@@ -352,8 +353,6 @@ async def store_lock(directory: Path, service: str,
     sandboxes (or two
     requests of one) refreshing one rotating refresh token take turns, so the second sends the
     token the first one received. Raises TimeoutError after ``timeout`` seconds."""
-    from sbx.seams.host.private import ensure_private_dir
-
     ensure_private_dir(directory)
     fd = os.open(directory / f".{service}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -27,7 +27,8 @@ from sbx.domain.kits.args import (
     validate_effective,
 )
 from sbx.domain.kits.compose import Composition, Contribution, compose
-from sbx.domain.kits.local import LocalKit, load_local_kit, path_kind
+from sbx.domain.kits.local import load_local_kit, path_kind
+from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.lock import load_locked_kit
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
 from sbx.domain.kits.rules import check_selected, parse_path

@@ -36,7 +36,7 @@ from sbx.domain.sandbox.sources import OpenedSource, Pin, open_child
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sbx.domain.kits.local import LocalKit
+    from sbx.domain.kits.localkit import LocalKit
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from sbx.domain.kits.surface import Widening
 
 if TYPE_CHECKING:
     from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import MergedRequest, Origin
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.selection import SelectionRecord
     from sbx.domain.kits.surface import Surface, Widening
 
