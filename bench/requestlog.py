@@ -40,7 +40,8 @@ from bench.proxy import latencies  # noqa: E402
 
 from sbx.domain.credentials.secrets import SecretStore  # noqa: E402
 from sbx.domain.egress import requestlog  # noqa: E402
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig  # noqa: E402
+from sbx.domain.egress.proxyconfig import ProxyConfig  # noqa: E402
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject  # noqa: E402
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule  # noqa: E402
 from tests.support.origin import Origin, ProxyProcess, TestPKI  # noqa: E402
 

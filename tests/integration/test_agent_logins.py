@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore
+from sbx.domain.credentials.oauthstore import OAuthStore
 from tests.support.agent_api import Script, TokenState
 from tests.support.agent_logins import (
     DeviceAuth,

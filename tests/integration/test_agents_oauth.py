@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
 from tests.support.agent_api import Script, StandIn, TokenState
 from tests.support.agent_logins import (
     AnthropicAccount,

@@ -22,7 +22,7 @@ from sbx.base.paths import home_hash
 from sbx.base.reasons import Reason
 from sbx.domain.kits.local import load_local_kit
 from sbx.domain.sandbox.assemble import AssembledImage, assemble, export_index
-from sbx.domain.sandbox.images import KitImage, ensure_kit_image
+from sbx.domain.sandbox.kitimages import KitImage, ensure_kit_image
 from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import ImageInfo
 

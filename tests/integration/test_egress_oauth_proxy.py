@@ -21,8 +21,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
-from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
+from sbx.domain.egress.proxyconfig import ProxyConfig
+from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from tests.support.agent_api import OAuthServer, TokenState
 from tests.support.origin import Internet, ProxyProcess

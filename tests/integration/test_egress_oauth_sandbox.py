@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
 from tests.support.agent_api import AnthropicAPI, OAuthServer, TokenState
 from tests.support.origin import Internet
 

@@ -22,8 +22,10 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
-from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec, ProxyConfig
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
+from sbx.domain.egress.proxyconfig import ProxyConfig
+from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from tests.support.agent_api import OAuthServer, TokenState
 from tests.support.origin import Internet, ProxyProcess, Reply, Response, Seen, read_response
@@ -280,7 +282,7 @@ def test_a_credential_bound_by_its_api_key_still_has_its_token_endpoint_rewritte
     """No OAuth login on the host, an API key instead: a login inside the sandbox gets
     sentinels, is kept for the sandbox, and the resource host still gets the API key."""
     from sbx.domain.credentials.secrets import SecretStore
-    from sbx.domain.egress.proxyconfig import Inject
+    from sbx.domain.egress.proxycreds import Inject
 
     home = tmp_path / "state"
     SecretStore(home, keyring=None).set(SERVICE, "ghp_the-users-api-key-0123456789")

@@ -18,7 +18,8 @@ import pytest
 from sbx.domain.credentials.secrets import SecretStore
 from sbx.domain.egress import requestlog
 from sbx.domain.egress.proxyauth import new_token
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, ProxyConfig, ProxyLimits
+from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from tests.support.origin import Internet, LoopbackListener, ProxyClient, ProxyProcess
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from sbx.base import labels
-from sbx.domain.credentials.oauth import OAuthStore, Tokens
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.sandbox import runrecord
 from sbx.seams.driver import SdkEngine
 from tests.support.agent_api import OAuthServer, TokenState

@@ -21,7 +21,7 @@ from sbx.domain.sandbox.admission import (
     sentinel_names,
 )
 from sbx.domain.sandbox.images import SandboxUser
-from sbx.domain.sandbox.mounts import MountPolicy
+from sbx.domain.sandbox.mountpolicy import MountPolicy
 
 USER = SandboxUser(1000, 1000, "test")
 

@@ -19,11 +19,10 @@ from sbx.domain.credentials.oauth import (
     OAuthConfig,
     Tokens,
     account_from_id_token,
-    parse_login,
     render_credential_file,
-    tokens_from_response,
     unsigned_id_token,
 )
+from sbx.domain.credentials.oauthparse import parse_login, tokens_from_response
 
 AGENTS = Path(__file__).resolve().parents[2] / "examples" / "agents"
 

@@ -17,7 +17,8 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
-from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
+from sbx.domain.egress.configfields import ProxyConfigError
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.sshagent import (
     FAILURE,
     PhaseGrant,

@@ -16,7 +16,7 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.credentials.secrets import run_command
+from sbx.domain.credentials.secretsources import run_command
 from sbx.seams import driver, registry_auth
 from sbx.seams.host import processes as children
 

@@ -23,6 +23,7 @@ import sbx.proxy as proxy_module
 from sbx.base.reasons import Reason
 from sbx.domain.egress import clienthello, proxyauth
 from sbx.domain.egress.clienthello import ClientHello, NotAClientHello, parse_client_hello
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.encoding import (
     PIECE,
     BodyDecoder,
@@ -30,16 +31,11 @@ from sbx.domain.egress.encoding import (
     UnsupportedEncoding,
     content_codings,
 )
+from sbx.domain.egress.hosts import internal_name, is_metadata_name
+from sbx.domain.egress.paths import normalize_path, path_matches
 from sbx.domain.egress.plan import ProxyProcess, proxy_env
-from sbx.domain.egress.policy import (
-    Request,
-    decide,
-    internal_name,
-    is_metadata_name,
-    normalize_path,
-    path_matches,
-)
-from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
+from sbx.domain.egress.policy import Request, decide
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from sbx.proxy import EgressProxy, Masker, blocked_address, client_refusal
 from sbx.seams.host.firewall import BridgeGuard, bridge_network

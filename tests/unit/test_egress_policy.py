@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbx.domain.egress import policy
+from sbx.domain.egress.hosts import host_matches, is_literal_address, normalize_host
+from sbx.domain.egress.paths import normalize_path, path_matches
 from sbx.domain.egress.policy import (
     CODES,
     Decision,
@@ -24,12 +26,7 @@ from sbx.domain.egress.policy import (
     classify,
     decide,
     describe_rule,
-    host_matches,
-    is_literal_address,
     names_address,
-    normalize_host,
-    normalize_path,
-    path_matches,
     rules_for,
 )
 from sbx.domain.kits.compose import Contribution, Network, Phase, compose

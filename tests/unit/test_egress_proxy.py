@@ -15,16 +15,11 @@ from typing import Any
 import pytest
 
 import sbx.proxy as proxy_module
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.policy import Request as PolicyRequest
 from sbx.domain.egress.policy import decide
-from sbx.domain.egress.proxyconfig import (
-    CredentialSpec,
-    Inject,
-    ProxyConfig,
-    ProxyConfigError,
-    ProxyLimits,
-    sentinel_for,
-)
+from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject, sentinel_for
 from sbx.domain.kits.compose import Credential, Network, NetworkPhase, Rule
 from sbx.proxy import (
     EgressProxy,

@@ -11,8 +11,8 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress import requestlog
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.policystore import PolicyStore, rules_path
-from sbx.domain.egress.proxyconfig import ProxyConfigError
 from sbx.domain.egress.userpolicy import UserRule, parse_target
 from sbx.proxy.userrules import UserRules
 from tests.unit.test_requestlog import record

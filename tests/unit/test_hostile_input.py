@@ -33,15 +33,9 @@ from hypothesis import strategies as st
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import MAX_EXPANSION, ArgDecl, check_value, expand
-from sbx.domain.kits.descriptor import (
-    MAX_DEPTH,
-    MAX_DESCRIPTOR_BYTES,
-    MAX_NODES,
-    SYNTAX_LINE,
-    parse_descriptor_text,
-    read_descriptor_text,
-)
+from sbx.domain.kits.descriptor import SYNTAX_LINE, parse_descriptor_text, read_descriptor_text
 from sbx.domain.kits.diagnostics import Diagnostic
+from sbx.domain.kits.document import MAX_DEPTH, MAX_DESCRIPTOR_BYTES, MAX_NODES
 from sbx.domain.kits.kitset import load_kit_set
 from sbx.domain.kits.markers import INDEX_END, INDEX_START, neutralise
 from sbx.domain.kits.patterns import MAX_PATTERN_LENGTH, PatternError, check_pattern, full_match
@@ -240,7 +234,7 @@ def test_thousands_of_problems_are_counted_but_a_bounded_number_shown() -> None:
 
 
 def test_unique_items_is_checked_in_linear_time_with_json_equality() -> None:
-    from sbx.domain.kits.descriptor import _unique_items, _validator
+    from sbx.domain.kits.schema import _unique_items, _validator
 
     validator = _validator()
 

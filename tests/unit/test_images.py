@@ -9,7 +9,8 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.images import base_images, resolve_user
+from sbx.domain.sandbox.images import resolve_user
+from sbx.domain.sandbox.kitimages import base_images
 from sbx.seams.engine import ImageInfo
 
 

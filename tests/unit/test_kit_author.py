@@ -206,7 +206,7 @@ def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
 
 
 def test_nested_suggestions_follow_the_schema() -> None:
-    from sbx.domain.kits.descriptor import _schema_roots, nested_suggestions
+    from sbx.domain.kits.schema import _schema_roots, nested_suggestions
 
     policy = _schema_roots()["capabilities/network-policy@1.json"]
     assert nested_suggestions("allow", policy) == ["runtime.allow", "install.allow"]

@@ -218,13 +218,13 @@ def test_the_validation_cache_key_hashes_every_rule_source_that_exists() -> None
     # would then survive an edit of that module): every listed source is read, none skipped.
     from importlib import resources
 
-    from sbx.domain.kits import descriptor
+    from sbx.domain.kits import schema
 
     package = resources.files("sbx.domain.kits")
-    listed = set(descriptor._RULE_MODULES)
+    listed = set(schema._RULE_MODULES)
     for name in listed:
         assert package.joinpath(name).is_file(), name
     # The modules that decide validity are all listed.
-    for module in ("descriptor", "diagnostics", "rules", "args", "placeholders", "patterns",
-                   "versions"):
+    for module in ("descriptor", "document", "schema", "diagnostics", "rules", "args",
+                   "placeholders", "patterns", "versions"):
         assert f"{module}.py" in listed

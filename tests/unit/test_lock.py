@@ -381,7 +381,7 @@ def test_published_verdict_never_caches_a_failure_and_survives_damage(tmp_path: 
 
 
 def test_published_key_is_apart_from_the_authored_one() -> None:
-    from sbx.domain.kits.descriptor import validation_fingerprint
+    from sbx.domain.kits.schema import validation_fingerprint
 
     text = published("a.example.com")
     authored = hashlib.sha256(f"sbx-descriptor-v3\0{validation_fingerprint()}\0{text}"

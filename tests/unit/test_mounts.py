@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 
 from sbx.base.errors import ConfigError, MountBlocked, SbxError
 from sbx.base.reasons import ExitStatus, Reason
-from sbx.domain.sandbox import mounts
+from sbx.domain.sandbox import mountrules
+from sbx.domain.sandbox.mountpolicy import MountPolicy
+from sbx.domain.sandbox.mountrules import RESERVED_TARGETS, RULES
 from sbx.domain.sandbox.mounts import (
-    RESERVED_TARGETS,
-    RULES,
     CheckedMount,
-    MountPolicy,
     MountRequest,
     check_mount,
     check_source,
@@ -130,7 +129,7 @@ def test_refusal_carries_reason_rule_path_and_hint(host: Host) -> None:
 
 def test_every_rule_has_a_hint_and_unique_name() -> None:
     assert len(set(RULES)) == len(RULES)
-    assert set(mounts._HINTS) == set(RULES)
+    assert set(mountrules.HINTS) == set(RULES)
 
 
 # --- allowed sources ------------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def test_system_lookalikes_are_not_system_paths(host: Host, path: str) -> None:
 
 # --- blocked sources ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [n for n in mounts.CREDENTIAL_NAMES if n != ".docker"])
+@pytest.mark.parametrize("name", [n for n in mountrules.CREDENTIAL_NAMES if n != ".docker"])
 @pytest.mark.parametrize("below", ["", "/", "/deeper/file"])
 def test_credential_dirs_blocked_whether_or_not_they_exist(host: Host, name: str,
                                                            below: str) -> None:

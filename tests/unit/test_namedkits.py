@@ -15,7 +15,8 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
-from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
+from sbx.domain.egress.proxyconfig import ProxyConfig
+from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.usecases import namedkits, recreate

@@ -11,7 +11,7 @@ import pytest
 
 from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, Tokens
 from sbx.domain.egress import oauth_answers as oa
-from sbx.domain.egress.proxyconfig import OAuthSpec
+from sbx.domain.egress.proxycreds import OAuthSpec
 
 ACCESS = "sk-ant-oat01-proxy-managed"
 REFRESH = "sk-ant-ort01-proxy-managed"

@@ -11,7 +11,7 @@ import pytest
 
 from sbx.domain.egress import oauth_intercept as oi
 from sbx.domain.egress.plan import credential_env
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject, OAuthSpec
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject, OAuthSpec
 from sbx.domain.kits.compose import Credential
 
 ACCESS = "sk-ant-oat01-proxy-managed"

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from sbx.base.errors import SbxError
-from sbx.domain.credentials.oauth import OAuthStore, parse_login
+from sbx.domain.credentials.oauthparse import parse_login
+from sbx.domain.credentials.oauthstore import OAuthStore
 
 ACCESS = "sk-ant-oat01-REAL-access-0123456789abcdef"
 REFRESH = "sk-ant-ort01-REAL-refresh-0123456789abcdef"

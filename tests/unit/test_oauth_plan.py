@@ -11,7 +11,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.domain.credentials.oauth import OAuthConfig, Tokens, render_credential_file
 from sbx.domain.egress.plan import credential_env, plan_egress
-from sbx.domain.egress.proxyconfig import CredentialSpec
+from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.kits.compose import Composition, Credential, Network, NetworkPhase
 
 OAUTH: dict[str, Any] = {

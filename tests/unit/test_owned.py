@@ -290,7 +290,7 @@ def test_a_planted_descriptor_verdict_is_refused(home: Path, tmp_path: Path) -> 
         entry.unlink()
     import hashlib
 
-    from sbx.domain.kits.descriptor import validation_fingerprint
+    from sbx.domain.kits.schema import validation_fingerprint
 
     key = hashlib.sha256(f"sbx-descriptor-v3\0{validation_fingerprint()}\0"
                          f"{kit.read_text(encoding='utf-8')}".encode()).hexdigest()

@@ -20,15 +20,13 @@ import sbx.proxy as proxy_module
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import (
-    COMMAND,
-    ENV,
-    SecretSource,
     SecretStore,
     decode_provided,
     encode_provided,
     resolve_for_run,
-    run_command,
 )
+from sbx.domain.credentials.secretsources import run_command
+from sbx.domain.credentials.secretvalues import COMMAND, ENV, SecretSource
 from sbx.proxy import process as process_module
 from sbx.seams import audit, keyrings
 from sbx.usecases import secretops

@@ -15,9 +15,9 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.credentials.secrets import (
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.domain.credentials.secretvalues import (
     MAX_VALUE_BYTES,
-    SecretStore,
     mask,
     normalize_value,
     read_value,

@@ -17,9 +17,10 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress import userpolicy
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.policy import Request, decide
 from sbx.domain.egress.policystore import PolicyStore, rules_path
-from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyConfigError
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import UserRule, overlay, parse_target
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore

@@ -43,7 +43,7 @@ What it does with each client connection:
   through the corporate proxy (``CONNECT`` for TLS, absolute-form for HTTP) and names are left to
   it, but internal address literals, ``localhost`` names, single-label names and special-use
   suffixes (``.internal``, ``.local``...) are still refused here
-  (:func:`sbx.domain.egress.policy.internal_name`) unless a rule names that exact host. Cloud
+  (:func:`sbx.domain.egress.hosts.internal_name`) unless a rule names that exact host. Cloud
   metadata
   names (``metadata.google.internal``, ``instance-data``...) are refused that way with or without
   an upstream, before any resolution.

@@ -14,7 +14,8 @@ import h11
 
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import proxyauth
-from sbx.domain.egress.policy import Request, classify, decide, normalize_host
+from sbx.domain.egress.hosts import normalize_host
+from sbx.domain.egress.policy import Request, classify, decide
 from sbx.proxy.context import ConnState, ProxyContext
 from sbx.proxy.credentials import ProxyCredentials
 from sbx.proxy.dialing import Dialer, Pool

@@ -20,8 +20,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, UnsupportedEncoding, content_codings
-from sbx.domain.egress.policy import host_matches
-from sbx.domain.egress.proxyconfig import CredentialSpec, Inject
+from sbx.domain.egress.hosts import host_matches
+from sbx.domain.egress.proxycreds import CredentialSpec, Inject
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.dialing import Site
 from sbx.proxy.messages import HOP_BY_HOP, connection_listed
@@ -258,7 +258,7 @@ class ProxyCredentials:
     @property
     def oauth_store(self) -> Any:
         """The user's own logins (``sbx secret login``), shared by every sandbox."""
-        from sbx.domain.credentials.oauth import OAuthStore
+        from sbx.domain.credentials.oauthstore import OAuthStore
 
         return OAuthStore(self.ctx.config.state_home)
 
@@ -282,7 +282,7 @@ class ProxyCredentials:
         if directory is None:
             tokens = self._logins.get(service)
         else:
-            from sbx.domain.credentials.oauth import OAuthStore
+            from sbx.domain.credentials.oauthstore import OAuthStore
 
             try:
                 tokens = OAuthStore.at(directory).get(service)
@@ -300,7 +300,7 @@ class ProxyCredentials:
         if directory is None:
             self._logins[service] = tokens
             return
-        from sbx.domain.credentials.oauth import OAuthStore
+        from sbx.domain.credentials.oauthstore import OAuthStore
 
         OAuthStore.at(directory).set(service, tokens)
 

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 import h11
 
 from sbx.base.reasons import EgressCode, Reason
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.destination import (
     Address,
     Blocked,
@@ -25,7 +26,6 @@ from sbx.domain.egress.destination import (
     check_addresses,
     check_name,
 )
-from sbx.domain.egress.proxyconfig import ProxyConfigError
 from sbx.proxy.context import ConnState, ProxyContext
 from sbx.proxy.messages import h11_client
 from sbx.proxy.refusals import EgressRefusal, clean, failure, proxy_refusal

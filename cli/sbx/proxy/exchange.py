@@ -14,7 +14,8 @@ import h11
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, CorruptBody
-from sbx.domain.egress.policy import Decision, Request, decide, normalize_host
+from sbx.domain.egress.hosts import normalize_host
+from sbx.domain.egress.policy import Decision, Request, decide
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.credentials import (
     Masker,

@@ -13,7 +13,7 @@ import h11
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
-from sbx.domain.egress.policy import normalize_host
+from sbx.domain.egress.hosts import normalize_host
 from sbx.proxy.context import ConnState, ProxyContext
 from sbx.proxy.dialing import Pool, Site
 from sbx.proxy.exchange import Forwarder

@@ -27,7 +27,7 @@ from typing import Final
 
 from sbx.base.reasons import EgressCode
 from sbx.domain.egress import clienthello
-from sbx.domain.egress.policy import normalize_host
+from sbx.domain.egress.hosts import normalize_host
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.recorder import Traffic
 from sbx.proxy.refusals import EgressRefusal, Refuser, clean, proxy_refusal

@@ -16,7 +16,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
 from sbx.domain.egress import oauth_answers, oauth_intercept
 from sbx.domain.egress.encoding import CorruptBody
-from sbx.domain.egress.proxyconfig import CredentialSpec
+from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.credentials import (
     Masker,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from sbx.base.errors import SbxError
-from sbx.domain.egress.proxyconfig import ProxyConfigError
+from sbx.domain.egress.configfields import ProxyConfigError
 from sbx.domain.egress.userpolicy import (
     PolicyFileError,
     UserRule,

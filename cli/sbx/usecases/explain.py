@@ -174,7 +174,7 @@ def addresses_of(host: str, port: int, *, resolve: bool) -> list[str] | None:
     """What ``host`` resolves to here for the destination checks: an IP literal is itself;
     a name is looked up in /etc/hosts, or with ``resolve`` by the system resolver (None: not
     known, so the answer depends on resolution)."""
-    from sbx.domain.egress.policy import is_literal_address, normalize_host
+    from sbx.domain.egress.hosts import is_literal_address, normalize_host
     from sbx.seams import names
 
     name = normalize_host(host) or host
@@ -394,7 +394,7 @@ def _credential_item(credential: Any, bound: Mapping[str, bool],
 def stored_credentials(kit_set: KitSet, state_home: Path,
                        ) -> tuple[dict[str, bool], dict[str, bool]]:
     """Per credential service: whether a secret is stored, and whether OAuth tokens are."""
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.domain.credentials.secrets import SecretStore
 
     secrets, tokens = SecretStore(state_home), OAuthStore(state_home)

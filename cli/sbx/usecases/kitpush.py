@@ -21,7 +21,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.args import parse_arg_assignments
 from sbx.domain.kits.local import load_local_kit
 from sbx.domain.kits.publish import Published, publish_form, staging_context
-from sbx.domain.sandbox.images import KIT_LABEL, ensure_kit_image
+from sbx.domain.sandbox.kitimages import KIT_LABEL, ensure_kit_image
 from sbx.seams.registry import annotate, kit_annotations, parse_reference
 from sbx.usecases.context import AppContext
 

@@ -164,7 +164,7 @@ def admit_recorded(ctx: AppContext, record: SandboxRecord, *, env: Sequence[str]
 
     # The admission and the mount policy: not loaded by ls, stop, rm or logs.
     from sbx.domain.sandbox.admission import StartRequest, admit, recorded_paths, recorded_user
-    from sbx.domain.sandbox.mounts import MountPolicy
+    from sbx.domain.sandbox.mountpolicy import MountPolicy
 
     names = record.request.get("credential_names")
     if names is None and (env or env_files):

@@ -35,7 +35,8 @@ from sbx.seams import audit
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
-    from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
+    from sbx.domain.egress.proxyconfig import ProxyConfig
+    from sbx.domain.egress.proxycreds import CredentialSpec
     from sbx.domain.kits.compose import Composition, Network
     from sbx.domain.kits.kitset import KitSet
     from sbx.domain.kits.surface import Widening
@@ -189,7 +190,7 @@ def _follow_proxy(running: ProxyConfig, composition: Composition, applied: list[
 
 def _follow_credentials(running: Sequence[CredentialSpec], composition: Composition,
                         ) -> tuple[tuple[CredentialSpec, ...], list[tuple[str, str]]]:
-    from sbx.domain.egress.proxyconfig import CredentialSpec
+    from sbx.domain.egress.proxycreds import CredentialSpec
 
     notes: list[tuple[str, str]] = []
     current = {(c.service, c.phase): c for c in composition.credentials}

@@ -104,7 +104,8 @@ def kit_structure(kit: str, service: str, *, cwd: Path, state_home: Path) -> Any
 def login(state_home: Path, service: str, text: str, *, structure: Any = None,
           source: str = "") -> OAuthEntry:
     """Parse and store the tokens (0600, atomic, under the store's lock); the masked entry."""
-    from sbx.domain.credentials.oauth import OAuthStore, parse_login
+    from sbx.domain.credentials.oauthparse import parse_login
+    from sbx.domain.credentials.oauthstore import OAuthStore
 
     store = OAuthStore(state_home)
     store.path(service)  # a bad service name is refused before the input is read
@@ -124,7 +125,7 @@ def agent_login(state_home: Path, login: Any, *, upstream_proxy: str | None,
     Gemini CLI) or enters a device code there (Codex); the tokens go straight from the
     provider to the host's store. Nothing is stored unless the provider issued tokens."""
     from sbx.domain.credentials import agentlogins as al
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.seams import oauth_http
 
     def send(post: al.Post) -> oauth_http.Answer:
@@ -171,7 +172,7 @@ def agent_login(state_home: Path, login: Any, *, upstream_proxy: str | None,
 
 
 def _issued(login: Any, answer: Any) -> Any:
-    from sbx.domain.credentials.oauth import tokens_from_response
+    from sbx.domain.credentials.oauthparse import tokens_from_response
 
     if not 200 <= answer.status < 300 or not isinstance(answer.data, Mapping):
         raise _refused(login, answer)
@@ -199,7 +200,7 @@ def _refused(login: Any, answer: Any) -> SbxError:
 
 def entries(state_home: Path) -> list[OAuthEntry]:
     """The user's logins, then those made inside named sandboxes (each its sandbox's)."""
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
 
     found = [_entry(service, tokens, updated)
              for service, tokens, updated in OAuthStore(state_home).services()]
@@ -210,7 +211,7 @@ def entries(state_home: Path) -> list[OAuthEntry]:
 
 
 def _sandbox_logins(state_home: Path) -> list[tuple[str, Any]]:
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.domain.sandbox import runrecord
     from sbx.domain.sandbox.records import SandboxStore
 
@@ -230,7 +231,7 @@ def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
     """Move the login made inside the named sandbox ``name`` to the user's store: every
     sandbox uses it from then on (that one too, whose own copy is gone: two copies of one
     rotating refresh token would spend each other)."""
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
     from sbx.domain.sandbox import runrecord
     from sbx.domain.sandbox.records import SandboxStore, check_name
 
@@ -255,7 +256,7 @@ def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
 
 def _entry(service: str, tokens: Any, updated: float, *,
            sandbox: str | None = None) -> OAuthEntry:
-    from sbx.domain.credentials.secrets import mask
+    from sbx.domain.credentials.secretvalues import mask
 
     if tokens is None:
         return OAuthEntry(service, None, False, None, updated, sandbox)
@@ -265,7 +266,7 @@ def _entry(service: str, tokens: Any, updated: float, *,
 
 
 def remove(state_home: Path, service: str) -> bool:
-    from sbx.domain.credentials.oauth import OAuthStore
+    from sbx.domain.credentials.oauthstore import OAuthStore
 
     store = OAuthStore(state_home)
     store.path(service)  # validates the name before it names a lock file

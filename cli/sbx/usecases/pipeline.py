@@ -210,7 +210,7 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
                ) -> tuple[ImageInfo, str, bool, tuple[ImageInfo, ...]]:
     """(image, tag, built, every image used) of the workload, with the mixins' layers
     assembled onto it."""
-    from sbx.domain.sandbox.images import ensure_kit_image
+    from sbx.domain.sandbox.kitimages import ensure_kit_image
 
     driver: Images = ctx.driver
     workload = kit_set.workload

@@ -19,17 +19,16 @@ from typing import IO, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.credentials.secrets import (
+from sbx.domain.credentials.secrets import SecretStore
+from sbx.domain.credentials.secretsources import resolve_env, run_command
+from sbx.domain.credentials.secretvalues import (
     COMMAND,
     ENV,
     MAX_VALUE_BYTES,
     SecretInfo,
     SecretSource,
-    SecretStore,
     normalize_value,
     read_value,
-    resolve_env,
-    run_command,
     validate_command,
     validate_env_name,
     validate_service,

@@ -10,7 +10,7 @@ from sbx.base.render import Envelope, Renderer, escape
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sbx.domain.credentials.secrets import SecretInfo
+    from sbx.domain.credentials.secretvalues import SecretInfo
     from sbx.usecases.secretops import ImportCandidate, ImportResult
 
 

@@ -33,20 +33,17 @@ events carry the service name only.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
-import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.credentials.secretvalues import mask
 
 OAUTH_DIR: Final = "oauth"
 MAX_RECORD_BYTES: Final = 64 * 1024
@@ -54,9 +51,9 @@ ACCESS_SENTINEL_PREFIX: Final = "sbx-oauth-access-"
 REFRESH_SENTINEL_PREFIX: Final = "sbx-oauth-refresh-"
 MODE_ENV_PREFIX: Final = "SBX_CRED_"
 Mode = Literal["apikey", "oauth"]
-_PLACEHOLDER: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
-_SERVICE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
-_TOKEN_CHARS: Final = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what a header can carry
+PLACEHOLDER: Final = re.compile(r"\{\{\s*\.([A-Za-z0-9_]+)\s*\}\}")
+SERVICE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$")
+TOKEN_CHARS: Final = re.compile(r"^[\x21-\x7e]{1,8192}$")  # what a header can carry
 # The credential files agents write on the host after their own login, read when no kit says
 # the shape: Claude Code's ~/.claude/.credentials.json, Codex's ~/.codex/auth.json, Gemini
 # CLI's ~/.gemini/oauth_creds.json is a token response with `expiry_date` (ms), read as one.
@@ -172,7 +169,7 @@ def mode_env_name(service: str) -> str:
     return f"{MODE_ENV_PREFIX}{service.upper().replace('-', '_')}_MODE"
 
 
-# -- tokens and their store ------------------------------------------------------------------
+# -- tokens --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -191,7 +188,7 @@ class Tokens:
     def __post_init__(self) -> None:
         for name, value in (("access token", self.access_token),
                             ("refresh token", self.refresh_token)):
-            if value is not None and not _TOKEN_CHARS.fullmatch(value):
+            if value is not None and not TOKEN_CHARS.fullmatch(value):
                 raise SbxError(Reason.INVALID_ARGUMENT,
                                f"the {name} is empty, too long or not printable ASCII")
 
@@ -241,8 +238,6 @@ class Tokens:
 
     def describe(self) -> str:
         """For humans: masked, with the expiry; never a token."""
-        from sbx.domain.credentials.secrets import mask
-
         expiry = "unknown expiry" if self.expires_at is None else time.strftime(
             "expires %Y-%m-%d %H:%M:%S UTC", time.gmtime(self.expires_at))
         refresh = "with a refresh token" if self.refresh_token else "no refresh token"
@@ -255,7 +250,7 @@ class Tokens:
 def _account(value: Any) -> str | None:
     """An account identifier as an agent file may carry it: a short printable word."""
     return value if isinstance(value, str) and 0 < len(value) <= 256 \
-        and _TOKEN_CHARS.fullmatch(value) else None
+        and TOKEN_CHARS.fullmatch(value) else None
 
 
 # A JWT header that names no algorithm and a signature that verifies nothing: what is left of
@@ -295,234 +290,6 @@ def account_from_id_token(id_token: Any) -> str | None:
     return _account(auth.get("chatgpt_account_id")) if isinstance(auth, Mapping) else None
 
 
-class OAuthStore:
-    """A service's OAuth tokens as private files under ``<state_home>/oauth``."""
-
-    def __init__(self, state_home: Path) -> None:
-        self.state_home = state_home
-        self.directory = state_home / OAUTH_DIR
-        self.audited = True
-
-    @classmethod
-    def at(cls, directory: Path) -> OAuthStore:
-        """A store of its own in ``directory`` (the logins made inside one sandbox, kept in
-        its run directory), not audited: they never become the user's without
-        ``sbx secret login --from-sandbox``."""
-        store = cls(directory.parent)
-        store.directory = directory
-        store.audited = False
-        return store
-
-    def path(self, service: str) -> Path:
-        if not _SERVICE.fullmatch(service):
-            raise SbxError(Reason.INVALID_ARGUMENT, f"{service!r} is not a valid service name",
-                           hint="Use the credential@1 `service` of the kit, e.g. anthropic.")
-        return self.directory / f"{service}.json"
-
-    def has(self, service: str) -> bool:
-        try:
-            return self.get(service) is not None
-        except SbxError:
-            return False
-
-    def get(self, service: str) -> Tokens | None:
-        from sbx.seams.host.private import read_private_file
-
-        path = self.path(service)
-        loaded = read_private_file(path, max_bytes=MAX_RECORD_BYTES)
-        if loaded is None:
-            return None
-        try:
-            return Tokens.from_dict(json.loads(loaded[0].decode("utf-8")))
-        except (ValueError, UnicodeDecodeError, SbxError):
-            raise SbxError(Reason.SECRET_STORE_UNSAFE,
-                           f"refusing to use {path}: it is not an sbx OAuth token record",
-                           hint=f"Log in again: sbx secret login {service}",
-                           details={"path": str(path)}) from None
-
-    def set(self, service: str, tokens: Tokens, *, audit_event: bool = True) -> None:
-        from sbx.seams import audit
-        from sbx.seams.host.private import ensure_private_dir, write_private_file
-
-        path = self.path(service)
-        ensure_private_dir(self.directory)
-        write_private_file(path, json.dumps(tokens.as_dict(), sort_keys=True).encode("utf-8"))
-        if audit_event and self.audited:
-            audit.record(self.state_home, audit.SECRET_SET, run_id=None, severity="info",
-                         details={"service": service, "kind": "oauth"})
-
-    def services(self) -> list[tuple[str, Tokens | None, float]]:
-        """(service, tokens or None when the record is unreadable, modification time) for
-        every stored record, by service name."""
-        try:
-            names = sorted(p.name[:-len(".json")] for p in self.directory.iterdir()
-                           if p.name.endswith(".json") and not p.name.startswith("."))
-        except OSError:
-            return []
-        found: list[tuple[str, Tokens | None, float]] = []
-        for name in names:
-            if not _SERVICE.fullmatch(name):
-                continue
-            try:
-                tokens = self.get(name)
-                mtime = self.path(name).stat().st_mtime
-            except (SbxError, OSError):
-                tokens, mtime = None, 0.0
-            found.append((name, tokens, mtime))
-        return found
-
-    def remove(self, service: str) -> bool:
-        from sbx.seams import audit
-
-        try:
-            self.path(service).unlink()
-        except FileNotFoundError:
-            return False
-        if not self.audited:
-            return True
-        audit.record(self.state_home, audit.SECRET_REMOVED, run_id=None, severity="info",
-                     details={"service": service, "kind": "oauth"})
-        return True
-
-    @contextlib.contextmanager
-    def locked(self, service: str) -> Iterator[None]:
-        """An exclusive lock on the service's record across processes (two sandboxes refreshing
-        one rotating refresh token must not both use the old one)."""
-        from sbx.seams.host.private import ensure_private_dir
-
-        ensure_private_dir(self.directory)
-        fd = os.open(self.directory / f".{service}.lock",
-                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-
-# -- token responses and logins --------------------------------------------------------------
-
-
-def tokens_from_response(data: Mapping[str, Any], *, config: OAuthConfig | None = None,
-                         previous: Tokens | None = None, now: float | None = None) -> Tokens:
-    """Tokens from a token endpoint's JSON answer (RFC 6749 §5.1, field names as the kit's
-    ``responseFields`` say); a refresh token or scope the answer leaves out is kept."""
-    config = config or OAuthConfig(None, None, (), "", "", None)
-    now = time.time() if now is None else now
-    access = data.get(config.access_field)
-    if not isinstance(access, str) or not access:
-        raise ValueError(f"the answer has no {config.access_field}")
-    refresh = data.get(config.refresh_field)
-    refresh = refresh if isinstance(refresh, str) and refresh else (
-        previous.refresh_token if previous else None)
-    expires_in = data.get(config.expires_field)
-    expires_at: float | None = None
-    if (isinstance(expires_in, int | float) and not isinstance(expires_in, bool)) \
-            or (isinstance(expires_in, str) and expires_in.isdigit()):
-        expires_at = now + float(expires_in)
-    scope = data.get("scope")
-    scopes = tuple(scope.split()) if isinstance(scope, str) else (
-        previous.scopes if previous else ())
-    token_type = data.get("token_type")
-    tokens = Tokens(access, refresh, expires_at, scopes,
-                    token_type if isinstance(token_type, str) and token_type else "Bearer",
-                    source=previous.source if previous else "",
-                    refreshes=previous.refreshes + 1 if previous else 0,
-                    refreshed_at=now if previous else None,
-                    account=previous.account if previous else None,
-                    identity=previous.identity if previous else None)
-    return tokens.with_identity(data.get("id_token"))
-
-
-def parse_login(text: str, *, structure: Any = None, now: float | None = None) -> Tokens:
-    """The tokens ``sbx secret login`` stores, from one of:
-
-    1. the agent's own credential file, read through a kit's ``credentialFile.structure``
-       (``structure``): the values at the places of ``{{.AccessToken}}``, ``{{.RefreshToken}}``,
-       ``{{.ExpiresAt}}`` (milliseconds, or seconds when small) and ``{{.Scopes}}``; without
-       a structure, the shapes of :data:`KNOWN_SHAPES`;
-    2. an OAuth token response (``access_token``, ``refresh_token``, ``expires_in``, or
-       ``expires_at`` / ``expiry_date`` in seconds or milliseconds, ``scope``), which is also
-       the shape of Gemini CLI's ``~/.gemini/oauth_creds.json``.
-    Raises ``invalid_argument`` naming what is missing; never a value."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-        if structure is not None:
-            with contextlib.suppress(ValueError):
-                import tomllib
-
-                data = tomllib.loads(text)
-    if not isinstance(data, Mapping):
-        raise SbxError(Reason.INVALID_ARGUMENT, "the login input is not a JSON object",
-                       hint="Pipe a token response ({\"access_token\": ..., \"refresh_token\": "
-                            "...}) or, with --kit, the agent's own credential file.")
-    try:
-        shapes = [structure] if structure is not None else [s for _, s in KNOWN_SHAPES]
-        for shape in shapes:
-            found = extract_by_structure(shape, data)
-            if "AccessToken" in found:
-                return _tokens_from_found(found)
-        if "access_token" in data:
-            tokens = tokens_from_response(data, now=now)
-            expires_at = data.get("expires_at", data.get("expiry_date"))
-            if tokens.expires_at is None and isinstance(expires_at, int | float) \
-                    and not isinstance(expires_at, bool):
-                tokens = Tokens(tokens.access_token, tokens.refresh_token, _seconds(expires_at),
-                                tokens.scopes, tokens.token_type)
-            return tokens
-    except (ValueError, TypeError):
-        pass
-    where = "the kit's credentialFile structure" if structure is not None else \
-        "an OAuth token response or " + ", ".join(name for name, _ in KNOWN_SHAPES)
-    raise SbxError(Reason.INVALID_ARGUMENT,
-                   f"no access token found in the login input (read as {where})",
-                   hint="Pipe the token response of the provider, or name the kit whose "
-                        "credentialFile describes the agent's credential file with --kit.")
-
-
-def _seconds(value: float) -> float:
-    """Epoch milliseconds (what agents such as Claude Code store) or seconds, as seconds."""
-    return value / 1000 if value > 10_000_000_000 else float(value)
-
-
-def _tokens_from_found(found: Mapping[str, Any]) -> Tokens:
-    access = found.get("AccessToken")
-    refresh = found.get("RefreshToken")
-    expires = found.get("ExpiresAt")
-    scopes = found.get("Scopes")
-    if not isinstance(access, str):
-        raise ValueError("no access token")
-    return Tokens(
-        access, refresh if isinstance(refresh, str) and refresh else None,
-        _seconds(float(expires)) if isinstance(expires, int | float)
-        and not isinstance(expires, bool) else None,
-        tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else (),
-    ).with_identity(found.get("IdToken"), found.get("AccountId"))
-
-
-def extract_by_structure(structure: Any, document: Any) -> dict[str, Any]:
-    """The values ``document`` holds where ``structure`` has a whole-leaf placeholder."""
-    found: dict[str, Any] = {}
-
-    def walk(shape: Any, value: Any) -> None:
-        if isinstance(shape, str):
-            match = _PLACEHOLDER.fullmatch(shape.strip())
-            if match:
-                found.setdefault(match.group(1), value)
-        elif isinstance(shape, Mapping) and isinstance(value, Mapping):
-            for key, child in shape.items():
-                if key in value:
-                    walk(child, value[key])
-        elif isinstance(shape, list) and isinstance(value, list):
-            for child_shape, child in zip(shape, value, strict=False):
-                walk(child_shape, child)
-
-    walk(structure, document)
-    return found
-
-
 # -- the credential file ---------------------------------------------------------------------
 
 _OMIT: Final = object()
@@ -552,10 +319,10 @@ def render_credential_file(config: OAuthConfig, tokens: Tokens | None, *,
 
     def fill(shape: Any) -> Any:
         if isinstance(shape, str):
-            whole = _PLACEHOLDER.fullmatch(shape.strip())
+            whole = PLACEHOLDER.fullmatch(shape.strip())
             if whole:
                 return values[whole.group(1)]
-            return _PLACEHOLDER.sub(
+            return PLACEHOLDER.sub(
                 lambda m: "" if values[m.group(1)] is _OMIT else str(values[m.group(1)]), shape)
         if isinstance(shape, Mapping):
             out: dict[str, Any] = {}
@@ -598,19 +365,15 @@ __all__ = [
     "CredentialFile",
     "Mode",
     "OAuthConfig",
-    "OAuthStore",
     "UNSIGNED_HEADER",
     "WITHHELD_ID_TOKEN",
     "Tokens",
     "account_from_id_token",
     "credential_mode",
-    "extract_by_structure",
     "has_api_key",
     "home_relative",
     "mode_env_name",
-    "parse_login",
     "passthrough_refusal",
     "render_credential_file",
-    "tokens_from_response",
     "unsigned_id_token",
 ]

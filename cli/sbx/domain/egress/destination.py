@@ -16,12 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from sbx.domain.egress.policy import (
-    METADATA_ADDRESSES,
-    internal_name,
-    is_metadata_name,
-    names_address,
-)
+from sbx.domain.egress.hosts import METADATA_ADDRESSES, internal_name, is_metadata_name
+from sbx.domain.egress.policy import names_address
 from sbx.domain.kits.compose import Network, Phase
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -36,7 +36,9 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from sbx.base.errors import SbxError
-from sbx.domain.egress.proxyconfig import OAuthSpec
+from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, unsigned_id_token
+from sbx.domain.credentials.oauthparse import tokens_from_response
+from sbx.domain.egress.proxycreds import OAuthSpec
 
 WITHHELD: Final = "sbx-oauth-withheld"  # what a token field other than access/refresh becomes
 # Headers never passed from a token endpoint (by name, lower-case, or containing one of these).
@@ -110,8 +112,6 @@ def rewrite_token_answer(status: int, headers: Sequence[tuple[bytes, bytes]], bo
     tokens = None
     if 200 <= status < 300 and isinstance(data, dict) \
             and isinstance(data.get(oauth.access_field), str):
-        from sbx.domain.credentials.oauth import tokens_from_response
-
         try:
             tokens = tokens_from_response(data, config=oauth.config(), previous=previous,
                                           now=now)
@@ -213,8 +213,6 @@ def _replace(key: str, value: str, oauth: OAuthSpec, withheld: list[str]) -> str
     if squashed == "idtoken":
         # Its claims without its signature: OpenID clients (Codex compares who the user is
         # across refreshes) read the same identity, and no verifier accepts it as a token.
-        from sbx.domain.credentials.oauth import WITHHELD_ID_TOKEN, unsigned_id_token
-
         return unsigned_id_token(value) or WITHHELD_ID_TOKEN
     return WITHHELD
 

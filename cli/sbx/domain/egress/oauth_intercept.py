@@ -6,7 +6,7 @@ credential bound in its OAuth mode is here and in :mod:`sbx.domain.egress.oauth_
 
 - **Which requests are the token endpoint** (:meth:`OAuthRoutes.token_endpoint`): any method
   to ``oauth.tokenEndpoint``'s host, and to its path when declared, matched after the
-  policy's own normalisation (:func:`sbx.domain.egress.policy.normalize_path`) the way
+  policy's own normalisation (:func:`sbx.domain.egress.paths.normalize_path`) the way
   lenient origins read a path: case-insensitively, without ``;`` parameters, with a trailing
   ``/`` or a format suffix (``token.json``). A path the policy cannot normalise (an encoded
   ``/``, ``%00``) on the token host is ambiguous and refused (:class:`AmbiguousEndpoint`).
@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from sbx.domain.egress.policy import host_matches, normalize_path, without_parameters
-from sbx.domain.egress.proxyconfig import CredentialSpec, OAuthSpec
+from sbx.domain.egress.hosts import host_matches
+from sbx.domain.egress.paths import normalize_path, without_parameters
+from sbx.domain.egress.proxycreds import CredentialSpec, OAuthSpec
+from sbx.seams.host.private import ensure_private_dir
 
 TOKEN_BODY_LIMIT: Final = 64 * 1024  # a token request is a few hundred bytes
 TOKEN_RESPONSE_LIMIT: Final = 1024 * 1024  # a token answer (with an id_token) is a few KiB
@@ -347,12 +349,10 @@ def mask_needles(values: Iterable[str]) -> list[bytes]:
 @contextlib.asynccontextmanager
 async def store_lock(directory: Path, service: str,
                      timeout: float = LOCK_TIMEOUT_S) -> AsyncIterator[None]:
-    """``sbx.domain.credentials.oauth.OAuthStore.locked`` without blocking the event loop: two
+    """``sbx.domain.credentials.oauthstore.OAuthStore.locked`` without blocking the event loop: two
     sandboxes (or two
     requests of one) refreshing one rotating refresh token take turns, so the second sends the
     token the first one received. Raises TimeoutError after ``timeout`` seconds."""
-    from sbx.seams.host.private import ensure_private_dir
-
     ensure_private_dir(directory)
     fd = os.open(directory / f".{service}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -33,6 +33,15 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.credentials.oauth import (
+    OAuthConfig,
+    credential_mode,
+    has_api_key,
+    mode_env_name,
+    passthrough_refusal,
+)
+from sbx.domain.credentials.secrets import encode_provided
+from sbx.domain.egress.proxyauth import proxy_url
 from sbx.domain.kits.compose import Composition
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import CREDENTIAL
@@ -79,13 +88,6 @@ def plan_egress(composition: Composition, *, has_install_hooks: bool,
     ``oauth`` when it
     declares an OAuth half and ``oauth_available`` says tokens are stored, else ``apikey`` when
     it declares an API key and ``secret_available`` says one is stored."""
-    from sbx.domain.credentials.oauth import (
-        OAuthConfig,
-        credential_mode,
-        has_api_key,
-        passthrough_refusal,
-    )
-
     if composition.network is None and not ssh_agent_phases:
         return None
     unbound_required: list[str] = []
@@ -142,8 +144,6 @@ def proxy_env(address: str, port: int, token: str | None = None) -> dict[str, st
     both spellings, and the CA. Only the sandbox's own loopback is exempt (agents talk to
     servers they start themselves there; that traffic never leaves the sandbox's network
     namespace, and the proxy would refuse a loopback destination anyway)."""
-    from sbx.domain.egress.proxyauth import proxy_url
-
     url = proxy_url(address, port, token)
     return {
         "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
@@ -279,8 +279,6 @@ def owner_line(client_token: str | None, secrets: Mapping[str, str] | None) -> b
     """The owner pipe's first line: the token, then the encoded secrets when there are any."""
     line = client_token or ""
     if secrets:
-        from sbx.domain.credentials.secrets import encode_provided
-
         line += "|" + encode_provided(secrets)
     return f"{line}\n".encode("ascii")
 
@@ -302,8 +300,6 @@ def credential_env(specs: Sequence[object]) -> dict[str, str]:
     """Each proxy-managed credential's variable holds its sentinel; inject-only sets nothing.
     ``SBX_CRED_<SERVICE>_MODE`` says which half of each credential is bound (``apikey`` or
     ``oauth``), for kit hooks that configure the agent accordingly."""
-    from sbx.domain.credentials.oauth import mode_env_name
-
     out: dict[str, str] = {}
     for spec in specs:
         env = getattr(spec, "env", None)

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from sbx.domain.egress.policy import normalize_host, valid_host_pattern, valid_path_pattern
+from sbx.domain.egress.hosts import normalize_host, valid_host_pattern
+from sbx.domain.egress.paths import valid_path_pattern
 from sbx.domain.kits.compose import (
     METHOD_ANY,
     PHASES,
@@ -32,6 +33,7 @@ from sbx.domain.kits.compose import (
     Phase,
     Rule,
 )
+from sbx.domain.kits.surface import diff_widenings, surface
 
 FORMAT: Final = 1
 POLICY_DIR: Final = "policy"
@@ -271,8 +273,6 @@ def widenings(base: Network | None, rule: UserRule) -> list[Any]:
     """How ``rule`` widens what ``base`` (the kits' network of the sandbox it is for; None:
     no kit declared anything, as for a rule for every sandbox) grants, as the pull gate shows
     widenings (:func:`sbx.domain.kits.surface.diff_widenings`). A deny never widens."""
-    from sbx.domain.kits.surface import diff_widenings
-
     if rule.action == "deny":
         return []
     empty = Network(2, NetworkPhase(), NetworkPhase(), False, ())
@@ -282,8 +282,6 @@ def widenings(base: Network | None, rule: UserRule) -> list[Any]:
 
 
 def _surface(network: Network) -> Any:
-    from sbx.domain.kits.surface import surface
-
     return surface([{"type": network.type, "config": network.config()}])
 
 

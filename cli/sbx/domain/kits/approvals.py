@@ -30,7 +30,7 @@ from sbx.domain.kits.surface import Surface, diff_widenings
 from sbx.seams.locks import name_lock
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.local import LocalKit
+    from sbx.domain.kits.localkit import LocalKit
 
 APPROVALS_FILE: Final = "kits.approved.json"
 APPROVALS_VERSION: Final = 1

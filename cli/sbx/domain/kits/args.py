@@ -35,15 +35,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from sbx.base.errors import SbxError
+from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import (
-    MAX_DESCRIPTOR_BYTES,
-    Descriptor,
-    load_document,
-    raise_diagnostics,
-)
+from sbx.domain.kits.descriptor import Descriptor, check_document, raise_diagnostics
 from sbx.domain.kits.diagnostics import Finding, Parts, position, to_plain
+from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES, load_document
 from sbx.domain.kits.patterns import PatternError, full_match
 from sbx.domain.kits.placeholders import (
     ARG_NAME,
@@ -316,8 +312,6 @@ def validate_effective(data: Mapping[str, Any], file: str, *, text: str | None =
     Any remaining ``${{ kit.args.* }}`` reference (anywhere) or ``${{ kit.env.* }}`` reference
     (in capability configs) is an error, so a placeholder can never become literal policy.
     """
-    from sbx.domain.kits.descriptor import check_document
-
     plain = to_plain(data)
     document = _source_document(file, text)
     lines = text.splitlines() if text is not None else _read_lines(file)
@@ -512,8 +506,6 @@ def _env_text(value: str, parts: Parts, env: Mapping[str, str],
 
 def _source_document(file: str, text: str | None) -> Any:
     """The ruamel document of the descriptor as written, for positions; None if unavailable."""
-    from sbx.base.errors import KitError
-
     if text is None:
         try:
             text = Path(file).read_text(encoding="utf-8")

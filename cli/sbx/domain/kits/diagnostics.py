@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sbx.base.errors import KitError
+
 _SOURCE_WINDOW: Final = 120
 
 Parts = tuple[str | int, ...]
@@ -177,5 +179,36 @@ def _plain_key(key: Any) -> str:
     return str(to_plain(key))
 
 
-__all__ = ["Diagnostic", "Finding", "Parts", "format_path", "key_position", "line_at", "locate",
-           "position", "to_plain", "value_position"]
+# How much of the document is shown: every problem is counted and kept in `details`, but the
+# human message lists the first ones, each with at most a window of its source line.
+MAX_SHOWN_DIAGNOSTICS: Final = 50
+MAX_KEPT_DIAGNOSTICS: Final = 1000
+
+
+def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    unique: dict[tuple[str, str], Diagnostic] = {}
+    for diagnostic in diagnostics:
+        unique.setdefault((diagnostic.path, diagnostic.message), diagnostic)
+    return sorted(unique.values(), key=lambda d: (d.line, d.col, d.path, d.message))
+
+
+def fail(diagnostics: Sequence[Diagnostic]) -> Any:
+    count = len(diagnostics)
+    file = diagnostics[0].file if diagnostics else "descriptor"
+    head = f"{file} is not a valid kit descriptor ({count} problem{'s' if count != 1 else ''})"
+    shown = diagnostics[:MAX_SHOWN_DIAGNOSTICS]
+    body = "\n\n".join(d.render() for d in shown)
+    if count > len(shown):
+        body += f"\n\n... and {count - len(shown)} more problems (--json lists up to " \
+                f"{MAX_KEPT_DIAGNOSTICS})"
+    details: dict[str, Any] = {
+        "diagnostics": [d.as_dict() for d in diagnostics[:MAX_KEPT_DIAGNOSTICS]]}
+    if count > MAX_KEPT_DIAGNOSTICS:
+        details["diagnostics_total"] = count
+    raise KitError(head, body=body,
+                   hint="Fix each field at the path and position shown.", details=details)
+
+
+__all__ = ["MAX_KEPT_DIAGNOSTICS", "MAX_SHOWN_DIAGNOSTICS", "Diagnostic", "Finding", "Parts",
+           "fail", "format_path", "key_position", "line_at", "locate", "position",
+           "sort_diagnostics", "to_plain", "value_position"]

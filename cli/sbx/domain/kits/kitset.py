@@ -27,9 +27,12 @@ from sbx.domain.kits.args import (
     validate_effective,
 )
 from sbx.domain.kits.compose import Composition, Contribution, compose
-from sbx.domain.kits.descriptor import validation_fingerprint
-from sbx.domain.kits.local import LocalKit, load_local_kit, path_kind
+from sbx.domain.kits.local import load_local_kit, path_kind
+from sbx.domain.kits.localkit import LocalKit
+from sbx.domain.kits.lock import load_locked_kit
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
+from sbx.domain.kits.rules import check_selected, parse_path
+from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.selection import Selection, refuse_unsupported, select
 from sbx.seams import owned
 
@@ -113,8 +116,6 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
 def _load_kit(reference: str, *, cwd: Path, cache_dir: Path,
               lock_home: Path | None) -> LocalKit:
     if lock_home is not None and path_kind(cwd / reference, reference) is None:
-        from sbx.domain.kits.lock import load_locked_kit
-
         locked = load_locked_kit(reference, lock_home)
         if locked is not None:
             return locked
@@ -164,8 +165,6 @@ def _check_selected_groups(selection: Selection, file: str) -> list[Any]:
     if not any(".group." in path for path in selection.selected_paths) and not any(
             r.type == "group" for r in selection.skipped):
         return []
-    from sbx.domain.kits.rules import check_selected, parse_path
-
     return check_selected(selection.selected, file,
                           [parse_path(p) for p in selection.selected_paths])
 

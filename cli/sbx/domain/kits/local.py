@@ -12,7 +12,6 @@ import io
 import os
 import stat
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -20,28 +19,13 @@ from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, parse_descriptor_file
 from sbx.domain.kits.diagnostics import Diagnostic
+from sbx.domain.kits.localkit import LocalKit
 
 # The recipe travels inside the build context under this name, whatever its origin (companion
 # file, `dockerfile:` path or inline `build:` text), so the builder reads exactly what was hashed.
 RECIPE_NAME: Final = ".sbx-recipe.dockerfile"
 # Directories never hashed into the build cache key nor sent as build context noise.
 _SKIP_DIRS: Final = frozenset({".git", "__pycache__", ".venv", "node_modules"})
-
-
-@dataclass(frozen=True)
-class LocalKit:
-    reference: str  # as the user wrote it
-    directory: Path
-    stem: str
-    descriptor: Descriptor
-    dockerfile_text: str | None  # None: declaration-only
-    # A kit pulled from a registry and pinned in the lock: its image (``repo@sha256:…``), used
-    # as-is instead of a build (sbx.domain.kits.lock.load_locked_kit).
-    image: str | None = None
-
-    @property
-    def descriptor_file(self) -> Path:
-        return Path(self.descriptor.file)
 
 
 def find_descriptor(directory: Path) -> Path:
@@ -206,5 +190,5 @@ def content_hash(kit: LocalKit) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["RECIPE_NAME", "LocalKit", "build_context", "content_hash", "find_descriptor",
+__all__ = ["RECIPE_NAME", "build_context", "content_hash", "find_descriptor",
            "load_local_kit", "looks_like_path", "path_kind"]

@@ -14,23 +14,18 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.descriptor import (
-    MAX_DESCRIPTOR_BYTES,
-    Descriptor,
-    parse_descriptor_text,
-    validation_fingerprint,
-)
+from sbx.domain.kits.descriptor import Descriptor, parse_descriptor_text
+from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES
+from sbx.domain.kits.localkit import LocalKit
+from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.statefile import MAX_STATE_BYTES, read_state, write_atomic
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import owned, state
 from sbx.seams.registry import canonical_reference
-
-if TYPE_CHECKING:
-    from sbx.domain.kits.local import LocalKit
 
 LOCK_FILE: Final = "kits.lock.json"
 MAX_LOCK_BYTES: Final = MAX_STATE_BYTES
@@ -189,8 +184,6 @@ def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     except UnicodeDecodeError as exc:
         raise state.corrupt(stored, f"it is not UTF-8 text (byte offset {exc.start})",
                             what="the stored descriptor", fix=fix) from exc
-    from sbx.domain.kits.local import LocalKit
-
     descriptor = parse_published(text, f"{reference} (locked {entry.digest[:19]})", state_home)
     stem = entry.reference.rsplit("/", 1)[-1].partition("@")[0].partition(":")[0] or "kit"
     return LocalKit(reference=reference, directory=stored.parent, stem=stem,

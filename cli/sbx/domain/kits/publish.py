@@ -30,7 +30,7 @@ from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import expand_build_phase
 from sbx.domain.kits.diagnostics import Diagnostic
-from sbx.domain.kits.local import LocalKit
+from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.types import STAGE_ROOT
 
 AGENT_CONTEXT: Final = "com.docker.sandbox/agent-context@1"

@@ -49,6 +49,7 @@ NOT_IMPLEMENTED = "not implemented by this sbx"
 
 def why_not(ctype: str) -> str:
     """The reason a type is not provided: its handler's own words when sbx knows the type."""
+    # Deferred: the handlers import this module (SelectionRecord) at their top.
     from sbx.domain.kits import captypes
 
     refusal = captypes.handler(ctype).refusal

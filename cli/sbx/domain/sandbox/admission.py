@@ -26,7 +26,9 @@ from sbx.domain.sandbox.envflags import parse_env
 from sbx.domain.sandbox.identity import WorkspaceOwner
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.kitpins import KitFiles, kit_pins
-from sbx.domain.sandbox.mounts import SOCKET, MountPolicy, check_source
+from sbx.domain.sandbox.mountpolicy import MountPolicy
+from sbx.domain.sandbox.mountrules import SOCKET
+from sbx.domain.sandbox.mounts import check_source
 from sbx.domain.sandbox.sources import (
     SOCKET_SCAN_ENTRIES,
     SOCKET_SCAN_SECONDS,

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Protocol
 
+from sbx import __version__
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox.imagecache import record_use
 from sbx.seams import owned
 from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
@@ -70,7 +72,7 @@ ProgressFactory = Callable[[str], AbstractContextManager[Callable[[str], None]]]
 
 
 class WorkloadImage(Protocol):
-    """What the workload side needs: its image and tag (``sbx.domain.sandbox.images.KitImage``
+    """What the workload side needs: its image and tag (``sbx.domain.sandbox.kitimages.KitImage``
     fits)."""
 
     @property
@@ -424,8 +426,6 @@ def assemble(driver: Images, workload: WorkloadImage,
                                      workload_ref=workload_ref, cache_dir=cache_dir,
                                      helper_labels=helper_labels)
         if found.built and home_hash is not None:  # this home's from its creation (for gc)
-            from sbx.domain.sandbox.imagecache import record_use
-
             record_use(driver, home_hash, [found.image])
         return found
 
@@ -470,8 +470,6 @@ def _cached_or_assembled(driver: Images, workload: WorkloadImage,
 
 
 def _version() -> str:
-    from sbx import __version__
-
     return __version__
 
 

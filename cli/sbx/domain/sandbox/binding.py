@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from sbx.domain.credentials.oauthstore import OAuthStore
+from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 from sbx.domain.egress.plan import EgressPlan, plan_egress
 from sbx.domain.kits.compose import Composition
 from sbx.domain.sandbox.capabilities import CapabilityPlan
@@ -25,9 +27,6 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
     relay_phases = tuple(phase for phase, _, _ in capabilities.ssh_agent)
     if composition.network is None and not relay_phases:
         return None
-    from sbx.domain.credentials.oauth import OAuthStore
-    from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
-
     store = SecretStore(state_home)
     provided: Mapping[str, str] = {}
     if resolve_values:

@@ -22,7 +22,7 @@ from sbx.domain.kits.captypes.agent_context import (
 )
 from sbx.domain.kits.captypes.volume import DEFAULT_TMPFS_BYTES
 from sbx.domain.kits.compose import Composition
-from sbx.domain.kits.local import LocalKit
+from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.sandbox.hardening import Limits
 from sbx.domain.sandbox.lifecycle import KitFile, LifecyclePlan

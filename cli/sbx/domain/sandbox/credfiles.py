@@ -14,6 +14,8 @@ import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 
+from sbx.domain.credentials.oauth import OAuthConfig, home_relative, render_credential_file
+from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.kits.compose import Composition
 from sbx.domain.sandbox.lifecycle import KitFile
 
@@ -21,13 +23,6 @@ from sbx.domain.sandbox.lifecycle import KitFile
 def credential_files(composition: Composition, modes: Mapping[str, str], state_home: Path,
                      *, home: str, now: float | None = None) -> list[KitFile]:
     """The OAuth credential files (sentinels only), at their paths in the sandbox."""
-    from sbx.domain.credentials.oauth import (
-        OAuthConfig,
-        OAuthStore,
-        home_relative,
-        render_credential_file,
-    )
-
     store = OAuthStore(state_home)
     files: list[KitFile] = []
     seen: set[str] = set()

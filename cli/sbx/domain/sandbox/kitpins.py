@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import MountBlocked
-from sbx.domain.sandbox.mounts import KIT_WRITABLE
+from sbx.domain.sandbox.mountrules import KIT_WRITABLE
 from sbx.domain.sandbox.sources import OpenedSource, Pin, open_child
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sbx.domain.kits.local import LocalKit
+    from sbx.domain.kits.localkit import LocalKit
 
 
 @dataclass(frozen=True)

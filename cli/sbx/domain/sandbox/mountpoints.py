@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from sbx import __version__
 from sbx.base import labels as label_keys
+from sbx.domain.sandbox.imagecache import record_use
 from sbx.seams import owned
 from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
@@ -73,8 +75,6 @@ def prepare_mountpoints(driver: Images, image: ImageInfo, *, home: str, cache_di
             image_labels={PREPARED_FROM_LABEL: image.id, label_keys.VERSION: _version()},
             helper_labels=helper_labels)
         if home_hash is not None:  # this home's from its creation (for gc)
-            from sbx.domain.sandbox.imagecache import record_use
-
             record_use(driver, home_hash, [derived])
         return derived
 
@@ -94,8 +94,6 @@ def _observed_modes(driver: Images, image: ImageInfo, paths: tuple[str, ...], ca
 
 
 def _version() -> str:
-    from sbx import __version__
-
     return __version__
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox.hardening import Limits
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -43,8 +44,6 @@ def check_engine(info: EngineInfo) -> None:
 
 def sandbox_limits(config: Config) -> Limits:
     """The limits a sandbox gets before kits ask for less (``resources@1``): the config's."""
-    from sbx.domain.sandbox.hardening import Limits
-
     return Limits.from_sandbox(config.sandbox)
 
 

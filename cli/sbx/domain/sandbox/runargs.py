@@ -23,9 +23,7 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
     checks, which name the rule."""
     if workspace is None or os.sep in workspace or os.path.isdir(cwd / workspace):
         return
-    from sbx.domain.kits.local import looks_like_path  # only for a word that is no directory
-
-    if looks_like_path(workspace):
+    if _looks_like_path(workspace):
         return
     suggested = shlex.join(["sbx", "run", workload, "--", workspace, *(command or ())])
     raise SbxError(
@@ -58,12 +56,18 @@ def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> 
         return None
     at = words[-1]
     word = argv[at]
-    from sbx.domain.kits.local import looks_like_path
-
-    if looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
+    if _looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
         return None
     suggested = shlex.join(["sbx", *argv[:at], "--", *argv[at:]])
     return f"To run {shlex.join(argv[at:])!r} in the sandbox: {suggested}"
+
+
+def _looks_like_path(word: str) -> bool:
+    # Deferred: kits.local decodes descriptors, which the cached run never loads; only a word
+    # that names no directory is asked about.
+    from sbx.domain.kits.local import looks_like_path
+
+    return looks_like_path(word)
 
 
 __all__ = ["check_workspace_word", "command_hint"]

@@ -33,11 +33,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.mounts import SOURCE_CHANGED, SOURCE_UNREADABLE, check_file_type
+from sbx.domain.sandbox.mountrules import SOURCE_CHANGED, SOURCE_UNREADABLE
+from sbx.domain.sandbox.mounts import check_file_type
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.workspace_trust import Baseline
@@ -258,11 +260,7 @@ class Staging:
             point.touch(mode=0o600)
         self.points.append(point)
         self.log.append({"kind": "bind", "path": source.path})
-        # The host seams only when something is staged: a run without host mounts does not
-        # pay for importing ctypes and subprocess.
-        from sbx.seams.host import mounts
-
-        code = mounts.bind_descriptor(source.fd, point)
+        code = _host_mounts().bind_descriptor(source.fd, point)
         if code != 0:
             raise MountBlocked(
                 f"staging {source.path} for the sandbox failed ({os.strerror(code)}) "
@@ -275,8 +273,7 @@ class Staging:
         """A fresh file system of ``size`` bytes (ext4 in a sparse file ``image``, loop-mounted
         ``nosuid,nodev`` on a new staging point, its root owned by ``uid:gid``): a volume whose
         size the kernel enforces. The loop device goes with the unmount (autoclear)."""
-        from sbx.seams.host import mounts
-
+        mounts = _host_mounts()
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
@@ -302,8 +299,7 @@ class Staging:
     def remount_filesystem(self, image: Path) -> str:
         """A file system made by :meth:`stage_filesystem` before (a named sandbox's volume),
         mounted again on the next point."""
-        from sbx.seams.host import mounts
-
+        mounts = _host_mounts()
         self._ensure_directory()
         point = self.directory / str(len(self.points))
         point.mkdir(mode=0o700)
@@ -339,9 +335,16 @@ class Staging:
         return problems
 
 
-def release_points(points: Sequence[Path]) -> list[str]:
+def _host_mounts() -> ModuleType:
+    """The host's mount seam (:mod:`sbx.seams.host.mounts`)."""
+    # Deferred: only a run that stages something pays for importing ctypes and subprocess.
     from sbx.seams.host import mounts
 
+    return mounts
+
+
+def release_points(points: Sequence[Path]) -> list[str]:
+    mounts = _host_mounts()
     problems: list[str] = []
     for point in reversed(points):
         code = mounts.detach(point)

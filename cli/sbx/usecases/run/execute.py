@@ -20,7 +20,7 @@ from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import BindMount, ContainerSpec, deadline_check
-from sbx.domain.sandbox.mounts import SOURCE_CHANGED
+from sbx.domain.sandbox.mountrules import SOURCE_CHANGED
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import audit
 from sbx.seams.engine import Driver

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.oauth import ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX
-from sbx.domain.egress.proxyconfig import SENTINEL_PREFIX
+from sbx.domain.egress.proxycreds import SENTINEL_PREFIX
 from sbx.domain.sandbox.admission import Admission, HostPath, sentinel_names
 from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
 from sbx.domain.sandbox.hardening import TMP_TARGET

@@ -14,7 +14,8 @@ from sbx.domain.egress import requestlog
 from sbx.domain.egress.plan import ProxyProcess, credential_env, proxy_env
 from sbx.domain.egress.policystore import rules_path
 from sbx.domain.egress.proxyauth import new_token
-from sbx.domain.egress.proxyconfig import CredentialSpec, ProxyConfig
+from sbx.domain.egress.proxyconfig import ProxyConfig
+from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams.engine import Driver

@@ -32,13 +32,8 @@ from sbx.domain.sandbox.hardening import (
 from sbx.domain.sandbox.identity import FALLBACK_HOME, WorkspaceOwner
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.kitpins import KitFiles
-from sbx.domain.sandbox.mounts import (
-    CheckedMount,
-    MountPolicy,
-    check_mount,
-    check_source,
-    parse_mount_flag,
-)
+from sbx.domain.sandbox.mountpolicy import MountPolicy
+from sbx.domain.sandbox.mounts import CheckedMount, check_mount, check_source, parse_mount_flag
 from sbx.domain.sandbox.sources import HostMounts
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS

@@ -18,18 +18,19 @@ from sbx.domain.kits.captypes.base import (
     Merge,
     Out,
     blank_command,
-    canonical_config,
     merged,
     restated,
     show,
     string,
 )
+from sbx.domain.kits.composed import canonical_config
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import ACP
 from sbx.domain.kits.versions import VersionError, check_name, normalize_name
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
 
 
 class AcpType(Handler):

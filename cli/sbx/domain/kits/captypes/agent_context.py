@@ -36,7 +36,8 @@ from sbx.domain.kits.types import AGENT_CONTEXT, STAGE_ROOT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import KitContent, SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
 
 DEFAULT_PROFILE: Final = "AGENTS.md"
 _FILE_NAME_FORBIDDEN: Final = re.compile(r"[/\\\x00]")

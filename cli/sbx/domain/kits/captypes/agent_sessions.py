@@ -23,7 +23,8 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.types import AGENT_SESSIONS, INTERACTIVE_SESSIONS
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
 
 PROMPT: Final = "{{.Prompt}}"
 SESSION_ID: Final = "{{.SessionID}}"

@@ -28,7 +28,8 @@ from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import AGENT_SKILL
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
 
 SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 

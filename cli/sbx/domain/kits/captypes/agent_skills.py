@@ -31,7 +31,8 @@ from sbx.domain.kits.types import AGENT_SKILLS
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 

@@ -8,8 +8,8 @@ of the sandbox (:mod:`sbx.domain.sandbox.capabilities` supplies a :class:`Sandbo
 
 Handlers read decoded plain data of any shape: the schema pass reports shape errors, so a rule
 skips what it cannot read rather than fail. Nothing here imports the composer: the surface (a
-pull, a run of a locked kit) loads handlers without it; merge code imports its dataclasses
-when it runs.
+pull, a run of a locked kit) loads handlers without it; merge code builds the value model of
+:mod:`sbx.domain.kits.composed`, which imports nothing of the kits package.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
+from sbx.domain.kits.composed import MergedRequest, canonical_config
 from sbx.domain.kits.diagnostics import Finding, Parts, format_path
 from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.surface import Widening
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, MergedRequest, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.selection import SelectionRecord
     from sbx.domain.kits.surface import Surface, Widening
 
@@ -137,15 +140,6 @@ def walk_strings(value: Any, parts: Parts) -> Iterator[tuple[Parts, str, bool]]:
 def canonical_json(value: Any) -> str:
     """The rules' exact-duplicate key of a config."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def canonical_config(config: Any) -> str:
-    """The composer's key of a config. An omitted config and {} are the same request:
-    config-less types have exactly those two spellings."""
-    if config is None or config == {}:
-        return ""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
 
 
 def clean_path(path: str) -> str:
@@ -264,8 +258,6 @@ def restated(held: Keyed, origin: Origin, optional: bool) -> None:
 
 
 def merged(keyed: Keyed) -> MergedRequest:
-    from sbx.domain.kits.compose import MergedRequest
-
     config = keyed.item.get("config")
     plain = dict(config) if isinstance(config, Mapping) and config else None
     return MergedRequest(str(keyed.item.get("type", "")), plain, keyed.optional,
@@ -464,8 +456,6 @@ class Handler:
 def missing(category: str, granted: Iterable[str], candidate: Iterable[str],
             ) -> Iterator[Widening]:
     """Entries of ``candidate`` not in ``granted``, as widenings of ``category``."""
-    from sbx.domain.kits.surface import Widening
-
     have = set(granted)
     for entry in candidate:
         if entry not in have:
@@ -475,7 +465,7 @@ def missing(category: str, granted: Iterable[str], candidate: Iterable[str],
 __all__ = [
     "NS", "PHASES", "PRESENCE", "SOLE", "TYPE_PATTERN", "Block", "Bounds", "CapabilityEntry",
     "Handler", "KitContent", "add_sole", "sole",
-    "Keyed", "Keys", "Merge", "Out", "SandboxPlanner", "blank_command", "canonical_config",
+    "Keyed", "Keys", "Merge", "Out", "SandboxPlanner", "blank_command",
     "canonical_json", "clean_path", "config_of", "deferred", "items", "literal_argv",
     "literal_phases", "mapping", "mappings", "merge_phases", "merged", "missing", "opt_str",
     "phase_list", "restated", "show", "size_bytes", "str_list", "string", "strings",

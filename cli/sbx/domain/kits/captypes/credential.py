@@ -32,12 +32,16 @@ from sbx.domain.kits.captypes.base import (
     strip_port,
     walk_strings,
 )
+from sbx.domain.kits.captypes.network_policy import allow_hosts
+from sbx.domain.kits.composed import Credential
+from sbx.domain.kits.destinations import credential_destinations
 from sbx.domain.kits.diagnostics import Parts
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import CREDENTIAL, NETWORK_V1, NETWORK_V2
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Credential, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Credential, Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 # AccountId and IdToken are sbx's own (not in KIT-SPEC-V3): who the login is of, which some
@@ -99,8 +103,6 @@ class CredentialType(Handler):
 
     def add(self, merge: Merge, origin: Origin, item: Mapping[str, Any],
             config: Mapping[str, Any], optional: bool) -> None:
-        from sbx.domain.kits.compose import Credential
-
         held_by: dict[tuple[str, str], Credential] = merge.state("credentials", dict)
         service = str(config.get("service", ""))
         for phase in merge_phases(config.get("phase")):
@@ -124,8 +126,6 @@ class CredentialType(Handler):
 
     def project(self, ctype: str, config: Any, lists: dict[str, list[str]],
                 flags: dict[str, bool]) -> bool:
-        from sbx.domain.kits.destinations import credential_destinations
-
         if not isinstance(config, Mapping):
             return False
         service, phases = config.get("service"), phase_list(config.get("phase"))
@@ -160,8 +160,6 @@ def _nulls(value: Any, parts: Parts) -> Iterator[Parts]:
 
 
 def _inject_within_allow(block: Block, out: Out) -> None:
-    from sbx.domain.kits.captypes.network_policy import allow_hosts
-
     policies = block.of(NETWORK_V1, NETWORK_V2)
     if len(policies) > 1 or any(deferred(p.data.get("config")) for p in policies):
         return  # ambiguous or parameterized: judged on the effective descriptor

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler
+from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import GIT_IDENTITY
 
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ class GitIdentity(Handler):
     implemented = True
 
     def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
-        from sbx.domain.kits.selection import SelectionRecord
-
         entry = next((e for e in composition.others if e.type == GIT_IDENTITY), None)
         if entry is None:
             return

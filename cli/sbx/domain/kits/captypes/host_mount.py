@@ -27,6 +27,7 @@ from sbx.domain.kits.captypes.base import (
     opt_str,
 )
 from sbx.domain.kits.captypes.volume import STORAGE, add_storage, claim_storage
+from sbx.domain.kits.composed import HostMount
 from sbx.domain.kits.types import HOST_MOUNT
 
 
@@ -40,7 +41,8 @@ def kit_identity(reference: str, directory: Path, stem: str, image: str | None) 
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 
@@ -65,8 +67,6 @@ class HostMountType(Handler):
         add_storage(merge, origin, HOST_MOUNT, item, config, optional)
 
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
-        from sbx.domain.kits.compose import HostMount
-
         parts["host_mounts"] = tuple(
             HostMount(path, opt_str(cfg.get("mode")), cfg, keyed.optional, keyed.origin)
             for path, keyed in merge.table(STORAGE).items()

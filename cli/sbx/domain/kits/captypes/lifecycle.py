@@ -25,11 +25,13 @@ from sbx.domain.kits.captypes.base import (
     opt_str,
     str_list,
 )
+from sbx.domain.kits.composed import FileWrite, Hook, Lifecycle
 from sbx.domain.kits.types import LIFECYCLE
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, FileWrite, Hook, Lifecycle, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import FileWrite, Hook, Lifecycle, Origin
 
 
 class LifecycleType(Handler):
@@ -76,8 +78,6 @@ class LifecycleType(Handler):
 
 def _merged(merge: Merge, asks: list[tuple[Origin, Mapping[str, Any], bool]],
             ) -> Lifecycle | None:
-    from sbx.domain.kits.compose import FileWrite, Lifecycle
-
     if not asks:
         return None
     install: list[Hook] = []
@@ -115,8 +115,6 @@ def _merged(merge: Merge, asks: list[tuple[Origin, Mapping[str, Any], bool]],
 
 
 def _hooks(stage: Any, cfg: Mapping[str, Any], origin: Origin) -> list[Hook]:
-    from sbx.domain.kits.compose import Hook
-
     hooks: list[Hook] = []
     for position, hook in enumerate(mappings(cfg.get(stage))):
         command = hook.get("command")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.captypes.base import Handler
+from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import LONG_RUNNING
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ class LongRunning(Handler):
     implemented = True
 
     def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
-        from sbx.domain.kits.selection import SelectionRecord
-
         entry = next((e for e in composition.others if e.type == LONG_RUNNING), None)
         if entry is None or planner.named is not False:
             return

@@ -22,15 +22,27 @@ from sbx.domain.kits.captypes.base import (
     Out,
     items,
     mapping,
+    missing,
     show,
     str_list,
+    strings,
+    strip_port,
 )
+from sbx.domain.kits.composed import Network, NetworkPhase, Rule
 from sbx.domain.kits.diagnostics import Parts
 from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.surface import (
+    Widening,
+    complete_http_grants,
+    http_atoms,
+    http_deny_removals,
+    http_widenings,
+)
 from sbx.domain.kits.types import NETWORK_V1, NETWORK_V2
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Network, Origin, Rule
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Network, Origin, Rule
     from sbx.domain.kits.surface import Surface, Widening
 
 HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST",
@@ -98,14 +110,6 @@ class NetworkPolicy(Handler):
         return _project(config, lists, v2=ctype == NETWORK_V2)
 
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
-        from sbx.domain.kits.captypes.base import missing
-        from sbx.domain.kits.surface import (
-            Widening,
-            complete_http_grants,
-            http_deny_removals,
-            http_widenings,
-        )
-
         g, c = granted, candidate
         yield from missing("network.install.allow", g.network_install_allow,
                            c.network_install_allow)
@@ -164,8 +168,6 @@ def _check_rule(at: Parts, phase: str, side: str, raw: Mapping[str, Any], out: O
 
 def allow_hosts(config: Mapping[str, Any], phase: str) -> set[str] | None:
     """Hosts (port stripped) a policy allows in a phase, bounded or not; None if unreadable."""
-    from sbx.domain.kits.captypes.base import strings, strip_port
-
     hosts: set[str] = set()
     for raw in items(mapping(config.get(phase)).get("allow")):
         if isinstance(raw, str):
@@ -180,8 +182,6 @@ def allow_hosts(config: Mapping[str, Any], phase: str) -> set[str] | None:
 # -- the merge ------------------------------------------------------------------------------------
 
 def _merged(asks: list[tuple[Origin, bool, Mapping[str, Any], bool]]) -> Network | None:
-    from sbx.domain.kits.compose import Network, NetworkPhase
-
     if not asks:
         return None
     rules: dict[tuple[str, str], list[Rule]] = {}
@@ -216,8 +216,6 @@ def _merged(asks: list[tuple[Origin, bool, Mapping[str, Any], bool]]) -> Network
 
 
 def _rules_of(entry: Any, action: Any, phase: Any, origin: Origin) -> list[Rule]:
-    from sbx.domain.kits.compose import Rule
-
     if isinstance(entry, str):
         return [Rule(entry, (), (), action, origin.kit, origin.index, phase, origin.path)]
     if not isinstance(entry, Mapping):
@@ -231,8 +229,6 @@ def _rules_of(entry: Any, action: Any, phase: Any, origin: Origin) -> list[Rule]
 # -- the surface ----------------------------------------------------------------------------------
 
 def _project(config: Any, out: dict[str, list[str]], *, v2: bool) -> bool:
-    from sbx.domain.kits.surface import http_atoms
-
     if config is None:
         return True  # nothing requested in either phase
     if not isinstance(config, Mapping) or not set(config) <= set(PHASES):

@@ -23,12 +23,15 @@ from sbx.domain.kits.captypes.base import (
     opt_str,
     show,
 )
+from sbx.domain.kits.composed import Port
 from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import PORT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 
@@ -54,8 +57,6 @@ class PortType(Handler):
         merge.collapse("ports", f"{container}/{transport}", origin, item, optional)
 
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
-        from sbx.domain.kits.compose import Port
-
         ports = []
         for keyed in merge.table("ports").values():
             cfg = config_of(keyed.item)
@@ -84,8 +85,6 @@ class PortType(Handler):
     def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
         """TCP ports are forwarded; UDP cannot be (refused when required, skipped when
         optional)."""
-        from sbx.domain.kits.selection import SelectionRecord
-
         for port in composition.ports:
             if port.transport == "tcp":
                 planner.add_port(port.container)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler
+from sbx.domain.kits.surface import Widening
 from sbx.domain.kits.types import PRIVILEGED
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ class PrivilegedType(Handler):
         return True
 
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
-        from sbx.domain.kits.surface import Widening
-
         if candidate.privileged and not granted.privileged:
             yield Widening("privileged", PRIVILEGED_DETAIL)
 

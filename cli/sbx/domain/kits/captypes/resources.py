@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler, Merge, add_sole, size_bytes, sole
+from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import RESOURCES
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
 
 
 class ResourcesType(Handler):
@@ -42,8 +44,6 @@ class ResourcesType(Handler):
         entry = composition.resources
         if entry is None or not entry.config:
             return
-        from sbx.domain.kits.selection import SelectionRecord
-
         limits = planner.limits
         config = entry.config
         problems: list[str] = []

@@ -32,12 +32,16 @@ from sbx.domain.kits.captypes.base import (
     show,
     str_list,
 )
+from sbx.domain.kits.composed import SSHAgentGrant
 from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.surface import Widening
 from sbx.domain.kits.types import SSH_AGENT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin, SSHAgentGrant
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin, SSHAgentGrant
     from sbx.domain.kits.surface import Surface, Widening
 
 # The relay's directory inside the sandbox (mounted read-only) and its socket there.
@@ -50,8 +54,6 @@ class SSHAgent(Handler):
     implemented = True
 
     def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
-        from sbx.domain.kits.selection import SelectionRecord
-
         granted = list(composition.ssh_agent)
         if not granted:
             return
@@ -147,8 +149,6 @@ class SSHAgent(Handler):
         return True
 
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
-        from sbx.domain.kits.surface import Widening
-
         # An unrestricted phase covers everything in that phase, and a destination without a
         # user covers every user at that host; so narrowing to a bounded grant is silent.
         have = set(granted.ssh_agent)
@@ -167,8 +167,6 @@ class SSHAgent(Handler):
 
 def _grants(asks: Mapping[str, list[tuple[Origin, Mapping[str, Any], bool]]],
             ) -> tuple[SSHAgentGrant, ...]:
-    from sbx.domain.kits.compose import SSHAgentGrant
-
     out: list[SSHAgentGrant] = []
     for phase in PHASES:
         phase_asks = asks.get(phase)

@@ -9,19 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from sbx.domain.kits.captypes.base import (
-    CapabilityEntry,
-    Handler,
-    Merge,
-    Out,
-    canonical_config,
-    merged,
-    missing,
-)
+from sbx.domain.kits.captypes.base import CapabilityEntry, Handler, Merge, Out, merged, missing
+from sbx.domain.kits.composed import canonical_config
 from sbx.domain.kits.types import USB_DEVICE
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 

@@ -31,12 +31,15 @@ from sbx.domain.kits.captypes.base import (
     size_bytes,
     string,
 )
+from sbx.domain.kits.composed import Volume
 from sbx.domain.kits.placeholders import contains_placeholder
+from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.kits.types import HOST_MOUNT, VOLUME
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition, Origin
+    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import Origin
     from sbx.domain.kits.surface import Surface, Widening
 
 STORAGE: Final = "storage"  # the path key volume@1 and host-mount@1 share
@@ -55,8 +58,6 @@ class VolumeType(Handler):
         add_storage(merge, origin, VOLUME, item, config, optional)
 
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
-        from sbx.domain.kits.compose import Volume
-
         parts["volumes"] = tuple(
             Volume(path, opt_str(cfg.get("size")), cfg.get("tmpfs") is True,
                    opt_str(cfg.get("mode")), cfg, keyed.optional, tuple(keyed.origins))
@@ -79,8 +80,6 @@ class VolumeType(Handler):
         yield from missing("storage", granted.storage_paths, candidate.storage_paths)
 
     def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
-        from sbx.domain.kits.selection import SelectionRecord
-
         limits = planner.limits
         budget = limits.memory_bytes - limits.tmp_bytes - limits.workspace_bytes \
             - limits.home_bytes
