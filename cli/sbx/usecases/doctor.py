@@ -316,7 +316,7 @@ _NO_PROBE_IMAGE_FIX: Final = (
 
 
 def check_gc(state: DoctorState) -> Verdict:
-    from sbx.usecases.gc import survey
+    from sbx.usecases.gc.collect import survey
 
     if state.config is None:
         return Verdict(Status.WARN, "not counted: the config is invalid (see the config check)",
