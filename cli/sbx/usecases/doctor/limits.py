@@ -90,9 +90,6 @@ _NO_PROBE_IMAGE_FIX: Final = (
     "sbx-test/busybox:1, or `docker load` a busybox image); sbx never pulls.")
 
 
-# -- the limit probe ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class LimitReading:
     name: str  # memory | swap | pids | cpu

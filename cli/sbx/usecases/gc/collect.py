@@ -21,7 +21,7 @@ from sbx.seams import audit, owned
 from sbx.usecases.gc.collector import Collector
 from sbx.usecases.gc.result import GcFailure, GcItem, GcRequest, GcResult
 from sbx.usecases.gc.sweep import Firewall, Processes
-from sbx.usecases.named import remove
+from sbx.usecases.named.removal import remove
 
 if TYPE_CHECKING:
     from sbx.usecases.context import AppContext

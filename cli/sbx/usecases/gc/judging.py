@@ -10,9 +10,7 @@ from typing import Final, TypeVar
 
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox.records import SandboxStore
-from sbx.seams.host.firewall import (
-    SbxRule,
-)
+from sbx.seams.host.firewall import SbxRule
 from sbx.usecases.gc.listing import (
     RUN_IMAGE_REPOSITORY,
     UNTAGGED,

@@ -182,9 +182,6 @@ def clip(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-# -- run directories and processes -------------------------------------------------------------
-
-
 def proc_cmdline(pid: int) -> str | None:
     """``pid``'s arguments, space-separated (None when they cannot be read)."""
     args = processes.cmdline(pid)
