@@ -39,7 +39,7 @@ from sbx.domain.kits.lock import (
 )
 from sbx.domain.kits.surface import Surface
 from sbx.seams import audit, state
-from sbx.usecases.explain import explain_run
+from sbx.usecases.explainrun import explain_run
 from sbx.usecases.gc import listing as gc_listing
 from tests.conftest import run_cli
 

@@ -61,7 +61,7 @@ def config_location(env: Mapping[str, str]) -> ConfigLocation:
 
 def config_view(config: Config) -> ConfigView:
     """Every setting of the loaded ``config`` with its value and source."""
-    from sbx.usecases.explain import config_item
+    from sbx.usecases.explainsandbox import config_item
 
     return ConfigView(config.path, config.exists,
                       tuple(config_item(key, value, source, config)

@@ -22,6 +22,7 @@ from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
 from sbx.usecases import explain as core
+from sbx.usecases import explainrequest, explainsandbox
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
 
@@ -31,13 +32,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WorkloadAnswer:
-    sandbox: core.SandboxExplanation | None
+    sandbox: explainsandbox.SandboxExplanation | None
     request: RequestExplanation | None
     run_refusal: RunRefusal | None
 
 
-def explain_workload(ctx: AppContext, request: WorkloadRequest, target: core.Target | None,
-                     phase: Phase, *, resolve: bool,
+def explain_workload(ctx: AppContext, request: WorkloadRequest,
+                     target: explainrequest.Target | None, phase: Phase, *, resolve: bool,
                      progress: ProgressFactory | None = None) -> WorkloadAnswer:
     from sbx.usecases import pipeline
 
@@ -60,11 +61,12 @@ def explain_workload(ctx: AppContext, request: WorkloadRequest, target: core.Tar
             raise error from None  # the kits alone do not compose: nothing to answer from
     if target is None:
         if planned is not None:
-            described = core.explain_plan(planned, pipeline.planned_user(ctx, planned),
-                                           state_home=ctx.state_home, cwd=ctx.cwd)
+            described = explainsandbox.explain_plan(
+                planned, pipeline.planned_user(ctx, planned), state_home=ctx.state_home,
+                cwd=ctx.cwd)
         else:
-            bound, oauth = core.stored_credentials(kit_set, ctx.state_home)
-            described = core.explain_sandbox(kit_set, config, bound=bound, oauth=oauth)
+            bound, oauth = explainsandbox.stored_credentials(kit_set, ctx.state_home)
+            described = explainsandbox.explain_sandbox(kit_set, config, bound=bound, oauth=oauth)
         return WorkloadAnswer(_with_user_rules(described, user_rules), None, refusal)
     composition = planned.composition if planned is not None else static
     upstream = config.network.upstream_proxy.value is not None
@@ -83,8 +85,8 @@ def _dry_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def _with_user_rules(described: core.SandboxExplanation,
-                     user_rules: Any) -> core.SandboxExplanation:
+def _with_user_rules(described: explainsandbox.SandboxExplanation,
+                     user_rules: Any) -> explainsandbox.SandboxExplanation:
     """The user policy's rules for every sandbox beside the kits' (a one-shot run's)."""
     import dataclasses
     import time
@@ -96,11 +98,11 @@ def _with_user_rules(described: core.SandboxExplanation,
     return dataclasses.replace(described, network=network)
 
 
-def _rule_item(rule: Any) -> core.Item:
+def _rule_item(rule: Any) -> explainsandbox.Item:
     change = (f"sbx policy rm {rule.user_rule}" if rule.user_rule
               else f"edit {rule_where(rule)}, or do not compose {rule.kit}")
-    return core.Item(describe_rule(rule), rule.action, rule_where(rule), change,
-                     {"rule": rule_dict(rule)})
+    return explainsandbox.Item(describe_rule(rule), rule.action, rule_where(rule), change,
+                               {"rule": rule_dict(rule)})
 
 
 # -- a named sandbox ------------------------------------------------------------------------------
@@ -111,7 +113,7 @@ class NamedAnswer:
     name: str
     workload: str
     kits: tuple[str, ...]
-    network: dict[str, tuple[core.Item, ...]] | None  # None: it has no network
+    network: dict[str, tuple[explainsandbox.Item, ...]] | None  # None: it has no network
     request: RequestExplanation | None
     notes: tuple[str, ...] = ()
 
@@ -130,8 +132,8 @@ def is_named(ctx: AppContext, subject: str) -> bool:
     return (SandboxStore(ctx.state_home).directory(subject) / "sandbox.json").is_file()
 
 
-def explain_named(ctx: AppContext, name: str, target: core.Target | None, phase: Phase, *,
-                  resolve: bool,
+def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | None,
+                  phase: Phase, *, resolve: bool,
                   notes: Callable[[str], tuple[str, ...]] | None = None) -> NamedAnswer:
     """A named sandbox judged by its name, with its real current rules."""
     import time
@@ -150,7 +152,7 @@ def explain_named(ctx: AppContext, name: str, target: core.Target | None, phase:
         return NamedAnswer(name, record.workload, kits, None, request, said)
     proxy = ProxyConfig.load(named.proxy_config)
     merged = overlay(proxy.network, user_rules, sandbox=name, now=time.time())
-    network: dict[str, tuple[core.Item, ...]] = {}
+    network: dict[str, tuple[explainsandbox.Item, ...]] = {}
     for part in PHASES:
         rules = () if merged is None else (*merged.phase(part).allow, *merged.phase(part).deny)
         network[part] = tuple(_rule_item(r) for r in rules)
