@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.domain.egress.policy import describe_rule, rule_dict, rule_where
 from sbx.domain.egress.policystore import PolicyStore
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
 from sbx.usecases import explain as core
-from sbx.usecases import explainrequest, explainsandbox
+from sbx.usecases import explainrequest, explainsandbox, pipeline
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
+from sbx.usecases.policyrules import named_sandbox
 
 if TYPE_CHECKING:
     from sbx.usecases.pipeline import ProgressFactory, WorkloadRequest
@@ -40,8 +43,6 @@ class WorkloadAnswer:
 def explain_workload(ctx: AppContext, request: WorkloadRequest,
                      target: explainrequest.Target | None, phase: Phase, *, resolve: bool,
                      progress: ProgressFactory | None = None) -> WorkloadAnswer:
-    from sbx.usecases import pipeline
-
     loaded = pipeline.load(ctx, request)  # config and kits: refused as run refuses
     kit_set, config = loaded.kit_set, loaded.config
     user_rules = PolicyStore(ctx.state_home).load()
@@ -125,8 +126,6 @@ class NamedAnswer:
 
 
 def is_named(ctx: AppContext, subject: str) -> bool:
-    from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
-
     if not NAME_PATTERN.fullmatch(subject):
         return False
     return (SandboxStore(ctx.state_home).directory(subject) / "sandbox.json").is_file()
@@ -137,9 +136,6 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
                   notes: Callable[[str], tuple[str, ...]] | None = None) -> NamedAnswer:
     """A named sandbox judged by its name, with its real current rules."""
     import time
-
-    from sbx.domain.egress.proxyconfig import ProxyConfig
-    from sbx.usecases.policyrules import named_sandbox
 
     named = named_sandbox(ctx, name)
     record = named.record
