@@ -23,7 +23,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord
 from sbx.domain.sandbox.sources import Staging
-from sbx.seams.host.firewall import BridgeGuard
+from sbx.seams.host import firewall
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.keeper import stop_keeper
@@ -101,7 +101,7 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
     if record.image:
         driver.remove_image(record.image)
     if record.request.get("bridge"):
-        guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
+        guard = firewall.BridgeGuard(str(record.request["bridge"]), record.run_id)
         guard.installed, guard.installed_nat = guard.listed()
         guard.remove()
     problems = Staging.for_named(ctx.home_hash, record.name).release()

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.egress.plan import start_proxy
+from sbx.domain.egress import plan as egress_plan
 from sbx.seams.host.firewall import (
     FirewallError,
     FirewallUnavailable,
@@ -63,7 +63,7 @@ def _read_proc_net_tcp() -> tuple[str, ...]:
 
 def _start_proxy(config_json: str, run_dir: Path, run_id: str) -> DoctorProxy:
     try:
-        return start_proxy(config_json, run_dir, run_id)
+        return egress_plan.start_proxy(config_json, run_dir, run_id)
     except OSError as error:  # the interpreter cannot be executed, the run dir not written...
         raise SbxError(Reason.PROXY_FAILED, f"cannot start the proxy: {error}",
                        details={"stderr": f"{type(error).__name__}: {error}"}) from None

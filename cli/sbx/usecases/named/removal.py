@@ -14,7 +14,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxStore, check_name
 from sbx.domain.sandbox.sources import Staging
 from sbx.seams import audit
-from sbx.seams.host.firewall import BridgeGuard
+from sbx.seams.host import firewall
 from sbx.usecases import keeper
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.listing import load_named, owned_objects
@@ -65,7 +65,7 @@ def remove(ctx: AppContext, names: Sequence[str],
             if record is not None and record.image:
                 driver.remove_image(record.image)
             if record is not None and record.request.get("bridge"):
-                guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
+                guard = firewall.BridgeGuard(str(record.request["bridge"]), record.run_id)
                 guard.installed, guard.installed_nat = guard.listed()
                 guard.remove()
             problems = Staging.for_named(ctx.home_hash, name).release()

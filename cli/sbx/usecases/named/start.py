@@ -16,8 +16,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import owned
-from sbx.seams.host import procfs
-from sbx.seams.host.firewall import BridgeGuard
+from sbx.seams.host import firewall, procfs
 from sbx.seams.signals import deferred_interrupts
 from sbx.usecases import keeper, workspace_check
 from sbx.usecases.context import AppContext
@@ -182,8 +181,8 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
         dialled = keeper.recorded_port(run_dir)
         if dialled is not None and dialled != kept.port:
             redirect = (dialled, kept.port)
-    guard = BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
-                        proxy_address=gateway, redirect=redirect)
+    guard = firewall.BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
+                                 proxy_address=gateway, redirect=redirect)
     gap = guard.ensure()
     if gap and redirect is not None:
         keeper.stop_keeper(run_dir, record.run_id)
