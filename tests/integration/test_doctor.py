@@ -21,7 +21,8 @@ from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.seams.driver import SdkEngine
 from sbx.usecases.context import AppContext
-from sbx.usecases.doctor import CHECKS, DoctorRequest, Status, diagnose
+from sbx.usecases.doctor.diagnose import CHECKS, diagnose
+from sbx.usecases.doctor.model import DoctorRequest, Status
 
 from .conftest import owned
 

@@ -17,14 +17,9 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox.requirements import check_engine, check_host
 from sbx.seams.engine import EngineInfo
 from sbx.usecases.context import AppContext
-from sbx.usecases.doctor import (
-    DoctorRequest,
-    DoctorState,
-    HostFacts,
-    Status,
-    check_platform,
-    diagnose,
-)
+from sbx.usecases.doctor.checks import check_platform
+from sbx.usecases.doctor.diagnose import diagnose
+from sbx.usecases.doctor.model import DoctorRequest, DoctorState, HostFacts, Status
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan
 from sbx.usecases.run.fromkits import prepare
 from sbx.usecases.run.request import RunRequest

@@ -39,8 +39,8 @@ from sbx.domain.kits.lock import (
 )
 from sbx.domain.kits.surface import Surface
 from sbx.seams import audit, state
-from sbx.usecases import gc as gc_core
-from sbx.usecases.explain import explain_run
+from sbx.usecases.explainrun import explain_run
+from sbx.usecases.gc import listing as gc_listing
 from tests.conftest import run_cli
 
 FUZZ = settings(max_examples=80, deadline=None, derandomize=True,
@@ -204,7 +204,7 @@ def test_a_lock_write_on_a_full_disk_is_state_unwritable(tmp_path: Path,
 def test_a_damaged_run_record_reads_as_unreadable(tmp_path: Path, content: bytes) -> None:
     record = tmp_path / "run.json"
     record.write_bytes(content)
-    found = gc_core._read_record(record)
+    found = gc_listing._read_record(record)
     assert found is None or (found.pid is None and found.deadline is None)
 
 

@@ -28,20 +28,15 @@ from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.sandbox.hardening import Limits
 from sbx.seams.engine import EngineInfo
-from sbx.usecases import doctor as doctor_core
-from sbx.usecases.doctor import (
-    Check,
-    DoctorRequest,
-    EgressProbes,
-    HostFacts,
-    Status,
-    Verdict,
-    compare_limits,
-    diagnose,
-    listening_ports,
-    parse_probe_output,
-    probe_candidates,
-)
+from sbx.usecases.doctor import diagnose as doctor_diagnose
+from sbx.usecases.doctor import limits as doctor_limits
+from sbx.usecases.doctor import model as doctor_model
+from sbx.usecases.doctor import probes as doctor_probes
+from sbx.usecases.doctor.diagnose import diagnose
+from sbx.usecases.doctor.egress import listening_ports
+from sbx.usecases.doctor.limits import compare_limits, parse_probe_output, probe_candidates
+from sbx.usecases.doctor.model import Check, DoctorRequest, HostFacts, Status, Verdict
+from sbx.usecases.doctor.probes import EgressProbes
 from sbx.views import doctor as doctor_view
 
 from .test_gc import Harness, container, run_id
@@ -122,7 +117,7 @@ def probes(*, tcp: tuple[str, ...] = (TCP_HEADER,), iptables: str | None = "/usr
 @pytest.fixture(autouse=True)
 def fake_egress(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No unit test starts a real proxy or reads this host's sockets and firewall."""
-    monkeypatch.setattr(doctor_core, "DEFAULT_EGRESS_PROBES", probes())
+    monkeypatch.setattr(doctor_probes, "DEFAULT_EGRESS_PROBES", probes())
     yield
 
 
@@ -134,11 +129,11 @@ def h(tmp_path: Path) -> Harness:
 
 
 def report(h: Harness, host: HostFacts = USER, request: DoctorRequest = FAST,
-           **kwargs: Any) -> doctor_core.DoctorReport:
+           **kwargs: Any) -> doctor_model.DoctorReport:
     return diagnose(h.ctx(), request, host=host, **kwargs)
 
 
-def by_id(rep: doctor_core.DoctorReport) -> dict[str, doctor_core.CheckResult]:
+def by_id(rep: doctor_model.DoctorReport) -> dict[str, doctor_model.CheckResult]:
     return {check.id: check for check in rep.checks}
 
 
@@ -153,7 +148,7 @@ def scrub(text: str, tmp: Path) -> str:
     return re.sub(r"\b\d+(\.\d+)?(ms|s)\b", "<DURATION>", text)
 
 
-def human(h: Harness, rep: doctor_core.DoctorReport) -> str:
+def human(h: Harness, rep: doctor_model.DoctorReport) -> str:
     out = io.StringIO()
     renderer = Renderer(out, io.StringIO(), as_json=False, env={"NO_COLOR": "1"}, width=88)
     doctor_view.doctor_report(renderer, rep)
@@ -188,7 +183,7 @@ def test_golden_root_invalid_config_engine_down(h: Harness) -> None:
 
 def test_golden_limits_unenforced_and_stale_objects(h: Harness,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(doctor_core, "DEFAULT_EGRESS_PROBES",
+    monkeypatch.setattr(doctor_probes, "DEFAULT_EGRESS_PROBES",
                         probes(tcp=(PROC_TCP, PROC_TCP6), iptables=None))
     h.engine.engine_info = EngineInfo("24.0.99", "1.43", "linux", "2", "systemd", True,
                                       ("name=rootless",))
@@ -404,7 +399,7 @@ def test_gc_check_reports_a_failed_listing(h: Harness) -> None:
 def test_each_check_times_out_on_its_own(h: Harness) -> None:
     release = threading.Event()
 
-    def hangs(_state: doctor_core.DoctorState) -> Verdict:
+    def hangs(_state: doctor_model.DoctorState) -> Verdict:
         release.wait(30)
         return Verdict(Status.OK, "late")
 
@@ -423,7 +418,7 @@ def test_each_check_times_out_on_its_own(h: Harness) -> None:
 
 
 def test_a_bug_in_a_check_is_not_swallowed(h: Harness) -> None:
-    def broken(_state: doctor_core.DoctorState) -> Verdict:
+    def broken(_state: doctor_model.DoctorState) -> Verdict:
         raise ZeroDivisionError("bug")
 
     with pytest.raises(ZeroDivisionError):
@@ -477,7 +472,7 @@ def test_memory_is_compared_within_a_page_and_cpu_within_a_milli() -> None:
                     workspace_bytes=1, home_bytes=1)
     output = f"cgroup=2\nmemory={100 * MiB}\nswap=0\npids=32\ncpu=33300 100000\n".encode()
     assert all(_enforced(output, limits).values())
-    judged = doctor_core.judge_limits(limits, parse_probe_output(output.decode()), "img")
+    judged = doctor_limits.judge_limits(limits, parse_probe_output(output.decode()), "img")
     assert judged.status is Status.OK
     assert judged.detail == ("memory 104857723 bytes, pids 32, cpu 0.333 CPUs enforced "
                              "(cgroup v2, probe img)")
@@ -485,12 +480,12 @@ def test_memory_is_compared_within_a_page_and_cpu_within_a_milli() -> None:
 
 def test_no_swap_accounting_is_noted_not_failed() -> None:
     output = b"cgroup=1\nmemory=4294967296\npids=128\ncpu_quota=100000\ncpu_period=100000\n"
-    judged = doctor_core.judge_limits(DEFAULTS, parse_probe_output(output.decode()), "img")
+    judged = doctor_limits.judge_limits(DEFAULTS, parse_probe_output(output.decode()), "img")
     assert judged.status is Status.OK and judged.detail.endswith("(no swap accounting)")
 
 
 def test_the_probe_script_reads_both_cgroup_layouts() -> None:
-    script = doctor_core.PROBE_SCRIPT
+    script = doctor_limits.PROBE_SCRIPT
     for path in ("memory.max", "memory.swap.max", "pids.max", "cpu.max",
                  "memory/memory.limit_in_bytes", "memory/memory.memsw.limit_in_bytes",
                  "pids/pids.max", "cpu.cfs_quota_us", "cpu.cfs_period_us"):
@@ -510,7 +505,7 @@ def test_an_invalid_config_is_reported_once_not_by_every_check(h: Harness) -> No
 
 
 def egress_report(h: Harness, host: HostFacts = USER, **kwargs: Any) -> dict[
-        str, doctor_core.CheckResult]:
+        str, doctor_model.CheckResult]:
     return by_id(report(h, host=host, egress=probes(**kwargs)))
 
 
@@ -637,7 +632,7 @@ def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.Mon
         raise PermissionError(13, "Permission denied", "/venv/bin/python3")
 
     monkeypatch.setattr(subprocess, "Popen", denied)  # as sbx.domain.egress.plan calls it
-    egress = replace(probes(), start_proxy=doctor_core.EgressProbes().start_proxy)
+    egress = replace(probes(), start_proxy=doctor_probes.EgressProbes().start_proxy)
     check = by_id(report(h, egress=egress))["egress-proxy"]
     assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
     assert check.detail == ("the proxy did not start: PermissionError: [Errno 13] Permission "
@@ -648,7 +643,7 @@ def test_proxy_that_cannot_be_executed_fails(h: Harness, monkeypatch: pytest.Mon
 def test_unwritable_state_home_fails_the_proxy_check(h: Harness) -> None:
     h.state.mkdir(parents=True)
     (h.state / "runs").write_text("not a directory", encoding="utf-8")
-    only = tuple(c for c in doctor_core.CHECKS if c.id == "egress-proxy")
+    only = tuple(c for c in doctor_diagnose.CHECKS if c.id == "egress-proxy")
     (check,) = report(h, checks=only).checks
     assert (check.status, check.reason) == (Status.FAIL, Reason.PROXY_FAILED)
     assert check.detail.startswith(f"cannot write the run directory {h.state / 'runs'}/")
@@ -679,7 +674,7 @@ def test_a_hung_egress_probe_times_out_as_proxy_failed(h: Harness) -> None:
         return ()
 
     egress = replace(probes(), proc_net_tcp=hangs)
-    checks = tuple(c for c in doctor_core.CHECKS if c.id == "egress-host-services")
+    checks = tuple(c for c in doctor_diagnose.CHECKS if c.id == "egress-host-services")
     checks = (replace(checks[0], timeout_s=None),)
     try:
         rep = report(h, request=DoctorRequest(check_timeout_s=0.2), checks=checks, egress=egress)

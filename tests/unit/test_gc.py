@@ -44,25 +44,24 @@ from sbx.seams.host.firewall import (
     SbxRule,
     parse_rules,
 )
-from sbx.usecases import gc as gc_core
 from sbx.usecases.context import AppContext
-from sbx.usecases.gc import (
+from sbx.usecases.gc import collect as gc_collect
+from sbx.usecases.gc import judging as gc_judging
+from sbx.usecases.gc import listing as gc_listing
+from sbx.usecases.gc import result as gc_result
+from sbx.usecases.gc import sweep as gc_sweep
+from sbx.usecases.gc.collect import collect
+from sbx.usecases.gc.judging import (
     Clock,
-    ContainerEntry,
-    Firewall,
-    GcRequest,
-    ImageEntry,
-    Processes,
-    RunDir,
-    RunDirState,
-    SharedEntry,
-    collect,
     judge_container,
     judge_image,
     judge_rule,
     judge_run_dir,
     judge_shared,
 )
+from sbx.usecases.gc.listing import ContainerEntry, ImageEntry, RunDir, RunDirState, SharedEntry
+from sbx.usecases.gc.result import GcRequest
+from sbx.usecases.gc.sweep import Firewall, Processes
 from sbx.views import gc as gc_view
 from tests.support.fakeengine import FakeEngine
 
@@ -210,7 +209,7 @@ class Harness:
         return path
 
     def collect(self, *, dry_run: bool = False, grace: int | None = 600,
-                processes: Processes | None = None) -> gc_core.GcResult:
+                processes: Processes | None = None) -> gc_result.GcResult:
         return collect(self.ctx(), GcRequest(dry_run=dry_run, grace_s=grace),
                        clock=lambda: NOW, processes=processes or self.processes(),
                        firewall=self.firewall.ops())
@@ -312,9 +311,9 @@ def test_judge_run_dir(run: RunDir, in_use: bool, remove: bool, why: str) -> Non
 
 def test_unreadable_record_waits_for_the_floor_even_with_grace_zero() -> None:
     clock = Clock(NOW, 0, lambda _pid: False)
-    young = _run("b" * 32, None, age=gc_core.UNREADABLE_RECORD_FLOOR_S - 1)
+    young = _run("b" * 32, None, age=gc_judging.UNREADABLE_RECORD_FLOOR_S - 1)
     assert judge_run_dir(young, set(), clock)[:2] == (False, "young")
-    old = _run("b" * 32, None, age=gc_core.UNREADABLE_RECORD_FLOOR_S + 1)
+    old = _run("b" * 32, None, age=gc_judging.UNREADABLE_RECORD_FLOOR_S + 1)
     assert judge_run_dir(old, set(), clock)[:2] == (True, "unreadable_record")
     readable = _run("b" * 32, 2, age=1)
     assert judge_run_dir(readable, set(), clock)[:2] == (True, "finished")
@@ -479,7 +478,7 @@ def test_removal_in_confirmed_batches(h: Harness) -> None:
 def test_beyond_the_batch_limit_is_deferred_with_its_run_dirs(
         h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     ran(h)
-    monkeypatch.setattr(gc_core, "MAX_BATCHES", 2)
+    monkeypatch.setattr(gc_sweep, "MAX_BATCHES", 2)
     h.config.write_text("[gc]\nbatch_size = 2\n", encoding="utf-8")
     runs = [run_id() for _ in range(7)]
     for rid in runs:
@@ -616,7 +615,7 @@ def test_a_proxy_that_will_not_stop_keeps_its_run_dir(h: Harness) -> None:
 def test_lock_held_means_nothing_is_done(h: Harness) -> None:
     ran(h)
     h.engine.containers = [container("exited", home=h.home, run=run_id())]
-    fd = os.open(h.state / gc_core.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(h.state / gc_collect.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         result = h.collect(grace=0)
@@ -637,7 +636,7 @@ def test_dry_run_changes_nothing(h: Harness) -> None:
                                                          ("run_dir", "finished")]
     assert path.exists() and len(h.engine.containers) == 1
     assert not any(name.startswith("remove_") for name, _ in h.engine.calls)
-    assert not (h.state / gc_core.LOCK_FILE).exists() and h.audit_events() == []
+    assert not (h.state / gc_collect.LOCK_FILE).exists() and h.audit_events() == []
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -728,11 +727,11 @@ def test_cli_dispatches_one_typed_request(monkeypatch: pytest.MonkeyPatch,
                                           fake_cli: Callable[..., Any]) -> None:
     seen: list[GcRequest] = []
 
-    def fake_collect(_ctx: Any, request: GcRequest) -> gc_core.GcResult:
+    def fake_collect(_ctx: Any, request: GcRequest) -> gc_result.GcResult:
         seen.append(request)
-        return gc_core.GcResult("done", request.dry_run, request.grace_s)
+        return gc_result.GcResult("done", request.dry_run, request.grace_s)
 
-    monkeypatch.setattr(gc_core, "collect", fake_collect)
+    monkeypatch.setattr(gc_collect, "collect", fake_collect)
     assert fake_cli(["gc", "--dry-run", "--grace", "5", "--json"]).exit_code == 0
     assert seen == [GcRequest(dry_run=True, grace_s=5)]
 
@@ -747,13 +746,13 @@ def test_real_pid_liveness() -> None:
         time.sleep(0.01)
     # Exited but not yet reaped would be a zombie; poll() reaped it, so the pid is gone.
     assert not real.alive(child.pid)
-    assert "python" in (gc_core.proc_cmdline(os.getpid()) or "")
-    assert gc_core.proc_cmdline(child.pid) is None
+    assert "python" in (gc_listing.proc_cmdline(os.getpid()) or "")
+    assert gc_listing.proc_cmdline(child.pid) is None
 
 
 def test_an_unwritable_state_home_is_a_reported_failure(h: Harness) -> None:
     ran(h)
-    (h.state / gc_core.LOCK_FILE).mkdir()  # the lock path cannot be opened as a file
+    (h.state / gc_collect.LOCK_FILE).mkdir()  # the lock path cannot be opened as a file
     with pytest.raises(SbxError) as caught:
         h.collect(grace=0)
     assert caught.value.reason is Reason.CLEANUP_FAILED and "gc lock" in caught.value.message
@@ -1334,7 +1333,7 @@ def test_a_named_sandbox_sbx_recorded_is_kept(h: Harness) -> None:
 
 def test_an_empty_name_label_is_no_name() -> None:
     assert label_keys.value({label_keys.NAME: ""}, label_keys.NAME) is None
-    entry = gc_core._parse_container(
+    entry = gc_listing._parse_container(
         {"Id": hex64(), "State": "exited",
          "Labels": {label_keys.MANAGED: "true", label_keys.HOME: "h", label_keys.NAME: ""}},
         "h")

@@ -186,6 +186,7 @@ def test_validate_a_registry_reference_from_its_manifest(
 def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
     from sbx.base.config import load_config
     from sbx.usecases import explain as core
+    from sbx.usecases import explainsandbox
 
     examples = ROOT / "examples"
     inspected = _cli(sbx_cli, "kit", "inspect", "--json", str(examples / "hello"), "--kit",
@@ -195,9 +196,9 @@ def test_inspect_is_explains_static_form(tmp_path: Path, sbx_cli: Any) -> None:
     state = tmp_path / "state"
     kit_set = core.load(str(examples / "hello"), (str(examples / "gh"),), (), cwd=tmp_path,
                         state_home=state)
-    bound, oauth = core.stored_credentials(kit_set, state)
-    static = core.explain_sandbox(kit_set, load_config({"SBX_CONFIG": os.devnull}), bound=bound,
-                                  oauth=oauth)
+    bound, oauth = explainsandbox.stored_credentials(kit_set, state)
+    static = explainsandbox.explain_sandbox(kit_set, load_config({"SBX_CONFIG": os.devnull}),
+                                            bound=bound, oauth=oauth)
     assert inspected.envelope()["data"]["network"] == static.as_dict()["network"]
     assert inspected.envelope()["data"]["kits"] == static.as_dict()["kits"]
     human = _cli(sbx_cli, "kit", "inspect", str(examples / "hello"), cwd=tmp_path)

@@ -9,7 +9,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
-from sbx.usecases.named import CREATION_OPTIONS, creation_options
+from sbx.usecases.namedrecord import CREATION_OPTIONS, creation_options
 from sbx.usecases.run.request import RunRequest
 
 
@@ -77,7 +77,8 @@ def _network_again_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, reco
     from typing import Any, cast
 
     from sbx.seams.host import firewall
-    from sbx.usecases import keeper, named
+    from sbx.usecases import keeper
+    from sbx.usecases.named import start as named_start
 
     warnings: list[str] = []
     monkeypatch.setattr(keeper, "restart_kept_proxy", lambda *_a, **_k: _Kept())
@@ -90,7 +91,7 @@ def _network_again_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, reco
     box.request = {"bridge": "br-test0", "proxy": True, "credentials": {}}
     ctx = SimpleNamespace(state_home=tmp_path, env={},
                           driver=SimpleNamespace(network_gateway=lambda _n: "172.30.0.1"))
-    named._network_again(cast(Any, ctx), box, warnings.append)
+    named_start._network_again(cast(Any, ctx), box, warnings.append)
     return warnings
 
 

@@ -11,7 +11,7 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.usecases.gc import _read_record, owner_alive
+from sbx.usecases.gc.listing import _read_record, owner_alive
 
 
 def test_create_update_and_read_back(tmp_path: Path) -> None:

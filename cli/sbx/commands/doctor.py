@@ -28,7 +28,8 @@ def doctor(
 
     Exit 0 when no check failed (warnings allowed), 1 otherwise.
     """
-    from sbx.usecases.doctor import DoctorRequest, diagnose
+    from sbx.usecases.doctor.diagnose import diagnose
+    from sbx.usecases.doctor.model import DoctorRequest
 
     app = ctx.obj
     report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),

@@ -64,6 +64,7 @@ def explain(
 ) -> int:
     """Explain a reason code, a run's refusals, a sandbox, or one request's decision."""
     from sbx.usecases import explain as core
+    from sbx.usecases import explainrun
 
     app = ctx.obj
     renderer = app.renderer
@@ -73,7 +74,7 @@ def explain(
             raise SbxError(Reason.INVALID_ARGUMENT, "--last takes no arguments",
                            hint="`sbx explain --last` or `sbx explain RUN_ID`.")
         explain_view.explain_run(renderer,
-                                 core.explain_run(app.state_home, None if last else subject))
+                                 explainrun.explain_run(app.state_home, None if last else subject))
         return 0
     if list_all or subject is None:
         renderer.reason_list(list(Reason))

@@ -28,7 +28,8 @@ def gc(
     Silent with exit 0 when there was nothing to do or everything was removed, so it suits
     cron; one line per failure, exit 126 (cleanup_failed) when anything could not be removed.
     """
-    from sbx.usecases.gc import GcRequest, collect
+    from sbx.usecases.gc.collect import collect
+    from sbx.usecases.gc.result import GcRequest
 
     app = ctx.obj
     result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace, named=named))

@@ -78,11 +78,13 @@ def inspect(
     any refusal `sbx run` would make.
     """
     from sbx.usecases import explain as core
+    from sbx.usecases import explainsandbox
 
     app = ctx.obj
     kit_set = core.load(workload, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
-    bound, oauth = core.stored_credentials(kit_set, app.state_home)
-    explanation = core.explain_sandbox(kit_set, app.load_config(), bound=bound, oauth=oauth)
+    bound, oauth = explainsandbox.stored_credentials(kit_set, app.state_home)
+    explanation = explainsandbox.explain_sandbox(kit_set, app.load_config(), bound=bound,
+                                                 oauth=oauth)
     explain_view.explain_sandbox(app.renderer, explanation, command="kit inspect")
     return 0
 

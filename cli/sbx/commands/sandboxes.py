@@ -26,7 +26,7 @@ def ls(
         "--all", help="Also list one-shot runs that are running now.")] = False,
 ) -> int:
     """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
-    from sbx.usecases.named import list_sandboxes
+    from sbx.usecases.named.listing import list_sandboxes
 
     app = ctx.obj
     statuses = list_sandboxes(app, include_runs=include_runs)
@@ -37,7 +37,7 @@ def ls(
 def attach(ctx: typer.Context, name: NameArgument,
            terminal_passthrough: PassthroughOption = False) -> int:
     """Attach to a running named sandbox (the detach keys leave it running)."""
-    from sbx.usecases.named import attach as attach_core
+    from sbx.usecases.named.session import attach as attach_core
 
     app = ctx.obj
     renderer = app.renderer
@@ -62,7 +62,7 @@ def exec_(
 
     The command comes after `--`.
     """
-    from sbx.usecases.named import exec_in
+    from sbx.usecases.named.session import exec_in
 
     app = ctx.obj
     return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
@@ -77,7 +77,7 @@ def logs(
     terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
-    from sbx.usecases.named import logs as logs_core
+    from sbx.usecases.named.session import logs as logs_core
 
     app = ctx.obj
     logs_core(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
@@ -87,7 +87,7 @@ def logs(
 
 def stop(ctx: typer.Context, names: NamesArgument) -> int:
     """Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too."""
-    from sbx.usecases.named import stop as stop_core
+    from sbx.usecases.named.removal import stop as stop_core
 
     app = ctx.obj
     for name in stop_core(app, names, on_warning=app.renderer.warn):
@@ -104,7 +104,7 @@ def rm(
     """Remove named sandboxes and everything they own (HOME and volumes included)."""
     from sbx.base.errors import SbxError
     from sbx.base.reasons import Reason
-    from sbx.usecases.named import remove
+    from sbx.usecases.named.removal import remove
 
     app = ctx.obj
     renderer = app.renderer

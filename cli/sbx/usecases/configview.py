@@ -18,6 +18,7 @@ from typing import Any
 from sbx.base import paths
 from sbx.base.config import Config
 from sbx.base.errors import SbxError
+from sbx.usecases.explainsandbox import config_item
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,6 @@ def config_location(env: Mapping[str, str]) -> ConfigLocation:
 
 def config_view(config: Config) -> ConfigView:
     """Every setting of the loaded ``config`` with its value and source."""
-    from sbx.usecases.explain import config_item
-
     return ConfigView(config.path, config.exists,
                       tuple(config_item(key, value, source, config)
                             for key, value, source in config.provenance()))

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sbx.base import paths
+from sbx.seams import owned
 from sbx.seams.session.mode import HostStreams
+from sbx.seams.state import check_home
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -24,6 +26,7 @@ NO_STREAMS = HostStreams(stdin_fd=None, stdin_is_terminal=False, stdout_is_termi
 
 
 def _docker_driver(env: Mapping[str, str]) -> Driver:
+    # The engine transport (socket or SDK): opened only once a command talks to the engine.
     from sbx.seams.transports import open_engine
 
     return open_engine(env)
@@ -46,7 +49,7 @@ class AppContext:
     def driver(self) -> Driver:
         driver = self.driver_factory(self.env)
         if self.verbose >= 2:  # -vv: every engine call (-v alone is sbx's own detail)
-            from sbx.seams.tracing import TracingDriver
+            from sbx.seams.tracing import TracingDriver  # -vv only: not on a run's path
 
             traced: Driver = TracingDriver(driver, self.renderer.trace)
             return traced
@@ -57,9 +60,6 @@ class AppContext:
         """The state home, refused when it exists but is not a directory
         (``state_unwritable``) or is not this user's alone (``state_unsafe``); a missing one
         is created by the first write."""
-        from sbx.seams import owned
-        from sbx.seams.state import check_home
-
         home = paths.state_home(self.env)
         source = paths.state_home_source(self.env)
         check_home(home, source)

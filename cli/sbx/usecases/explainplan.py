@@ -19,11 +19,15 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.domain.egress.policy import describe_rule, rule_dict, rule_where
 from sbx.domain.egress.policystore import PolicyStore
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
 from sbx.usecases import explain as core
+from sbx.usecases import explainrequest, explainsandbox, pipeline
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
+from sbx.usecases.policyrules import named_sandbox
 
 if TYPE_CHECKING:
     from sbx.usecases.pipeline import ProgressFactory, WorkloadRequest
@@ -31,16 +35,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WorkloadAnswer:
-    sandbox: core.SandboxExplanation | None
+    sandbox: explainsandbox.SandboxExplanation | None
     request: RequestExplanation | None
     run_refusal: RunRefusal | None
 
 
-def explain_workload(ctx: AppContext, request: WorkloadRequest, target: core.Target | None,
-                     phase: Phase, *, resolve: bool,
+def explain_workload(ctx: AppContext, request: WorkloadRequest,
+                     target: explainrequest.Target | None, phase: Phase, *, resolve: bool,
                      progress: ProgressFactory | None = None) -> WorkloadAnswer:
-    from sbx.usecases import pipeline
-
     loaded = pipeline.load(ctx, request)  # config and kits: refused as run refuses
     kit_set, config = loaded.kit_set, loaded.config
     user_rules = PolicyStore(ctx.state_home).load()
@@ -60,11 +62,12 @@ def explain_workload(ctx: AppContext, request: WorkloadRequest, target: core.Tar
             raise error from None  # the kits alone do not compose: nothing to answer from
     if target is None:
         if planned is not None:
-            described = core.explain_plan(planned, pipeline.planned_user(ctx, planned),
-                                           state_home=ctx.state_home, cwd=ctx.cwd)
+            described = explainsandbox.explain_plan(
+                planned, pipeline.planned_user(ctx, planned), state_home=ctx.state_home,
+                cwd=ctx.cwd)
         else:
-            bound, oauth = core.stored_credentials(kit_set, ctx.state_home)
-            described = core.explain_sandbox(kit_set, config, bound=bound, oauth=oauth)
+            bound, oauth = explainsandbox.stored_credentials(kit_set, ctx.state_home)
+            described = explainsandbox.explain_sandbox(kit_set, config, bound=bound, oauth=oauth)
         return WorkloadAnswer(_with_user_rules(described, user_rules), None, refusal)
     composition = planned.composition if planned is not None else static
     upstream = config.network.upstream_proxy.value is not None
@@ -83,8 +86,8 @@ def _dry_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def _with_user_rules(described: core.SandboxExplanation,
-                     user_rules: Any) -> core.SandboxExplanation:
+def _with_user_rules(described: explainsandbox.SandboxExplanation,
+                     user_rules: Any) -> explainsandbox.SandboxExplanation:
     """The user policy's rules for every sandbox beside the kits' (a one-shot run's)."""
     import dataclasses
     import time
@@ -96,11 +99,11 @@ def _with_user_rules(described: core.SandboxExplanation,
     return dataclasses.replace(described, network=network)
 
 
-def _rule_item(rule: Any) -> core.Item:
+def _rule_item(rule: Any) -> explainsandbox.Item:
     change = (f"sbx policy rm {rule.user_rule}" if rule.user_rule
               else f"edit {rule_where(rule)}, or do not compose {rule.kit}")
-    return core.Item(describe_rule(rule), rule.action, rule_where(rule), change,
-                     {"rule": rule_dict(rule)})
+    return explainsandbox.Item(describe_rule(rule), rule.action, rule_where(rule), change,
+                               {"rule": rule_dict(rule)})
 
 
 # -- a named sandbox ------------------------------------------------------------------------------
@@ -111,7 +114,7 @@ class NamedAnswer:
     name: str
     workload: str
     kits: tuple[str, ...]
-    network: dict[str, tuple[core.Item, ...]] | None  # None: it has no network
+    network: dict[str, tuple[explainsandbox.Item, ...]] | None  # None: it has no network
     request: RequestExplanation | None
     notes: tuple[str, ...] = ()
 
@@ -123,21 +126,16 @@ class NamedAnswer:
 
 
 def is_named(ctx: AppContext, subject: str) -> bool:
-    from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
-
     if not NAME_PATTERN.fullmatch(subject):
         return False
     return (SandboxStore(ctx.state_home).directory(subject) / "sandbox.json").is_file()
 
 
-def explain_named(ctx: AppContext, name: str, target: core.Target | None, phase: Phase, *,
-                  resolve: bool,
+def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | None,
+                  phase: Phase, *, resolve: bool,
                   notes: Callable[[str], tuple[str, ...]] | None = None) -> NamedAnswer:
     """A named sandbox judged by its name, with its real current rules."""
     import time
-
-    from sbx.domain.egress.proxyconfig import ProxyConfig
-    from sbx.usecases.policyrules import named_sandbox
 
     named = named_sandbox(ctx, name)
     record = named.record
@@ -150,7 +148,7 @@ def explain_named(ctx: AppContext, name: str, target: core.Target | None, phase:
         return NamedAnswer(name, record.workload, kits, None, request, said)
     proxy = ProxyConfig.load(named.proxy_config)
     merged = overlay(proxy.network, user_rules, sandbox=name, now=time.time())
-    network: dict[str, tuple[core.Item, ...]] = {}
+    network: dict[str, tuple[explainsandbox.Item, ...]] = {}
     for part in PHASES:
         rules = () if merged is None else (*merged.phase(part).allow, *merged.phase(part).deny)
         network[part] = tuple(_rule_item(r) for r in rules)

@@ -35,6 +35,7 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.egress.plan import owner_line, write_proxy_config
 from sbx.seams import owned
 from sbx.seams.host import private, processes
 from sbx.seams.host.handshake import KEEPER
@@ -100,8 +101,6 @@ def start_kept_proxy(config_json: str, run_dir: Path, run_id: str, token: str,
                      secrets: Mapping[str, str] | None = None) -> KeptProxy:
     """Write the proxy's config and the sandbox's proxy token (0600, for its later starts) and
     start a keeper for them, handing it ``secrets`` (service → value) over its pipe."""
-    from sbx.domain.egress.plan import write_proxy_config
-
     write_proxy_config(config_json, run_dir)
     private.create_new(run_dir / TOKEN_FILE, token.encode("ascii"))
     kept = KeptProxy(start_keeper(run_dir, run_id, token, secrets), run_dir, run_id)
@@ -157,8 +156,6 @@ def start_keeper(run_dir: Path, run_id: str, token: str,
     """Start a detached keeper for ``run_dir`` (its ``proxy.json`` written before) and wait
     for its ready line (bounded). Its stdin gets the proxy's owner line: the token, then the
     encoded secrets."""
-    from sbx.domain.egress.plan import owner_line
-
     log = run_dir / "keeper.log"
     program = processes.start_program(
         KEEPER, (str(run_dir), run_id), owner_line=owner_line(token, secrets), log=log,

@@ -30,8 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.approvals import approval, kit_identity, read_approvals, updating
-from sbx.domain.kits.lock import GateResult, LockDecision, decide
+from sbx.domain.kits.approvals import (
+    approval,
+    approvals_path,
+    kit_identity,
+    read_approvals,
+    updating,
+)
+from sbx.domain.kits.lock import GateResult, LockDecision, decide, lock_path, read_lock
 from sbx.domain.kits.surface import Surface, Widening, format_widenings, surface
 from sbx.seams import audit
 
@@ -156,9 +162,6 @@ def permission_states(state_home: Path, kit_set: KitSet,
                       cwd: Path) -> tuple[PermissionState, ...]:
     """Each kit's :class:`PermissionState`, judged as the run's gate judges it (nothing is
     asked or recorded)."""
-    from sbx.domain.kits.approvals import approvals_path
-    from sbx.domain.kits.lock import lock_path, read_lock
-
     record = str(approvals_path(state_home))
     states: dict[str, PermissionState] = {}
     status = {LockDecision.NEW: "first-run", LockDecision.UNCHANGED: "approved",

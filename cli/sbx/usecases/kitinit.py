@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.versions import VersionError, check_name
 
 DEFAULT_BASE: Final = "debian:bookworm-slim"
 INITIAL_VERSION: Final = "0.1.0"
@@ -118,6 +119,7 @@ def init_kit(directory: str, *, cwd: Path, mixin: bool, base_image: str | None) 
                        hint="Choose a new directory, or move those files away first.",
                        details={"existing": [str(p) for p in existing]})
     _write(target, contents)
+    # The descriptor loader (and its YAML parser): `sbx --help` imports this module.
     from sbx.domain.kits.local import load_local_kit
 
     load_local_kit(str(target), cwd=cwd)  # the strict loader: what we wrote must validate
@@ -126,8 +128,6 @@ def init_kit(directory: str, *, cwd: Path, mixin: bool, base_image: str | None) 
 
 
 def _kit_name(target: Path) -> str:
-    from sbx.domain.kits.versions import VersionError, check_name
-
     name = target.name
     try:
         check_name(name)

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import parse_arg_assignments
+from sbx.domain.kits.descriptor import parse_descriptor_text
 from sbx.domain.kits.local import load_local_kit
 from sbx.domain.kits.publish import Published, publish_form, staging_context
 from sbx.domain.sandbox.kitimages import KIT_LABEL, ensure_kit_image
 from sbx.seams.registry import annotate, kit_annotations, parse_reference
 from sbx.usecases.context import AppContext
+from sbx.usecases.pull import published_form_problems
 
 if TYPE_CHECKING:
     from sbx.seams.engine import Distribution, Images
@@ -85,9 +87,6 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
 def _check_published(reference: str, published: Published) -> None:
     """Refuse to publish what `sbx pull` would refuse: the published descriptor goes through
     the same parse and published-form rules a consumer applies."""
-    from sbx.domain.kits.descriptor import parse_descriptor_text
-    from sbx.usecases.pull import published_form_problems
-
     text = kit_annotations(published.descriptor)["vnd.docker.sandbox.kit.descriptor"]
     parse_descriptor_text(text, f"{reference} (published form)", authored=False)
     problems = published_form_problems(published.descriptor)

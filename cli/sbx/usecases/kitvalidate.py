@@ -22,6 +22,12 @@ from typing import Any
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.local import load_local_kit, looks_like_path, path_kind
+from sbx.domain.kits.lock import load_locked_kit
+from sbx.domain.kits.selection import select
+from sbx.domain.sandbox.capabilities import SUPPORTED
+from sbx.seams import registry
+from sbx.usecases.pull import preflight
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,6 @@ def validate_kit(reference: str, *, cwd: Path, state_home: Path,
 
     Raises only when there is nothing to validate (no such directory, an unreachable
     registry), as ``sbx run`` would."""
-    from sbx.domain.kits.local import load_local_kit, looks_like_path, path_kind
-
     source = "local"
     try:
         # A reference written as a path is a kit directory, present or not (its absence is
@@ -56,8 +60,6 @@ def validate_kit(reference: str, *, cwd: Path, state_home: Path,
         if path_kind(cwd / reference, reference) is not None or looks_like_path(reference):
             kit = load_local_kit(reference, cwd=cwd)
         else:
-            from sbx.domain.kits.lock import load_locked_kit
-
             locked = load_locked_kit(reference, state_home)
             if locked is None:
                 return _validate_remote(reference, env)
@@ -76,18 +78,15 @@ def validate_kit(reference: str, *, cwd: Path, state_home: Path,
 
 
 def _validate_remote(reference: str, env: Mapping[str, str]) -> KitValidation:
-    from sbx.seams.registry import fetch_kit_manifest, parse_reference
-    from sbx.usecases.pull import preflight
-
     try:
-        ref = parse_reference(reference)
+        ref = registry.parse_reference(reference)
     except SbxError:
         raise SbxError(Reason.IMAGE_MISSING,
                        f"{reference!r} is neither a local kit directory, a pulled kit nor a "
                        "registry reference",
                        hint="Name a kit directory, or a registry reference such as "
                             "docker/sbx-kit-x:1.") from None
-    manifest = fetch_kit_manifest(ref, env=env)
+    manifest = registry.fetch_kit_manifest(ref, env=env)
     if manifest.descriptor_text is None:
         raise SbxError(Reason.INVALID_KIT,
                        f"{ref.canonical} is an image without a kit descriptor (no "
@@ -115,9 +114,6 @@ def _invalid(reference: str, error: KitError, source: str) -> KitValidation:
 
 def warnings(reference: str, data: Mapping[str, Any]) -> list[str]:
     """What a valid kit asks for that this sbx will not give it, and legacy spellings."""
-    from sbx.domain.kits.selection import select
-    from sbx.domain.sandbox.capabilities import SUPPORTED
-
     out: list[str] = []
     if data.get("kind") == "sandbox":
         out.append("kind: `sandbox` is the old spelling of `workload`")

@@ -28,11 +28,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.credentials.secrets import write_private_file
 from sbx.domain.egress.policy import describe_rule
+from sbx.domain.egress.proxyconfig import ProxyConfig, network_to_dict
+from sbx.domain.egress.proxycreds import CredentialSpec
+from sbx.domain.kits.compose import PHASES, Network, NetworkPhase
+from sbx.domain.kits.surface import Surface, Widening, diff_widenings, format_widenings, surface
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.seams import audit
+from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
+from sbx.usecases.pipeline import WorkloadRequest, kit_argument, load
 
 if TYPE_CHECKING:
     from sbx.domain.egress.proxyconfig import ProxyConfig
@@ -65,12 +72,8 @@ class KitsChange:
 def fingerprint(kit_set: KitSet, composition: Composition) -> dict[str, Any]:
     """What a creation records about its kits: each descriptor's and recipe's digest, the
     permission surface, the storage paths in order (a recreation keeps volumes by them)."""
-    from sbx.domain.kits.surface import surface
-
     def digest(text: str | None) -> str | None:
         return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    from sbx.usecases.pipeline import kit_argument
 
     kits = {}
     for loaded in kit_set.kits:
@@ -100,11 +103,6 @@ def kit_words(record: SandboxRecord) -> tuple[str, tuple[str, ...]]:
 def compare(ctx: AppContext, record: SandboxRecord) -> KitsChange | None:
     """What changed in the kits since the sandbox was made (None: nothing to compare with —
     no record of them, or they cannot be read now, which the caller says)."""
-    from sbx.domain.egress.proxyconfig import ProxyConfig
-    from sbx.domain.kits.surface import Surface, diff_widenings
-    from sbx.usecases import explain as core
-    from sbx.usecases.pipeline import WorkloadRequest, load
-
     options = record.request.get("options") or {}
     workload, mixins = kit_words(record)
     loaded = load(ctx, WorkloadRequest(workload=workload, kits=mixins,
@@ -158,11 +156,6 @@ def _follow_proxy(running: ProxyConfig, composition: Composition, applied: list[
                   unapplied: list[str], widenings: list[Widening]) -> ProxyConfig | None:
     """The proxy config that follows the kits (None: nothing to change), noting what it
     changes, what it cannot, and the widenings among them."""
-    from sbx.domain.egress.proxyconfig import network_to_dict
-    from sbx.domain.kits.compose import Network, NetworkPhase
-    from sbx.domain.kits.surface import Widening, diff_widenings
-    from sbx.usecases import explain as core
-
     network = composition.network
     if network is None:  # no policy any more: nothing allowed (the network stays)
         network = Network(2, NetworkPhase(), NetworkPhase(), False, ())
@@ -190,8 +183,6 @@ def _follow_proxy(running: ProxyConfig, composition: Composition, applied: list[
 
 def _follow_credentials(running: Sequence[CredentialSpec], composition: Composition,
                         ) -> tuple[tuple[CredentialSpec, ...], list[tuple[str, str]]]:
-    from sbx.domain.egress.proxycreds import CredentialSpec
-
     notes: list[tuple[str, str]] = []
     current = {(c.service, c.phase): c for c in composition.credentials}
     kept: list[CredentialSpec] = []
@@ -228,8 +219,6 @@ def _follow_credentials(running: Sequence[CredentialSpec], composition: Composit
 
 
 def _rule_texts(network: Network | None) -> set[str]:
-    from sbx.domain.kits.compose import PHASES
-
     if network is None:
         return set()
     return {describe_rule(r).split(": ", 1)[-1] + f" ({r.phase} {r.action})"
@@ -237,8 +226,6 @@ def _rule_texts(network: Network | None) -> set[str]:
 
 
 def _surface(network: Network | None) -> Any:
-    from sbx.domain.kits.surface import Surface, surface
-
     if network is None:
         return Surface()
     return surface([{"type": network.type, "config": network.config()}])
@@ -247,8 +234,6 @@ def _surface(network: Network | None) -> Any:
 def follow(ctx: AppContext, record: SandboxRecord, *, accept: bool, confirm: Confirm | None,
            on_notice: Callable[[str], None], on_warning: Callable[[str], None]) -> None:
     """Apply what can be applied before the start, ask about widenings, warn about the rest."""
-    from sbx.domain.kits.surface import format_widenings
-
     try:
         change = compare(ctx, record)
     except SbxError as error:
@@ -275,8 +260,6 @@ def follow(ctx: AppContext, record: SandboxRecord, *, accept: bool, confirm: Con
                 details=details)
         _audit(ctx, audit.KIT_WIDENING_ACCEPTED, record.run_id, {**details, "via": via})
     if change.config is not None:
-        from sbx.domain.credentials.secrets import write_private_file
-
         path = runrecord.run_dir(ctx.state_home, record.run_id) / PROXY_CONFIG
         write_private_file(path, change.config.to_json().encode("utf-8"))
     if change.applied:

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.usecases import workspace_check
 from sbx.usecases.context import AppContext
+from sbx.usecases.explain import static_composition
+from sbx.usecases.namedkits import fingerprint
 from sbx.usecases.run.request import RunRequest
 
 if TYPE_CHECKING:
@@ -69,10 +72,6 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
     """Called by the run once a named sandbox's container started: from now on it is the
     sandbox's (a failure before this point removed everything, like a one-shot run)."""
     assert plan.name is not None  # noqa: S101 - only named plans get here
-    # The kits' composition and state: only at a named sandbox's creation.
-    from sbx.usecases.explain import static_composition
-    from sbx.usecases.namedkits import fingerprint
-
     store = SandboxStore(ctx.state_home)
     kit_set, _config, composition, capabilities = plan.full()
     record = SandboxRecord(
@@ -107,9 +106,6 @@ def check_workspace(ctx: AppContext, record: SandboxRecord,
                     on_warning: Callable[[str], None], *, stopped: bool = False) -> None:
     """The after-run check of the sandbox's writable directories (sbx.usecases.workspace_check)
     against what they held when it last started."""
-    # Baselines exist only for a writable workspace: not on every command's path.
-    from sbx.usecases import workspace_check
-
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     try:
         workspace_check.check_named(ctx, run_dir, record.run_id, on_warning, stopped=stopped)

@@ -24,6 +24,14 @@ from typing import IO, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.credentials import agentlogins as al
+from sbx.domain.credentials.oauthparse import parse_login, tokens_from_response
+from sbx.domain.credentials.oauthstore import OAuthStore
+from sbx.domain.credentials.secrets import mask
+from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.records import SandboxStore, check_name
+from sbx.seams import oauth_http
+from sbx.usecases.explain import load, static_composition
 
 MAX_INPUT_BYTES: Final = 64 * 1024
 DEVICE_TIMEOUT_S: Final = 15 * 60.0  # Codex's own bound on a device code
@@ -84,8 +92,6 @@ def read_login_input(from_file: Path | None, stdin: IO[bytes] | None) -> str:
 
 def kit_structure(kit: str, service: str, *, cwd: Path, state_home: Path) -> Any:
     """The ``credentialFile.structure`` the kit declares for ``service``."""
-    from sbx.usecases.explain import load, static_composition
-
     composition = static_composition(load(kit, (), (), cwd=cwd, state_home=state_home))
     for credential in composition.credentials:
         if credential.service != service:
@@ -104,9 +110,6 @@ def kit_structure(kit: str, service: str, *, cwd: Path, state_home: Path) -> Any
 def login(state_home: Path, service: str, text: str, *, structure: Any = None,
           source: str = "") -> OAuthEntry:
     """Parse and store the tokens (0600, atomic, under the store's lock); the masked entry."""
-    from sbx.domain.credentials.oauthparse import parse_login
-    from sbx.domain.credentials.oauthstore import OAuthStore
-
     store = OAuthStore(state_home)
     store.path(service)  # a bad service name is refused before the input is read
     tokens = parse_login(text, structure=structure).with_source(source)
@@ -124,10 +127,6 @@ def agent_login(state_home: Path, login: Any, *, upstream_proxy: str | None,
     the host: the user opens a URL in a browser and pastes the code it shows (Claude Code,
     Gemini CLI) or enters a device code there (Codex); the tokens go straight from the
     provider to the host's store. Nothing is stored unless the provider issued tokens."""
-    from sbx.domain.credentials import agentlogins as al
-    from sbx.domain.credentials.oauthstore import OAuthStore
-    from sbx.seams import oauth_http
-
     def send(post: al.Post) -> oauth_http.Answer:
         return oauth_http.post(post.url, post.content_type, post.body,
                                upstream_proxy=upstream_proxy, ca_file=ca_file)
@@ -172,8 +171,6 @@ def agent_login(state_home: Path, login: Any, *, upstream_proxy: str | None,
 
 
 def _issued(login: Any, answer: Any) -> Any:
-    from sbx.domain.credentials.oauthparse import tokens_from_response
-
     if not 200 <= answer.status < 300 or not isinstance(answer.data, Mapping):
         raise _refused(login, answer)
     try:
@@ -200,8 +197,6 @@ def _refused(login: Any, answer: Any) -> SbxError:
 
 def entries(state_home: Path) -> list[OAuthEntry]:
     """The user's logins, then those made inside named sandboxes (each its sandbox's)."""
-    from sbx.domain.credentials.oauthstore import OAuthStore
-
     found = [_entry(service, tokens, updated)
              for service, tokens, updated in OAuthStore(state_home).services()]
     for name, store in _sandbox_logins(state_home):
@@ -211,10 +206,6 @@ def entries(state_home: Path) -> list[OAuthEntry]:
 
 
 def _sandbox_logins(state_home: Path) -> list[tuple[str, Any]]:
-    from sbx.domain.credentials.oauthstore import OAuthStore
-    from sbx.domain.sandbox import runrecord
-    from sbx.domain.sandbox.records import SandboxStore
-
     store = SandboxStore(state_home)
     found = []
     for name in store.names():
@@ -231,10 +222,6 @@ def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
     """Move the login made inside the named sandbox ``name`` to the user's store: every
     sandbox uses it from then on (that one too, whose own copy is gone: two copies of one
     rotating refresh token would spend each other)."""
-    from sbx.domain.credentials.oauthstore import OAuthStore
-    from sbx.domain.sandbox import runrecord
-    from sbx.domain.sandbox.records import SandboxStore, check_name
-
     user = OAuthStore(state_home)
     user.path(service)  # a bad service name is refused first
     record = SandboxStore(state_home).load(check_name(name))
@@ -256,8 +243,6 @@ def promote(state_home: Path, service: str, name: str) -> OAuthEntry:
 
 def _entry(service: str, tokens: Any, updated: float, *,
            sandbox: str | None = None) -> OAuthEntry:
-    from sbx.domain.credentials.secretvalues import mask
-
     if tokens is None:
         return OAuthEntry(service, None, False, None, updated, sandbox)
     return OAuthEntry(service, mask(tokens.access_token), tokens.refresh_token is not None,
@@ -266,8 +251,6 @@ def _entry(service: str, tokens: Any, updated: float, *,
 
 
 def remove(state_home: Path, service: str) -> bool:
-    from sbx.domain.credentials.oauthstore import OAuthStore
-
     store = OAuthStore(state_home)
     store.path(service)  # validates the name before it names a lock file
     with store.locked(service):

@@ -32,11 +32,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.args import final_environment
 from sbx.domain.kits.kitset import KitSet, LoadedKit, effective_composition, load_kit_set
+from sbx.domain.sandbox.binding import bind_credentials
 from sbx.domain.sandbox.capabilities import SUPPORTED, CapabilityPlan, plan_capabilities
+from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
+from sbx.domain.sandbox.images import known_user
+from sbx.domain.sandbox.kitimages import ensure_kit_image
 from sbx.domain.sandbox.requirements import check_engine, check_host, sandbox_limits
+from sbx.domain.sandbox.sources import staging_available
+from sbx.seams.host.agent import host_agent
+from sbx.seams.host.git import global_identity
+from sbx.seams.session.escape import parse_detach_keys
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -146,8 +156,6 @@ def timeout_ms(seconds: float) -> int:
 
 def detach_keys(flag: str | None, config: Config) -> str:
     """``--detach-keys`` beats ``[sandbox] detach_keys``; refused when it does not parse."""
-    from sbx.seams.session.escape import parse_detach_keys
-
     if flag is not None:
         text, source = flag, "--detach-keys"
     else:
@@ -170,13 +178,6 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     run`` only; explain and doctor never read a value). ``gate`` sees each kit's effective
     descriptor before any capability is planned or secret read (``sbx run``'s permission gate,
     sbx.usecases.kitgate); it raises to refuse."""
-    from sbx.domain.kits.args import final_environment
-    from sbx.domain.sandbox.binding import bind_credentials
-    from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
-    from sbx.domain.sandbox.sources import staging_available
-    from sbx.seams.host.agent import host_agent
-    from sbx.seams.host.git import global_identity
-
     driver: Inventory = ctx.driver
     engine = driver.info()
     check_engine(engine)
@@ -210,8 +211,6 @@ def _kit_image(ctx: AppContext, kit_set: KitSet, progress: ProgressFactory,
                ) -> tuple[ImageInfo, str, bool, tuple[ImageInfo, ...]]:
     """(image, tag, built, every image used) of the workload, with the mixins' layers
     assembled onto it."""
-    from sbx.domain.sandbox.kitimages import ensure_kit_image
-
     driver: Images = ctx.driver
     workload = kit_set.workload
     locks = ctx.state_home / "locks"
@@ -253,8 +252,6 @@ def helper_labels(ctx: AppContext, run_id: str, kit_set: KitSet) -> dict[str, st
     ``sbx gc`` finds it by these should sbx be killed in between)."""
     import time
 
-    from sbx.base import labels as label_keys
-
     return label_keys.object_labels(
         home_hash=ctx.home_hash, run_id=run_id,
         deadline=math.ceil(time.time() + HELPER_DEADLINE_S),
@@ -277,8 +274,6 @@ def planned_user(ctx: AppContext, planned: WorkloadPlan) -> SandboxUser | None:
     USER or the configured fallback. None when that needs the image's /etc/passwd, which only
     a (helper) container can read and no earlier run has cached: explain and doctor create
     no container, so ``sbx run`` resolves it."""
-    from sbx.domain.sandbox.images import known_user
-
     user = planned.config.sandbox.user
     return known_user(planned.image, fallback_uid=user.value,
                       fallback_source=f"[sandbox] user ({user.source})",

@@ -21,6 +21,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress import requestlog
 from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.durations import parse_duration
 from sbx.domain.sandbox.records import SandboxStore
 from sbx.usecases.context import AppContext
 
@@ -138,8 +139,6 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     """``--since``: a duration back from now (``10m``, ``2h``, ``7d``) or an ISO time."""
     if text is None:
         return None
-    from sbx.domain.sandbox.durations import parse_duration
-
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

@@ -20,11 +20,13 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress import userpolicy
 from sbx.domain.egress.policystore import PolicyStore
+from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import UserRule
 from sbx.domain.kits.compose import Action, Network, Phase
+from sbx.domain.kits.surface import format_widenings
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
-from sbx.seams import audit
+from sbx.seams import audit, state
 from sbx.usecases.context import AppContext
 
 PROXY_CONFIG: Final = "proxy.json"
@@ -64,8 +66,6 @@ class NamedSandbox:
 def named_sandbox(ctx: AppContext, name: str) -> NamedSandbox:
     """A named sandbox and the kits' network rules its proxy enforces (from the proxy's own
     config in its run directory: what it really runs with)."""
-    from sbx.domain.egress.proxyconfig import ProxyConfig
-
     record = SandboxStore(ctx.state_home).load(check_name(name))
     if record is None:
         raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
@@ -136,8 +136,6 @@ def add(ctx: AppContext, request: RuleRequest, *, yes: bool, confirm: Confirm | 
 
 
 def _widening_refused(rule: UserRule, widenings: Sequence[Any], why: str) -> SbxError:
-    from sbx.domain.kits.surface import format_widenings
-
     return SbxError(
         Reason.PERMISSION_WIDENED,
         f"the rule {rule.action} {rule.target} for {scope_text(rule.sandbox)} widens what the "
@@ -173,8 +171,6 @@ def _audit(ctx: AppContext, event: str, details: dict[str, Any]) -> None:
     try:
         audit.record(ctx.state_home, event, run_id=None, severity="info", details=details)
     except OSError as error:
-        from sbx.seams import state
-
         raise state.unwritable(audit.audit_path(ctx.state_home), error,
                                action="audit the change in", home=ctx.state_home) from None
 

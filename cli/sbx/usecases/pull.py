@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.args import declarations
 from sbx.domain.kits.descriptor import parse_descriptor_text
+from sbx.domain.kits.local import looks_like_path, path_kind
 from sbx.domain.kits.lock import (
     GateResult,
     LockDecision,
@@ -34,6 +36,7 @@ from sbx.domain.kits.lock import (
     store_descriptor,
     write_lock,
 )
+from sbx.domain.kits.placeholders import referenced_args
 from sbx.domain.kits.surface import (
     Surface,
     Widening,
@@ -41,6 +44,7 @@ from sbx.domain.kits.surface import (
     format_widenings,
     surface,
 )
+from sbx.domain.kits.versions import VersionError, parse_provide
 from sbx.seams import audit
 from sbx.seams.registry import KitManifest, fetch_kit_manifest, parse_reference
 from sbx.usecases.context import AppContext
@@ -125,10 +129,6 @@ def preflight(reference: str, manifest: KitManifest, *,
 def published_form_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The rules a published descriptor meets beyond an authored one (KIT-SPEC-V3 §1.9):
     never `kind: set`, no build-phase arg reference left, and every provide versioned."""
-    from sbx.domain.kits.args import declarations
-    from sbx.domain.kits.placeholders import referenced_args
-    from sbx.domain.kits.versions import VersionError, parse_provide
-
     problems: list[tuple[str, str]] = []
     if data.get("kind") == "set":
         problems.append(("kind", "a published kit is never `kind: set` (sets are merged at "
@@ -235,8 +235,6 @@ def _refuse_path(written: str, app: AppContext) -> None:
     (and whether it exists) instead of "not a registry reference"."""
     if not written.startswith((".", "/", "~")):
         return  # every path spelling starts so (looks_like_path); skip importing kits.local
-    from sbx.domain.kits.local import looks_like_path, path_kind
-
     if not looks_like_path(written):
         return
     kind = path_kind(app.cwd / written, written)

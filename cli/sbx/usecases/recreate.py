@@ -22,9 +22,14 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord
+from sbx.domain.sandbox.sources import Staging
+from sbx.seams.host import firewall
 from sbx.usecases.context import AppContext
+from sbx.usecases.explain import static_composition
+from sbx.usecases.keeper import stop_keeper
 from sbx.usecases.namedkits import kit_words
 from sbx.usecases.namedrecord import CREATION_OPTIONS, STOP_TIMEOUT_S, check_workspace
+from sbx.usecases.pipeline import load
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest, workload_request
 from sbx.usecases.run.rundir import empty_but_volumes
 from sbx.usecases.run.start import run_new
@@ -62,9 +67,6 @@ def creation_request(request: RunRequest, record: SandboxRecord) -> RunRequest:
 
 
 def _check_volumes(ctx: AppContext, record: SandboxRecord, request: RunRequest) -> None:
-    from sbx.usecases.explain import static_composition
-    from sbx.usecases.pipeline import load
-
     before = (record.request.get("kits_state") or {}).get("volume_paths")
     if before is None:
         raise SbxError(Reason.INVALID_ARGUMENT,
@@ -87,10 +89,6 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
                on_warning: Callable[[str], None]) -> None:
     """Everything but the volumes, the run directory's volume files and the record (its
     workspace checked first, as when it is removed)."""
-    from sbx.domain.sandbox.sources import Staging
-    from sbx.seams.host.firewall import BridgeGuard
-    from sbx.usecases.keeper import stop_keeper
-
     driver = ctx.driver
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     stop_keeper(run_dir, record.run_id)
@@ -103,7 +101,7 @@ def _take_down(ctx: AppContext, record: SandboxRecord,
     if record.image:
         driver.remove_image(record.image)
     if record.request.get("bridge"):
-        guard = BridgeGuard(str(record.request["bridge"]), record.run_id)
+        guard = firewall.BridgeGuard(str(record.request["bridge"]), record.run_id)
         guard.installed, guard.installed_nat = guard.listed()
         guard.remove()
     problems = Staging.for_named(ctx.home_hash, record.name).release()

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from sbx.domain.sandbox import quarantine
-from sbx.domain.sandbox.workspace_trust import Baseline, Finding, Report, after_run
+from sbx.domain.sandbox.sources import open_checked
+from sbx.domain.sandbox.workspace_trust import Baseline, Finding, Report, after_run, baseline_of
 from sbx.seams import audit, owned, state
 from sbx.usecases.context import AppContext
 
@@ -162,9 +163,6 @@ def restarting(ctx: AppContext, run_dir: Path, run_id: str,
     baselines = load(run_dir)
     if not baselines:
         return
-    from sbx.domain.sandbox.sources import open_checked
-    from sbx.domain.sandbox.workspace_trust import baseline_of
-
     fresh = []
     for baseline in baselines:
         opened = open_checked(baseline.root)

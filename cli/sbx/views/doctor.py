@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.render import Envelope, Renderer, escape
 
 if TYPE_CHECKING:
-    from sbx.usecases.doctor import DoctorReport
+    from sbx.usecases.doctor.model import DoctorReport
 
 
 _DOCTOR_MARKS: Final = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}

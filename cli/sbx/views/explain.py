@@ -10,9 +10,10 @@ from sbx.domain.egress.policy import rule_where
 from sbx.views.values import setting
 
 if TYPE_CHECKING:
-    from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
     from sbx.usecases.explainplan import NamedAnswer
-    from sbx.usecases.explainrequest import RunRefusal
+    from sbx.usecases.explainrequest import RequestExplanation, RunRefusal
+    from sbx.usecases.explainrun import RunExplanation
+    from sbx.usecases.explainsandbox import SandboxExplanation
     from sbx.usecases.kitgate import PermissionState
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.render import Envelope, Renderer, escape
 
 if TYPE_CHECKING:
-    from sbx.usecases.gc import GcItem, GcResult
+    from sbx.usecases.gc.result import GcItem, GcResult
 
 
 _GC_REPORTED: Final = frozenset({"deadline_missing", "deadline_unreadable"})

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.usecases.context import AppContext
-from sbx.usecases.named import run_named
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
@@ -34,6 +33,9 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
                        "sandbox's container again", hint="sbx run --name NAME --recreate ...")
     if request.name is not None:
+        # A named sandbox's start, kits followed again and recreation: not a one-shot run's.
+        from sbx.usecases.named.start import run_named
+
         return run_named(ctx, request, on_output=on_output, progress=progress,
                          on_warning=on_warning, on_notice=on_notice,
                          confirm_kits=confirm_kits, confirm_follow=confirm_follow)

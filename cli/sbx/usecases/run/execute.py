@@ -210,6 +210,7 @@ def _staging(ctx: AppContext, plan: RunPlan, created: Created) -> Staging:
 def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[BindMount]:
     """The kits' host directories for the install step (mounted before hooks), staged as the
     sandbox's are."""
+    # The kits' host mounts and relays: not loaded by a cached run whose kits declare none.
     from sbx.usecases.run.kitmounts import kit_mount_targets
 
     targets = kit_mount_targets(plan.capabilities)
@@ -397,7 +398,7 @@ def _start_ports(driver: Driver, plan: RunPlan, created: Created, container_id: 
         return
     # The port forwarder and the browser observer: only a run that publishes ports.
     from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
-    from sbx.seams import ports
+    from sbx.seams import ports  # the port forwarder: as above
 
     created.forwarder = ports.PortForwarder(address)
 

@@ -118,7 +118,7 @@ def recipe_approved(state_home: Path, recipe: Recipe) -> bool:
         return True  # they ask for nothing (an empty surface has no fields)
     # Approvals and surfaces read kit permissions: only for kits that ask for some.
     from sbx.domain.kits.approvals import covered
-    from sbx.domain.kits.surface import Surface
+    from sbx.domain.kits.surface import Surface  # as above
 
     return covered(state_home, [(str(kit["path"]), str(kit["descriptor"]),
                                  Surface.from_json(kit["permissions"]))

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.oauth import ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX
+from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.egress.proxycreds import SENTINEL_PREFIX
 from sbx.domain.sandbox.admission import Admission, HostPath, sentinel_names
 from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
+from sbx.domain.sandbox.credfiles import credential_files
 from sbx.domain.sandbox.hardening import TMP_TARGET
 from sbx.domain.sandbox.identity import WorkspaceOwner, choose_user, home_path
 from sbx.domain.sandbox.imagecache import record_use
@@ -35,6 +37,7 @@ from sbx.usecases.context import AppContext
 from sbx.usecases.kitgate import Confirm as ConfirmKits
 from sbx.usecases.kitgate import KitSurface
 from sbx.usecases.pipeline import LoadedWorkload, WorkloadPlan
+from sbx.usecases.run.kitmounts import kit_host_mounts
 from sbx.usecases.run.plan import Decided, FullParts, RunPlan, owner_key, plan
 from sbx.usecases.run.recipe import PlanFacts, Recipe
 from sbx.usecases.run.request import (
@@ -127,8 +130,6 @@ class FromKits:
         if planned.egress is not None:
             # The proxy follows the user policy: a damaged rules file refuses the run before
             # anything starts (its denies would be lost), as the proxy would refuse to start.
-            from sbx.domain.egress.policystore import PolicyStore  # egress runs only
-
             PolicyStore(ctx.state_home).load()
         self._credential_names = _sentinel_variables(planned)
         self._files = tuple(local_kit_files(self.kit_set, ctx.cwd))
@@ -151,8 +152,6 @@ class FromKits:
         capabilities = self.planned.capabilities
         if not capabilities.host_mounts and not capabilities.skills_paths:
             return (), set()
-        from sbx.usecases.run.kitmounts import kit_host_mounts
-
         return kit_host_mounts(ctx, capabilities, taken)
 
     def user(self, owner: WorkspaceOwner | None) -> tuple[SandboxUser, tuple[str, ...]]:
@@ -185,8 +184,6 @@ class FromKits:
             capabilities = _with_home_volume(capabilities, home)
         egress = planned.egress
         if egress is not None and "oauth" in egress.modes.values():
-            from sbx.domain.sandbox.credfiles import credential_files  # OAuth logins only
-
             lifecycle = capabilities.lifecycle
             capabilities = dataclasses.replace(capabilities, lifecycle=dataclasses.replace(
                 lifecycle, files=(*lifecycle.files, *credential_files(

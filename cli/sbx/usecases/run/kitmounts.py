@@ -39,7 +39,7 @@ def kit_host_mounts(ctx: AppContext, capabilities: CapabilityPlan, taken: Sequen
                 if path not in taken]
     if not capabilities.host_mounts:
         return out, set()
-    from sbx.domain.sandbox.hostmounts import HostMountStore
+    from sbx.domain.sandbox.hostmounts import HostMountStore  # host-mount@1 kits only
 
     store = HostMountStore(paths.host_mounts_home(ctx.env))
     made: set[str] = set()
@@ -61,7 +61,7 @@ def own_made_mounts(admission: Admission, made: set[str]) -> None:
     opened directory itself, so what is chowned is what is mounted)."""
     if not made or os.geteuid() != 0:
         return
-    from sbx.seams.host.mounts import chown_descriptor
+    from sbx.seams.host.mounts import chown_descriptor  # as root, made mounts only
 
     user = admission.user
     for pin in admission.mounts.pins:
@@ -80,6 +80,7 @@ def relay_binds(ctx: AppContext, run_id: str, capabilities: CapabilityPlan,
                 phase: str | None = None) -> list[BindMount]:
     """The SSH agent relay's directory, read-only (its socket is the proxy process's); for
     the install step only when the install phase is granted."""
+    # The capability types' package: a cached run without capabilities never loads it.
     from sbx.domain.kits.captypes.ssh_agent import SANDBOX_DIR
 
     if not capabilities.ssh_agent or (
@@ -94,8 +95,9 @@ def relay_config(ctx: AppContext, run_dir: Path,
     """The SSH agent relay the proxy process serves, on the host agent as it is now."""
     if not capabilities.ssh_agent:
         return None
+    # The SSH agent relay and the host agent: ssh-agent@1 runs only.
     from sbx.domain.egress.sshagent import RelayConfig, grants_of
-    from sbx.seams.host.agent import host_agent
+    from sbx.seams.host.agent import host_agent  # as above
 
     upstream, why = host_agent(ctx.env)
     if upstream is None:

@@ -212,6 +212,7 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
         return None
     try:
         if made:
+            # The kits' host mounts: not loaded by a cached run whose kits declare none.
             from sbx.usecases.run.kitmounts import own_made_mounts
 
             own_made_mounts(admission, made)
@@ -244,6 +245,7 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
                    for pin in host_mounts.pins if pin.source is not workspace]
     if capabilities is not None:
+        # The kits' relays: not loaded by a cached run without capabilities.
         from sbx.usecases.run.kitmounts import relay_binds
 
         extra_binds += volume_binds(volume_names, capabilities.volumes, {})
