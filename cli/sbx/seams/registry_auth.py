@@ -64,7 +64,7 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
     # DOCKER_CONFIG and home, which are not the injected environment's.
     if path is None or not path.is_file() or _names_nothing_for(host, path):
         return None
-    from sbx.seams.driver import docker_auth_config, docker_credential_store
+    from sbx.seams.driver.registry_credentials import docker_auth_config, docker_credential_store
 
     helper = docker_credential_store(host, path)
     if helper is not None:
@@ -82,7 +82,7 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
                            "base64 user:password", hint="Fix or remove it (docker login "
                                                         "again), then retry.") from None
     except TimeoutError:
-        from sbx.seams.driver import HELPER_TIMEOUT_S
+        from sbx.seams.driver.registry_credentials import HELPER_TIMEOUT_S
 
         raise SbxError(Reason.COMMAND_TIMEOUT,
                        f"registry credentials for {host}: the credential helper "
