@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import doctor as doctor_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import doctor as doctor_core
+else:  # imported on first use: `sbx --help` loads no use case
+    doctor_core = deferred("sbx.usecases.doctor")
 
 
 def doctor(
@@ -28,12 +34,10 @@ def doctor(
 
     Exit 0 when no check failed (warnings allowed), 1 otherwise.
     """
-    from sbx.usecases.doctor import DoctorRequest, diagnose
-
     app = ctx.obj
-    report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),
-                                         args=tuple(arg or ()),
-                                         allow_privileged=allow_privileged))
+    request = doctor_core.DoctorRequest(workload=workload, kits=tuple(kit or ()),
+                                        args=tuple(arg or ()), allow_privileged=allow_privileged)
+    report = doctor_core.diagnose(app, request)
     doctor_view.doctor_report(app.renderer, report)
     return int(report.exit_status)
 

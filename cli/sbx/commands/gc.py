@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import gc as gc_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import gc as gc_core
+else:  # imported on first use: `sbx --help` loads no use case
+    gc_core = deferred("sbx.usecases.gc")
 
 
 def gc(
@@ -28,10 +34,8 @@ def gc(
     Silent with exit 0 when there was nothing to do or everything was removed, so it suits
     cron; one line per failure, exit 126 (cleanup_failed) when anything could not be removed.
     """
-    from sbx.usecases.gc import GcRequest, collect
-
     app = ctx.obj
-    result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace, named=named))
+    result = gc_core.collect(app, gc_core.GcRequest(dry_run=dry_run, grace_s=grace, named=named))
     gc_view.gc_result(app.renderer, result, verbose=app.verbose)
     return int(result.exit_status)
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from sbx.base.deferred import deferred
+
+if TYPE_CHECKING:
+    from sbx.commands import pull_fast
+else:  # imported on first use: `sbx --help` loads no use case
+    pull_fast = deferred("sbx.commands.pull_fast")
 
 
 def pull(
@@ -29,9 +36,7 @@ def pull(
     --accept, else the pull is refused (permission_widened) and nothing changes; narrowing
     applies silently. Layers are pulled by digest, then the lock is written atomically.
     """
-    from sbx.commands.pull_fast import run_pull
-
-    return run_pull(ctx.obj, references, accept=accept)
+    return pull_fast.run_pull(ctx.obj, references, accept=accept)
 
 
 __all__ = ["pull"]

@@ -16,10 +16,9 @@ from sbx.seams.engine import (
     OwnedObject,
     RawListing,
 )
+from sbx.seams.enginehost import is_loopback, resolve_endpoint, tcp_target
 
 if TYPE_CHECKING:
-
-
     pass
 
 from sbx.seams.driver.client import SdkClient, engine_timestamp
@@ -31,8 +30,6 @@ class SdkInventory(SdkClient):
     def location(self) -> EngineLocation:
         if self._sdk_connector is not None:
             return self._sdk_connector.location
-        from sbx.seams.enginehost import is_loopback, resolve_endpoint, tcp_target
-
         endpoint = resolve_endpoint(self._env)
         local = endpoint.scheme == "unix"
         if endpoint.scheme == "tcp":

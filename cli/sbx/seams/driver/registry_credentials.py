@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from sbx.seams.host import processes
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -63,8 +65,6 @@ def _helper_store(name: str, environment: Any) -> Any:
     anything running, and what it prints on stderr never reaches the terminal."""
     from docker import credentials
     from docker.credentials import utils
-
-    from sbx.seams.host import processes
 
     environment_of: Any = utils.create_environment_dict  # untyped in the SDK
 

@@ -5,19 +5,14 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sbx.base.reasons import Reason
+from sbx.seams.driver.client import SdkClient, upgraded_socket
 from sbx.seams.enginebounds import (
     BoundedSocket,
 )
-
-if TYPE_CHECKING:
-
-
-    from sbx.seams.session.stream import AttachedStream
-
-from sbx.seams.driver.client import SdkClient, upgraded_socket
+from sbx.seams.session.stream import AttachedStream
 
 
 class SdkSessions(SdkClient):
@@ -32,8 +27,6 @@ class SdkSessions(SdkClient):
         missed at either end (unlike a followed log). Without a TTY the bytes are framed
         (:mod:`sbx.seams.session.frames`); with one they are the terminal's raw stream.
         """
-        from sbx.seams.session.stream import AttachedStream
-
         params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
                                   "stdin": 1 if stdin else 0}
         if detach_keys:
@@ -112,8 +105,6 @@ class SdkSessions(SdkClient):
         """An exec in a running sandbox with its stream attached (raw with a TTY, framed
         without); returns the stream and the exec id. The exec runs with the container's
         hardening (capabilities, no-new-privileges, cgroup limits, network) as ``user``."""
-        from sbx.seams.session.stream import AttachedStream
-
         api = self._api
         with self._engine_errors("starting a command in the sandbox", Reason.START_FAILED):
             created = api.exec_create(container_id, list(argv), stdout=True, stderr=True,
