@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 
 @enum.unique
@@ -93,14 +94,11 @@ class Reason(enum.StrEnum):
 
     @property
     def info(self) -> ReasonInfo:
-        # The registry is assembled from the per-area entry modules, which import this enum.
-        from sbx.base.reasons import REGISTRY
-
         return REGISTRY[self]
 
     @property
     def exit_status(self) -> ExitStatus:
-        return self.info.exit_status
+        return REGISTRY[self].exit_status
 
 
 @enum.unique
@@ -158,6 +156,11 @@ class EgressCode(enum.StrEnum):
 _R = Reason
 
 
+# The one table, filled by the package (sbx.base.reasons) from its per-area entry modules, which
+# import this module's enums: any import of this module runs the package, and so fills it, first.
+REGISTRY: Final[dict[Reason, ReasonInfo]] = {}
+
+
 @dataclass(frozen=True)
 class DetailInfo:
     """A detail code of the egress boundary: what a 403/407/502 body, the audit log, the
@@ -170,4 +173,4 @@ class DetailInfo:
 
 
 
-__all__ = ["DetailInfo", "EgressCode", "ExitStatus", "Reason", "ReasonInfo"]
+__all__ = ["REGISTRY", "DetailInfo", "EgressCode", "ExitStatus", "Reason", "ReasonInfo"]

@@ -1,4 +1,5 @@
-"""The Docker driver: the only module that imports the docker SDK.
+"""The Docker driver, the only package that imports the docker SDK: one part per engine role
+(images, distribution, containers, sessions, networks, inventory) on one shared client.
 
 Everything sbx asks of the engine through the SDK goes through :class:`SdkEngine`, which returns
 dataclasses and translates every SDK or transport exception into a reason-coded
