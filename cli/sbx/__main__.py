@@ -18,29 +18,23 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from sbx import __version__
+from sbx.base import paths
 from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Renderer
+from sbx.commands import pull_fast, run_cached
+from sbx.domain.sandbox import runargs
+from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.session.terminal import is_terminal
 from sbx.seams.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
+from sbx.usecases import context
 
 if TYPE_CHECKING:
     from sbx import app as cli_app
-    from sbx.base import paths
-    from sbx.commands import pull_fast, run_cached
-    from sbx.domain.sandbox import runargs
-    from sbx.seams import state
-    from sbx.usecases import context
 else:  # imported on use: `sbx --help` loads no use case, a cached run not the CLI
     cli_app = deferred("sbx.app")
-    context = deferred("sbx.usecases.context")
-    run_cached = deferred("sbx.commands.run_cached")
-    pull_fast = deferred("sbx.commands.pull_fast")
-    runargs = deferred("sbx.domain.sandbox.runargs")
-    paths = deferred("sbx.base.paths")
-    state = deferred("sbx.seams.state")
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.paths import host_mounts_home
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox import hostmounts
 from sbx.views import kit as kit_view
-
-if TYPE_CHECKING:
-    from sbx.domain.sandbox import hostmounts
-else:  # imported on first use: `sbx --help` loads no use case
-    hostmounts = deferred("sbx.domain.sandbox.hostmounts")
 
 
 def mounts(

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
-
-if TYPE_CHECKING:
-    from sbx.commands import pull_fast
-else:  # imported on first use: `sbx --help` loads no use case
-    pull_fast = deferred("sbx.commands.pull_fast")
+from sbx.commands import pull_fast
 
 
 def pull(

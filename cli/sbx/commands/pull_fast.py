@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sbx.base.deferred import deferred
+from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
     from sbx.usecases import pull as pull_core
-    from sbx.views import kit as kit_view
 else:  # imported on first use: a pull read by hand loads neither typer nor its parser
     pull_core = deferred("sbx.usecases.pull")
-    kit_view = deferred("sbx.views.kit")
 
 if TYPE_CHECKING:
     from sbx.commands.run_cached import Launch

@@ -8,20 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
+from sbx.commands import run_cached
+from sbx.domain.sandbox import durations, runargs
+from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
-    from sbx.commands import run_cached
-    from sbx.domain.sandbox import durations, runargs
     from sbx.usecases.run import entry
     from sbx.usecases.run import request as run_request
-    from sbx.views import kit as kit_view
 else:  # imported on first use: `sbx --help` loads no use case
-    run_cached = deferred("sbx.commands.run_cached")
-    durations = deferred("sbx.domain.sandbox.durations")
-    runargs = deferred("sbx.domain.sandbox.runargs")
     entry = deferred("sbx.usecases.run.entry")
     run_request = deferred("sbx.usecases.run.request")
-    kit_view = deferred("sbx.views.kit")
 
 
 def run(

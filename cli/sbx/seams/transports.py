@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams import registry_auth
 from sbx.seams.connectors import Connector, SshConnector, TcpConnector, UnixConnector, ssh_share_dir
 from sbx.seams.driver import SdkEngine
 from sbx.seams.enginehost import (
@@ -29,10 +30,9 @@ from sbx.seams.enginehost import (
 from sbx.seams.enginesocket import SocketEngine
 
 if TYPE_CHECKING:
-    from sbx.seams import registry_auth, tlsrelay
+    from sbx.seams import tlsrelay
 else:  # imported on first use: ssl for a TLS engine, docker's credential files for a pull
     tlsrelay = deferred("sbx.seams.tlsrelay")
-    registry_auth = deferred("sbx.seams.registry_auth")
 
 SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": a local engine's calls through the SDK
 PLAIN_TCP_ENV: Final = "SBX_ENGINE_PLAIN_TCP"  # "allow": plain tcp to a host not this one

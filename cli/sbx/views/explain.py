@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.deferred import deferred
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Envelope, Renderer, escape
+from sbx.domain.kits import surface
 from sbx.views.values import setting
 
 if TYPE_CHECKING:
     from sbx.domain.egress import fixes
     from sbx.domain.egress import policy as egress_policy
-    from sbx.domain.kits import surface
 else:  # imported on first use: `sbx --help` loads no kit or policy module
     egress_policy = deferred("sbx.domain.egress.policy")
     fixes = deferred("sbx.domain.egress.fixes")
-    surface = deferred("sbx.domain.kits.surface")
 
 if TYPE_CHECKING:
     from sbx.usecases.explain import RequestExplanation, RunExplanation, SandboxExplanation
