@@ -23,7 +23,7 @@ from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Renderer
-from sbx.commands import pull_fast, run_cached
+from sbx.commands import run_cached
 from sbx.domain.sandbox import runargs
 from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
@@ -33,8 +33,10 @@ from sbx.usecases import context
 
 if TYPE_CHECKING:
     from sbx import app as cli_app
+    from sbx.commands import pull_fast
 else:  # imported on use: `sbx --help` loads no use case, a cached run not the CLI
     cli_app = deferred("sbx.app")
+    pull_fast = deferred("sbx.commands.pull_fast")
 
 
 @dataclass(frozen=True)

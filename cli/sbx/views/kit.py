@@ -6,10 +6,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Envelope, Renderer, escape
-from sbx.domain.kits import surface
+
+if TYPE_CHECKING:
+    from sbx.domain.kits import surface
+else:  # imported on first use: `sbx --help` loads no kit or policy module
+    surface = deferred("sbx.domain.kits.surface")
 
 if TYPE_CHECKING:
     from sbx.domain.kits.surface import Widening
