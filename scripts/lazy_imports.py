@@ -1,7 +1,9 @@
-"""Count the imports of sbx modules made inside functions (deferred for start-up speed).
+"""Count the sbx imports deferred for start-up speed: those made inside functions and the
+modules declared with ``sbx.base.deferred`` (imported on first use).
 
-Each must say why on its own line or the comment line just above it; the total stays under the
-budget the unit test holds. ``--list`` prints every one with its place.
+Each must say why on its own line or the comment line just above it (for a ``deferred``
+declaration, its ``else:`` line counts too); the total stays under the budget the unit test
+holds. ``--list`` prints every one with its place.
 """
 
 from __future__ import annotations
@@ -34,21 +36,42 @@ def _is_sbx(node: ast.stmt) -> str | None:
     return None
 
 
-def _reason(lines: list[str], line: int) -> str:
+def _reason(lines: list[str], line: int, *, declared: bool = False) -> str:
     own = lines[line - 1]
     if "#" in own:
         return own.split("#", 1)[1].strip()
-    above = lines[line - 2].strip() if line >= 2 else ""
-    return above[1:].strip() if above.startswith("#") else ""
+    # A deferred declaration's reason may sit on the else: (or earlier declaration) above.
+    for back in range(line - 2, max(line - 8, -1) if declared else line - 3, -1):
+        above = lines[back].strip()
+        if "#" in above:
+            return above.split("#", 1)[1].strip()
+        if not declared or not above.endswith(")") or "deferred(" not in above:
+            break
+    return ""
+
+
+def _declared(node: ast.AST) -> str | None:
+    """The module of a ``name = deferred("module")`` declaration."""
+    if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name) and node.value.func.id == "deferred"
+            and node.value.args and isinstance(node.value.args[0], ast.Constant)
+            and isinstance(node.value.args[0].value, str)):
+        return node.value.args[0].value
+    return None
 
 
 def lazy_imports(root: Path = ROOT) -> list[LazyImport]:
-    """Every import of an sbx module inside a function body (nested ones counted once)."""
+    """Every import of an sbx module inside a function body (nested ones counted once) and
+    every deferred declaration."""
     found: dict[tuple[Path, int], LazyImport] = {}
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
         for node in ast.walk(ast.parse(text)):
+            if (module := _declared(node)) is not None:
+                found[(path, node.lineno)] = LazyImport(
+                    path, node.lineno, module, _reason(lines, node.lineno, declared=True))
+                continue
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             for inner in ast.walk(node):

@@ -15,14 +15,28 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sbx import __version__
+from sbx.base import paths
+from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
+from sbx.base.render import Renderer
+from sbx.commands import run_cached
+from sbx.domain.sandbox import runargs
+from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.session.terminal import is_terminal
 from sbx.seams.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
+from sbx.usecases import context
+
+if TYPE_CHECKING:
+    from sbx import app as cli_app
+    from sbx.commands import pull_fast
+else:  # imported on use: `sbx --help` loads no use case, a cached run not the CLI
+    cli_app = deferred("sbx.app")
+    pull_fast = deferred("sbx.commands.pull_fast")
 
 
 @dataclass(frozen=True)
@@ -41,20 +55,16 @@ class Launch:
     argv: tuple[str, ...] = ()  # the words before `--`, global options first
 
     def renderer(self) -> Any:
-        from sbx.base.render import Renderer
-
         return Renderer(self.stdout, self.stderr, as_json=self.as_json, env=self.env,
                         raw_out=self.stdout_bytes, raw_err=self.stderr_bytes)
 
     def context(self, *, verbose: int, traceback: bool) -> Any:
-        from sbx.usecases.context import AppContext
-
         renderer = self.renderer()
         renderer.verbose = verbose
-        return AppContext(env=self.env, cwd=self.cwd, renderer=renderer,
-                          as_json=self.as_json, verbose=verbose, traceback=traceback,
-                          passthrough=self.passthrough, streams=self.streams,
-                          argv=self.argv)
+        return context.AppContext(env=self.env, cwd=self.cwd, renderer=renderer,
+                                  as_json=self.as_json, verbose=verbose, traceback=traceback,
+                                  passthrough=self.passthrough, streams=self.streams,
+                                  argv=self.argv)
 
 
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | None]:
@@ -91,9 +101,7 @@ def _command_name(args: Sequence[str]) -> str:
         return "sbx"
     if words[0] in ("run", "pull"):  # no group: known without importing the CLI (the paths
         return words[0]              # that skip typer: a cached run, a pull read by hand)
-    from sbx.app import GROUPS
-
-    return " ".join(words) if words[0] in GROUPS and len(words) == 2 else words[0]
+    return " ".join(words) if words[0] in cli_app.GROUPS and len(words) == 2 else words[0]
 
 
 
@@ -161,20 +169,14 @@ def _invoke(launch: Launch, head: list[str]) -> Any:
     through typer."""
     verb = next((word for word in head if not word.startswith("-")), None)
     if verb == "run":
-        from sbx.commands.run_cached import run_from_cache
-
-        status = run_from_cache(launch)
+        status = run_cached.run_from_cache(launch)
         if status is not None:
             return status
     elif verb == "pull":
-        from sbx.commands.pull_fast import pull_by_hand
-
-        status = pull_by_hand(launch)
+        status = pull_fast.pull_by_hand(launch)
         if status is not None:
             return status
-    from sbx.app import app
-
-    return app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
+    return cli_app.app(args=head, prog_name="sbx", standalone_mode=False, obj=launch)
 
 
 def _typer_outcome(launch: Launch, error: Exception, command: str,
@@ -202,10 +204,8 @@ def _typer_outcome(launch: Launch, error: Exception, command: str,
 
 def _usage_hint(head: Sequence[str], usage: Exception) -> str | None:
     """A fix for the usage errors people coming from `docker run IMAGE CMD` make."""
-    from sbx.domain.sandbox.runargs import command_hint
-
     option = getattr(usage, "option_name", None)
-    return command_hint(head, option if isinstance(option, str) else None, Path.cwd())
+    return runargs.command_hint(head, option if isinstance(option, str) else None, Path.cwd())
 
 
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:
@@ -252,9 +252,6 @@ def _crash(launch: Launch, environment: Mapping[str, str], head: Sequence[str]) 
 
 
 def _state_error(exc: OSError, environment: Mapping[str, str]) -> SbxError | None:
-    from sbx.base import paths
-    from sbx.seams import state
-
     try:
         home = paths.state_home(environment)
     except SbxError:
@@ -274,8 +271,6 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
     import platform
     import traceback as traceback_module
     from datetime import UTC, datetime
-
-    from sbx.base import paths
 
     try:
         directory = paths.state_home(env) / "crash-reports"

@@ -17,7 +17,8 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secretsources import run_command
-from sbx.seams import driver, registry_auth
+from sbx.seams import registry_auth
+from sbx.seams.driver import registry_credentials
 from sbx.seams.host import processes as children
 
 PATH = {"PATH": os.environ["PATH"]}
@@ -150,7 +151,7 @@ def _helper(tmp_path: Path, name: str, body: str) -> dict[str, str]:
 
 def test_a_credential_helper_that_hangs_is_ended_with_a_reason(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver, "HELPER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(registry_credentials, "HELPER_TIMEOUT_S", 1.0)
     pids = tmp_path / "pids"
     env = _helper(tmp_path, "hang", f"sleep 300 & echo $! > {pids}\nexec sleep 301")
     monkeypatch.setenv("PATH", env["PATH"])  # the SDK looks helpers up on the process's PATH

@@ -847,7 +847,7 @@ def test_random_sandbox_tables_load_within_bounds_or_are_refused(
 
 
 def test_scanner_survives_text_tomlkit_would_reject() -> None:
-    from sbx.base.config import _key_lines  # private: the scanner's fallbacks
+    from sbx.base.config.lines import key_lines as _key_lines
 
     lines = _key_lines('[sandbox\nno equals sign here\npids = "unterminated\n[gc]\nx = 1\n')
     assert lines[("sandbox",)] == 1
@@ -856,7 +856,7 @@ def test_scanner_survives_text_tomlkit_would_reject() -> None:
 
 
 def test_unlocated_problem_falls_back_to_line_1() -> None:
-    from sbx.base.config import _line_of  # private: the last resort of the line lookup
+    from sbx.base.config.lines import line_of as _line_of
 
     assert _line_of({("gc",): 4}, ("sandbox", "pids")) == 1
     assert _line_of({("gc",): 4}, ("gc", "batch_size")) == 4
@@ -865,7 +865,7 @@ def test_unlocated_problem_falls_back_to_line_1() -> None:
 def test_unexpected_schema_keyword_message_does_not_echo_the_value() -> None:
     from jsonschema import ValidationError
 
-    from sbx.base.config import _message  # private: the catch-all for keywords the schema lacks
+    from sbx.base.config.check import value_message as _message
 
     error = ValidationError("m", validator="const", validator_value="a", instance="hunter2")
     assert _message(error, "network.upstream_proxy", "hunter2") == "is invalid (const)"

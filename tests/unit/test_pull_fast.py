@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from sbx.commands.pull_fast import PullWords, parse
-from sbx.seams.driver import docker_auth_config
+from sbx.seams.driver.registry_credentials import docker_auth_config
 from sbx.seams.registry_auth import _names_nothing_for, resolve
 
 

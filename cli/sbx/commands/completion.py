@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from sbx.base.deferred import deferred
+
+if TYPE_CHECKING:
+    from sbx.usecases import completion as completion_core
+else:  # imported on first use: `sbx --help` loads no use case
+    completion_core = deferred("sbx.usecases.completion")
 
 
 class Shell(enum.StrEnum):
@@ -33,9 +40,7 @@ def completion(
 
     The scripts are static: completing never starts sbx.
     """
-    from sbx.usecases.completion import completion_script
-
-    ctx.obj.renderer.text(completion_script(shell.value))
+    ctx.obj.renderer.text(completion_core.completion_script(shell.value))
     return 0
 
 

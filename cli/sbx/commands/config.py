@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import config as config_output
+
+if TYPE_CHECKING:
+    from sbx.usecases import configview
+else:  # imported on first use: `sbx --help` loads no use case
+    configview = deferred("sbx.usecases.configview")
 
 
 def path(
@@ -18,9 +24,7 @@ def path(
     $SBX_CONFIG when set (that file must exist), else $XDG_CONFIG_HOME/sbx/config.toml, else
     ~/.config/sbx/config.toml. Example: $EDITOR "$(sbx config path)"
     """
-    from sbx.usecases.configview import config_location
-
-    config_output.config_location(ctx.obj.renderer, config_location(ctx.obj.env))
+    config_output.config_location(ctx.obj.renderer, configview.config_location(ctx.obj.env))
     return 0
 
 
@@ -34,10 +38,8 @@ def show(
     config file and line, or `default`. The file is validated as every command validates it:
     an unknown key or an out-of-range value is invalid_config.
     """
-    from sbx.usecases.configview import config_view
-
     app = ctx.obj
-    config_output.config_view(app.renderer, config_view(app.load_config()))
+    config_output.config_view(app.renderer, configview.config_view(app.load_config()))
     return 0
 
 

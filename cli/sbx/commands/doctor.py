@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import doctor as doctor_view
+
+if TYPE_CHECKING:
+    from sbx.usecases.doctor import diagnose, model
+else:  # imported on first use: `sbx --help` loads no use case
+    diagnose = deferred("sbx.usecases.doctor.diagnose")
+    model = deferred("sbx.usecases.doctor.model")
 
 
 def doctor(
@@ -28,13 +35,10 @@ def doctor(
 
     Exit 0 when no check failed (warnings allowed), 1 otherwise.
     """
-    from sbx.usecases.doctor.diagnose import diagnose
-    from sbx.usecases.doctor.model import DoctorRequest
-
     app = ctx.obj
-    report = diagnose(app, DoctorRequest(workload=workload, kits=tuple(kit or ()),
-                                         args=tuple(arg or ()),
-                                         allow_privileged=allow_privileged))
+    request = model.DoctorRequest(workload=workload, kits=tuple(kit or ()),
+                                        args=tuple(arg or ()), allow_privileged=allow_privileged)
+    report = diagnose.diagnose(app, request)
     doctor_view.doctor_report(app.renderer, report)
     return int(report.exit_status)
 

@@ -24,9 +24,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
-from sbx.base.reasons import ExitStatus, Reason
+from sbx.base.reasons import DETAILS, ExitStatus, Reason
 from sbx.views import explain as explain_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import explain as core
+    from sbx.usecases import explainplan, explainrun, namedkits, pipeline
+else:  # imported on first use: `sbx --help` loads no use case
+    core = deferred("sbx.usecases.explain")
+    explainplan = deferred("sbx.usecases.explainplan")
+    explainrun = deferred("sbx.usecases.explainrun")
+    namedkits = deferred("sbx.usecases.namedkits")
+    pipeline = deferred("sbx.usecases.pipeline")
 
 if TYPE_CHECKING:
     from sbx.domain.kits.compose import Phase
@@ -63,9 +74,6 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
     """Explain a reason code, a run's refusals, a sandbox, or one request's decision."""
-    from sbx.usecases import explain as core
-    from sbx.usecases import explainrun
-
     app = ctx.obj
     renderer = app.renderer
     extra = list(rest or ())
@@ -86,8 +94,6 @@ def explain(
     if core.detail_of(subject) and not extra and not _exists(app.cwd / subject):
         renderer.detail(subject)
         return 0
-    from sbx.usecases import explainplan
-
     by_name = not kit and not arg and not _exists(app.cwd / subject) \
         and explainplan.is_named(app, subject)
     if not extra and not by_name and _REASON_LIKE.fullmatch(subject) \
@@ -100,17 +106,13 @@ def explain(
     target = core.parse_target(target_text, method) if target_text is not None else None
     judged_phase: Phase = "install" if phase == "install" else "runtime"
     if by_name:
-        from sbx.usecases.namedkits import pending_notes
-
         named = explainplan.explain_named(app, subject, target, judged_phase, resolve=resolve,
-                                          notes=lambda name: pending_notes(app, name))
+                                          notes=lambda name: namedkits.pending_notes(app, name))
         explain_view.explain_named(renderer, named)
         return 0 if named.request is None or named.request.allowed else int(ExitStatus.DENIED)
-    from sbx.usecases.pipeline import WorkloadRequest
-
     answer = explainplan.explain_workload(
-        app, WorkloadRequest(workload=subject, kits=tuple(kit or ()), args=tuple(arg or ()),
-                             allow_privileged=allow_privileged),
+        app, pipeline.WorkloadRequest(workload=subject, kits=tuple(kit or ()),
+                                      args=tuple(arg or ()), allow_privileged=allow_privileged),
         target, judged_phase, resolve=resolve, progress=renderer.progress)
     if answer.request is None:
         assert answer.sandbox is not None  # noqa: S101 - one of the two is given
@@ -130,8 +132,6 @@ def _exists(path: Path) -> bool:
 
 def _not_a_reason(subject: str) -> None:
     import difflib
-
-    from sbx.base.reasons import DETAILS
 
     known = [*(r.value for r in Reason), *(str(c) for c in DETAILS)]
     close = difflib.get_close_matches(subject, known, n=1)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import gc as gc_view
+
+if TYPE_CHECKING:
+    from sbx.usecases.gc import collect
+    from sbx.usecases.gc import result as gc_result
+else:  # imported on first use: `sbx --help` loads no use case
+    collect = deferred("sbx.usecases.gc.collect")
+    gc_result = deferred("sbx.usecases.gc.result")
 
 
 def gc(
@@ -28,11 +36,8 @@ def gc(
     Silent with exit 0 when there was nothing to do or everything was removed, so it suits
     cron; one line per failure, exit 126 (cleanup_failed) when anything could not be removed.
     """
-    from sbx.usecases.gc.collect import collect
-    from sbx.usecases.gc.result import GcRequest
-
     app = ctx.obj
-    result = collect(app, GcRequest(dry_run=dry_run, grace_s=grace, named=named))
+    result = collect.collect(app, gc_result.GcRequest(dry_run=dry_run, grace_s=grace, named=named))
     gc_view.gc_result(app.renderer, result, verbose=app.verbose)
     return int(result.exit_status)
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import kit as kit_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import kitpush
+else:  # imported on first use: `sbx --help` loads no use case
+    kitpush = deferred("sbx.usecases.kitpush")
 
 
 def push(
@@ -37,11 +43,9 @@ def push(
     requested capability types, sorted and comma-joined; absent when none). Annotating changes
     the manifest, so the digest printed is the annotated manifest's: pin that one.
     """
-    from sbx.usecases.kitpush import push_kit
-
     app = ctx.obj
-    result = push_kit(app, directory, reference, progress=app.renderer.progress,
-                       arg_items=tuple(arg or ()))
+    result = kitpush.push_kit(app, directory, reference, progress=app.renderer.progress,
+                              arg_items=tuple(arg or ()))
     kit_view.kit_pushed(app.renderer, result)
     return 0
 

@@ -3,14 +3,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.base.reasons import Reason
+from sbx.usecases import kitinit
 from sbx.usecases.kitinit import DEFAULT_BASE
 from sbx.views import explain as explain_view
 from sbx.views import kit as kit_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import explain as explain_core
+    from sbx.usecases import explainsandbox
+    from sbx.usecases import kitvalidate
+else:  # imported on first use: `sbx --help` loads no use case
+    explain_core = deferred("sbx.usecases.explain")
+    explainsandbox = deferred("sbx.usecases.explainsandbox")
+    kitvalidate = deferred("sbx.usecases.kitvalidate")
 
 
 def init(
@@ -30,10 +41,9 @@ def init(
     A workload gets DIR/NAME.yaml and DIR/NAME.dockerfile (FROM the --from image); a mixin
     gets DIR/NAME.yaml only. Existing files are never overwritten.
     """
-    from sbx.usecases.kitinit import init_kit
-
     app = ctx.obj
-    kit_view.kit_init(app.renderer, init_kit(directory, cwd=app.cwd, mixin=mixin, base_image=base))
+    kit_view.kit_init(app.renderer, kitinit.init_kit(directory, cwd=app.cwd, mixin=mixin,
+                                                     base_image=base))
     return 0
 
 
@@ -50,10 +60,9 @@ def validate(
     A registry reference that was not pulled is checked from its manifest (one GET, nothing
     pulled or pinned). Warnings name capabilities this sbx skips or refuses at run time.
     """
-    from sbx.usecases.kitvalidate import validate_kit
-
     app = ctx.obj
-    result = validate_kit(reference, cwd=app.cwd, state_home=app.state_home, env=app.env)
+    result = kitvalidate.validate_kit(reference, cwd=app.cwd, state_home=app.state_home,
+                                      env=app.env)
     kit_view.kit_validation(app.renderer, result)
     return 0 if result.valid else int(Reason.INVALID_KIT.exit_status)
 
@@ -77,11 +86,9 @@ def inspect(
     from `sbx run`'s planning, adding the image, the user, the limits after resources@1, and
     any refusal `sbx run` would make.
     """
-    from sbx.usecases import explain as core
-    from sbx.usecases import explainsandbox
-
     app = ctx.obj
-    kit_set = core.load(workload, kit or (), arg or (), cwd=app.cwd, state_home=app.state_home)
+    kit_set = explain_core.load(workload, kit or (), arg or (), cwd=app.cwd,
+                                state_home=app.state_home)
     bound, oauth = explainsandbox.stored_credentials(kit_set, app.state_home)
     explanation = explainsandbox.explain_sandbox(kit_set, app.load_config(), bound=bound,
                                                  oauth=oauth)

@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 from sbx.base.errors import SbxError
+from sbx.base.paths import host_mounts_home
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox import hostmounts
 from sbx.views import kit as kit_view
 
 
@@ -26,11 +28,8 @@ def mounts(
     sandbox, host directory), or remove one kit's. They outlive every sandbox: sbx removes
     them only here. SBX_HOST_MOUNTS chooses where they live (default
     $XDG_DATA_HOME/sbx/host-mounts or ~/.local/share/sbx/host-mounts)."""
-    from sbx.base.paths import host_mounts_home
-    from sbx.domain.sandbox.hostmounts import HostMountStore
-
     app = ctx.obj
-    store = HostMountStore(host_mounts_home(app.env))
+    store = hostmounts.HostMountStore(host_mounts_home(app.env))
     if remove is None:
         if path is not None:
             raise SbxError(Reason.INVALID_ARGUMENT, "--path needs --rm KIT",

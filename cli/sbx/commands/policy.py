@@ -8,6 +8,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from sbx.base.deferred import deferred
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox import durations
+from sbx.views import policy as policy_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import policylog, policyrules
+else:  # imported on first use: `sbx --help` loads no use case
+    policylog = deferred("sbx.usecases.policylog")
+    policyrules = deferred("sbx.usecases.policyrules")
+
 if TYPE_CHECKING:
     from sbx.domain.egress.userpolicy import UserRule
 
@@ -50,9 +62,6 @@ def log(
     never a header, cookie, query or secret. `-f` follows a running sandbox until its run
     ends (a named sandbox or every log: until interrupted).
     """
-    from sbx.usecases import policylog
-    from sbx.views import policy as policy_view
-
     app = ctx.obj
     renderer = app.renderer
     moment = policylog.parse_since(since)
@@ -76,12 +85,6 @@ def log(
 def _add(ctx: typer.Context, action: str, target: str, path: str | None,
          method: list[str] | None, sandbox: str | None, phase: str, for_: str | None,
          yes: bool) -> int:
-    from sbx.base.errors import SbxError
-    from sbx.base.reasons import Reason
-    from sbx.domain.sandbox.durations import parse_duration
-    from sbx.usecases import policyrules
-    from sbx.views import policy as policy_view
-
     app = ctx.obj
     renderer = app.renderer
     if phase not in ("runtime", "install"):
@@ -91,7 +94,7 @@ def _add(ctx: typer.Context, action: str, target: str, path: str | None,
         action="allow" if action == "allow" else "deny", target=target, path=path,
         methods=tuple(method or ()), sandbox=sandbox,
         phase="install" if phase == "install" else "runtime",
-        for_s=parse_duration(for_, flag="--for", days=True) if for_ is not None else None)
+        for_s=durations.parse_duration(for_, flag="--for", days=True) if for_ is not None else None)
 
     def ask(rule: UserRule, widenings: Sequence[Any], scope: str) -> bool:
         return policy_view.confirm_widening(renderer, rule, widenings, scope)
@@ -140,9 +143,6 @@ def ls(ctx: typer.Context,
        as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
        ) -> int:
     """List the user policy's rules in force, each with its id."""
-    from sbx.usecases import policyrules
-    from sbx.views import policy as policy_view
-
     app = ctx.obj
     policy_view.rules_list(app.renderer, policyrules.rules(app))
     return 0
@@ -153,9 +153,6 @@ def rm(ctx: typer.Context,
        as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
        ) -> int:
     """Remove a user policy rule; running sandboxes follow from their next request."""
-    from sbx.usecases import policyrules
-    from sbx.views import policy as policy_view
-
     app = ctx.obj
     policy_view.rule_removed(app.renderer, policyrules.remove(app, rule_id))
     return 0

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from sbx.commands import pull_fast
+
 
 def pull(
     ctx: typer.Context,
@@ -29,9 +31,7 @@ def pull(
     --accept, else the pull is refused (permission_widened) and nothing changes; narrowing
     applies silently. Layers are pulled by digest, then the lock is written atomically.
     """
-    from sbx.commands.pull_fast import run_pull
-
-    return run_pull(ctx.obj, references, accept=accept)
+    return pull_fast.run_pull(ctx.obj, references, accept=accept)
 
 
 __all__ = ["pull"]

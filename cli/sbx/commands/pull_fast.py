@@ -15,6 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from sbx.base.deferred import deferred
+from sbx.views import kit as kit_view
+
+if TYPE_CHECKING:
+    from sbx.usecases import pull as pull_core
+else:  # imported on first use: a pull read by hand loads neither typer nor its parser
+    pull_core = deferred("sbx.usecases.pull")
+
 if TYPE_CHECKING:
     from sbx.commands.run_cached import Launch
     from sbx.usecases.context import AppContext
@@ -74,14 +82,11 @@ def run_pull(app: AppContext, references: Sequence[str], *, accept: bool) -> int
     --accept or a refusal), the core call, the result (human or the JSON envelope)."""
     import functools
 
-    from sbx.usecases.pull import pull as pull_core
-    from sbx.views import kit as kit_view
-
     renderer = app.renderer
     confirm = (functools.partial(kit_view.confirm_widenings, renderer) if renderer.interactive()
                else None)
-    result = pull_core(app, references, accept=accept, confirm=confirm,
-                       progress=renderer.progress, on_notice=renderer.note)
+    result = pull_core.pull(app, references, accept=accept, confirm=confirm,
+                            progress=renderer.progress, on_notice=renderer.note)
     kit_view.pull_result(renderer, result)
     return 0
 

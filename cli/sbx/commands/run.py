@@ -3,9 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from sbx.base.deferred import deferred
+from sbx.commands import run_cached
+from sbx.domain.sandbox import durations, runargs
+from sbx.views import kit as kit_view
+
+if TYPE_CHECKING:
+    from sbx.usecases.run import entry
+    from sbx.usecases.run import request as run_request
+else:  # imported on first use: `sbx --help` loads no use case
+    entry = deferred("sbx.usecases.run.entry")
+    run_request = deferred("sbx.usecases.run.request")
 
 
 def run(
@@ -85,20 +97,14 @@ def run(
 
     Arguments after `--` replace the image's CMD.
     """
-    from sbx.commands.run_cached import finish
-    from sbx.domain.sandbox.durations import parse_duration
-    from sbx.domain.sandbox.runargs import check_workspace_word
-    from sbx.usecases.run.entry import run as run_core
-    from sbx.usecases.run.request import RunRequest
-
     app = ctx.obj
-    check_workspace_word(workload, workspace, app.cwd, app.passthrough)
-    request = RunRequest(
+    runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
+    request = run_request.RunRequest(
         workload=workload,
         workspace=workspace,
         access=access,
         mounts=tuple(mount or ()),
-        timeout_s=parse_duration(timeout) if timeout is not None else None,
+        timeout_s=durations.parse_duration(timeout) if timeout is not None else None,
         command=app.passthrough,
         capture_output=as_json,
         kits=tuple(kit or ()),
@@ -118,14 +124,12 @@ def run(
         recreate=recreate,
         host=app.streams,
     )
-    from sbx.views.kit import kit_confirmation, named_confirmation
-
     renderer = app.renderer
-    result = run_core(app, request, on_output=renderer.workload_output,
-                      progress=renderer.progress, on_warning=renderer.warn,
-                      on_notice=renderer.note, confirm_kits=kit_confirmation(renderer),
-                      confirm_follow=named_confirmation(renderer))
-    return finish(renderer, result, as_json=as_json)
+    result = entry.run(app, request, on_output=renderer.workload_output,
+                       progress=renderer.progress, on_warning=renderer.warn,
+                       on_notice=renderer.note, confirm_kits=kit_view.kit_confirmation(renderer),
+                       confirm_follow=kit_view.named_confirmation(renderer))
+    return run_cached.finish(renderer, result, as_json=as_json)
 
 
 __all__ = ["run"]

@@ -11,6 +11,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sbx.base.deferred import deferred
+from sbx.base.render import Envelope
+from sbx.domain.sandbox import runargs
+
+if TYPE_CHECKING:
+    from sbx.usecases import plancache
+    from sbx.usecases.run import start
+    from sbx.views import kit as kit_view
+else:  # imported on use: a miss loads none of the run, a hit none of the CLI
+    plancache = deferred("sbx.usecases.plancache")
+    start = deferred("sbx.usecases.run.start")
+    kit_view = deferred("sbx.views.kit")
+
 if TYPE_CHECKING:
     from sbx.base.render import Renderer
     from sbx.seams.session.mode import HostStreams
@@ -37,31 +50,23 @@ class Launch(Protocol):
 
 def run_from_cache(launch: Launch) -> int | None:
     """The exit status of a run from the cached plan; None when there is none (a miss)."""
-    from sbx.usecases import plancache
-
     hit = plancache.lookup(launch.env, launch.cwd, launch.argv, launch.passthrough,
                            launch.streams)
     if hit is None:
         return None
-    from sbx.domain.sandbox.runargs import check_workspace_word
-    from sbx.usecases.run.start import run_cached
-
     app = launch.context(verbose=hit.verbose, traceback=hit.traceback)
     request = hit.request
-    check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
-    from sbx.views.kit import kit_confirmation
-
+    runargs.check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
     renderer = app.renderer
-    result = run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
-                        progress=renderer.progress, on_warning=renderer.warn,
-                        on_notice=renderer.note, confirm_kits=kit_confirmation(renderer))
+    result = start.run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
+                              progress=renderer.progress, on_warning=renderer.warn,
+                              on_notice=renderer.note,
+                              confirm_kits=kit_view.kit_confirmation(renderer))
     return finish(renderer, result, as_json=request.capture_output)
 
 
 def finish(renderer: Renderer, result: RunResult, *, as_json: bool) -> int:
     """The run's envelope (under --json) and what its cleanup could not remove."""
-    from sbx.base.render import Envelope
-
     if as_json:
         renderer.envelope(Envelope(
             command="run", status="ok" if result.exit_code == 0 else "workload_exit",

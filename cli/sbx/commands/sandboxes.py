@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
 from sbx.views import sandboxes as sandboxes_view
+
+if TYPE_CHECKING:
+    from sbx.usecases.named import listing, removal, session
+else:  # imported on first use: `sbx --help` loads no use case
+    listing = deferred("sbx.usecases.named.listing")
+    removal = deferred("sbx.usecases.named.removal")
+    session = deferred("sbx.usecases.named.session")
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sandbox's name.")]
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...",
@@ -26,10 +36,8 @@ def ls(
         "--all", help="Also list one-shot runs that are running now.")] = False,
 ) -> int:
     """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
-    from sbx.usecases.named.listing import list_sandboxes
-
     app = ctx.obj
-    statuses = list_sandboxes(app, include_runs=include_runs)
+    statuses = listing.list_sandboxes(app, include_runs=include_runs)
     sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
     return 0
 
@@ -37,13 +45,11 @@ def ls(
 def attach(ctx: typer.Context, name: NameArgument,
            terminal_passthrough: PassthroughOption = False) -> int:
     """Attach to a running named sandbox (the detach keys leave it running)."""
-    from sbx.usecases.named.session import attach as attach_core
-
     app = ctx.obj
     renderer = app.renderer
-    return attach_core(app, name, app.streams, on_output=renderer.workload_output,
-                       on_warning=renderer.warn, on_notice=renderer.note,
-                       terminal_passthrough=terminal_passthrough)
+    return session.attach(app, name, app.streams, on_output=renderer.workload_output,
+                        on_warning=renderer.warn, on_notice=renderer.note,
+                        terminal_passthrough=terminal_passthrough)
 
 
 def exec_(
@@ -62,12 +68,10 @@ def exec_(
 
     The command comes after `--`.
     """
-    from sbx.usecases.named.session import exec_in
-
     app = ctx.obj
-    return exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
-                   interactive=interactive, tty=tty, on_output=app.renderer.workload_output,
-                   on_warning=app.renderer.warn, terminal_passthrough=terminal_passthrough)
+    return session.exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
+                         interactive=interactive, tty=tty, on_output=app.renderer.workload_output,
+                         on_warning=app.renderer.warn, terminal_passthrough=terminal_passthrough)
 
 
 def logs(
@@ -77,20 +81,16 @@ def logs(
     terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
-    from sbx.usecases.named.session import logs as logs_core
-
     app = ctx.obj
-    logs_core(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
-              terminal_passthrough=terminal_passthrough)
+    session.logs(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
+               terminal_passthrough=terminal_passthrough)
     return 0
 
 
 def stop(ctx: typer.Context, names: NamesArgument) -> int:
     """Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too."""
-    from sbx.usecases.named.removal import stop as stop_core
-
     app = ctx.obj
-    for name in stop_core(app, names, on_warning=app.renderer.warn):
+    for name in removal.stop(app, names, on_warning=app.renderer.warn):
         app.renderer.message(name)
     return 0
 
@@ -102,10 +102,6 @@ def rm(
         "--force", "-f", help="Do not ask (needed without a terminal).")] = False,
 ) -> int:
     """Remove named sandboxes and everything they own (HOME and volumes included)."""
-    from sbx.base.errors import SbxError
-    from sbx.base.reasons import Reason
-    from sbx.usecases.named.removal import remove
-
     app = ctx.obj
     renderer = app.renderer
     if not force:
@@ -116,7 +112,7 @@ def rm(
         if not renderer.confirm(f"Remove {', '.join(names)} and everything it keeps "
                                 "(HOME, volumes)?"):
             return 1
-    for name in remove(app, names, on_warning=renderer.warn):
+    for name in removal.remove(app, names, on_warning=renderer.warn):
         renderer.message(name)
     return 0
 

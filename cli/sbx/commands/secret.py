@@ -15,9 +15,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.views import secret as secret_view
+
+if TYPE_CHECKING:
+    from sbx.domain.credentials import agentlogins, secrets
+    from sbx.usecases import oauthlogin, secretops
+else:  # imported on first use: `sbx --help` loads no use case
+    agentlogins = deferred("sbx.domain.credentials.agentlogins")
+    secrets = deferred("sbx.domain.credentials.secrets")
+    oauthlogin = deferred("sbx.usecases.oauthlogin")
+    secretops = deferred("sbx.usecases.secretops")
 
 if TYPE_CHECKING:
     from sbx.base.render import Renderer
@@ -54,11 +64,8 @@ def set_secret(
 
     Example: sbx secret set github --from-command 'gh auth token'
     """
-    from sbx.domain.credentials.secrets import SecretStore
-    from sbx.usecases import secretops
-
     app = ctx.obj
-    store = SecretStore(app.state_home)
+    store = secrets.SecretStore(app.state_home)
     if from_env is not None or from_command is not None:
         info = secretops.set_reference(store, service, app.env, from_env=from_env,
                                        from_command=from_command, verify=not no_verify)
@@ -113,11 +120,8 @@ def login(
 
     Example: sbx secret login github --from-sandbox dev
     """
-    from sbx.domain.credentials.agentlogins import agent_login
-    from sbx.usecases import oauthlogin
-
     app = ctx.obj
-    agent = agent_login(service)
+    agent = agentlogins.agent_login(service)
     if agent is not None:
         service = agent.service
         if from_file is None and from_sandbox is None and kit is None:
@@ -161,11 +165,8 @@ def ls(
 ) -> int:
     """List secrets, masked: service, value mask, length, last update, where it lives; and
     OAuth logins (masked access token, expiry)."""
-    from sbx.domain.credentials.secrets import SecretStore
-    from sbx.usecases import oauthlogin
-
-    secret_view.secret_list(ctx.obj.renderer, SecretStore(ctx.obj.state_home).services(),
-                                 oauthlogin.entries(ctx.obj.state_home))
+    secret_view.secret_list(ctx.obj.renderer, secrets.SecretStore(ctx.obj.state_home).services(),
+                            oauthlogin.entries(ctx.obj.state_home))
     return 0
 
 
@@ -176,12 +177,9 @@ def rm(
 ) -> int:
     """Remove the secret and the OAuth tokens for SERVICE, from the OS keyring too (exit 2
     when there is neither)."""
-    from sbx.domain.credentials.secrets import SecretStore
-    from sbx.usecases import oauthlogin
-
     app = ctx.obj
     kinds = [kind for kind, removed in (
-        ("secret", SecretStore(app.state_home).remove(service)),
+        ("secret", secrets.SecretStore(app.state_home).remove(service)),
         ("oauth", oauthlogin.remove(app.state_home, service))) if removed]
     if not kinds:
         raise SbxError(Reason.INVALID_ARGUMENT, f"no secret stored for {service!r}",

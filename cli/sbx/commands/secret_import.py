@@ -4,11 +4,19 @@
 from __future__ import annotations
 
 import functools
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sbx.base.deferred import deferred
 from sbx.views import secret as secret_view
+
+if TYPE_CHECKING:
+    from sbx.domain.credentials import secrets
+    from sbx.usecases import secretops
+else:  # imported on first use: `sbx --help` loads no use case
+    secrets = deferred("sbx.domain.credentials.secrets")
+    secretops = deferred("sbx.usecases.secretops")
 
 
 def import_secrets(
@@ -31,15 +39,13 @@ def import_secrets(
     variable, service and length (never its value); elsewhere --yes imports them all. A
     service that already has a secret is left as it is.
     """
-    from sbx.domain.credentials.secrets import SecretStore
-    from sbx.usecases.secretops import import_secrets as import_core
-
     app = ctx.obj
     renderer = app.renderer
     confirm = (functools.partial(secret_view.confirm_import, renderer)
                if renderer.interactive() and not yes else None)
-    result = import_core(SecretStore(app.state_home), app.env, services=services or (),
-                         yes=yes, dry_run=dry_run, confirm=confirm)
+    result = secretops.import_secrets(secrets.SecretStore(app.state_home), app.env,
+                                      services=services or (), yes=yes, dry_run=dry_run,
+                                      confirm=confirm)
     secret_view.secret_import(renderer, result)
     return 0
 

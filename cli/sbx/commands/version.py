@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sbx import __version__
+from sbx.base.render import Envelope
 
 
 def version(
@@ -14,8 +15,6 @@ def version(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON envelope.")] = False,
 ) -> int:
     """Print sbx's version."""
-    from sbx.base.render import Envelope
-
     renderer = ctx.obj.renderer
     if as_json:
         renderer.envelope(Envelope(command="version", status="ok", exit_code=0,

@@ -24,8 +24,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from sbx.base.errors import SbxError
+from sbx.domain.credentials.secrets import decode_provided
+from sbx.domain.egress.plan import launch_proxy
+from sbx.domain.sandbox import runrecord
 from sbx.seams import owned
+from sbx.seams.engine import Containers
 from sbx.seams.host.handshake import KEEPER
+from sbx.seams.transports import open_engine
 from sbx.usecases.keeper import MAX_CONFIG_BYTES, MOVED_CONFIG, PID_FILE
 
 POLL_S: Final = 1.0
@@ -36,8 +41,6 @@ def _launch(run_dir: Path, run_id: str, token: str | None,
             secrets: Mapping[str, str]) -> Any:
     """The proxy on the recorded config; when its port is taken by someone else, the same
     config on a free port (``proxy.moved.json``), so the sandbox still starts."""
-    from sbx.domain.egress.plan import launch_proxy
-
     config = run_dir / "proxy.json"
     try:
         return launch_proxy(config, run_dir, run_id, client_token=token, secrets=secrets)
@@ -68,17 +71,11 @@ def _taken(host: str, port: int) -> bool:
 
 
 def _container_id(run_dir: Path) -> str | None:
-    from sbx.domain.sandbox.runrecord import container_id
-
-    return container_id(run_dir)
+    return runrecord.container_id(run_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
-
-    from sbx.domain.credentials.secrets import decode_provided
-    from sbx.seams.engine import Containers
-    from sbx.seams.transports import open_engine
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:

@@ -18,6 +18,7 @@ import h11
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import EgressCode, Reason
+from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.egress import oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, UnsupportedEncoding, content_codings
 from sbx.domain.egress.hosts import host_matches
@@ -258,8 +259,6 @@ class ProxyCredentials:
     @property
     def oauth_store(self) -> Any:
         """The user's own logins (``sbx secret login``), shared by every sandbox."""
-        from sbx.domain.credentials.oauthstore import OAuthStore
-
         return OAuthStore(self.ctx.config.state_home)
 
     def user_tokens(self, service: str) -> Any:
@@ -282,8 +281,6 @@ class ProxyCredentials:
         if directory is None:
             tokens = self._logins.get(service)
         else:
-            from sbx.domain.credentials.oauthstore import OAuthStore
-
             try:
                 tokens = OAuthStore.at(directory).get(service)
             except SbxError as error:
@@ -300,8 +297,6 @@ class ProxyCredentials:
         if directory is None:
             self._logins[service] = tokens
             return
-        from sbx.domain.credentials.oauthstore import OAuthStore
-
         OAuthStore.at(directory).set(service, tokens)
 
     def oauth_tokens(self, service: str) -> Any:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Final
 
 from sbx.base.errors import SbxError
+from sbx.domain.credentials.secrets import SecretStore, decode_provided
 from sbx.domain.egress import proxyauth
+from sbx.domain.egress.ca import CertificateAuthority
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.proxy.credentials import redact
 from sbx.proxy.server import EgressProxy, write_stderr
@@ -27,8 +29,6 @@ def load_secrets(config: ProxyConfig, report: Callable[[str], None], *,
                  provided: Mapping[str, str] | None = None) -> dict[str, str]:
     """The values of the configured credentials (never read from the environment): those
     ``provided`` over the owner pipe, and the file store's for the rest."""
-    from sbx.domain.credentials.secrets import SecretStore
-
     store = SecretStore(config.state_home)
     values: dict[str, str] = {}
     values.update(provided or {})
@@ -113,8 +113,6 @@ def _owner_token(config: ProxyConfig, fd: int) -> tuple[str, dict[str, str]] | i
     token, _, payload = line.partition("|")
     provided: dict[str, str] = {}
     if payload:
-        from sbx.domain.credentials.secrets import decode_provided
-
         try:
             provided = decode_provided(payload)
         except ValueError:
@@ -150,8 +148,6 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
     token = owned[0] or None
     provided = owned[1]
     try:
-        from sbx.domain.egress.ca import CertificateAuthority
-
         ca = CertificateAuthority.load_or_create(config.state_home)
     except SbxError as error:
         write_stderr(str(error))

@@ -49,13 +49,11 @@ from sbx.seams.enginebounds import (
 )
 from sbx.seams.enginehttp import EngineConnections, Response, body_of, is_chunked, read_head
 from sbx.seams.http11 import parse_head
+from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts
 
 if TYPE_CHECKING:
-
     from sbx.seams.containerspec import ContainerSpec
-    from sbx.seams.session.stream import AttachedStream
-
 
 class _StillRunning(Exception):
     """A wait whose time ran out: the container still runs."""
@@ -210,8 +208,6 @@ class SocketEngine(SdkEngine):
                detach_keys: str | None = None) -> AttachedStream:
         """As the SDK's attach: the upgraded connection, before the start, so it
         carries every byte; read up to the end of the headers and not one byte further."""
-        from sbx.seams.session.stream import AttachedStream
-
         action = "attaching to the sandbox"
         params: dict[str, Any] = {"stdout": 1, "stderr": 1, "stream": 1, "logs": 0,
                                   "stdin": 1 if stdin else 0}

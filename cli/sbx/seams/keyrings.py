@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sbx.base.errors import SbxError
+from sbx.base.paths import home_hash
 from sbx.base.reasons import Reason
 
 # Backends that are not an OS keyring: no keyring at all, or a file sbx's own store beats.
@@ -113,8 +114,6 @@ def detect(state_home: Path) -> Keyring | None:
     chosen = next((c for c in candidates if _is_os_keyring(c)), None)
     if chosen is None:
         return None
-    from sbx.base.paths import home_hash
-
     return Keyring(chosen, SERVICE_PREFIX + home_hash(state_home))
 
 

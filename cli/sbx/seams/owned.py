@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.state import unwritable
 
 WRITE_BITS: Final = 0o022  # group/other write: someone else could change it
 PRIVATE_BITS: Final = 0o077  # any group/other bit: someone else could read it, too
@@ -114,8 +115,6 @@ def check_tree(path: Path | str, *, reason: Reason = Reason.STATE_UNSAFE) -> Non
         raise refuse(path, "it is not a usable path", "Point SBX_HOME at a directory.",
                      reason=reason) from None
     except PermissionError as error:  # not someone else's doing: this user may not look
-        from sbx.seams.state import unwritable
-
         where = error.filename if isinstance(error.filename, str) else os.fspath(path)
         raise unwritable(Path(where), error, action="look up what is in") from None
     except OSError as error:

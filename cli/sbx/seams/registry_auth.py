@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.driver import registry_credentials
 
 DOCKER_HUB: Final = "docker.io"
 _HELPER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -64,9 +65,7 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
     # DOCKER_CONFIG and home, which are not the injected environment's.
     if path is None or not path.is_file() or _names_nothing_for(host, path):
         return None
-    from sbx.seams.driver import docker_auth_config, docker_credential_store
-
-    helper = docker_credential_store(host, path)
+    helper = registry_credentials.docker_credential_store(host, path)
     if helper is not None:
         if not _HELPER_NAME.fullmatch(helper):
             raise _error(host, f"the credential helper name {helper!r} is not valid")
@@ -76,18 +75,17 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
                          hint=f"Install docker-credential-{helper} or remove it from the Docker "
                               "configuration.")
     try:
-        found = docker_auth_config(host, path, env)
+        found = registry_credentials.docker_auth_config(host, path, env)
     except ValueError:
         raise _error(host, f"an auths entry in the Docker configuration {path} is not valid "
                            "base64 user:password", hint="Fix or remove it (docker login "
                                                         "again), then retry.") from None
     except TimeoutError:
-        from sbx.seams.driver import HELPER_TIMEOUT_S
-
         raise SbxError(Reason.COMMAND_TIMEOUT,
                        f"registry credentials for {host}: the credential helper "
                        f"docker-credential-{helper} did not finish within "
-                       f"{HELPER_TIMEOUT_S:g}s; it was ended with everything it started",
+                       f"{registry_credentials.HELPER_TIMEOUT_S:g}s; it was ended with everything "
+                       "it started",
                        hint=f"Run `echo {host} | docker-credential-{helper} get` yourself to "
                             "see why it hangs (a prompt, a locked keychain).") from None
     except LookupError:

@@ -11,11 +11,13 @@ the same connector for the rest). Adding a transport is a connector and an entry
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.connectors import Connector
+from sbx.seams import registry_auth
+from sbx.seams.connectors import Connector, SshConnector, TcpConnector, UnixConnector, ssh_share_dir
 from sbx.seams.driver import SdkEngine
 from sbx.seams.enginehost import (
     DEFAULT_HOST,
@@ -25,6 +27,12 @@ from sbx.seams.enginehost import (
     ssh_target,
     tcp_target,
 )
+from sbx.seams.enginesocket import SocketEngine
+
+if TYPE_CHECKING:
+    from sbx.seams import tlsrelay
+else:  # imported on first use: ssl for a TLS engine, docker's credential files for a pull
+    tlsrelay = deferred("sbx.seams.tlsrelay")
 
 SOCKET_SWITCH_ENV: Final = "SBX_ENGINE_SOCKET"  # "0": a local engine's calls through the SDK
 PLAIN_TCP_ENV: Final = "SBX_ENGINE_PLAIN_TCP"  # "allow": plain tcp to a host not this one
@@ -34,14 +42,10 @@ Opener = Callable[[Mapping[str, str], EngineEndpoint], Connector]
 
 
 def _unix(env: Mapping[str, str], endpoint: EngineEndpoint) -> Connector:
-    from sbx.seams.connectors import UnixConnector
-
     return UnixConnector(endpoint.address)
 
 
 def _ssh(env: Mapping[str, str], endpoint: EngineEndpoint) -> Connector:
-    from sbx.seams.connectors import SshConnector, ssh_share_dir
-
     try:
         target = ssh_target(endpoint.address)
     except ValueError as exc:
@@ -64,10 +68,8 @@ def _tcp(env: Mapping[str, str], endpoint: EngineEndpoint) -> Connector:
                 "anyone on the path could pose as the engine",
                 hint="Give the context the engine's CA (`docker context update NAME --docker "
                      "host=...,ca=CA.pem,cert=CERT.pem,key=KEY.pem`), or use ssh://.")
-        from sbx.seams.tlsrelay import TlsConnector
-
         try:
-            return TlsConnector(host, port, tls, local=local)
+            return tlsrelay.TlsConnector(host, port, tls, local=local)
         except (OSError, ValueError) as exc:
             raise SbxError(Reason.DOCKER_UNREACHABLE,
                            f"cannot use the TLS files for {endpoint.host}: {exc}",
@@ -81,8 +83,6 @@ def _tcp(env: Mapping[str, str], endpoint: EngineEndpoint) -> Connector:
             "the path sees and changes every call)",
             hint="Use TLS (`export DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH=DIR`), or "
                  f"ssh://USER@{host}; to accept the risk: `export {PLAIN_TCP_ENV}=allow`.")
-    from sbx.seams.connectors import TcpConnector
-
     return TcpConnector(host, port, local=local)
 
 
@@ -101,9 +101,7 @@ def open_engine(env: Mapping[str, str]) -> SdkEngine:
     endpoint = resolve_endpoint(env)
 
     def credentials(registry: str) -> Mapping[str, str] | None:
-        from sbx.seams.registry_auth import resolve
-
-        found = resolve(registry, env)
+        found = registry_auth.resolve(registry, env)
         return None if found is None else found.auth_config()
 
     if endpoint.scheme == "unix" and (not endpoint.address or env.get(SOCKET_SWITCH_ENV) == "0"):
@@ -112,8 +110,6 @@ def open_engine(env: Mapping[str, str]) -> SdkEngine:
     opener = TRANSPORTS.get(endpoint.scheme)
     if opener is None:
         raise _bad_host(endpoint, f"no transport for {endpoint.scheme or 'it'}")
-    from sbx.seams.enginesocket import SocketEngine
-
     return SocketEngine(env, opener(env, endpoint), credentials)
 
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from sbx.base.deferred import deferred
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Envelope, Renderer, escape
-from sbx.domain.egress.policy import rule_where
+from sbx.domain.kits import surface
 from sbx.views.values import setting
+
+if TYPE_CHECKING:
+    from sbx.domain.egress import fixes
+    from sbx.domain.egress import policy as egress_policy
+else:  # imported on first use: `sbx --help` loads no kit or policy module
+    egress_policy = deferred("sbx.domain.egress.policy")
+    fixes = deferred("sbx.domain.egress.fixes")
 
 if TYPE_CHECKING:
     from sbx.usecases.explainplan import NamedAnswer
@@ -51,7 +59,8 @@ def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
         for match in decision.matched:
             rule = match.rule
             mark = " <- decides" if rule == decision.deciding else ""
-            renderer.plain(f"    {match.effect:<12} {rule_where(rule)}: {_rule_text(rule)}{mark}")
+            where = egress_policy.rule_where(rule)
+            renderer.plain(f"    {match.effect:<12} {where}: {_rule_text(rule)}{mark}")
     else:
         renderer.plain("  matched rules: none")
     for rule in decision.superseded:
@@ -65,10 +74,8 @@ def explain_request(renderer: Renderer, result: RequestExplanation) -> None:
     _destination(renderer, result)
     renderer.plain(f"  reason: {reason_text}")
     if not allowed:
-        from sbx.domain.egress.fixes import body_lines
-
-        for line in body_lines(result.fix, decision.suggestion if blocked is None
-                               else blocked.suggestion) or [f"fix: {decision.suggestion}"]:
+        for line in fixes.body_lines(result.fix, decision.suggestion if blocked is None
+                                     else blocked.suggestion) or [f"fix: {decision.suggestion}"]:
             renderer.plain(f"  {line}")
     for rule in result.pending:
         renderer.plain(f"  note: {rule.kit} capabilities[{rule.index}] {rule.phase}.{rule.action} "
@@ -190,12 +197,10 @@ def _permissions(renderer: Renderer, state: PermissionState) -> None:
     where = f"{state.record}" + (f", {state.approved}" if state.approved else "")
     renderer.plain(f"permissions of {state.reference}: {_STATUS.get(state.status, state.status)}"
                    f" ({where})")
-    from sbx.domain.kits.surface import format_surface, format_widenings
-
     if state.widenings:
-        renderer.plain(format_widenings(state.widenings))
+        renderer.plain(surface.format_widenings(state.widenings))
     elif not state.permissions.is_empty():
-        renderer.plain(format_surface(state.permissions))
+        renderer.plain(surface.format_surface(state.permissions))
 
 
 def explain_run(renderer: Renderer, result: RunExplanation) -> None:

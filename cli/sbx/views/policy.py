@@ -9,7 +9,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sbx.base.deferred import deferred
 from sbx.base.render import Envelope, Renderer, escape
+from sbx.domain.kits import surface
+
+if TYPE_CHECKING:
+    from sbx.usecases import policylog
+else:  # imported on first use: `sbx --help` loads no kit or policy module
+    policylog = deferred("sbx.usecases.policylog")
 
 if TYPE_CHECKING:
     from sbx.domain.egress.userpolicy import UserRule
@@ -44,12 +51,10 @@ def _columns(renderer: Renderer, rows: Sequence[Sequence[str]]) -> None:
 
 def log_record(renderer: Renderer, record: Mapping[str, Any], *, as_json: bool) -> None:
     """One record: the schema's JSON line (``--json``), or a line for people."""
-    from sbx.usecases.policylog import record_line
-
     if as_json:
         renderer.text(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
         return
-    renderer.plain(record_line(record))
+    renderer.plain(policylog.record_line(record))
 
 
 def rules_list(renderer: Renderer, rules: Sequence[UserRule]) -> None:
@@ -111,12 +116,10 @@ def confirm_widening(renderer: Renderer, rule: UserRule, widenings: Sequence[Any
                      scope: str) -> bool:
     """The widening as the pull gate shows one, on stderr, and the question; anything but yes
     declines."""
-    from sbx.domain.kits.surface import format_widenings
-
     what = ("it applies to every sandbox, whatever its kits declare" if rule.sandbox is None
             else f"the kits of {rule.sandbox} do not grant it")
     text = (f"user policy rule {rule.action} {rule.target} for {scope}: {what}:\n"
-            f"{format_widenings(widenings)}")
+            f"{surface.format_widenings(widenings)}")
     renderer.line(renderer.err_file, escape(text), text)
     renderer.err_file.write("Accept these permissions? [y/N] ")
     renderer.err_file.flush()

@@ -30,6 +30,7 @@ from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.cleanup import Created, cleanup, created_ids
+from sbx.usecases.run.kitmounts import kit_mount_targets
 from sbx.usecases.run.plan import RunPlan
 from sbx.usecases.run.request import NO_DEADLINE_S, OutputSink, RunRequest
 from sbx.usecases.run.result import RunResult, selection
@@ -210,9 +211,6 @@ def _staging(ctx: AppContext, plan: RunPlan, created: Created) -> Staging:
 def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[BindMount]:
     """The kits' host directories for the install step (mounted before hooks), staged as the
     sandbox's are."""
-    # The kits' host mounts and relays: not loaded by a cached run whose kits declare none.
-    from sbx.usecases.run.kitmounts import kit_mount_targets
-
     targets = kit_mount_targets(plan.capabilities)
     pins = [pin for pin in plan.host_mounts.pins if pin.target in targets]
     if not pins:

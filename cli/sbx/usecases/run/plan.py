@@ -40,6 +40,7 @@ from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
 from sbx.seams.session.mode import SessionMode, decide_mode
 from sbx.seams.session.terminal import terminal_environment
 from sbx.usecases.context import AppContext
+from sbx.usecases.run.kitmounts import own_made_mounts, relay_binds
 from sbx.usecases.run.recipe import PlanFacts, Recipe
 from sbx.usecases.run.request import RunRequest, access_of
 
@@ -212,9 +213,6 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
         return None
     try:
         if made:
-            # The kits' host mounts: not loaded by a cached run whose kits declare none.
-            from sbx.usecases.run.kitmounts import own_made_mounts
-
             own_made_mounts(admission, made)
         decided = inputs.decide(ctx, request, run_id, admission, labels)
         return assemble(ctx, request, run_id, decided, access=access,
@@ -245,9 +243,6 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
                    for pin in host_mounts.pins if pin.source is not workspace]
     if capabilities is not None:
-        # The kits' relays: not loaded by a cached run without capabilities.
-        from sbx.usecases.run.kitmounts import relay_binds
-
         extra_binds += volume_binds(volume_names, capabilities.volumes, {})
         extra_binds += relay_binds(ctx, run_id, capabilities)
     network = full.network if full is not None else None

@@ -1,0 +1,72 @@
+"""Commands on the host (secret sources, logins) and the engine host (SSH keys, plain TCP,
+remote engines)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sbx.base.reasons.codes import ExitStatus, Reason, ReasonInfo
+
+_R = Reason
+_E = ExitStatus
+
+ENTRIES: Final[dict[Reason, ReasonInfo]] = {
+    _R.COMMAND_TIMEOUT: ReasonInfo(
+        "Host command timed out",
+        "A command sbx runs on the host for you (a secret's `--from-command`, a Docker "
+        "credential helper) did not finish within its time. sbx ended it together with "
+        "everything it started (its whole session, and what left the session) and used none "
+        "of its output.",
+        "Run the command named in the message yourself and see why it hangs (a prompt waiting "
+        "for input, a network call, a lock), make it finish on its own, or store the value "
+        "itself: `printf %s \"$VALUE\" | sbx secret set SERVICE`.",
+        _E.REFUSED,
+    ),
+    _R.LOGIN_FAILED: ReasonInfo(
+        "Agent login failed",
+        "`sbx secret login claude|codex|gemini` runs the agent's own OAuth login on the host "
+        "(a browser code to paste, or Codex's device code) and the provider, or the way to it, "
+        "did not complete it: the code was missing, expired or from another login, the token "
+        "endpoint refused the grant or could not be reached (through [network] upstream_proxy "
+        "when set), or its answer held no access token. Nothing was stored; an earlier login "
+        "of the service stays as it was.",
+        "Run the login again and paste the code of that attempt. Or log in with the agent "
+        "itself on the host and import its file: `sbx secret login claude --from-file "
+        "~/.claude/.credentials.json` (codex: ~/.codex/auth.json, gemini: "
+        "~/.gemini/oauth_creds.json).",
+        _E.FAILED,
+    ),
+    _R.ENGINE_HOST_KEY: ReasonInfo(
+        "Engine host's key not trusted",
+        "The engine is reached over ssh, and ssh refused the host's key: it is not in your "
+        "known hosts, or it changed since you accepted it. sbx checks host keys as ssh does and "
+        "never accepts one itself (it runs ssh without prompts).",
+        "Check the key's fingerprint with the host's owner, then accept it once by hand: "
+        "`ssh USER@HOST true` (the message names the exact command).",
+        _E.REFUSED,
+    ),
+    _R.ENGINE_PLAIN_TCP: ReasonInfo(
+        "Unprotected engine connection",
+        "DOCKER_HOST (or the docker context) names an engine on another host over plain tcp, "
+        "or over TLS with verification skipped: the calls travel unencrypted or to whoever "
+        "answers, and whoever reaches the port owns the engine.",
+        "Use TLS with verification (`export DOCKER_TLS_VERIFY=1 DOCKER_CERT_PATH=DIR`) or "
+        "ssh:// (`export DOCKER_HOST=ssh://USER@HOST`); to accept the risk knowingly: "
+        "`export SBX_ENGINE_PLAIN_TCP=allow`.",
+        _E.REFUSED,
+    ),
+    _R.ENGINE_NOT_LOCAL: ReasonInfo(
+        "Needs an engine on this machine",
+        "The engine is on another host (ssh://, or tcp:// to another address), and the run "
+        "needs something that only exists where sbx runs: a workspace or --mount bound from "
+        "this machine's disk, a sized volume staged here, or a network whose egress proxy and "
+        "firewall sbx puts on this machine's bridge. sbx refuses instead of starting it with an "
+        "empty workspace or without its egress boundary.",
+        "Run without a workspace and offline (`sbx run WORKLOAD -- CMD` with a kit that needs "
+        "no network), or use the local engine (`unset DOCKER_HOST DOCKER_CONTEXT`). Copying a "
+        "workspace to a remote engine (`--workspace-mode copy`) is not built yet.",
+        _E.REFUSED,
+    ),
+}
+
+__all__ = ["ENTRIES"]

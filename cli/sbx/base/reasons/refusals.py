@@ -1,0 +1,173 @@
+"""Refusals before anything starts: the engine and platform, config, kits, mounts and
+permissions."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sbx.base.reasons.codes import ExitStatus, Reason, ReasonInfo
+
+_R = Reason
+_E = ExitStatus
+
+ENTRIES: Final[dict[Reason, ReasonInfo]] = {
+    _R.DOCKER_UNREACHABLE: ReasonInfo(
+        "Docker engine unreachable",
+        "sbx could not talk to a Docker engine: it is not running, its socket is missing, "
+        "this user may not open the socket, or DOCKER_HOST points somewhere else.",
+        "Start the engine (`dockerd`, or `systemctl start docker`), check `docker version`, "
+        "and make sure this user may use the socket (the `docker` group) or unset DOCKER_HOST.",
+        _E.REFUSED,
+    ),
+    _R.IMAGE_MISSING: ReasonInfo(
+        "Image not present locally",
+        "The image a kit needs is not in the local image store. sbx never pulls at run time, "
+        "so a missing image stops the run before anything starts.",
+        "Fetch it explicitly with `sbx pull REF` (or build it), then run again.",
+        _E.REFUSED,
+    ),
+    _R.RESOURCE_LIMITS_UNENFORCED: ReasonInfo(
+        "Resource limits not enforced",
+        "The engine accepted memory/pids/cpu limits but does not apply them, typically a "
+        "rootless engine without cgroup delegation.",
+        "Use a rootful engine, or enable cgroup v2 delegation for the rootless one; "
+        "`sbx doctor` names each limit that is not applied.",
+        _E.REFUSED,
+    ),
+    _R.ROOT_USER: ReasonInfo(
+        "Sandbox user would be root",
+        "The sandbox would run as uid 0 or gid 0 (the image's USER is root and the configured "
+        "fallback user is root, or the image's user resolves to uid/gid 0).",
+        "Give the image a non-root USER with a non-root group, or set `[sandbox] user` to a "
+        "non-zero uid (used as uid and gid) in the config file.",
+        _E.REFUSED,
+    ),
+    _R.UNSUPPORTED_PLATFORM: ReasonInfo(
+        "Unsupported platform",
+        "sbx runs only on unix hosts.",
+        "Run sbx on Linux (or another unix) with a Docker engine.",
+        _E.REFUSED,
+    ),
+    _R.INVALID_CONFIG: ReasonInfo(
+        "Invalid configuration",
+        "A config section has an unknown key or an out-of-range value. An invalid section is "
+        "never replaced by defaults: the sandbox is unavailable until it is fixed.",
+        "Fix the key named in the message (file:line), or remove it to use the default; "
+        "`sbx explain WORKLOAD` shows where every value came from.",
+        _E.REFUSED,
+    ),
+    _R.INVALID_KIT: ReasonInfo(
+        "Invalid kit descriptor",
+        "A kit descriptor failed strict validation (unknown field, wrong type, bad value).",
+        "Fix the field at the dotted path and file:line:col given in the message.",
+        _E.REFUSED,
+    ),
+    _R.KIT_INCOHERENT: ReasonInfo(
+        "Kit set does not resolve",
+        "The kits given together do not form one coherent composition (not exactly one "
+        "workload, an unmet requirement, a conflict, two owners of one name...).",
+        "Add or drop kits as each listed problem says.",
+        _E.REFUSED,
+    ),
+    _R.UNSUPPORTED_CAPABILITY: ReasonInfo(
+        "Required capability not supported",
+        "A kit requires a capability type that this sbx does not implement. Optional ones are "
+        "skipped and recorded; required ones refuse the run (fail closed).",
+        "Mark the capability `optional: true` in the kit if it can do without, or use a "
+        "version of sbx that implements the type.",
+        _E.REFUSED,
+    ),
+    _R.CREDENTIAL_UNBOUND: ReasonInfo(
+        "Required credential not bound",
+        "A kit requires a credential for a service that has no secret in sbx's store (for "
+        "an OAuth credential: no tokens stored on the host), or the egress proxy was asked "
+        "to use a credential whose secret or tokens are gone (502).",
+        "Store it with `printf %s \"$TOKEN\" | sbx secret set SERVICE`, or for an OAuth "
+        "credential log in with `sbx secret login SERVICE`.",
+        _E.REFUSED,
+    ),
+    _R.MOUNT_BLOCKED: ReasonInfo(
+        "Mount blocked by the mount policy",
+        "A workspace or --mount source is a system path, a credential directory, a Docker "
+        "socket, a parent of one of those, outside the allowed roots, or otherwise unsafe; or "
+        "it would let the sandbox rewrite a kit the run uses (rule kit_writable: the mount is "
+        "the kit's directory or inside it, or the kit is named through a link inside it).",
+        "Mount a narrower directory that holds only what the workload needs; the message "
+        "names the rule that blocked it.",
+        _E.REFUSED,
+    ),
+    _R.PERMISSION_WIDENED: ReasonInfo(
+        "Kit asks for more than was approved",
+        "A kit asks for more than what was approved for it, and the widening was not "
+        "approved: a new version of a pulled kit (`sbx pull`), or a local kit directory that "
+        "changed since its last approved run in this state home (`sbx run`) — a new host, a "
+        "removed deny rule, a credential, or a credential sent to another host "
+        "(credentials.destinations). A kit inside a sandbox's writable workspace may have "
+        "been rewritten by that sandbox.",
+        "Review the listed widenings (did you make them?), then run the command again on a "
+        "terminal and confirm, or add `--accept` (the refusal prints the command).",
+        _E.REFUSED,
+    ),
+    _R.PERMISSION_UNAPPROVED: ReasonInfo(
+        "Kit permissions not approved",
+        "The first pull of a kit shows every permission it asks for (hosts it may reach, "
+        "credentials, ports, storage, privileged...) and needs approval, which was not given: "
+        "no terminal to confirm on, the question was declined, and no --accept.",
+        "Review the listed permissions, then pull again on a terminal and confirm, or pass "
+        "`--accept`.",
+        _E.REFUSED,
+    ),
+    _R.CONSENT_REQUIRED: ReasonInfo(
+        "Explicit consent required",
+        "A kit asks for something that removes sandbox protections (privileged@1), which sbx "
+        "grants only when the user consents on the command line for that run.",
+        "Pass --allow-privileged if you accept running the sandbox privileged, or drop the "
+        "kit that asks for it.",
+        _E.REFUSED,
+    ),
+    _R.GIT_IDENTITY_MISSING: ReasonInfo(
+        "No git identity to give the sandbox",
+        "A kit requires git-identity@1 (the user's git user.name and user.email inside the "
+        "sandbox), and the host's global git config names no usable pair. sbx never takes "
+        "it from a repository's config.",
+        "Set a global identity: git config --global user.name 'Your Name' && "
+        "git config --global user.email you@example.com (or mark the capability optional).",
+        _E.REFUSED,
+    ),
+    _R.SSH_AGENT_MISSING: ReasonInfo(
+        "No SSH agent to relay into the sandbox",
+        "A kit requires ssh-agent@1 (signatures from the user's SSH agent, relayed so the keys "
+        "stay on the host), and SSH_AUTH_SOCK names no agent socket sbx can reach.",
+        "Start an agent and add a key: eval \"$(ssh-agent -s)\" && ssh-add (or mark the "
+        "capability optional).",
+        _E.REFUSED,
+    ),
+    _R.SSH_AGENT_UNBOUNDABLE: ReasonInfo(
+        "An ssh-agent@1 bound sbx cannot enforce",
+        "A kit bounds ssh-agent@1 to login destinations (authenticate), which needs a verified "
+        "session binding to tell which server a signature is for; sbx relays SSHSIG signing "
+        "bounded by namespace (sign) and unrestricted agents only, and never relays a bound it "
+        "cannot check.",
+        "Ask the kit's author for a sign-only bound, or for unrestricted: true if you accept "
+        "any signature from the agent (or mark the capability optional).",
+        _E.REFUSED,
+    ),
+    _R.LONG_RUNNING_UNNAMED: ReasonInfo(
+        "A long-running workload in a one-shot run",
+        "The workload requires long-running@1 (it keeps running apart from any session), and a "
+        "one-shot sbx run ends its sandbox with its session.",
+        "Run it as a named sandbox: sbx run --name NAME WORKLOAD (detach with ctrl-p ctrl-q, "
+        "stop it with sbx stop NAME).",
+        _E.REFUSED,
+    ),
+    _R.HOST_SERVICES_EXPOSED: ReasonInfo(
+        "Host services reachable from sandbox networks",
+        "A sandbox with a network (egress policy or published ports) can reach the host at its "
+        "network's gateway, and with it every host service listening on all interfaces. sbx "
+        "closes that with two firewall rules per run, which needs root and iptables.",
+        "Run sbx as root (with iptables), or bind the named services to 127.0.0.1.",
+        _E.DENIED,
+    ),
+}
+
+__all__ = ["ENTRIES"]

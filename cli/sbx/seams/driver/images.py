@@ -1,0 +1,254 @@
+"""The images role through the docker SDK: look-up, build, files read from an image, derived
+and committed images, tags."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from sbx.base.errors import EngineUnavailable, SbxError
+from sbx.base.labels import own_labels
+from sbx.base.reasons import Reason
+from sbx.seams.engine import (
+    MAX_IMAGE_FILE_BYTES,
+    ImageInfo,
+    image_info,
+    short_error,
+    situation_hint,
+    split_tag,
+    unix_mode,
+)
+from sbx.seams.enginebounds import (
+    json_lines,
+    stream,
+    transfer,
+)
+from sbx.seams.signals import deferred_interrupts
+
+if TYPE_CHECKING:
+
+
+    pass
+
+from sbx.seams.driver.containers import SdkContainers
+
+
+class SdkImages(SdkContainers):
+    """Images (:class:`sbx.seams.engine.Images`); reading files out of an image and deriving one
+    go through a probe container, hence built on the containers role."""
+
+    def image(self, ref: str) -> ImageInfo | None:
+        import docker
+
+        with self._engine_errors(f"inspecting image {ref}", Reason.IMAGE_MISSING):
+            try:
+                attrs: dict[str, Any] = self._api.inspect_image(ref)
+            except docker.errors.ImageNotFound:
+                return None
+            except docker.errors.APIError as exc:
+                # A malformed reference is "not present" as far as a run is concerned.
+                if exc.status_code in (400, 404):
+                    return None
+                raise
+        return image_info(attrs)
+
+
+    def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
+              on_line: Callable[[str], None],
+              build_args: Mapping[str, str] | None = None) -> ImageInfo:
+        log: list[str] = []
+        # Long by nature (a RUN step may be silent for long): bounded in idle time and
+        # message size, not in total.
+        with self._engine_errors(f"building {tag}", Reason.BUILD_FAILED, stream(self._env)):
+            chunks = self._api.build(
+                fileobj=io.BytesIO(context_tar), custom_context=True,
+                dockerfile=dockerfile, tag=tag, labels=dict(labels),
+                buildargs=dict(build_args or {}),
+                rm=True, forcerm=True, pull=False, decode=False, nocache=False,
+                # A kit's RUN steps get no network: the default bridge would give them a route
+                # out and the host's resolver, outside any policy. What needs the network
+                # belongs in an install-phase hook, which goes through the egress proxy.
+                network_mode="none",
+            )
+            with closing(chunks):
+                for chunk in json_lines(chunks):
+                    if not isinstance(chunk, dict):
+                        continue
+                    if "error" in chunk:
+                        detail = str(chunk.get("error", "")).strip()
+                        raise SbxError(
+                            Reason.BUILD_FAILED, f"building {tag} failed: {detail}",
+                            hint="Fix the dockerfile; its base image must be present locally.",
+                            details={"log_tail": log[-20:]})
+                    text = str(chunk.get("stream", "")).strip()
+                    if text:
+                        log.append(text)
+                        on_line(text)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.BUILD_FAILED, f"building {tag} produced no image",
+                           details={"log_tail": log[-20:]})
+        return image
+
+    def read_image_file(self, image_id: str, path: str,
+                        labels: Mapping[str, str]) -> bytes | None:
+        """Read one file out of an image without starting anything (create, copy, remove)."""
+        import docker
+
+        action = f"reading {path} from image {image_id[:19]}"
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
+            try:
+                chunks, _stat = self._api.get_archive(cid, path)
+            except docker.errors.NotFound:
+                return None
+            data = b"".join(chunks)
+        import tarfile
+
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            for member in archive.getmembers():
+                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                    extracted = archive.extractfile(member)
+                    return extracted.read() if extracted else None
+        return None
+
+    def image_path_modes(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, int | None]:
+        """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
+        image; None for a path that is absent or not a directory. Nothing is started: one
+        container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
+        import base64
+
+        action = f"inspecting paths in image {image_id[:19]}"
+        modes: dict[str, int | None] = {}
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action):
+            for path in paths:
+                response = self._api.head(self._api._url("/containers/{0}/archive", cid),
+                                          params={"path": path})
+                header = response.headers.get("X-Docker-Container-Path-Stat")
+                if response.status_code != 200 or not header:
+                    modes[path] = None
+                    continue
+                stat = json.loads(base64.b64decode(header))
+                modes[path] = unix_mode(int(stat.get("mode", 0)))
+        return modes
+
+    @contextmanager
+    def _probe_container(self, image_id: str, labels: Mapping[str, str],
+                         action: str) -> Iterator[str]:
+        """A container of ``image_id`` that is never started, removed on the way out; created
+        and handed over with interrupts held back, so a signal cannot orphan it. None of the
+        image's ``dev.sbx.*`` labels passes for sbx's (:func:`own_labels`)."""
+        image = self.image(image_id)
+        labels = own_labels(image.labels if image is not None else {}, labels)
+        cid: str | None = None
+        try:
+            # A signal during the create is raised at the end of this block, inside the try,
+            # so the container is removed whatever happens.
+            with deferred_interrupts(), self._engine_errors(action):
+                cid = str(self._api.create_container(
+                    image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
+                    network_disabled=True)["Id"])
+            yield cid
+        finally:
+            if cid is not None:
+                with deferred_interrupts():
+                    self.remove_container(cid)
+
+    def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
+                     image_labels: Mapping[str, str],
+                     helper_labels: Mapping[str, str]) -> ImageInfo:
+        """``image`` plus the files (and directory modes) in ``tar``, committed as ``tag`` with
+        ``image``'s run configuration. Nothing is started; the helper container carries
+        ``helper_labels`` so a crash leaves nothing ``sbx gc`` cannot find."""
+        with self._probe_container(image.id, helper_labels, f"preparing image {tag}") as cid:
+            self.put_archive(cid, "/", tar)
+            return self.commit(cid, tag, {**image.labels, **own_labels(image.labels,
+                                                                         image_labels)}, image)
+
+
+    def export_image(self, image_id: str,
+                     labels: Mapping[str, str]) -> Generator[bytes, None, None]:
+        """An image's filesystem as a tar stream, in chunks, without running anything.
+
+        A helper container labelled ``labels`` is created (never started), exported and removed
+        when the stream ends or is closed: close it when stopping early
+        (``contextlib.closing``). Besides the image's own files the tar holds what the engine
+        adds to every container (``/.dockerenv``, ``/etc/hostname``, ``/etc/hosts``,
+        ``/etc/resolv.conf``, ``/etc/mtab``, ``/dev/console``, ``/dev/pts``, ``/dev/shm``).
+        """
+        import urllib3
+
+        action = f"exporting the files of image {image_id[:19]}"
+        with self._probe_container(image_id, labels, action) as cid, \
+                self._engine_errors(action, Reason.BUILD_FAILED, transfer(self._env)):
+            try:
+                yield from self._api.export(cid)
+            except urllib3.exceptions.HTTPError as exc:
+                # The SDK streams the body through urllib3, whose errors requests never
+                # wraps once the response has started.
+                raise EngineUnavailable(f"{action}: the stream broke: {short_error(exc)}",
+                                        hint=situation_hint(self._env, str(exc))) from exc
+
+
+    def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
+               like: ImageInfo) -> ImageInfo:
+        """Commit the container's filesystem with the run config of ``like`` (not the
+        container's own: the create step ran a keepalive as root)."""
+        repository, _, version = tag.partition(":")
+        changes = [
+            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
+            f"CMD {json.dumps(list(like.cmd or []))}",
+            f"USER {like.user}" if like.user else "USER 0",
+            f"WORKDIR {like.workdir or '/'}",
+            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
+        ]
+        # Held back from signals: the engine finishes a commit whose client went away, so an
+        # interrupted request would leave an image the run's cleanup already looked for.
+        with deferred_interrupts(), \
+                self._engine_errors("saving the prepared sandbox image", Reason.CREATE_FAILED):
+            self._api.commit(container_id, repository=repository, tag=version or "latest",
+                             changes=changes)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
+        return image
+
+    def remove_image(self, ref: str) -> bool:
+        import docker
+
+        with self._engine_errors(f"removing image {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=True, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+        return True
+
+    def untag_image(self, ref: str) -> bool:
+        """Remove the tag ``ref``, never by force: the image itself goes only with its last
+        tag, and not while a container uses it. False when the engine refused (in use)."""
+        import docker
+
+        with self._engine_errors(f"removing the tag {ref}", Reason.CLEANUP_FAILED):
+            try:
+                self._api.remove_image(ref, force=False, noprune=False)
+            except docker.errors.ImageNotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # a container (or a child image) uses it
+                    return False
+                raise
+        return True
+
+    def tag_image(self, image: str, ref: str) -> None:
+        """Tag a local image as ``ref`` (``host:port/repo:tag``)."""
+        repository, tag = split_tag(ref)
+        with self._engine_errors(f"tagging {image[:19]} as {ref}", Reason.IMAGE_MISSING):
+            self._api.tag(image, repository, tag=tag, force=True)
+
+
+__all__ = ["SdkImages"]
