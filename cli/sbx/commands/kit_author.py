@@ -16,8 +16,7 @@ from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
     from sbx.usecases import explain as explain_core
-    from sbx.usecases import explainsandbox
-    from sbx.usecases import kitvalidate
+    from sbx.usecases import explainsandbox, kitvalidate
 else:  # imported on first use: `sbx --help` loads no use case
     explain_core = deferred("sbx.usecases.explain")
     explainsandbox = deferred("sbx.usecases.explainsandbox")
