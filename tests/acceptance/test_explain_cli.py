@@ -14,7 +14,7 @@ import pytest
 
 from sbx.seams import audit
 from tests.conftest import run_cli
-from tests.unit.test_explain import write_kits
+from tests.unit.usecases.test_explain import write_kits
 
 SECRET = "ghp_explain-test-secret-value-000"  # noqa: S105 - a test value
 

@@ -15,7 +15,7 @@ import pytest
 
 from sbx.domain.credentials.secrets import SecretStore
 from tests.conftest import run_cli
-from tests.unit.test_explain import CASES, expected_decision, write_kits
+from tests.unit.usecases.test_explain import CASES, expected_decision, write_kits
 
 from .conftest import BUSYBOX
 

@@ -24,9 +24,8 @@ from sbx.usecases.pipeline import WorkloadRequest, dry_plan
 from sbx.usecases.run.fromkits import prepare
 from sbx.usecases.run.request import RunRequest
 from tests.support.kits import write_kit
-
-from .test_doctor import V1_OK
-from .test_gc import Harness
+from tests.unit.usecases.test_doctor import V1_OK
+from tests.unit.usecases.test_gc import Harness
 
 ENGINES = {
     "windows-containers": (EngineInfo("20.10", "1.41", "windows", "", "", False, ()),
@@ -60,6 +59,7 @@ def _state(host: HostFacts) -> DoctorState:
     return DoctorState(ctx=cast("AppContext", None), host=host, request=DoctorRequest())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ENGINES))
 def test_run_explain_and_doctor_refuse_an_engine_alike(name: str, tmp_path: Path) -> None:
     info, reason = ENGINES[name]

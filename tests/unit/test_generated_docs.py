@@ -70,6 +70,7 @@ def _committed(path: Path, script: str) -> str:
 # Drift: regenerate into tmp, compare byte for byte with what is committed.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sbx.bash", "_sbx", "sbx.fish"])
 def test_completions_match_the_command_tree(name: str, tmp_path: Path) -> None:
     generated = gen_completions.render_completions(app)
@@ -92,6 +93,7 @@ def test_manpage_matches_the_command_tree(tmp_path: Path) -> None:
                         "gen_man.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["gen_completions.py", "gen_man.py"])
 def test_check_flag_passes_on_the_committed_files(script: str) -> None:
     done = subprocess.run([sys.executable, str(SCRIPTS / script), "--check"], cwd=ROOT,
@@ -113,6 +115,7 @@ def test_check_mode_reports_a_stale_file_with_a_diff_and_writes_nothing(
     assert gen_completions.write_or_check(outputs, check=True, generator="gen.py") == 0
 
 
+@pytest.mark.slow
 def test_outputs_are_deterministic_and_carry_no_machine_paths() -> None:
     completions = gen_completions.render_completions(app)
     man = gen_man.render_man(app)

@@ -48,3 +48,36 @@ def test_the_map_is_what_the_package_docstrings_say() -> None:
     match = gen_layout.BLOCK.search((ROOT / "README.md").read_text(encoding="utf-8"))
     assert match is not None
     assert match.group(2) == gen_layout.layout(), "run scripts/regen.sh"
+
+
+# Tests that judge the project as a whole (its tree, its packaging, its imports, its generated
+# files, the test harness), not one module: the only files at the top of tests/unit.
+PROJECT_WIDE = frozenset({"test_layout.py", "test_packaging.py", "test_import_cycles.py",
+                          "test_generated_docs.py", "test_fakeengine.py",
+                          "test_agreement_rules.py", "test_lazy_imports.py",
+                          "test_module_sizes.py"})
+
+
+def _owner(test: Path) -> Path:
+    """The package folder a unit test file sits for (tests/unit/domain/sandbox → domain/sandbox)."""
+    return PACKAGE / test.parent.relative_to(ROOT / "tests" / "unit")
+
+
+def test_unit_tests_mirror_the_package() -> None:
+    """A module's tests are found from its path: tests/unit/<folder>/test_<module>[_topic].py."""
+    unit = ROOT / "tests" / "unit"
+    top_modules = {p.stem for p in PACKAGE.glob("*.py")}  # __main__, app: tested at the top
+    stray = [p.name for p in unit.glob("test_*.py")
+             if p.name not in PROJECT_WIDE and p.stem.removeprefix("test_") not in top_modules]
+    assert not stray, f"move these beside the package they test: {stray}"
+    wrong: list[str] = []
+    for test in unit.rglob("test_*.py"):
+        if test.parent == unit:
+            continue
+        folder = _owner(test)
+        names = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir()
+                                                         if p.is_dir()}
+        stem = test.stem.removeprefix("test_")
+        if not folder.is_dir() or not any(stem == n or stem.startswith(n + "_") for n in names):
+            wrong.append(test.relative_to(ROOT).as_posix())
+    assert not wrong, f"no module of that name in the package folder they mirror: {wrong}"

@@ -96,6 +96,7 @@ def test_the_scan_sees_lazy_private_and_type_checking_imports() -> None:
         "typer._click", "docker", "re2"]
 
 
+@pytest.mark.slow
 def test_no_private_module_of_a_dependency_is_imported() -> None:
     # typer 0.28 vendors click as typer._click; sbx uses typer's public names
     # (typer.TyperException, typer.Exit) so a typer release can move its internals.
@@ -111,6 +112,7 @@ def test_no_private_module_of_a_dependency_is_imported() -> None:
         offences)
 
 
+@pytest.mark.slow
 def test_every_third_party_import_is_declared() -> None:
     required, extras = _declared()
     optional = set().union(*extras.values())

@@ -29,7 +29,8 @@ _SCHEMA_DIR: Final = "schema"
 _SCHEMA_BASE: Final = "https://sbx.dev/schema/"
 # Sources whose text decides whether a descriptor is valid: hashed into the validation cache key,
 # so editing a schema or a rule can never serve a stale "valid" verdict.
-# Names inside this package (sbx.domain.kits); tests/unit/test_kit_rules.py checks each exists.
+# Names inside this package (sbx.domain.kits); tests/unit/domain/kits/test_rules.py checks each
+# exists.
 # Every capability type's handler (captypes/) is hashed too: its rules decide validity.
 _RULE_MODULES: Final = ("descriptor.py", "document.py", "schema.py", "diagnostics.py", "rules.py",
                         "versions.py", "args.py",

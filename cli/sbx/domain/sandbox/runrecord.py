@@ -2,10 +2,9 @@
 
 The record says what a run created, so ``sbx gc`` can remove what a crash left behind, and
 ``sbx explain`` and the keeper can find a run's container. This module is the only writer of
-``run.json``; gc reads it defensively (:func:`sbx.usecases.gc._read_record`) because a crash can
-leave
-it torn. The owner lock (``owner.lock``), held for as long as the owning process lives, tells
-gc an orphaned run from a live one: a pid can be reused, a lock cannot.
+``run.json``; gc reads it defensively (:func:`sbx.usecases.gc.listing._read_record`) because a
+crash can leave it torn. The owner lock (``owner.lock``), held for as long as the owning process
+lives, tells gc an orphaned run from a live one: a pid can be reused, a lock cannot.
 """
 
 from __future__ import annotations

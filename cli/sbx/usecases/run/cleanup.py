@@ -61,7 +61,7 @@ def cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: Created,
     stop first (nothing may leave or enter while the rest goes), then the container (it holds
     the image, the volumes and the network), the image, the volumes, the network; the bridge's
     firewall rules go last, so they outlive every object they protect
-    (tests/unit/test_run_cleanup.py checks this order on a failure at every step). A step
+    (tests/unit/usecases/run/test_cleanup.py checks this order on a failure at every step). A step
     that fails, in any way, never stops the ones after it: its failure is returned."""
     errors: list[str] = []
     failed: dict[str, int] = {}
