@@ -22,6 +22,20 @@ if TYPE_CHECKING:
 MAX_IMAGE_FILE_BYTES: Final = 4 * 1024 * 1024
 
 
+def first_file_of_archive(data: bytes) -> bytes | None:
+    """The first regular file of a tar archive the engine sent (``GET …/archive``), or None when
+    it holds none within :data:`MAX_IMAGE_FILE_BYTES`; shared by every transport."""
+    import io
+    import tarfile  # only reading a file out of an image needs it
+
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive.getmembers():
+            if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
+                extracted = archive.extractfile(member)
+                return extracted.read() if extracted else None
+    return None
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     version: str

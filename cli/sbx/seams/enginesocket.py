@@ -10,7 +10,6 @@ length), and an attach stream is released from them once its head is read.
 from __future__ import annotations
 
 import atexit
-import io
 import json
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,11 +22,11 @@ from sbx.base.reasons import Reason
 from sbx.seams.connectors import Connector, UnixConnector
 from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import (
-    MAX_IMAGE_FILE_BYTES,
     EngineInfo,
     EngineLocation,
     ImageInfo,
     create_body,
+    first_file_of_archive,
     image_info,
     registry_chunk,
     short_error,
@@ -332,14 +331,7 @@ class SocketEngine(SdkEngine):
             return None
         if status != 200:
             raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data), data)
-        import tarfile
-
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            for member in archive.getmembers():
-                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
-                    extracted = archive.extractfile(member)
-                    return extracted.read() if extracted else None
-        return None
+        return first_file_of_archive(data)
 
     def image_path_modes(self, image_id: str, paths: Sequence[str],
                          labels: Mapping[str, str]) -> dict[str, int | None]:

@@ -13,8 +13,8 @@ from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
-    MAX_IMAGE_FILE_BYTES,
     ImageInfo,
+    first_file_of_archive,
     image_info,
     short_error,
     situation_hint,
@@ -106,14 +106,7 @@ class SdkImages(SdkContainers):
             except docker.errors.NotFound:
                 return None
             data = b"".join(chunks)
-        import tarfile
-
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            for member in archive.getmembers():
-                if member.isfile() and member.size <= MAX_IMAGE_FILE_BYTES:
-                    extracted = archive.extractfile(member)
-                    return extracted.read() if extracted else None
-        return None
+        return first_file_of_archive(data)
 
     def image_path_modes(self, image_id: str, paths: Sequence[str],
                          labels: Mapping[str, str]) -> dict[str, int | None]:
