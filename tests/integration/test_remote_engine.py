@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from sbx.seams.driver import SdkEngine
+from tests.support.kits import capabilities, network_policy
 from tests.support.sbxproc import SBX, read_some, run_digested, run_sbx
 
 from .conftest import BUSYBOX, FarHost, owned, ssh_wrapper, user_owned
@@ -201,3 +202,20 @@ def test_a_workspace_bind_is_refused_on_a_remote_engine(far_host: FarHost, kit: 
     assert far_host.containers(state_home) == []
     explained = run_sbx(["explain", "engine_not_local"], env=far_host.env(state_home))
     assert explained.returncode == 0 and b"Needs an engine on this machine" in explained.stdout
+
+
+def test_explain_says_run_would_refuse_a_networked_kit_on_a_remote_engine(
+        far_host: FarHost, kit_factory: Callable[..., Path], state_home: Path) -> None:
+    """explain answers the policy question and names run's refusal; run refuses alike."""
+    networked = kit_factory("remote-net", KIT, capabilities(
+        network_policy(runtime=["allowed.example"])))
+    env = far_host.env(state_home)
+    explained = run_sbx(["explain", str(networked), "GET", "https://allowed.example/",
+                         "--json"], env=env, timeout=180)
+    assert explained.returncode == 0, explained.stderr
+    answer = json.loads(explained.stdout)
+    assert answer["data"]["allowed"] is True, answer
+    assert answer["data"]["run_refusal"]["reason"] == "engine_not_local", answer
+    done = run_sbx(["run", str(networked), "--", "true"], env=env, timeout=180)
+    assert done.returncode == 125 and b"(engine_not_local)" in done.stderr, done.stderr
+    assert far_host.containers(state_home) == []

@@ -11,27 +11,44 @@ from sbx.base.reasons import Reason
 
 if TYPE_CHECKING:
     from sbx.seams.engine import EngineLocation
+    from sbx.usecases.pipeline import WorkloadPlan
     from sbx.usecases.run.plan import RunPlan
 
 
 def local_needs(plan: RunPlan) -> list[str]:
     """What of ``plan`` exists only on this machine, in words (empty: it runs anywhere)."""
-    needs: list[str] = []
-    if plan.workspace_host is not None:
-        needs.append(f"the workspace {plan.workspace_host} is bound from this machine's disk")
     workspace = plan.workspace_host
     mounted = sorted({pin.source.path for pin in plan.host_mounts.pins
                       if workspace is None or not _below(pin.source.path, workspace)})
-    if mounted:
-        needs.append("host paths (" + ", ".join(mounted) + ") bound from this machine's disk")
     volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
-    sized = [v.path for v in volumes if v.size is not None]
+    return _needs(workspace=workspace, host_paths=mounted,
+                  sized=[v.path for v in volumes if v.size is not None],
+                  egress=plan.egress is not None, ports=plan.network is not None)
+
+
+def planned_needs(planned: WorkloadPlan) -> list[str]:
+    """What a run of ``planned`` would need of this machine before any workspace is given:
+    what ``sbx explain WORKLOAD`` can predict of run's ``engine_not_local``."""
+    capabilities = planned.capabilities
+    return _needs(workspace=None,
+                  host_paths=[f"host-mount@1 at {m.path}" for m in capabilities.host_mounts],
+                  sized=[v.path for v in capabilities.volumes if v.size is not None],
+                  egress=planned.egress is not None, ports=bool(capabilities.ports))
+
+
+def _needs(*, workspace: str | None, host_paths: list[str], sized: list[str], egress: bool,
+           ports: bool) -> list[str]:
+    needs: list[str] = []
+    if workspace is not None:
+        needs.append(f"the workspace {workspace} is bound from this machine's disk")
+    if host_paths:
+        needs.append("host paths (" + ", ".join(host_paths) + ") bound from this machine's disk")
     if sized:
         needs.append("sized volumes (" + ", ".join(sized) + ") staged on this machine")
-    if plan.egress is not None:
+    if egress:
         needs.append("network access, whose egress proxy and firewall sbx runs on this "
                      "machine's bridge")
-    elif plan.network is not None:
+    elif ports:
         needs.append("published ports, forwarded from this machine")
     return needs
 
@@ -42,12 +59,16 @@ def _below(path: str, root: str) -> bool:
 
 def refuse_local_only(location: EngineLocation, plan: RunPlan) -> None:
     """``engine_not_local`` when the engine is elsewhere and the run needs this machine."""
-    if location.local:
-        return
-    needs = local_needs(plan)
-    if not needs:
-        return
-    raise SbxError(
+    error = not_local(location, local_needs(plan))
+    if error is not None:
+        raise error
+
+
+def not_local(location: EngineLocation, needs: list[str]) -> SbxError | None:
+    """The refusal of a run with ``needs`` on the engine at ``location`` (None: it may run)."""
+    if location.local or not needs:
+        return None
+    return SbxError(
         Reason.ENGINE_NOT_LOCAL,
         f"the engine at {location.host} is on another host, and this run needs "
         + "; ".join(needs),
@@ -58,4 +79,4 @@ def refuse_local_only(location: EngineLocation, plan: RunPlan) -> None:
         details={"engine": location.host, "needs": needs})
 
 
-__all__ = ["local_needs", "refuse_local_only"]
+__all__ = ["local_needs", "not_local", "planned_needs", "refuse_local_only"]

@@ -23,8 +23,8 @@ from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
 from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
+from sbx.usecases import enginefit, explainrequest, explainsandbox, pipeline
 from sbx.usecases import explain as core
-from sbx.usecases import explainrequest, explainsandbox, pipeline
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
 from sbx.usecases.policyrules import named_sandbox
@@ -54,6 +54,10 @@ def explain_workload(ctx: AppContext, request: WorkloadRequest,
                                 progress=progress or pipeline.quiet_progress,
                                 helper_labels=pipeline.helper_labels(ctx, run_id, kit_set),
                                 resolve_secrets=False)
+        # A far engine: run would refuse what needs this machine, before creating anything.
+        far = enginefit.not_local(ctx.driver.location(), enginefit.planned_needs(planned))
+        if far is not None:
+            refusal = RunRefusal.of(far)
     except SbxError as error:
         refusal = RunRefusal.of(error)
         try:

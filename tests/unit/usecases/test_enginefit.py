@@ -52,3 +52,33 @@ def test_what_needs_this_machine_is_refused_on_a_far_engine(fields: dict[str, An
     assert said in raised.value.message and "ssh://me@box" in raised.value.message
     assert "--workspace-mode copy" in (raised.value.hint or "")
     assert len(local_needs(plan)) == 1  # the workspace's own pins are not listed twice
+
+
+def _planned(**fields: Any) -> Any:
+    capabilities = {"host_mounts": (), "volumes": (), "ports": (), **fields.pop("caps", {})}
+    return SimpleNamespace(capabilities=SimpleNamespace(**capabilities),
+                           **{"egress": None, **fields})
+
+
+@pytest.mark.parametrize(("planned", "said"), [
+    (_planned(egress=object()), "egress proxy"),
+    (_planned(caps={"ports": (8080,)}), "published ports"),
+    (_planned(caps={"host_mounts": (SimpleNamespace(path="/data"),)}), "host-mount@1 at /data"),
+    (_planned(caps={"volumes": (SimpleNamespace(path="/cache", size=1),)}), "sized volumes"),
+])
+def test_explain_predicts_what_a_run_would_need_of_this_machine(planned: Any, said: str) -> None:
+    from sbx.usecases.enginefit import not_local, planned_needs
+
+    needs = planned_needs(planned)
+    assert len(needs) == 1 and said in needs[0]
+    assert not_local(HERE, needs) is None
+    refused = not_local(FAR, needs)
+    assert refused is not None and refused.reason is Reason.ENGINE_NOT_LOCAL
+    assert "ssh://me@box" in refused.message
+
+
+def test_an_offline_plan_needs_nothing_of_this_machine() -> None:
+    from sbx.usecases.enginefit import not_local, planned_needs
+
+    planned = _planned(caps={"volumes": (SimpleNamespace(path="/v", size=None),)})
+    assert planned_needs(planned) == [] and not_local(FAR, []) is None
