@@ -21,12 +21,16 @@ from sbx.domain.kits.captypes.base import (
     Keys,
     Merge,
     Out,
-    clean_path,
     config_of,
     missing,
     opt_str,
 )
-from sbx.domain.kits.captypes.volume import STORAGE, add_storage, claim_storage
+from sbx.domain.kits.captypes.volume import (
+    STORAGE,
+    add_storage,
+    claim_storage,
+    project_storage_path,
+)
 from sbx.domain.kits.composed import HostMount
 from sbx.domain.kits.types import HOST_MOUNT
 
@@ -78,11 +82,7 @@ class HostMountType(Handler):
 
     def project(self, ctype: str, config: Any, lists: dict[str, list[str]],
                 flags: dict[str, bool]) -> bool:
-        path = config.get("path") if isinstance(config, Mapping) else None
-        if not isinstance(path, str):
-            return False
-        lists["host_mount_paths"].append(clean_path(path))
-        return True
+        return project_storage_path(config, lists["host_mount_paths"])
 
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
         yield from missing("host-mount", granted.host_mount_paths, candidate.host_mount_paths)

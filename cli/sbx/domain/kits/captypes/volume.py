@@ -70,11 +70,7 @@ class VolumeType(Handler):
 
     def project(self, ctype: str, config: Any, lists: dict[str, list[str]],
                 flags: dict[str, bool]) -> bool:
-        path = config.get("path") if isinstance(config, Mapping) else None
-        if not isinstance(path, str):
-            return False
-        lists["storage_paths"].append(clean_path(path))
-        return True
+        return project_storage_path(config, lists["storage_paths"])
 
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
         yield from missing("storage", granted.storage_paths, candidate.storage_paths)
@@ -111,6 +107,15 @@ class VolumeType(Handler):
                                     "disk).")
             else:
                 planner.add_volume(volume.path, mode, size)
+
+
+def project_storage_path(config: Any, paths: list[str]) -> bool:
+    """A storage entry's surface: its cleaned path (False: no path to project)."""
+    path = config.get("path") if isinstance(config, Mapping) else None
+    if not isinstance(path, str):
+        return False
+    paths.append(clean_path(path))
+    return True
 
 
 def claim_storage(entry: CapabilityEntry, label: str, keys: Keys, out: Out) -> None:
@@ -177,4 +182,4 @@ def _text(identity: tuple[Any, ...]) -> str:
 HANDLER: Final = VolumeType()
 
 __all__ = ["DEFAULT_TMPFS_BYTES", "HANDLER", "STORAGE", "VolumeType", "add_storage",
-           "claim_storage"]
+           "claim_storage", "project_storage_path"]
