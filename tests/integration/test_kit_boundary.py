@@ -188,6 +188,13 @@ def test_a_kit_author_edits_a_kit_outside_the_workspace_and_runs_it(
     descriptor.write_text(text.replace('"example.com"', '"example.com", "example.org"'))
     refused = sbx_cli(argv, env=env)
     assert refused.exit_code == 125 and "+ network.runtime.allow: example.org" in refused.stderr
+    # doctor predicts the same refusal, with the same approval to paste.
+    doctor = sbx_cli(["doctor", str(kit), "--json"], env=env)
+    (workload,) = [c for c in json.loads(doctor.stdout)["data"]["checks"]
+                   if c["id"] == "workload"]
+    assert (workload["status"], workload["reason"]) == ("warn", "permission_widened"), workload
+    assert "network.runtime.allow: example.org" in workload["detail"]
+    assert workload["fix"].endswith(f"sbx run --accept {kit}")
     accepted = sbx_cli(["run", "--accept", *argv[1:]], env=env)
     assert accepted.exit_code == 0 and accepted.stdout == "ok\n", accepted.stderr
     descriptor.write_text(text)  # narrower again: runs, and is recorded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Final
 
 from sbx.base.errors import ConfigError, SbxError
@@ -9,7 +10,9 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox.requirements import check_engine as engine_rules
 from sbx.domain.sandbox.requirements import check_host
 from sbx.usecases.doctor.model import ENGINE_DOWN, DoctorState, Status, Verdict
+from sbx.usecases.enginefit import not_local, planned_needs
 from sbx.usecases.gc.collect import survey
+from sbx.usecases.kitgate import permission_states
 from sbx.usecases.pipeline import WorkloadRequest, dry_plan, explain_command, load, planned_user
 
 _SEVERITY: Final = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2}
@@ -163,6 +166,22 @@ def check_workload(state: DoctorState) -> Verdict:
             "user": f"{user.uid}:{user.gid}" if user is not None else None,
             "skipped": skipped, "credentials": modes,
             "explain": explain_command(planned.loaded)}
+    far = not_local(state.ctx.driver.location(), planned_needs(planned))
+    if far is not None:  # run refuses it before creating anything
+        return Verdict(Status.FAIL, f"{detail}; but {far.message}", far.reason, far.hint, data)
+    widened = [p for p in permission_states(state.ctx.state_home, planned.kit_set,
+                                            planned.effective, state.ctx.cwd)
+               if p.status == "widened"]
+    if widened:
+        listed = "; ".join(f"{p.reference}: " + ", ".join(str(w) for w in p.widenings)
+                           for p in widened)
+        accept = shlex.join(["sbx", "run", "--accept",
+                             *shlex.split(explain_command(planned.loaded))[2:]])
+        return Verdict(Status.WARN, f"{detail}; asks for more than at its last approved run: "
+                       f"{listed}", Reason.PERMISSION_WIDENED,
+                       "sbx run asks on a terminal and refuses without one: review the "
+                       f"widenings, then run it on a terminal, or approve them with {accept}",
+                       {**data, "widened": [p.as_dict() for p in widened]})
     if skipped:
         types = ", ".join(sorted({s["type"] for s in skipped}))
         credential = any(s["type"].endswith("/credential@1") for s in skipped)
