@@ -45,10 +45,12 @@ def test_probes_read_what_the_sdk_reads(drivers: tuple[SdkEngine, SdkEngine],
     probe_labels = labels.object_labels(home_hash=home_hash(state_home), run_id=uuid.uuid4().hex,
                                         deadline=2_000_000_000, kits=[],
                                         role=labels.ROLE_HELPER)
-    passwd = socket.read_image_file(image.id, "/etc/passwd", probe_labels)
-    assert passwd is not None and b"agent" in passwd
-    assert passwd == sdk.read_image_file(image.id, "/etc/passwd", probe_labels)
-    assert socket.read_image_file(image.id, "/nonexistent", probe_labels) is None
+    files = ["/etc/passwd", "/nonexistent", "/etc/group"]
+    read = socket.read_image_files(image.id, files, probe_labels)
+    passwd = read["/etc/passwd"]
+    assert passwd is not None and b"agent" in passwd and read["/nonexistent"] is None
+    assert read["/etc/group"] is not None
+    assert read == sdk.read_image_files(image.id, files, probe_labels)
     paths = ["/tmp", "/etc", "/nonexistent", "/etc/passwd"]
     assert socket.image_path_modes(image.id, paths, probe_labels) == \
         sdk.image_path_modes(image.id, paths, probe_labels)

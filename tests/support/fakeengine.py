@@ -87,6 +87,15 @@ def tar_of(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def _member(archive_bytes: bytes, path: str) -> bytes | None:
+    with tarfile.open(fileobj=io.BytesIO(archive_bytes)) as archive:
+        try:
+            member = archive.extractfile(path.lstrip("/"))
+        except KeyError:
+            return None
+        return member.read() if member is not None else None
+
+
 class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory):
     """An engine held in memory; see the module docstring."""
 
@@ -229,18 +238,11 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
         self._call("local_images")
         return [(ref, size) for ref, size in self.sizes.items() if ref in self.images]
 
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        self._call("read_image_file", image_id, path, dict(labels))
+    def read_image_files(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
+        self._call("read_image_files", image_id, tuple(paths), dict(labels))
         data = self.filesystems.get(image_id)
-        if data is None:
-            return None
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            try:
-                member = archive.extractfile(path.lstrip("/"))
-            except KeyError:
-                return None
-            return member.read() if member is not None else None
+        return {path: None if data is None else _member(data, path) for path in paths}
 
     def image_path_modes(self, image_id: str, paths: Sequence[str],
                          labels: Mapping[str, str]) -> dict[str, int | None]:

@@ -67,7 +67,7 @@ class SocketEngine(SdkEngine):
 
     Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
     :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
-    :meth:`remove_container`, :meth:`container_pid`, :meth:`read_image_file`,
+    :meth:`remove_container`, :meth:`container_pid`, :meth:`read_image_files`,
     :meth:`image_path_modes`, :meth:`pull_image`, with the SDK's signatures and errors. Paths
     carry no API version: the engine then speaks its own, which is the version the SDK
     negotiates with it too. The create body is the SDK's (``create_container_config`` +
@@ -320,18 +320,23 @@ class SocketEngine(SdkEngine):
                 with deferred_interrupts():
                     self.remove_container(cid)
 
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        action = f"reading {path} from image {image_id[:19]}"
+    def read_image_files(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
+        action = f"reading {', '.join(paths)} from image {image_id[:19]}"
+        found: dict[str, bytes | None] = {}
         with self._probe(image_id, labels, action) as cid:
-            status, data, _response = self._call(
-                "GET", f"/containers/{cid}/archive", action=action,
-                reason=Reason.CREATE_FAILED, params={"path": path})
-        if status == 404:
-            return None
-        if status != 200:
-            raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data), data)
-        return first_file_of_archive(data)
+            for path in paths:
+                status, data, _response = self._call(
+                    "GET", f"/containers/{cid}/archive", action=action,
+                    reason=Reason.CREATE_FAILED, params={"path": path})
+                if status == 404:
+                    found[path] = None
+                elif status != 200:
+                    raise _refusal(action, Reason.CREATE_FAILED, status, _maybe_json(data),
+                                   data)
+                else:
+                    found[path] = first_file_of_archive(data)
+        return found
 
     def image_path_modes(self, image_id: str, paths: Sequence[str],
                          labels: Mapping[str, str]) -> dict[str, int | None]:

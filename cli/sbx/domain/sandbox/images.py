@@ -119,8 +119,9 @@ def _image_accounts(driver: Images, image: ImageInfo, cache_dir: Path,
     if cached is not None:
         return cached
     cache = cache_dir / f"{image.id.replace(':', '-')}.json"
-    passwd_text = driver.read_image_file(image.id, "/etc/passwd", helper_labels) or b""
-    group_text = driver.read_image_file(image.id, "/etc/group", helper_labels) or b""
+    files = driver.read_image_files(image.id, ("/etc/passwd", "/etc/group"), helper_labels)
+    passwd_text = files.get("/etc/passwd") or b""
+    group_text = files.get("/etc/group") or b""
     passwd: dict[str, tuple[int, int]] = {}
     for line in passwd_text.decode("utf-8", "replace").splitlines():
         fields = line.split(":")

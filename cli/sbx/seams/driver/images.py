@@ -93,20 +93,24 @@ class SdkImages(SdkContainers):
                            details={"log_tail": log[-20:]})
         return image
 
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        """Read one file out of an image without starting anything (create, copy, remove)."""
+    def read_image_files(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
+        """Files of an image (None: absent) without starting anything: one container is
+        created, each file copied out of it, and it is removed."""
         import docker
 
-        action = f"reading {path} from image {image_id[:19]}"
+        action = f"reading {', '.join(paths)} from image {image_id[:19]}"
+        found: dict[str, bytes | None] = {}
         with self._probe_container(image_id, labels, action) as cid, \
                 self._engine_errors(action):
-            try:
-                chunks, _stat = self._api.get_archive(cid, path)
-            except docker.errors.NotFound:
-                return None
-            data = b"".join(chunks)
-        return first_file_of_archive(data)
+            for path in paths:
+                try:
+                    chunks, _stat = self._api.get_archive(cid, path)
+                except docker.errors.NotFound:
+                    found[path] = None
+                    continue
+                found[path] = first_file_of_archive(b"".join(chunks))
+        return found
 
     def image_path_modes(self, image_id: str, paths: Sequence[str],
                          labels: Mapping[str, str]) -> dict[str, int | None]:

@@ -43,7 +43,11 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     capabilities = plan.full()[3]
-    passwd = driver.read_image_file(plan.image.id, "/etc/passwd", plan.labels) or b""
+    networked = plan.egress is not None and plan.network is not None
+    # One probe of the image for its accounts and, with egress, its CA bundles.
+    image_files = driver.read_image_files(
+        plan.image.id, ("/etc/passwd", *(SYSTEM_BUNDLES if networked else ())), plan.labels)
+    passwd = image_files.get("/etc/passwd") or b""
     volumes = volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(
         image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
@@ -51,11 +55,12 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         cap_drop=CREATE_STEP_CAP_DROP,
         binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")])
     lifecycle = capabilities.lifecycle
-    if plan.egress is not None and plan.network is not None:
+    if networked:
+        assert plan.network is not None  # noqa: S101 - networked says so
         # Install hooks reach exactly the install phase's hosts, through the same proxy.
         spec = dataclasses.replace(spec, network_mode=plan.network)
         lifecycle = dataclasses.replace(
-            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, driver)))
+            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, image_files)))
     # Install hooks' output is the kit author's, shown like a build's: on stderr.
     step = CreateStep(
         driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
@@ -95,7 +100,8 @@ def _after_refusal(ctx: AppContext, plan: RunPlan, error: SbxError) -> SbxError:
         hint=hint, details={**error.details, "refusals": refused[-5:], "fix": fix})
 
 
-def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile]:
+def _trust_files(ctx: AppContext, plan: RunPlan,
+                 image_files: Mapping[str, bytes | None]) -> list[KitFile]:
     """sbx's CA (and an upstream proxy's, ``[network] upstream_ca_file``: a TLS-intercepting
     corporate proxy signs the hosts sbx tunnels), a bundle of the image's CAs plus those, and
     that bundle in the image's own system location, so clients that ignore SSL_CERT_FILE
@@ -105,8 +111,7 @@ def _trust_files(ctx: AppContext, plan: RunPlan, driver: Driver) -> list[KitFile
     if upstream:
         ca_pem = ca_pem.rstrip(b"\n") + b"\n" + upstream_certificates(Path(upstream))
     system_path, system = next(
-        ((p, data) for p in SYSTEM_BUNDLES
-         if (data := driver.read_image_file(plan.image.id, p, plan.labels)) is not None),
+        ((p, data) for p in SYSTEM_BUNDLES if (data := image_files.get(p)) is not None),
         (SYSTEM_BUNDLES[0], None))
     bundle = trust_bundle(ca_pem, system).decode("utf-8")
     files = [KitFile(kit="sbx", where="egress CA", path=CA_FILE, content=ca_pem.decode(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,10 +40,10 @@ class _Files:
         self.files = {"/etc/passwd": passwd.encode(), "/etc/group": group.encode()}
         self.reads = 0
 
-    def read_image_file(self, image_id: str, path: str,
-                        labels: Mapping[str, str]) -> bytes | None:
-        self.reads += 1
-        return self.files.get(path)
+    def read_image_files(self, image_id: str, paths: Sequence[str],
+                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
+        self.reads += 1  # one probe container, however many files
+        return {path: self.files.get(path) for path in paths}
 
 
 ACCOUNTS = "root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n" \
@@ -94,4 +94,4 @@ def test_accounts_are_read_once_per_image(tmp_path: Path) -> None:
     for _ in range(3):
         resolve_user(files, _image("agent"), fallback_uid=4242,  # type: ignore[arg-type]
                      fallback_source="config", cache_dir=tmp_path, helper_labels={})
-    assert files.reads == 2  # passwd + group, then the cache
+    assert files.reads == 1  # passwd and group in one probe, then the cache
