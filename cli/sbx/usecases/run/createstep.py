@@ -19,6 +19,7 @@ from sbx.domain.egress.plan import (
     upstream_certificates,
 )
 from sbx.domain.sandbox.hardening import BindMount, build_create_step_spec
+from sbx.domain.sandbox.imagefiles import image_files
 from sbx.domain.sandbox.lifecycle import (
     CREATE_STEP_CAP_DROP,
     KEEPALIVE,
@@ -44,10 +45,10 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
     assert plan.run_image_tag is not None  # noqa: S101 - guarded by the caller
     capabilities = plan.full()[3]
     networked = plan.egress is not None and plan.network is not None
-    # One probe of the image for its accounts and, with egress, its CA bundles.
-    image_files = driver.read_image_files(
-        plan.image.id, ("/etc/passwd", *(SYSTEM_BUNDLES if networked else ())), plan.labels)
-    passwd = image_files.get("/etc/passwd") or b""
+    # The image's accounts and, with egress, its CA bundles: one probe, then cached per image.
+    read = image_files(driver, plan.image, ("/etc/passwd", *(SYSTEM_BUNDLES if networked else ())),
+                       ctx.state_home / "cache" / "imagefiles", plan.labels)
+    passwd = read.get("/etc/passwd") or b""
     volumes = volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(
         image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
@@ -60,7 +61,7 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         # Install hooks reach exactly the install phase's hosts, through the same proxy.
         spec = dataclasses.replace(spec, network_mode=plan.network)
         lifecycle = dataclasses.replace(
-            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, image_files)))
+            lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, read)))
     # Install hooks' output is the kit author's, shown like a build's: on stderr.
     step = CreateStep(
         driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
