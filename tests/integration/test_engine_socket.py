@@ -46,14 +46,13 @@ def test_probes_read_what_the_sdk_reads(drivers: tuple[SdkEngine, SdkEngine],
                                         deadline=2_000_000_000, kits=[],
                                         role=labels.ROLE_HELPER)
     files = ["/etc/passwd", "/nonexistent", "/etc/group"]
-    read = socket.read_image_files(image.id, files, probe_labels)
-    passwd = read["/etc/passwd"]
-    assert passwd is not None and b"agent" in passwd and read["/nonexistent"] is None
-    assert read["/etc/group"] is not None
-    assert read == sdk.read_image_files(image.id, files, probe_labels)
     paths = ["/tmp", "/etc", "/nonexistent", "/etc/passwd"]
-    assert socket.image_path_modes(image.id, paths, probe_labels) == \
-        sdk.image_path_modes(image.id, paths, probe_labels)
+    read = socket.probe_image(image.id, files=files, dirs=paths, labels=probe_labels)
+    passwd = read.files["/etc/passwd"]
+    assert passwd is not None and b"agent" in passwd and read.files["/nonexistent"] is None
+    assert read.files["/etc/group"] is not None
+    assert read.modes["/tmp"] == 0o1777 and read.modes["/nonexistent"] is None
+    assert read == sdk.probe_image(image.id, files=files, dirs=paths, labels=probe_labels)
 
 
 def test_refusals_carry_the_same_reasons(drivers: tuple[SdkEngine, SdkEngine]) -> None:

@@ -159,7 +159,7 @@ def _image_tmp_mode(engine: SdkEngine, state_home: Path, image: str) -> int | No
     helper = labels.object_labels(home_hash=home_hash(state_home), run_id=uuid.uuid4().hex,
                                   deadline=int(time.time()) + 600, kits=[],
                                   role=labels.ROLE_HELPER)
-    return engine.image_path_modes(image, ["/tmp"], helper)["/tmp"]
+    return engine.probe_image(image, files=(), dirs=["/tmp"], labels=helper).modes["/tmp"]
 
 
 @pytest.mark.parametrize(("name", "dockerfile", "image_tmp"), [

@@ -38,6 +38,7 @@ from sbx.seams.engine import (
     EngineInfo,
     EngineLocation,
     ImageInfo,
+    ImageProbe,
     Images,
     Inventory,
     Networks,
@@ -115,7 +116,7 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
         self.fallback_image: ImageInfo | None = None
         self.sizes: dict[str, int] = {}  # local_images(): reference → bytes
         self.filesystems: dict[str, bytes] = {}  # image id → its filesystem as a tar
-        self.path_modes: dict[str, int | None] = {"/tmp": 0o1777}  # image_path_modes()
+        self.path_modes: dict[str, int | None] = {"/tmp": 0o1777}  # probe_image()'s modes
         self.cached: list[CachedImage] = []  # cached_images()
         self.untag_refused: set[str] = set()  # tags untag_image() keeps (an image in use)
         self.users: dict[str, list[str]] = {}  # object_users(): id → container ids
@@ -238,16 +239,12 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
         self._call("local_images")
         return [(ref, size) for ref, size in self.sizes.items() if ref in self.images]
 
-    def read_image_files(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
-        self._call("read_image_files", image_id, tuple(paths), dict(labels))
+    def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
+                    labels: Mapping[str, str]) -> ImageProbe:
+        self._call("probe_image", image_id, tuple(files), tuple(dirs), dict(labels))
         data = self.filesystems.get(image_id)
-        return {path: None if data is None else _member(data, path) for path in paths}
-
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]:
-        self._call("image_path_modes", image_id, tuple(paths), dict(labels))
-        return {path: self.path_modes.get(path) for path in paths}
+        return ImageProbe({p: None if data is None else _member(data, p) for p in files},
+                          {p: self.path_modes.get(p) for p in dirs})
 
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]:

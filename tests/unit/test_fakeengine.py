@@ -46,8 +46,10 @@ def test_state_follows_the_calls() -> None:
     base = engine.add_image("k:1", size=10, filesystem=tar_of({"etc/passwd": b"root\n"}))
     assert engine.image("k:1") == engine.image(base.id) == base
     assert engine.local_images() == [("k:1", 10)]
-    assert engine.read_image_files(base.id, ["/etc/passwd", "/etc/shadow"], {}) == {
-        "/etc/passwd": b"root\n", "/etc/shadow": None}
+    probe = engine.probe_image(base.id, files=["/etc/passwd", "/etc/shadow"], dirs=["/tmp"],
+                               labels={})
+    assert probe.files == {"/etc/passwd": b"root\n", "/etc/shadow": None}
+    assert probe.modes == {"/tmp": 0o1777}
     network = engine.create_network("n", {"l": "1"}, bridge="br", internal=True)
     assert engine.list_owned({"l": "1"})[0].id == network
     assert engine.remove_network(network) and engine.networks == []
@@ -55,7 +57,7 @@ def test_state_follows_the_calls() -> None:
     assert engine.image("run:1") == committed != base
     assert engine.remove_image("run:1") and engine.image("run:1") is None
     assert engine.image(committed.id) is None
-    assert engine.names() == ["image", "image", "local_images", "read_image_files",
+    assert engine.names() == ["image", "image", "local_images", "probe_image",
                               "create_network", "list_owned",
                               "remove_network", "commit", "image", "remove_image", "image",
                               "image"]

@@ -58,6 +58,16 @@ class EngineLocation:
 
 
 @dataclass(frozen=True)
+class ImageProbe:
+    """What one probe container showed of an image: file contents and directory modes (the
+    permission bits with setuid/setgid/sticky, as in ``stat``); None: absent, or for a mode,
+    not a directory."""
+
+    files: Mapping[str, bytes | None]
+    modes: Mapping[str, int | None]
+
+
+@dataclass(frozen=True)
 class ImageInfo:
     id: str
     tags: tuple[str, ...]
@@ -107,10 +117,8 @@ class Images(Protocol):
     def build(self, context_tar: bytes, dockerfile: str, tag: str, labels: Mapping[str, str],
               on_line: Callable[[str], None],
               build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
-    def read_image_files(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, bytes | None]: ...
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]: ...
+    def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
+                    labels: Mapping[str, str]) -> ImageProbe: ...
     def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
                      image_labels: Mapping[str, str],
                      helper_labels: Mapping[str, str]) -> ImageInfo: ...

@@ -25,6 +25,7 @@ from sbx.seams.engine import (
     EngineInfo,
     EngineLocation,
     ImageInfo,
+    ImageProbe,
     create_body,
     first_file_of_archive,
     image_info,
@@ -67,7 +68,7 @@ class SocketEngine(SdkEngine):
 
     Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
     :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
-    :meth:`remove_container`, :meth:`container_pid`, :meth:`read_image_files`,
+    :meth:`remove_container`, :meth:`container_pid`, :meth:`probe_image`,
     :meth:`image_path_modes`, :meth:`pull_image`, with the SDK's signatures and errors. Paths
     carry no API version: the engine then speaks its own, which is the version the SDK
     negotiates with it too. The create body is the SDK's (``create_container_config`` +
@@ -320,12 +321,15 @@ class SocketEngine(SdkEngine):
                 with deferred_interrupts():
                     self.remove_container(cid)
 
-    def read_image_files(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
-        action = f"reading {', '.join(paths)} from image {image_id[:19]}"
+    def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
+                    labels: Mapping[str, str]) -> ImageProbe:
+        import base64
+
+        action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
+        modes: dict[str, int | None] = {}
         with self._probe(image_id, labels, action) as cid:
-            for path in paths:
+            for path in files:
                 status, data, _response = self._call(
                     "GET", f"/containers/{cid}/archive", action=action,
                     reason=Reason.CREATE_FAILED, params={"path": path})
@@ -336,16 +340,7 @@ class SocketEngine(SdkEngine):
                                    data)
                 else:
                     found[path] = first_file_of_archive(data)
-        return found
-
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]:
-        import base64
-
-        action = f"inspecting paths in image {image_id[:19]}"
-        modes: dict[str, int | None] = {}
-        with self._probe(image_id, labels, action) as cid:
-            for path in paths:
+            for path in dirs:
                 status, _data, response = self._call(
                     "HEAD", f"/containers/{cid}/archive", action=action,
                     reason=Reason.CREATE_FAILED, params={"path": path})
@@ -355,7 +350,7 @@ class SocketEngine(SdkEngine):
                     continue
                 stat = json.loads(base64.b64decode(header))
                 modes[path] = unix_mode(int(stat.get("mode", 0)))
-        return modes
+        return ImageProbe(found, modes)
 
     def container_pid(self, container_id: str) -> int | None:
         _status, attrs = self._json("GET", f"/containers/{container_id}/json",

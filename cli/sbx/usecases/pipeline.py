@@ -277,7 +277,7 @@ def planned_user(ctx: AppContext, planned: WorkloadPlan) -> SandboxUser | None:
     user = planned.config.sandbox.user
     return known_user(planned.image, fallback_uid=user.value,
                       fallback_source=f"[sandbox] user ({user.source})",
-                      cache_dir=ctx.state_home / "cache" / "users")
+                      cache_dir=ctx.state_home / "cache" / "images")
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-"""The sandbox user of an image: resolved from its ``USER`` and its passwd and group files (cached
-per image), or a fallback when the image names none."""
+"""The sandbox user of an image: resolved from its ``USER`` and its passwd and group files (probed
+once per image, :mod:`sbx.domain.sandbox.imageprobe`), or a fallback when the image names none."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams import owned
+from sbx.domain.sandbox import imageprobe
 from sbx.seams.engine import ImageInfo, Images
 
 # -- the sandbox user ------------------------------------------------------------------------
@@ -100,39 +100,32 @@ def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int
     return groups[name]
 
 
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
+
+
 def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
-    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
-    cached = owned.read_cache(cache)  # this user's own entry only
-    if cached is None:
-        return None
-    try:
-        return ({k: (int(v[0]), int(v[1])) for k, v in cached["passwd"].items()},
-                {k: int(v) for k, v in cached["group"].items()})
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError,
-            RecursionError):
-        return None  # a damaged entry is a miss
+    found = imageprobe.cached(image, files=ACCOUNT_FILES, cache_dir=cache_dir)
+    return None if found is None else _accounts(found.files)
 
 
 def _image_accounts(driver: Images, image: ImageInfo, cache_dir: Path,
                     helper_labels: Mapping[str, str]) -> Accounts:
-    cached = _cached_accounts(image, cache_dir)
-    if cached is not None:
-        return cached
-    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
-    files = driver.read_image_files(image.id, ("/etc/passwd", "/etc/group"), helper_labels)
-    passwd_text = files.get("/etc/passwd") or b""
-    group_text = files.get("/etc/group") or b""
+    found = imageprobe.probed(driver, image, files=ACCOUNT_FILES, cache_dir=cache_dir,
+                              helper_labels=helper_labels)
+    return _accounts(found.files)
+
+
+def _accounts(files: Mapping[str, bytes | None]) -> Accounts:
     passwd: dict[str, tuple[int, int]] = {}
-    for line in passwd_text.decode("utf-8", "replace").splitlines():
+    for line in (files.get("/etc/passwd") or b"").decode("utf-8", "replace").splitlines():
         fields = line.split(":")
         if len(fields) >= 4 and fields[2].isdigit() and fields[3].isdigit():
             passwd.setdefault(fields[0], (int(fields[2]), int(fields[3])))
     groups: dict[str, int] = {}
-    for line in group_text.decode("utf-8", "replace").splitlines():
+    for line in (files.get("/etc/group") or b"").decode("utf-8", "replace").splitlines():
         fields = line.split(":")
         if len(fields) >= 3 and fields[2].isdigit():
             groups.setdefault(fields[0], int(fields[2]))
-    owned.write_cache(cache, {"passwd": passwd, "group": groups})
     return passwd, groups
 
 

@@ -20,8 +20,8 @@ from typing import Final
 
 from sbx import __version__
 from sbx.base import labels as label_keys
+from sbx.domain.sandbox import imageprobe
 from sbx.domain.sandbox.imagecache import record_use
-from sbx.seams import owned
 from sbx.seams.engine import ImageInfo, Images
 from sbx.seams.locks import name_lock
 
@@ -81,16 +81,9 @@ def prepare_mountpoints(driver: Images, image: ImageInfo, *, home: str, cache_di
 
 def _observed_modes(driver: Images, image: ImageInfo, paths: tuple[str, ...], cache_dir: Path,
                     helper_labels: Mapping[str, str]) -> dict[str, int | None]:
-    cache = cache_dir / f"{image.id.replace(':', '-')}.json"
-    known: dict[str, int | None] = {}
-    loaded = owned.read_cache(cache)  # this user's own entry only; a damaged one is a miss
-    if isinstance(loaded, dict):
-        known = {str(k): (int(v) if isinstance(v, int) else None) for k, v in loaded.items()}
-    missing = [p for p in paths if p not in known]
-    if missing:
-        known.update(driver.image_path_modes(image.id, missing, helper_labels))
-        owned.write_cache(cache, known)  # best effort: a miss costs the probe next time
-    return {p: known.get(p) for p in paths}
+    found = imageprobe.probed(driver, image, dirs=paths, cache_dir=cache_dir,
+                              helper_labels=helper_labels)
+    return dict(found.modes)
 
 
 def _version() -> str:

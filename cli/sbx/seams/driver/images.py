@@ -14,6 +14,7 @@ from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
     ImageInfo,
+    ImageProbe,
     first_file_of_archive,
     image_info,
     short_error,
@@ -93,37 +94,28 @@ class SdkImages(SdkContainers):
                            details={"log_tail": log[-20:]})
         return image
 
-    def read_image_files(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
-        """Files of an image (None: absent) without starting anything: one container is
-        created, each file copied out of it, and it is removed."""
+    def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
+                    labels: Mapping[str, str]) -> ImageProbe:
+        """Files and directory modes of an image without starting anything: one container is
+        created, each file copied out and each directory stat'ed (HEAD on the archive
+        endpoint), and it is removed."""
+        import base64
+
         import docker
 
-        action = f"reading {', '.join(paths)} from image {image_id[:19]}"
+        action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
+        modes: dict[str, int | None] = {}
         with self._probe_container(image_id, labels, action) as cid, \
                 self._engine_errors(action):
-            for path in paths:
+            for path in files:
                 try:
                     chunks, _stat = self._api.get_archive(cid, path)
                 except docker.errors.NotFound:
                     found[path] = None
                     continue
                 found[path] = first_file_of_archive(b"".join(chunks))
-        return found
-
-    def image_path_modes(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, int | None]:
-        """The permission bits (with setuid/setgid/sticky, as in ``stat``) of directories in an
-        image; None for a path that is absent or not a directory. Nothing is started: one
-        container is created, its paths stat'ed (HEAD on the archive endpoint), removed."""
-        import base64
-
-        action = f"inspecting paths in image {image_id[:19]}"
-        modes: dict[str, int | None] = {}
-        with self._probe_container(image_id, labels, action) as cid, \
-                self._engine_errors(action):
-            for path in paths:
+            for path in dirs:
                 response = self._api.head(self._api._url("/containers/{0}/archive", cid),
                                           params={"path": path})
                 header = response.headers.get("X-Docker-Container-Path-Stat")
@@ -132,7 +124,7 @@ class SdkImages(SdkContainers):
                     continue
                 stat = json.loads(base64.b64decode(header))
                 modes[path] = unix_mode(int(stat.get("mode", 0)))
-        return modes
+        return ImageProbe(found, modes)
 
     @contextmanager
     def _probe_container(self, image_id: str, labels: Mapping[str, str],

@@ -19,7 +19,7 @@ from sbx.domain.egress.plan import (
     upstream_certificates,
 )
 from sbx.domain.sandbox.hardening import BindMount, build_create_step_spec
-from sbx.domain.sandbox.imagefiles import image_files
+from sbx.domain.sandbox.imageprobe import probed
 from sbx.domain.sandbox.lifecycle import (
     CREATE_STEP_CAP_DROP,
     KEEPALIVE,
@@ -46,8 +46,9 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
     capabilities = plan.full()[3]
     networked = plan.egress is not None and plan.network is not None
     # The image's accounts and, with egress, its CA bundles: one probe, then cached per image.
-    read = image_files(driver, plan.image, ("/etc/passwd", *(SYSTEM_BUNDLES if networked else ())),
-                       ctx.state_home / "cache" / "imagefiles", plan.labels)
+    read = probed(driver, plan.image,
+                  files=("/etc/passwd", *(SYSTEM_BUNDLES if networked else ())),
+                  cache_dir=ctx.state_home / "cache" / "images", helper_labels=plan.labels).files
     passwd = read.get("/etc/passwd") or b""
     volumes = volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(

@@ -163,7 +163,7 @@ class FromKits:
             image_user=lambda: resolve_user(
                 ctx.driver, planned.image, fallback_uid=config.sandbox.user.value,
                 fallback_source=f"[sandbox] user ({config.sandbox.user.source})",
-                cache_dir=ctx.state_home / "cache" / "users", helper_labels=self._labels))
+                cache_dir=ctx.state_home / "cache" / "images", helper_labels=self._labels))
 
     def decide(self, ctx: AppContext, request: RunRequest, run_id: str, admission: Admission,
                labels: Mapping[str, str]) -> Decided:
@@ -201,7 +201,7 @@ class FromKits:
         # host).
         networked = bool(capabilities.ports) or egress is not None
         image = prepare_mountpoints(ctx.driver, planned.image, home=home,
-                                    cache_dir=ctx.state_home / "cache" / "mountpoints",
+                                    cache_dir=ctx.state_home / "cache" / "images",
                                     helper_labels=labels, lock_dir=ctx.state_home / "locks",
                                     home_hash=ctx.home_hash)
         # the last use, for gc (sbx.domain.sandbox.imagecache)

@@ -11,7 +11,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.images import resolve_user
 from sbx.domain.sandbox.kitimages import base_images
-from sbx.seams.engine import ImageInfo
+from sbx.seams.engine import ImageInfo, ImageProbe
 
 
 @pytest.mark.parametrize(("dockerfile", "expected"), [
@@ -40,10 +40,11 @@ class _Files:
         self.files = {"/etc/passwd": passwd.encode(), "/etc/group": group.encode()}
         self.reads = 0
 
-    def read_image_files(self, image_id: str, paths: Sequence[str],
-                         labels: Mapping[str, str]) -> dict[str, bytes | None]:
+    def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
+                    labels: Mapping[str, str]) -> ImageProbe:
         self.reads += 1  # one probe container, however many files
-        return {path: self.files.get(path) for path in paths}
+        return ImageProbe({path: self.files.get(path) for path in files},
+                          dict.fromkeys(dirs))
 
 
 ACCOUNTS = "root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n" \

@@ -196,7 +196,7 @@ STEPS = [
     Step("create_network", 1, Reason.CREATE_FAILED),
     Step("network_gateway", 1, Reason.CREATE_FAILED),
     Step("proxy.start", 1, Reason.PROXY_FAILED),
-    Step("read_image_files", 1, Reason.CREATE_FAILED),  # /etc/passwd and the CA bundles
+    Step("probe_image", 1, Reason.CREATE_FAILED),  # /etc/passwd and the CA bundles
     Step("create", 1, Reason.CREATE_FAILED),  # the create step's container
     Step("put_archive", 1, Reason.CREATE_FAILED),
     Step("start", 1, Reason.START_FAILED),
