@@ -201,7 +201,12 @@ def test_the_log_is_bounded_on_disk_by_rotation(tmp_path: Path, internet: Intern
         client = proxy.client()
         for batch in range(8):  # ~60 records of ~500 bytes: several rotations
             client.https("api.github.com", [("GET", f"/batch/{batch}/{i}") for i in range(8)])
+        # A request's record is written once its answer ended, which the client may see first.
+        deadline = time.monotonic() + 10
         got = records(proxy, wait_for=1)
+        while got[-1]["path"] != "/batch/7/7" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = records(proxy, wait_for=1)
     finally:
         proxy.stop()
     files = sorted(p.name for p in (tmp_path / "log").iterdir())
