@@ -226,6 +226,19 @@ def test_a_socket_created_while_a_named_sandbox_was_stopped_is_refused_at_its_re
     done = _sbx(env, "exec", name, "--", "sh", "-c", "echo in > in.txt; id -u")
     assert done.returncode == 0 and done.stdout == b"1000\n", done.stderr
     assert (workspace / "in.txt").read_text(encoding="utf-8") == "in\n"
+    # A socket made while it runs is refused by the next exec and attach, as by a start.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(control))
+    listener.listen(1)
+    try:
+        for session in (["exec", name, "--", "true"], ["attach", name]):
+            again = _sbx(env, *session)
+            assert again.returncode == 125, (session, again)
+            assert b"(mount_blocked)" in again.stderr, (session, again.stderr)
+    finally:
+        listener.close()
+    control.unlink()
+    assert _sbx(env, "exec", name, "--", "true").returncode == 0
 
 
 SECRET = "ghp_exec_env_real_token_" + "x" * 16

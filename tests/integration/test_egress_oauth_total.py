@@ -6,7 +6,9 @@ What is proven: a provider answering form-encoded (as GitHub does) is rewritten 
 one; spellings of the token path that lenient origins route to the endpoint (case, ``;x``,
 ``%3b``, ``.json``, ``/``, ``//``, ``%2e``), other methods, a query-string grant, another
 port of the token host and a second request on the same connection are all intercepted; a
-path sbx cannot normalise (``%2f``, ``%00``) is refused before the provider sees it; an answer
+path sbx cannot normalise (``%2f``, ``%00``), or one a lenient origin decoding twice or
+before it cuts the query could route there (``%252f``, ``%2500``, ``%3f``), is refused
+before the provider sees it; an answer
 sbx cannot rewrite (HTML, a bare token, duplicate keys, a redirect carrying a token, br) is
 refused with a 502 and no real token in it; cookies never pass; gzip and chunked answers are
 rewritten. The legitimate refresh keeps working and rotates the host's tokens.
@@ -163,7 +165,11 @@ def test_other_methods_and_a_grant_in_the_query_are_intercepted(
 
 @pytest.mark.parametrize("target", ["/login/oauth%2faccess_token", "/login/oauth%2Faccess_token",
                                     "/login/oauth/access_token%00", "/login/oauth/access_token%0d",
-                                    "/login/oauth\\access_token", "/login/oauth/%zz"])
+                                    "/login/oauth\\access_token", "/login/oauth/%zz",
+                                    "/login/oauth/access_token%252f",
+                                    "/login/oauth/access_token%2500",
+                                    "/login/oauth/access_token%3fx",
+                                    "/login/oauth/access_token%23"])
 def test_a_path_sbx_cannot_normalise_on_the_token_host_is_refused(
         proxy: ProxyProcess, provider: OAuthServer, internet: Internet, target: str) -> None:
     [response] = _exchange(proxy, [_request("POST", target, REFRESH_BODY)])

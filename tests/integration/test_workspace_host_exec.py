@@ -440,7 +440,9 @@ HOST_FILES = (".envrc", "sub/.envrc", "crates/a/.cargo/config.toml", "rust-toolc
               ".vscode/tasks.json", "json.py", "typing/__init__.py",
               ".venv/lib/python3.11/site-packages/evil.pth", ".dir-locals.el",
               ".pre-commit-config.yaml", ".github/workflows/ci.yml", ".gitmodules",
-              "node_modules/.bin/.envrc")
+              "node_modules/.bin/.envrc", "os.cpython-311-x86_64-linux-gnu.so",
+              "shutil.pyc", "json/__init__.pyc", "mise.production.toml", "pnpm-workspace.yaml",
+              "sub/.lazy.lua", "lefthook.toml", ".config/mise/config.toml")
 
 
 def test_files_other_host_tools_run_are_reported(kit: Path, env: dict[str, str],

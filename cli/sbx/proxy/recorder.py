@@ -80,6 +80,13 @@ class Recorder:
         self.sink = sink
         self._needles = needles  # a callable returning the current needles, or None
 
+    def redact(self, value: Any) -> Any:
+        """``value`` (text, or lists and mappings of it) without any value no record may hold:
+        for the audit log's details of a refusal, which carry the same host, path and fix."""
+        needles = [n for n in (self._needles() if self._needles is not None else ())
+                   if len(n) >= 4]
+        return _redacted(value, needles)
+
     def _scrub(self, text: str | None, needles: Iterable[str]) -> str | None:
         if text is None:
             return None
@@ -97,7 +104,8 @@ class Recorder:
         needles: Iterable[str] = self._needles() if self._needles is not None else ()
         record: dict[str, Any] = {
             "v": SCHEMA_VERSION, "time": timestamp(), "sandbox": self.ctx.config.sandbox,
-            "run_id": self.ctx.config.run_id, "phase": phase, "mode": mode, "method": method,
+            "run_id": self.ctx.config.run_id, "phase": phase, "mode": mode,
+            "method": self._scrub(method, needles),
             "scheme": scheme, "host": self._scrub(host, needles), "port": port,
             "path": self._scrub(path, needles), "decision": decision, "status": status,
             "reason": reason, "code": code, "rule": rule, "credentials": list(credentials),
@@ -152,6 +160,19 @@ class Recorder:
                     credentials=(), up=None, down=None, started=STARTED.get(), cause=cause,
                     client=refusal.client,
                     fix=refusal.fix.command if refusal.fix is not None else None)
+
+
+def _redacted(value: Any, needles: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        for needle in needles:
+            if needle in value:
+                value = value.replace(needle, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {key: _redacted(item, needles) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item, needles) for item in value]
+    return value
 
 
 __all__ = ["STARTED", "RecordSink", "Recorder", "Traffic", "mark_start", "rule_record"]

@@ -251,7 +251,7 @@ class Refuser:
         event = audit.EGRESS_FAILED if refusal.failed else audit.EGRESS_DENIED
         try:
             audit.record_at(config.audit_log, event, run_id=config.run_id,
-                            severity="warning", details=details)
+                            severity="warning", details=self.ctx.recorder.redact(details))
         except OSError as error:
             self.ctx.stderr(f"cannot write the audit log: {error.strerror}")
 

@@ -59,6 +59,7 @@ class EgressProxy:
         sink = NullSink() if config.request_log is None else JsonlSink(
             config.request_log, segment_bytes=config.limits.log_segment_bytes,
             segments=config.limits.log_segments, report=ctx.stderr)
+        self._client_token = client_token
         ctx.recorder = Recorder(ctx, sink, self._never_logged)
         refuser = Refuser(ctx)
         dialer = Dialer(ctx, resolver=resolver)
@@ -76,11 +77,13 @@ class EgressProxy:
         self.port = 0
 
     def _never_logged(self) -> list[str]:
-        """What no record may hold: secret values, sentinels, the OAuth tokens seen."""
+        """What no record may hold: secret values, sentinels, the OAuth tokens seen, and the
+        run's proxy token (the sandbox knows it and may write it into a path or a host)."""
         credentials = self.credentials
         return [*credentials.secrets.values(),
                 *(s.decode("utf-8", "replace") for s in credentials.sentinels),
-                *credentials.oauth_seen]
+                *credentials.oauth_seen,
+                *([self._client_token] if self._client_token else [])]
 
     @property
     def phase(self) -> Phase:

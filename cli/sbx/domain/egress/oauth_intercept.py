@@ -9,7 +9,9 @@ credential bound in its OAuth mode is here and in :mod:`sbx.domain.egress.oauth_
   policy's own normalisation (:func:`sbx.domain.egress.paths.normalize_path`) the way
   lenient origins read a path: case-insensitively, without ``;`` parameters, with a trailing
   ``/`` or a format suffix (``token.json``). A path the policy cannot normalise (an encoded
-  ``/``, ``%00``) on the token host is ambiguous and refused (:class:`AmbiguousEndpoint`).
+  ``/``, ``%00``) on the token host is ambiguous and refused (:class:`AmbiguousEndpoint`), and
+  so is one the most lenient origin (decoding twice, or before it cuts off the query) would
+  route to the endpoint (``token%252f``, ``token%3f``).
 - **What goes upstream for a token request** (:func:`parse_token_request`,
   :func:`upstream_token_body`): a refresh-token grant carrying the refresh *sentinel* is sent
   with the real refresh token; one carrying any other refresh token is a credential sbx did
@@ -117,12 +119,37 @@ def token_path_match(declared: str | None, raw_path: str) -> bool | None:
         return None
     want = [_segment_key(s) for s in (normalize_path(declared) or declared).split("/") if s]
     got = [_segment_key(s) for s in path.split("/") if s]
+    if _same_endpoint(got, want):
+        return True
+    # An origin that decodes once more (%252f), or before it cuts the query or at a NUL
+    # (%3f, %23, %2500), may route this to the endpoint: ambiguous, never passed on unread.
+    return None if _same_endpoint(_loose_keys(path), want) else False
+
+
+def _same_endpoint(got: list[str], want: list[str]) -> bool:
     if len(got) != len(want) or got[:-1] != want[:-1]:
         return False
     if not want:
         return True
     last, wanted = got[-1], want[-1]
     return last == wanted or last.startswith(wanted + ".")  # a format suffix: token.json
+
+
+def _loose_keys(path: str) -> list[str]:
+    """The segments of a normalised path as the most lenient origin reads them: decoded twice,
+    cut at the first ``?``, ``#`` or NUL that decoding reveals, ``\\`` read as ``/``."""
+    text = unquote(unquote(path))
+    for mark in "?#\x00":
+        text = text.split(mark, 1)[0]
+    keys: list[str] = []
+    for segment in text.replace("\\", "/").split("/"):
+        key = without_parameters(segment).lower().rstrip(" ")
+        if key == "..":
+            if keys:
+                keys.pop()
+        elif key.rstrip(". "):
+            keys.append(key.rstrip(". "))
+    return keys
 
 
 @dataclass(frozen=True)

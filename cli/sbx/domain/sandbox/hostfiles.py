@@ -12,6 +12,7 @@ it runs what the agent wrote, and that is the README's residual risk, not a find
 
 from __future__ import annotations
 
+import fnmatch
 import sys
 from dataclasses import dataclass
 from typing import Final
@@ -25,36 +26,55 @@ class HostTool:
     nested: tuple[str, ...] = ()  # "dir/name" paths at any depth ("dir/" = a tree)
     root: tuple[str, ...] = ()  # paths matched at the workspace root only ("dir/" = a tree)
     suffixes: tuple[str, ...] = ()  # file name endings matched at any depth
+    patterns: tuple[str, ...] = ()  # file name globs matched at any depth ("mise.*.toml")
+    root_patterns: tuple[str, ...] = ()  # file name globs matched at the workspace root only
 
 
 TOOLS: Final = (
     HostTool("git", root=(".gitmodules", ".lfsconfig")),
     HostTool("direnv", anywhere=(".envrc", ".env.local")),
+    # mise reads each of its config names in every directory up to /, and per MISE_ENV
+    # (mise.ENV.toml, mise.ENV.local.toml); a config's [hooks] and [env] _.source run on cd.
     HostTool("mise", anywhere=("mise.toml", ".mise.toml", "mise.local.toml",
-                               ".mise.local.toml", ".rtx.toml", ".tool-versions"),
-             nested=(".mise/config.toml", "mise/config.toml", ".config/mise/conf.d/")),
+                               ".mise.local.toml", ".rtx.toml", ".rtx.local.toml",
+                               ".tool-versions"),
+             nested=("mise/config.toml", "mise/config.local.toml", ".config/mise.toml",
+                     ".config/mise.local.toml", ".mise/", ".config/mise/",
+                     ".config/mise/conf.d/"),
+             patterns=("mise.*.toml", ".mise.*.toml", ".rtx.*.toml")),
     HostTool("cargo", anywhere=("rust-toolchain", "rust-toolchain.toml"),
              nested=(".cargo/config", ".cargo/config.toml")),
+    # pnpm-workspace.yaml carries pnpm's settings since pnpm 10 (scriptShell, pnpmfile, ...).
     HostTool("npm, pnpm, yarn, bun", anywhere=(".npmrc", ".yarnrc", ".yarnrc.yml",
-                                               ".pnpmfile.cjs", ".pnp.cjs", ".pnp.loader.mjs",
-                                               "bunfig.toml", ".bunfig.toml"),
+                                               ".pnpmfile.cjs", ".pnpmfile.mjs",
+                                               "pnpm-workspace.yaml", ".pnp.cjs",
+                                               ".pnp.loader.mjs", "bunfig.toml",
+                                               ".bunfig.toml"),
              nested=(".yarn/releases/", ".yarn/plugins/")),
     HostTool("python", anywhere=(".pdbrc", "sitecustomize.py", "usercustomize.py",
                                  "pyvenv.cfg")),
-    HostTool("vim, neovim", anywhere=(".exrc", ".vimrc", ".nvimrc", ".nvim.lua", ".lvimrc")),
+    # .lazy.lua: lazy.nvim's per-project spec, read from the current directory by default.
+    HostTool("vim, neovim", anywhere=(".exrc", ".vimrc", ".nvimrc", ".nvim.lua", ".lvimrc",
+                                      ".lazy.lua")),
     HostTool("emacs", anywhere=(".dir-locals.el", ".dir-locals-2.el")),
     HostTool("vs code", anywhere_dirs=(".vscode",), suffixes=(".code-workspace",)),
     HostTool("jetbrains", anywhere_dirs=(".idea", ".run")),
     HostTool("dev containers", anywhere=(".devcontainer.json",),
              anywhere_dirs=(".devcontainer",)),
     HostTool("ci", root=(".github/workflows/", ".gitlab-ci.yml", ".circleci/")),
-    HostTool("hook managers", root=(".pre-commit-config.yaml", ".husky/", ".githooks/",
-                                    "lefthook.yml", ".lefthook.yml", "lefthook-local.yml",
-                                    ".lefthook-local.yml", ".lefthook/")),
+    # lefthook takes its config in YAML, TOML or JSON, dotted or not, and under .config/.
+    HostTool("hook managers", root=(".pre-commit-config.yaml", ".pre-commit-config.yml",
+                                    ".husky/", ".githooks/", "lefthook.yml", ".lefthook.yml",
+                                    "lefthook-local.yml", ".lefthook-local.yml", ".lefthook/",
+                                    ".config/lefthook.yml", ".config/lefthook.yaml",
+                                    ".config/lefthook-local.yml", ".config/lefthook-local.yaml"),
+             root_patterns=("lefthook.*", ".lefthook.*", "lefthook-local.*",
+                            ".lefthook-local.*")),
 )
 
 # Names Python imports from the current directory before its own library under `python -m`,
-# `python -c` and the REPL: a module of one of these names at the root replaces the real one.
+# `python -c` and the REPL: a module of one of these names at the root replaces the real one,
+# whether source (.py), sourceless bytecode (.pyc) or an extension module (.so, any ABI tag).
 SHADOWED_MODULES: Final = frozenset(sys.stdlib_module_names) | frozenset({
     "pip", "pytest", "setuptools", "pkg_resources", "_pytest"})
 DEPENDENCY_TREES: Final = frozenset({"node_modules", "site-packages", "dist-packages"})
@@ -68,6 +88,12 @@ _ROOT_FILES: Final = {p: t.tool for t in TOOLS for p in t.root if not p.endswith
 _ROOT_TREES: Final = {p.rstrip("/"): t.tool for t in TOOLS for p in t.root if p.endswith("/")}
 _SUFFIXES: Final = tuple((s, t.tool) for t in TOOLS for s in t.suffixes)
 _SUFFIX_NAMES: Final = (".pth", *(s for s, _t in _SUFFIXES))
+_PATTERNS: Final = tuple((p, t.tool) for t in TOOLS for p in t.patterns)
+_ROOT_PATTERNS: Final = tuple((p, t.tool) for t in TOOLS for p in t.root_patterns)
+# The literal head of each glob: a cheap first look before fnmatch.
+_PATTERN_HEADS: Final = tuple(p.split("*", 1)[0] for p, _t in _PATTERNS)
+_ROOT_PATTERN_HEADS: Final = tuple(p.split("*", 1)[0] for p, _t in _ROOT_PATTERNS)
+_MODULE_SUFFIXES: Final = (".py", ".pyc", ".so")
 
 
 _NAMES: Final = frozenset(
@@ -78,8 +104,9 @@ _NAMES: Final = frozenset(
 
 def may_matter(name: str, *, root: bool) -> bool:
     """A cheap first look at a file's name (most names matter to no tool)."""
-    return name in _NAMES or name.endswith(_SUFFIX_NAMES) or (root and name.endswith(".pyc")) \
-        or (root and name.endswith(".py"))
+    return name in _NAMES or name.endswith(_SUFFIX_NAMES) or name.startswith(_PATTERN_HEADS) \
+        or name.startswith("__init__.") \
+        or (root and (name.endswith(_MODULE_SUFFIXES) or name.startswith(_ROOT_PATTERN_HEADS)))
 
 
 def watched_tree(relative: str, name: str, *, in_dependencies: bool) -> str | None:
@@ -104,9 +131,15 @@ def tool_of(relative: str, name: str, parent: str, *, in_dependencies: bool) -> 
         return None
     if relative in _ROOT_FILES:
         return _ROOT_FILES[relative]
-    if "/" not in relative and _shadows(name):
-        return "python"
+    if "/" not in relative:
+        if _shadows(name):
+            return "python"
+        tool = next((t for p, t in _ROOT_PATTERNS if fnmatch.fnmatchcase(name, p)), None)
+        if tool is not None:
+            return tool
     tool = _ANYWHERE.get(name)
+    if tool is None:
+        tool = next((t for p, t in _PATTERNS if fnmatch.fnmatchcase(name, p)), None)
     if tool is None and "/" in relative:
         path = "/" + relative
         tool = next((tool for tail, tool in _NESTED if path.endswith(tail)), None)
@@ -118,16 +151,23 @@ def tool_of(relative: str, name: str, parent: str, *, in_dependencies: bool) -> 
 def shadowing_package(relative: str) -> str | None:
     """``json/__init__.py`` at the root: a package that replaces a module Python imports."""
     head, _, tail = relative.partition("/")
-    if tail == "__init__.py" and head in SHADOWED_MODULES:
+    if head in SHADOWED_MODULES and _module_name(tail) == "__init__":
         return "python"
     return None
 
 
+def _module_name(name: str) -> str | None:
+    """The module a file of this name is to Python's importer (``json.cpython-311-x86_64-
+    linux-gnu.so`` and ``json.abi3.so`` are ``json``), None for a file it does not import."""
+    if name.endswith((".py", ".pyc")):
+        return name.rsplit(".", 1)[0]
+    if name.endswith(".so"):
+        return name.split(".", 1)[0]
+    return None
+
+
 def _shadows(name: str) -> bool:
-    for suffix in (".py", ".pyc"):
-        if name.endswith(suffix) and name[:-len(suffix)] in SHADOWED_MODULES:
-            return True
-    return False
+    return _module_name(name) in SHADOWED_MODULES
 
 
 def covered() -> list[tuple[str, list[str]]]:
@@ -135,7 +175,8 @@ def covered() -> list[tuple[str, list[str]]]:
     out = []
     for tool in TOOLS:
         names = [*tool.anywhere, *(f"{d}/" for d in tool.anywhere_dirs), *tool.nested,
-                 *tool.root, *(f"*{s}" for s in tool.suffixes)]
+                 *tool.root, *(f"*{s}" for s in tool.suffixes), *tool.patterns,
+                 *tool.root_patterns]
         out.append((tool.tool, names))
     return out
 

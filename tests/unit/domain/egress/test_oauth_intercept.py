@@ -57,13 +57,26 @@ def test_token_endpoint_matching(host: str, port: int, path: str, hit: bool) -> 
 
 @pytest.mark.parametrize("path", ["/v1/oauth%2ftoken", "/v1/oauth%2Ftoken", "/v1/oauth/token%00",
                                   "/v1/oauth/token%0a", "/v1/oauth\\token", "/v1/oauth/%zz",
-                                  "/../v1/oauth/token", "*"])
+                                  "/../v1/oauth/token", "*",
+                                  # what an origin decoding twice, or before it cuts the query
+                                  # or at a NUL, routes to the endpoint
+                                  "/v1/oauth/token%252f", "/v1/oauth%252ftoken",
+                                  "/v1/oauth/token%2500", "/v1/oauth/token%3f",
+                                  "/v1/oauth/token%3Fgrant_type=x", "/v1/oauth/token%23x",
+                                  "/v1/oauth/token%253bx", "/v1/oauth/x%252f..%252ftoken",
+                                  "/v1/oauth/token%255c", "/V1/OAUTH/TOKEN%252E"])
 def test_an_unreadable_path_on_the_token_host_is_ambiguous(path: str) -> None:
     with pytest.raises(oi.AmbiguousEndpoint) as raised:
         ROUTES.token_endpoint("runtime", "console.anthropic.com", 443, path)
     assert raised.value.service == "anthropic"
     # elsewhere the same path is none of OAuth's business
     assert ROUTES.token_endpoint("runtime", "api.anthropic.com", 443, path) is None
+
+
+@pytest.mark.parametrize("path", ["/v1/files/100%25.txt", "/v1/oauth/tokens%3f",
+                                  "/v1/oauth/authorize%3Fx", "/v1/oauth/token%2525252f"])
+def test_other_escaped_paths_on_the_token_host_are_neither_hit_nor_refused(path: str) -> None:
+    assert ROUTES.token_endpoint("runtime", "console.anthropic.com", 443, path) is None
 
 
 def test_token_endpoint_without_a_path_is_any_path_and_phase_scoped() -> None:

@@ -76,6 +76,18 @@ def _after(baseline: Baseline) -> dict[str, tuple[str, str]]:
     (".exrc", "vim, neovim"), ("p/.dir-locals.el", "emacs"),
     ("a.code-workspace", "vs code"), (".gitmodules", "git"), ("sub/.gitmodules", None),
     (".gitlab-ci.yml", "ci"), ("sub/.gitlab-ci.yml", None), ("README", None),
+    # Python's importer takes bytecode and extension modules from the current directory too.
+    ("json.cpython-311-x86_64-linux-gnu.so", "python"), ("os.abi3.so", "python"),
+    ("json.so", "python"), ("json.cpython-311.pyc", None), ("mine.so", None),
+    ("lib/json.so", None),
+    # mise per MISE_ENV and under .config; pnpm 10's settings; lazy.nvim; lefthook's formats.
+    ("mise.production.toml", "mise"), ("a/.mise.dev.local.toml", "mise"),
+    ("x/.config/mise.toml", "mise"), ("mise/config.local.toml", "mise"),
+    ("mise.txt", None), ("pnpm-workspace.yaml", "npm, pnpm, yarn, bun"),
+    ("pkg/.pnpmfile.mjs", "npm, pnpm, yarn, bun"), ("sub/.lazy.lua", "vim, neovim"),
+    ("lefthook.toml", "hook managers"), (".lefthook.json", "hook managers"),
+    ("lefthook-local.yaml", "hook managers"), (".config/lefthook.yml", "hook managers"),
+    ("sub/lefthook.toml", None), (".pre-commit-config.yml", "hook managers"),
 ])
 def test_each_tool_is_matched_where_it_reads(path: str, tool: str | None) -> None:
     name = path.rsplit("/", 1)[-1]
@@ -91,7 +103,7 @@ def test_each_tool_is_matched_where_it_reads(path: str, tool: str | None) -> Non
     (".vscode", "vs code"), ("sub/.idea", "jetbrains"), (".github/workflows", "ci"),
     ("sub/.github/workflows", None), (".husky", "hook managers"),
     ("x/.yarn/plugins", "npm, pnpm, yarn, bun"), (".config/mise/conf.d", "mise"),
-    ("node_modules/p/.vscode", None),
+    ("node_modules/p/.vscode", None), (".mise", "mise"), ("sub/.config/mise", "mise"),
 ])
 def test_whole_trees_are_watched_for_their_tool(directory: str, tool: str | None) -> None:
     name = directory.rsplit("/", 1)[-1]
@@ -101,6 +113,11 @@ def test_whole_trees_are_watched_for_their_tool(directory: str, tool: str | None
 
 def test_a_package_named_like_a_library_module_is_matched_at_the_root() -> None:
     assert hostfiles.shadowing_package("typing/__init__.py") == "python"
+    assert hostfiles.shadowing_package("json/__init__.pyc") == "python"
+    assert hostfiles.shadowing_package("json/__init__.cpython-311-x86_64-linux-gnu.so") \
+        == "python"
+    assert hostfiles.may_matter("__init__.abi3.so", root=False)
+    assert hostfiles.shadowing_package("json/decoder.py") is None
     assert hostfiles.shadowing_package("mine/__init__.py") is None
 
 
