@@ -115,8 +115,11 @@ __sbx_node() {
             __sbx_variadic=1
             ;;
         'sbx kit')
-            __sbx_subcommands='init validate inspect push mounts'
+            __sbx_subcommands='ls init validate inspect push mounts'
             __sbx_options='-h --help'
+            ;;
+        'sbx kit ls')
+            __sbx_options='--json -h --help'
             ;;
         'sbx kit init')
             __sbx_options='--mixin --from --json -h --help'
@@ -191,7 +194,7 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened permission_unapproved consent_required git_identity_missing ssh_agent_missing ssh_agent_unboundable long_running_unnamed host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt state_unsafe proxy_client_refused response_unmaskable credential_not_issued token_answer_unrewritable token_endpoint_ambiguous command_timeout login_failed engine_host_key engine_plain_tcp engine_not_local' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_not_found kit_incoherent unsupported_capability credential_unbound mount_blocked permission_widened permission_unapproved consent_required git_identity_missing ssh_agent_missing ssh_agent_unboundable long_running_unnamed host_services_exposed build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached engine_lost output_closed state_unwritable state_corrupt state_unsafe proxy_client_refused response_unmaskable credential_not_issued token_answer_unrewritable token_endpoint_ambiguous command_timeout login_failed engine_host_key engine_plain_tcp engine_not_local' ;;
         'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
         'sbx doctor #0') __sbx_paths -d ;;
         'sbx completion #0') __sbx_words 'bash zsh fish' ;;

@@ -66,7 +66,7 @@ function __sbx_subcommands --argument-names node
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
-            printf '%s\n' init validate inspect push mounts
+            printf '%s\n' ls init validate inspect push mounts
         case 'sbx config'
             printf '%s\n' path show
         case 'sbx policy'
@@ -174,6 +174,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'root_user' -d 'Sandbox user w
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_platform' -d 'Unsupported platform'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'invalid_config' -d 'Invalid configuration'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'invalid_kit' -d 'Invalid kit descriptor'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_not_found' -d 'No kit by that name'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_incoherent' -d 'Kit set does not resolve'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_capability' -d 'Required capability not supported'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Required credential not bound'
@@ -314,12 +315,17 @@ complete -c sbx -n '__sbx_in "sbx secret import"' -l json -d 'Print a JSON envel
 complete -c sbx -n '__sbx_in "sbx secret import"' -s h -l help -d 'Show this message and exit'
 
 # sbx kit
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a ls -d 'List the agent kits bundled with sbx by short name (claude, codex, gemini) an...'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a init -d 'Create a minimal kit in DIR that validates and runs'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a validate -d 'Check one kit with the loader `sbx run` uses; exit 125 (invalid_kit) when inv...'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a inspect -d 'Show the effective composition: what `sbx run WORKLOAD --kit MIXIN...` would get'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a push -d 'Build a local kit\'s image as `sbx run` does, push it as REF, and annotate it'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a mounts -d 'List the host directories kits keep with host-mount@1 (kit identity, path in...'
 complete -c sbx -n '__sbx_in "sbx kit"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit ls
+complete -c sbx -n '__sbx_in "sbx kit ls"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx kit ls"' -s h -l help -d 'Show this message and exit'
 
 # sbx kit init
 complete -c sbx -n '__sbx_in "sbx kit init"' -l mixin -d 'Create a mixin (declarations only) instead of a workload'
