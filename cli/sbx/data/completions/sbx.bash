@@ -27,7 +27,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config policy'
+            __sbx_subcommands='run explain doctor pull gc version ls start attach exec logs stop rm completion secret kit config policy'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -61,6 +61,10 @@ __sbx_node() {
         'sbx ls')
             __sbx_options='--json -q --quiet --all -h --help'
             ;;
+        'sbx start')
+            __sbx_options='-h --help'
+            __sbx_nargs=1
+            ;;
         'sbx attach')
             __sbx_options='--terminal-passthrough -h --help'
             __sbx_nargs=1
@@ -71,16 +75,18 @@ __sbx_node() {
             __sbx_nargs=1
             ;;
         'sbx logs')
-            __sbx_options='-f --follow --terminal-passthrough -h --help'
+            __sbx_options='-f --follow -n --tail --terminal-passthrough -h --help'
+            __sbx_value_options='-n --tail'
             __sbx_nargs=1
             ;;
         'sbx stop')
-            __sbx_options='-h --help'
+            __sbx_options='-t --time -h --help'
+            __sbx_value_options='-t --time'
             __sbx_nargs=1
             __sbx_variadic=1
             ;;
         'sbx rm')
-            __sbx_options='-f --force -h --help'
+            __sbx_options='-f --force --all --json -h --help'
             __sbx_nargs=1
             __sbx_variadic=1
             ;;

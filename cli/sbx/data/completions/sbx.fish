@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls start attach exec logs stop rm completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -86,6 +86,10 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --grace
         case 'sbx exec'
             printf '%s\n' -e --env
+        case 'sbx logs'
+            printf '%s\n' -n --tail
+        case 'sbx stop'
+            printf '%s\n' -t --time
         case 'sbx secret set'
             printf '%s\n' --from-env --from-command
         case 'sbx secret login'
@@ -117,11 +121,12 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a pull -d 'Fetch kits and plain images f
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a ls -d 'List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a start -d 'Start a stopped named sandbox as it was created, without giving its workload...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a attach -d 'Attach to a running named sandbox (the detach keys leave it running)'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a running named sandbox: its user, hardening and egress'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a named sandbox: its user, hardening and egress'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s output (its engine log, bounded)'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too'
-complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after -t seconds); their proxies...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included); p...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -248,6 +253,9 @@ complete -c sbx -n '__sbx_in "sbx ls"' -s q -l quiet -d 'Print names only'
 complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that are running now'
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
 
+# sbx start
+complete -c sbx -n '__sbx_in "sbx start"' -s h -l help -d 'Show this message and exit'
+
 # sbx attach
 complete -c sbx -n '__sbx_in "sbx attach"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx attach"' -s h -l help -d 'Show this message and exit'
@@ -262,14 +270,18 @@ complete -c sbx -n '__sbx_in "sbx exec"' -s h -l help -d 'Show this message and 
 
 # sbx logs
 complete -c sbx -n '__sbx_in "sbx logs"' -s f -l follow -d 'Keep following'
+complete -c sbx -n '__sbx_in "sbx logs"' -s n -l tail -x -d 'Only the last N lines (then follow, with -f)'
 complete -c sbx -n '__sbx_in "sbx logs"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx logs"' -s h -l help -d 'Show this message and exit'
 
 # sbx stop
+complete -c sbx -n '__sbx_in "sbx stop"' -s t -l time -x -d 'Seconds to wait after SIGTERM before SIGKILL (default 10; 0 kills at once)'
 complete -c sbx -n '__sbx_in "sbx stop"' -s h -l help -d 'Show this message and exit'
 
 # sbx rm
 complete -c sbx -n '__sbx_in "sbx rm"' -s f -l force -d 'Do not ask (needed without a terminal)'
+complete -c sbx -n '__sbx_in "sbx rm"' -l all -d 'Every named sandbox of this state home'
+complete -c sbx -n '__sbx_in "sbx rm"' -l json -d 'Print one JSON envelope naming what was removed'
 complete -c sbx -n '__sbx_in "sbx rm"' -s h -l help -d 'Show this message and exit'
 
 # sbx completion

@@ -120,3 +120,13 @@ def test_a_path_that_is_missing_is_never_a_short_name_or_a_pull(tmp_path: Path,
         load_kit(reference, cwd=tmp_path, lock_home=None)
     assert raised.value.reason is Reason.INVALID_ARGUMENT
     assert "sbx pull" not in (raised.value.hint or "")
+
+
+def test_a_bundled_kit_is_approved_under_its_own_directory_not_the_word(tmp_path: Path) -> None:
+    from sbx.domain.kits.approvals import kit_identity
+
+    bundled = load_kit("claude", cwd=tmp_path, lock_home=None)
+    assert kit_identity(bundled, tmp_path) == str(agents_dir() / "claude-code")
+    write_kit(tmp_path, "claude", "", "FROM scratch\n")
+    local = load_kit("claude", cwd=tmp_path, lock_home=None)
+    assert kit_identity(local, tmp_path) == str(tmp_path / "claude")
