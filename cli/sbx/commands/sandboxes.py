@@ -40,8 +40,16 @@ def ls(
     include_runs: Annotated[bool, typer.Option(
         "--all", help="Also list one-shot runs that are running now.")] = False,
 ) -> int:
-    """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
+    """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED.
+
+    `-q` alone reads only the state home (never the engine): the shell completions call it
+    for sandbox names.
+    """
     app = ctx.obj
+    if quiet and not include_runs and not as_json:
+        for name in listing.sandbox_names(app):
+            app.renderer.message(name)
+        return 0
     statuses = listing.list_sandboxes(app, include_runs=include_runs)
     sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
     return 0

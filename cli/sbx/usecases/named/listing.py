@@ -34,6 +34,11 @@ class SandboxStatus:
                 "run_id": self.run_id}
 
 
+def sandbox_names(ctx: AppContext) -> list[str]:
+    """The names recorded in this state home, without asking the engine (`sbx ls -q`)."""
+    return SandboxStore(ctx.state_home).names()
+
+
 def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus]:
     store = SandboxStore(ctx.state_home)
     owned = ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash))
