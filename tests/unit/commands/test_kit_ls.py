@@ -35,3 +35,4 @@ def test_run_of_a_misspelt_name_is_kit_not_found_and_explained(tmp_path: Path,
     assert "claude" in (done.envelope()["hint"] or "") and "sbx pull" not in done.envelope()["hint"]
     explained = sbx_cli(["explain", "kit_not_found"], cwd=tmp_path)
     assert explained.exit_code == 0 and "sbx kit ls" in explained.stdout
+
