@@ -1,10 +1,9 @@
 """`sbx kit validate DIR|REF`: the strict loader's verdict on one kit, as data.
 
-Never a second validator: a local directory goes through
-:func:`sbx.domain.kits.local.load_local_kit`
-(the same decode, schema and rules, and recipe checks as ``sbx run``), a kit pinned in the lock
-through :func:`sbx.domain.kits.lock.load_locked_kit`, and any other registry reference through one
-manifest
+Never a second validator: the reference resolves as ``sbx run`` resolves it
+(:func:`sbx.domain.kits.reference.find_kit`: a path, a kit pinned in the lock, a bundled short
+name) and loads through the same strict loader (decode, schema and rules, recipe checks); any
+other registry reference goes through one manifest
 GET and :func:`sbx.usecases.pull.preflight` (the published-form checks of ``sbx pull``; nothing is
 pulled or pinned). The result is Docker sbx's shape, ``{reference, kind, valid, errors,
 warnings}``; ``errors`` are the diagnostics (dotted path, message, file, line, column).
