@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-AGENTS = ROOT / "examples" / "agents"
+AGENTS = ROOT / "cli" / "sbx" / "data" / "agents"
 PACK_TIMEOUT_S = 900  # one large package over a slow link; npm itself retries
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _VALUE = re.compile(r"^[A-Za-z0-9._-]+$")

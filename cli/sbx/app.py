@@ -22,6 +22,7 @@ from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
 from sbx.commands import kit as kit_command
 from sbx.commands import kit_author as kit_author_command
+from sbx.commands import kit_ls as kit_ls_command
 from sbx.commands import kit_mounts as kit_mounts_command
 from sbx.commands import policy as policy_command
 from sbx.commands import pull as pull_command
@@ -94,6 +95,7 @@ app.command("pull")(_interruptible(pull_command.pull))
 app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
 app.command("ls")(_interruptible(sandboxes_command.ls))
+app.command("start")(_interruptible(sandboxes_command.start))
 app.command("attach")(_interruptible(sandboxes_command.attach))
 app.command("exec")(_interruptible(sandboxes_command.exec_))
 app.command("logs")(_interruptible(sandboxes_command.logs))
@@ -122,6 +124,7 @@ kit_app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+kit_app.command("ls")(_interruptible(kit_ls_command.ls))
 kit_app.command("init")(_interruptible(kit_author_command.init))
 kit_app.command("validate")(_interruptible(kit_author_command.validate))
 kit_app.command("inspect")(_interruptible(kit_author_command.inspect))

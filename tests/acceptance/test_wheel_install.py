@@ -10,6 +10,7 @@ leaves the machine (TESTING.md).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,55 @@ def test_the_wheel_carries_the_man_page_and_completions_as_data(wheel: Path) -> 
     assert "License-Expression: Apache-2.0" in metadata
     assert "Provides-Extra: keyring" in metadata
     assert f"sbx_sandbox-{__version__}.dist-info/licenses/LICENSE" in names
+
+
+AGENT_KITS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
+
+
+def test_the_wheel_carries_the_agent_kits_but_no_staged_package(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    source = DATA / "agents"
+    assert "sbx/data/agents/README.md" in names
+    for kit in AGENT_KITS.values():
+        for tracked in (f"{kit}.yaml", f"{kit}.dockerfile", "npm-fetch.sh", "packages.list",
+                        "packages.lock", "packages/README.md"):
+            assert f"sbx/data/agents/{kit}/{tracked}" in names, (kit, tracked)
+    # Tarballs staged by scripts/stage_agents.py stay out (gitignored, hundreds of MB).
+    staged = [n for n in names if n.startswith("sbx/data/agents/") and n.endswith(".tgz")]
+    assert staged == [], staged
+    assert {p.name for p in source.iterdir() if p.is_dir()} == set(AGENT_KITS.values())
+
+
+def test_pipx_install_resolves_the_short_names_to_its_own_kits(pipx_home: Path,
+                                                               tmp_path: Path) -> None:
+    sbx = pipx_home / "bin" / "sbx"
+    env = _pipx_env(pipx_home)
+    venv = (pipx_home / "pipx" / "venvs" / "sbx-sandbox").resolve()
+    listed = subprocess.run([str(sbx), "kit", "ls", "--json"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60,
+                            stdin=subprocess.DEVNULL, check=False)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["data"]["kits"]
+    assert [(r["name"], r["kit"], r["source"]) for r in rows] == [
+        (name, kit, "bundled") for name, kit in AGENT_KITS.items()]
+    for row in rows:
+        assert Path(row["resolves_to"]).resolve().is_relative_to(venv), row
+    for name, kit in AGENT_KITS.items():
+        done = subprocess.run([str(sbx), "kit", "validate", "--json", name], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        data = json.loads(done.stdout)["data"]
+        assert data["valid"] is True and data["kind"] == "workload"
+        assert Path(data["descriptor"]).resolve() == (
+            Path(rows[0]["resolves_to"]).parent / kit / f"{kit}.yaml").resolve()
+    wrong = subprocess.run([str(sbx), "run", "--json", "claud", "."], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, check=False)
+    assert wrong.returncode == 125, wrong.stdout + wrong.stderr
+    refused = json.loads(wrong.stdout)
+    assert refused["reason"] == "kit_not_found" and "claude" in refused["hint"]
 
 
 def test_pipx_install_gives_man_sbx(pipx_home: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -306,6 +307,27 @@ def test_bash_completes_paths(tmp_path: Path) -> None:
     assert _bash_complete(script, ["sbx", "run", "wl", "ki"], cwd=tmp_path) == ["kit dir"]
     assert sorted(_bash_complete(script, ["sbx", "run", "--mount", "ki"], cwd=tmp_path)) == [
         "kit dir", "kit.yaml"]
+
+
+def test_bash_completes_sandbox_names_without_an_engine(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+
+    state = tmp_path / "state"
+    for name in ("dev", "docs-agent"):
+        SandboxStore(state).save(SandboxRecord(
+            name=name, run_id="a" * 32, created=1.0, workload="./k", kits=[], workspace=None,
+            access="none", request={"options": {}}, container_id="c" * 64))
+    monkeypatch.setenv("SBX_HOME", str(state))
+    monkeypatch.setenv("SBX_CONFIG", os.devnull)
+    # No engine answers here: `sbx ls -q` must not need one.
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    script = COMPLETIONS / "sbx.bash"
+    assert _bash_complete(script, ["sbx", "attach", ""]) == ["dev", "docs-agent"]
+    assert _bash_complete(script, ["sbx", "rm", "-f", "dev", "do"]) == ["docs-agent"]
+    assert _bash_complete(script, ["sbx", "exec", "d"]) == ["dev", "docs-agent"]
+    assert _bash_complete(script, ["sbx", "exec", "dev", "--", "d"]) != ["dev", "docs-agent"]
 
 
 def test_manpage_renders_without_warnings() -> None:

@@ -9,7 +9,10 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
-BUDGET = 66  # 27 inside functions, 39 deferred declarations (scripts/lazy_imports.py)
+# 27 inside functions, 41 deferred declarations (scripts/lazy_imports.py); +1 for `sbx kit ls`
+# (commands/kit_ls.py defers the kit reference module, which loads the descriptor decoder),
+# +1 for `sbx start` and exec-starts-stopped (commands/sandboxes.py defers named.start).
+BUDGET = 68
 
 
 def _counter() -> ModuleType:

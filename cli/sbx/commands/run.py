@@ -22,7 +22,9 @@ else:  # imported on first use: `sbx --help` loads no use case
 
 def run(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Argument(help="The workload kit: a local kit directory.")],
+    workload: Annotated[str, typer.Argument(
+        help="The workload kit: a local kit directory, a kit pinned by `sbx pull`, or a "
+             "bundled agent's short name (claude, codex, gemini; `sbx kit ls`).")],
     workspace: Annotated[str | None, typer.Argument(
         help="Host directory to use as the workspace (default: a private tmpfs).")] = None,
     kit: Annotated[list[str] | None, typer.Option(
@@ -95,6 +97,8 @@ def run(
 ) -> int:
     """Run a workload kit (plus mixins) in a hardened sandbox.
 
+    `sbx run claude .` runs the bundled Claude Code kit in this directory. A kit reference
+    resolves in one order: an existing path, a kit pinned by `sbx pull`, a short name.
     Arguments after `--` replace the image's CMD.
     """
     app = ctx.obj

@@ -1,5 +1,6 @@
-"""`sbx ls`, `attach`, `exec`, `logs`, `stop`, `rm`: adapters for named sandboxes
-(:mod:`sbx.usecases.named`)."""
+"""`sbx ls`, `start`, `attach`, `exec`, `logs`, `stop`, `rm`: adapters for named sandboxes
+(:mod:`sbx.usecases.named`). Wherever a NAME is taken, so is its run id (full, or the 12
+characters `sbx ls --all` shows)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.views import kit as kit_view
 from sbx.views import sandboxes as sandboxes_view
 
 if TYPE_CHECKING:
     from sbx.usecases.named import listing, removal, session
+    from sbx.usecases.named import start as starting
 else:  # imported on first use: `sbx --help` loads no use case
     listing = deferred("sbx.usecases.named.listing")
     removal = deferred("sbx.usecases.named.removal")
     session = deferred("sbx.usecases.named.session")
+    starting = deferred("sbx.usecases.named.start")
 
-NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The sandbox's name.")]
-NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...",
-                                                    help="One or more sandbox names.")]
+NameArgument = Annotated[str, typer.Argument(metavar="NAME",
+                                             help="The sandbox's name (or its run id).")]
+NamesArgument = Annotated[list[str], typer.Argument(
+    metavar="NAME...", help="One or more sandbox names (or run ids).")]
 PassthroughOption = Annotated[bool, typer.Option(
     "--terminal-passthrough",
     help="Let the sandbox's clipboard, title, hyperlink and notification sequences reach this "
@@ -35,10 +40,36 @@ def ls(
     include_runs: Annotated[bool, typer.Option(
         "--all", help="Also list one-shot runs that are running now.")] = False,
 ) -> int:
-    """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED."""
+    """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED.
+
+    `-q` alone reads only the state home (never the engine): the shell completions call it
+    for sandbox names.
+    """
     app = ctx.obj
+    if quiet and not include_runs and not as_json:
+        for name in listing.sandbox_names(app):
+            app.renderer.message(name)
+        return 0
     statuses = listing.list_sandboxes(app, include_runs=include_runs)
     sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
+    return 0
+
+
+def start(ctx: typer.Context, name: NameArgument) -> int:
+    """Start a stopped named sandbox as it was created, without giving its workload again.
+
+    The same checks as every start: its host paths judged and opened again, its kits read
+    again (what they changed since is applied or named, as for `sbx run --name`). Prints the
+    name; a running sandbox is left as it is.
+    """
+    app = ctx.obj
+    renderer = app.renderer
+    started, did = starting.start_named(app, name, on_warning=renderer.warn,
+                                        on_notice=renderer.note,
+                                        confirm=kit_view.named_confirmation(renderer))
+    if not did:
+        renderer.note(f"{started} is running already")
+    renderer.message(started)
     return 0
 
 
@@ -64,46 +95,78 @@ def exec_(
         help="Set a variable for the command (repeatable).")] = None,
     terminal_passthrough: PassthroughOption = False,
 ) -> int:
-    """Run a command in a running named sandbox: its user, hardening and egress.
+    """Run a command in a named sandbox: its user, hardening and egress.
 
-    The command comes after `--`.
+    The command comes after `--`. A stopped sandbox is started first (said on stderr), as
+    `sbx start` starts it.
     """
     app = ctx.obj
-    return session.exec_in(app, name, app.passthrough or (), app.streams, env=tuple(env or ()),
-                         interactive=interactive, tty=tty, on_output=app.renderer.workload_output,
-                         on_warning=app.renderer.warn, terminal_passthrough=terminal_passthrough)
+    renderer = app.renderer
+    return starting.exec_started(app, name, app.passthrough or (), app.streams,
+                                 env=tuple(env or ()), interactive=interactive, tty=tty,
+                                 on_output=renderer.workload_output, on_warning=renderer.warn,
+                                 on_notice=renderer.note,
+                                 terminal_passthrough=terminal_passthrough)
 
 
 def logs(
     ctx: typer.Context,
     name: NameArgument,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep following.")] = False,
+    tail: Annotated[int | None, typer.Option(
+        "--tail", "-n", metavar="N", help="Only the last N lines (then follow, with -f).")
+    ] = None,
     terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
     app = ctx.obj
     session.logs(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
-               terminal_passthrough=terminal_passthrough)
+                 terminal_passthrough=terminal_passthrough, tail=tail)
     return 0
 
 
-def stop(ctx: typer.Context, names: NamesArgument) -> int:
-    """Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too."""
+def stop(
+    ctx: typer.Context,
+    names: NamesArgument,
+    timeout: Annotated[int, typer.Option(
+        "--time", "-t", metavar="SECONDS",
+        help="Seconds to wait after SIGTERM before SIGKILL (default 10; 0 kills at once).")
+    ] = 10,
+) -> int:
+    """Stop named sandboxes (SIGTERM, then SIGKILL after -t seconds); their proxies stop too.
+
+    A one-shot run's id (from `sbx ls --all`) stops that run; its sbx removes it as on any
+    exit.
+    """
     app = ctx.obj
-    for name in removal.stop(app, names, on_warning=app.renderer.warn):
+    for name in removal.stop(app, names, on_warning=app.renderer.warn, timeout_s=timeout):
         app.renderer.message(name)
     return 0
 
 
 def rm(
     ctx: typer.Context,
-    names: NamesArgument,
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="NAME...", help="Sandbox names (or run ids); none with --all.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", "-f", help="Do not ask (needed without a terminal).")] = False,
+    every: Annotated[bool, typer.Option(
+        "--all", help="Every named sandbox of this state home.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON envelope naming what was removed.")] = False,
 ) -> int:
-    """Remove named sandboxes and everything they own (HOME and volumes included)."""
+    """Remove named sandboxes and everything they own (HOME and volumes included); prints
+    each name removed."""
     app = ctx.obj
     renderer = app.renderer
+    if every == bool(names):
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       "name the sandboxes to remove, or give --all (not both)",
+                       hint="sbx rm NAME..., or sbx rm --all -f")
+    names = removal.all_names(app) if every else list(names or ())
+    if not names:
+        sandboxes_view.removed(renderer, [])
+        return 0
     if not force:
         if not renderer.interactive():
             raise SbxError(Reason.INVALID_ARGUMENT,
@@ -112,9 +175,8 @@ def rm(
         if not renderer.confirm(f"Remove {', '.join(names)} and everything it keeps "
                                 "(HOME, volumes)?"):
             return 1
-    for name in removal.remove(app, names, on_warning=renderer.warn):
-        renderer.message(name)
+    sandboxes_view.removed(renderer, removal.remove(app, names, on_warning=renderer.warn))
     return 0
 
 
-__all__ = ["attach", "exec_", "logs", "ls", "rm", "stop"]
+__all__ = ["attach", "exec_", "logs", "ls", "rm", "start", "stop"]

@@ -20,8 +20,8 @@ from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import parse_arg_assignments
 from sbx.domain.kits.descriptor import parse_descriptor_text
-from sbx.domain.kits.local import load_local_kit
 from sbx.domain.kits.publish import Published, publish_form, staging_context
+from sbx.domain.kits.reference import load_kit
 from sbx.domain.sandbox.kitimages import KIT_LABEL, ensure_kit_image
 from sbx.seams.registry import annotate, kit_annotations, parse_reference
 from sbx.usecases.context import AppContext
@@ -55,7 +55,8 @@ def push_kit(app: AppContext, directory: str, reference: str, *,
     if ref.digest is not None:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{reference}: push to a tag, not a digest (the digest is computed)")
-    kit = load_local_kit(directory, cwd=app.cwd, cache_dir=app.state_home / "cache" / "descriptors")
+    kit = load_kit(directory, cwd=app.cwd, lock_home=None,
+                   cache_dir=app.state_home / "cache" / "descriptors")
     published = publish_form(kit, parse_arg_assignments(arg_items))
     _check_published(reference, published)
     engine: PushEngine = app.driver

@@ -1,10 +1,9 @@
 """`sbx kit validate DIR|REF`: the strict loader's verdict on one kit, as data.
 
-Never a second validator: a local directory goes through
-:func:`sbx.domain.kits.local.load_local_kit`
-(the same decode, schema and rules, and recipe checks as ``sbx run``), a kit pinned in the lock
-through :func:`sbx.domain.kits.lock.load_locked_kit`, and any other registry reference through one
-manifest
+Never a second validator: the reference resolves as ``sbx run`` resolves it
+(:func:`sbx.domain.kits.reference.find_kit`: a path, a kit pinned in the lock, a bundled short
+name) and loads through the same strict loader (decode, schema and rules, recipe checks); any
+other registry reference goes through one manifest
 GET and :func:`sbx.usecases.pull.preflight` (the published-form checks of ``sbx pull``; nothing is
 pulled or pinned). The result is Docker sbx's shape, ``{reference, kind, valid, errors,
 warnings}``; ``errors`` are the diagnostics (dotted path, message, file, line, column).
@@ -22,8 +21,7 @@ from typing import Any
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.local import load_local_kit, looks_like_path, path_kind
-from sbx.domain.kits.lock import load_locked_kit
+from sbx.domain.kits.reference import RegistryReference, find_kit
 from sbx.domain.kits.selection import select
 from sbx.domain.sandbox.capabilities import SUPPORTED
 from sbx.seams import registry
@@ -55,15 +53,14 @@ def validate_kit(reference: str, *, cwd: Path, state_home: Path,
     registry), as ``sbx run`` would."""
     source = "local"
     try:
-        # A reference written as a path is a kit directory, present or not (its absence is
-        # said as such, as `sbx run` says it, never offered as a registry reference).
-        if path_kind(cwd / reference, reference) is not None or looks_like_path(reference):
-            kit = load_local_kit(reference, cwd=cwd)
-        else:
-            locked = load_locked_kit(reference, state_home)
-            if locked is None:
-                return _validate_remote(reference, env)
-            kit, source = locked, "locked"
+        # Resolved as `sbx run` resolves it (a path, a pinned kit, a bundled short name); only
+        # a registry reference the lock does not pin is asked of its registry.
+        found = find_kit(reference, cwd=cwd, lock_home=state_home)
+        if isinstance(found, RegistryReference):
+            return _validate_remote(reference, env)
+        kit = found
+        if kit.image is not None:
+            source = "locked"
     except KitError as error:
         return _invalid(reference, error, source)
     data = kit.descriptor.data

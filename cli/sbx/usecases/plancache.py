@@ -24,8 +24,9 @@ checked; the mount policy, ``-e``/``--env-file`` and the workspace owner are dec
 (:mod:`sbx.usecases.run.fromcache`). An entry is read only when it is this user's own
 file in this user's own state home (:mod:`sbx.seams.owned`, ``state_unsafe`` otherwise).
 
-Kits are cached only when every kit was read from a directory (none came from a registry
-through the kit lock). A word on the command line loads the directory it names whenever that
+Kits are cached only when every kit was read from a directory named by a path (none came from
+a registry through the kit lock, none by a bundled short name, which a directory of that name
+would later shadow). A word on the command line loads the directory it names whenever that
 exists (sbx.domain.kits.kitset), so an unchanged digest of that directory means the same resolution;
 a directory that is gone is a miss. The image is run by its id, which the cached path asks the
 engine for every time. What must be checked on every run is not cached: see
@@ -230,7 +231,7 @@ def cacheable(plan: RunPlan) -> bool:
             and not composition.credentials and not capabilities.ports
             and not capabilities.volumes and not capabilities.host_mounts
             and not capabilities.skills_paths
-            and all(k.local.image is None for k in kit_set.kits))
+            and all(k.local.image is None and not k.local.bundled for k in kit_set.kits))
 
 
 def remember(ctx: AppContext, request: RunRequest, plan: RunPlan, recipe: Recipe, *,

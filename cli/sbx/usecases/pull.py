@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.args import declarations
+from sbx.domain.kits.bundled import SHORT_NAMES
 from sbx.domain.kits.descriptor import parse_descriptor_text
 from sbx.domain.kits.local import looks_like_path, path_kind
 from sbx.domain.kits.lock import (
@@ -232,7 +233,15 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
 
 def _refuse_path(written: str, app: AppContext) -> None:
     """A reference written as a path is a local kit directory, which is never pulled: say so
-    (and whether it exists) instead of "not a registry reference"."""
+    (and whether it exists) instead of "not a registry reference". So is a bundled agent's
+    short name: `sbx pull claude` would ask Docker Hub for a kit nobody published there."""
+    if written in SHORT_NAMES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{written!r} is the short name of a kit bundled with sbx, which needs "
+                       "no pull",
+                       hint=f"Run it directly: sbx run {written} .  (a registry kit of that "
+                            "name: give its full reference, e.g. docker.io/ORG/"
+                            f"{written}:TAG)")
     if not written.startswith((".", "/", "~")):
         return  # every path spelling starts so (looks_like_path); skip importing kits.local
     if not looks_like_path(written):

@@ -17,6 +17,7 @@ else:  # imported on first use: `sbx --help` loads no kit or policy module
     surface = deferred("sbx.domain.kits.surface")
 
 if TYPE_CHECKING:
+    from sbx.domain.kits.reference import ShortName
     from sbx.domain.kits.surface import Widening
     from sbx.domain.sandbox.hostmounts import StoredMount
     from sbx.usecases.kitinit import KitInitResult
@@ -83,6 +84,20 @@ def host_mounts(renderer: Renderer, mounts: Sequence[StoredMount], *,
         return
     renderer.table(("kit", "path", "directory"),
                    [(escape(r["kit"]), escape(r["path"]), escape(r["directory"])) for r in rows])
+
+
+def short_names(renderer: Renderer, names: Sequence[ShortName]) -> None:
+    """The bundled agents' short names and what each resolves to from here."""
+    rows = [n.as_dict() for n in names]
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="kit ls", status="ok", exit_code=0,
+                                   data={"kits": rows}))
+        return
+    renderer.table(("name", "kit", "resolves to"),
+                   [(escape(str(r["name"])), escape(str(r["kit"])),
+                     escape(str(r["resolves_to"])
+                            + (f" ({r['source']}, not the bundled kit)" if r["shadowed"]
+                               else ""))) for r in rows])
 
 
 def kit_pushed(renderer: Renderer, result: PushResult) -> None:

@@ -29,4 +29,18 @@ def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = F
         text = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         renderer.line(renderer.out_file, escape(text.rstrip()), text.rstrip())
 
-__all__ = ['sandbox_list']
+
+
+def removed(renderer: Renderer, names: Sequence[str]) -> None:
+    """The sandboxes `sbx rm` removed, one name a line (or in the envelope)."""
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="rm", status="ok", exit_code=0,
+                                   data={"removed": list(names)}))
+        return
+    if not names:
+        renderer.note("no named sandboxes to remove")
+    for name in names:
+        renderer.message(name)
+
+
+__all__ = ["removed", "sandbox_list"]

@@ -49,6 +49,7 @@ class Reason(enum.StrEnum):
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     INVALID_CONFIG = "invalid_config"
     INVALID_KIT = "invalid_kit"
+    KIT_NOT_FOUND = "kit_not_found"
     KIT_INCOHERENT = "kit_incoherent"
     UNSUPPORTED_CAPABILITY = "unsupported_capability"
     CREDENTIAL_UNBOUND = "credential_unbound"

@@ -62,6 +62,14 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "Fix the field at the dotted path and file:line:col given in the message.",
         _E.REFUSED,
     ),
+    _R.KIT_NOT_FOUND: ReasonInfo(
+        "No kit by that name",
+        "A kit was named by a bare word that is no path here, no kit pinned by `sbx pull` and "
+        "none of the bundled agents' short names. A bare word is never sent to a registry.",
+        "List the bundled kits with `sbx kit ls`; name a kit directory by its path (`./DIR`), "
+        "a registry kit by its full reference (`sbx pull HOST/REPO:TAG`).",
+        _E.REFUSED,
+    ),
     _R.KIT_INCOHERENT: ReasonInfo(
         "Kit set does not resolve",
         "The kits given together do not form one coherent composition (not exactly one "

@@ -43,7 +43,11 @@ def approvals_path(state_home: Path) -> Path:
 
 def kit_identity(kit: LocalKit, cwd: Path) -> str:
     """The record key of a local kit: what the user named (a directory, or a descriptor
-    file), absolute, with ``.``/``..`` folded lexically and no link resolved."""
+    file), absolute, with ``.``/``..`` folded lexically and no link resolved. A bundled kit
+    named by its short name is keyed by its own directory: the word is no path, and a
+    directory of that name made later here must not inherit what was approved for it."""
+    if kit.bundled:
+        return str(kit.directory)
     return os.path.normpath(os.path.join(cwd, kit.reference))
 
 

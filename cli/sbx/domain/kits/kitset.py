@@ -27,9 +27,8 @@ from sbx.domain.kits.args import (
     validate_effective,
 )
 from sbx.domain.kits.compose import Composition, Contribution, compose
-from sbx.domain.kits.local import load_local_kit, path_kind
 from sbx.domain.kits.localkit import LocalKit
-from sbx.domain.kits.lock import load_locked_kit
+from sbx.domain.kits.reference import load_kit
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
 from sbx.domain.kits.rules import check_selected, parse_path
 from sbx.domain.kits.schema import validation_fingerprint
@@ -85,10 +84,11 @@ class KitSet:
 def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str], *,
                  cwd: Path, cache_dir: Path, supported: Collection[str],
                  lock_home: Path | None = None) -> KitSet:
-    """With ``lock_home`` (the state home), a reference that is not a local path but is pinned
-    in its kit lock loads as that registry kit, at the locked digest."""
+    """Each reference resolves as :mod:`sbx.domain.kits.reference` says: a path, else (with
+    ``lock_home``, the state home) a kit pinned in its lock at the locked digest, else a
+    bundled agent's short name."""
     references = [workload, *mixins]
-    locals_ = [_load_kit(ref, cwd=cwd, cache_dir=cache_dir, lock_home=lock_home)
+    locals_ = [load_kit(ref, cwd=cwd, cache_dir=cache_dir, lock_home=lock_home)
                for ref in references]
     _refuse_duplicates(locals_)
     supplied = parse_arg_assignments(arg_items)
@@ -111,15 +111,6 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
     loaded = {local.reference: LoadedKit(local, values, e, s) for local, values, e, s
               in zip(locals_, per_kit, expanded, selections, strict=True)}
     return KitSet(tuple(loaded[k.reference] for k in resolution.ordered), resolution)
-
-
-def _load_kit(reference: str, *, cwd: Path, cache_dir: Path,
-              lock_home: Path | None) -> LocalKit:
-    if lock_home is not None and path_kind(cwd / reference, reference) is None:
-        locked = load_locked_kit(reference, lock_home)
-        if locked is not None:
-            return locked
-    return load_local_kit(reference, cwd=cwd, cache_dir=cache_dir)
 
 
 def effective_composition(kit_set: KitSet, final_env: Mapping[str, str],

@@ -17,6 +17,7 @@ from typing import Final
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.bundled import registry_shaped, unknown_kit
 from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, parse_descriptor_file
 from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.localkit import LocalKit
@@ -105,6 +106,9 @@ def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) 
                  "usually <name>.dockerfile).",
             details={"path": str(path)})
     else:
+        # Not a path at all: what else the word may name is sbx.domain.kits.reference's call.
+        if not registry_shaped(reference):
+            raise unknown_kit(reference, cwd)
         raise SbxError(
             Reason.IMAGE_MISSING,
             f"kit {_shown(reference)} is neither a local kit directory nor a pulled kit",

@@ -19,6 +19,9 @@ class LocalKit:
     # A kit pulled from a registry and pinned in the lock: its image (``repo@sha256:…``), used
     # as-is instead of a build (sbx.domain.kits.lock.load_locked_kit).
     image: str | None = None
+    # True when a bundled agent's short name named it (sbx.domain.kits.reference): the word
+    # is no path, so a directory of that name appearing later would change what it names.
+    bundled: bool = False
 
     @property
     def descriptor_file(self) -> Path:

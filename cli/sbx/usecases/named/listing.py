@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore, check_name
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
@@ -23,11 +25,18 @@ class SandboxStatus:
     workspace: str | None
     created: float
     home_bounded: bool
+    run_id: str = ""  # accepted wherever a name is (full, or its first ID_PREFIX characters)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "workload": self.workload, "kits": self.kits,
                 "status": self.status, "workspace": self.workspace,
-                "created": round(self.created, 3), "home_bounded": self.home_bounded}
+                "created": round(self.created, 3), "home_bounded": self.home_bounded,
+                "run_id": self.run_id}
+
+
+def sandbox_names(ctx: AppContext) -> list[str]:
+    """The names recorded in this state home, without asking the engine (`sbx ls -q`)."""
+    return SandboxStore(ctx.state_home).names()
 
 
 def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus]:
@@ -44,7 +53,7 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
         state = states.get(record.container_id or "", "missing")
         found.append(SandboxStatus(record.name, record.workload, record.kits, state,
                                    record.workspace, record.created,
-                                   bool(record.request.get("home_bounded"))))
+                                   bool(record.request.get("home_bounded")), record.run_id))
     if include_runs:
         for obj in owned:
             # A dev.sbx.name label counts only on the container sbx recorded under it (an
@@ -56,16 +65,90 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
             found.append(SandboxStatus(f"(run {obj.labels.get(label_keys.RUN, '')[:12]})",
                                        obj.labels.get(label_keys.KITS, "").split(",")[0],
                                        obj.labels.get(label_keys.KITS, "").split(",")[1:],
-                                       obj.state, None, 0.0, True))
+                                       obj.state, None, 0.0, True,
+                                       obj.labels.get(label_keys.RUN, "")))
     return found
 
 
-def load_named(ctx: AppContext, name: str) -> SandboxRecord:
-    record = SandboxStore(ctx.state_home).load(check_name(name))
-    if record is None or record.container_id is None:
-        raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
-                       hint="`sbx ls` lists them; `sbx run --name NAME WORKLOAD` creates one.")
-    return record
+ID_PREFIX: Final = 12  # the run id as `sbx ls --all` shows it
+_ID_WORD: Final = re.compile(r"[0-9a-f]{12,32}")
+
+
+@dataclass(frozen=True)
+class OneShotRun:
+    """A running one-shot sandbox, named by its run id (only `sbx stop` takes one)."""
+
+    run_id: str
+    container_id: str
+
+
+def pick(word: str, named: Mapping[str, str], runs: Mapping[str, str]) -> str | OneShotRun | None:
+    """Which sandbox a run id (full, or a prefix of at least 12 characters) names: the name of
+    a named sandbox (``named``: run id -> name), a one-shot run (``runs``: run id -> container
+    id), or None. Two matches are refused: a prefix must name one sandbox."""
+    if not _ID_WORD.fullmatch(word):
+        return None
+    found: list[str | OneShotRun] = [name for run_id, name in named.items()
+                                     if run_id.startswith(word)]
+    found += [OneShotRun(run_id, container) for run_id, container in runs.items()
+              if run_id.startswith(word) and run_id not in named]
+    if len(found) > 1:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{word} is the start of more than one run id",
+                       hint="Give more of the id (`sbx ls --all` lists them) or the name.")
+    return found[0] if found else None
+
+
+def find_sandbox(ctx: AppContext, word: str) -> SandboxRecord | OneShotRun:
+    """The sandbox ``word`` names: a named sandbox by its name, else by its run id; else a
+    running one-shot run by its id."""
+    store = SandboxStore(ctx.state_home)
+    valid = NAME_PATTERN.fullmatch(word) is not None
+    record = store.load(word) if valid else None
+    if record is not None and record.container_id is not None:
+        return record
+    if _ID_WORD.fullmatch(word):
+        by_run = {}
+        for name in store.names():
+            other = store.load(name)
+            if other is not None and other.container_id is not None:
+                by_run[other.run_id] = name
+        runs = {}
+        if not any(run_id.startswith(word) for run_id in by_run):
+            for obj in ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash)):
+                run_id = obj.labels.get(label_keys.RUN, "")
+                if obj.kind == "container" and runrecord.RUN_ID.fullmatch(run_id) \
+                        and obj.labels.get(label_keys.ROLE) == label_keys.ROLE_SANDBOX:
+                    runs[run_id] = obj.id
+        found = pick(word, by_run, runs)
+        if isinstance(found, OneShotRun):
+            return found
+        if found is not None:
+            named = store.load(found)
+            if named is not None:
+                return named
+    if not valid:
+        check_name(word)
+    raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {word}",
+                   hint="`sbx ls --all` lists them; `sbx run --name NAME WORKLOAD` creates one.")
+
+
+def load_named(ctx: AppContext, name: str, *, command: str = "this command") -> SandboxRecord:
+    """The named sandbox ``name`` (or its run id) names; a one-shot run's id is refused: only
+    `sbx stop` takes one."""
+    found = find_sandbox(ctx, name)
+    if isinstance(found, OneShotRun):
+        raise one_shot_refused(name, found, command)
+    return found
+
+
+def one_shot_refused(word: str, run: OneShotRun, command: str) -> SbxError:
+    return SbxError(Reason.INVALID_ARGUMENT,
+                    f"{word} is a one-shot run, which {command} does not take: a one-shot "
+                    "sandbox has no name to come back to",
+                    hint=f"Stop it with `sbx stop {run.run_id[:ID_PREFIX]}`; for a sandbox to "
+                         "attach to or exec in, run with `--name NAME`.",
+                    details={"run_id": run.run_id})
 
 
 def owned_objects(ctx: AppContext, name: str, *, recorded_only: bool = False) -> list[OwnedObject]:

@@ -11,29 +11,69 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxStore, check_name
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore, check_name
 from sbx.domain.sandbox.sources import Staging
 from sbx.seams import audit
 from sbx.seams.host import firewall
 from sbx.usecases import keeper
 from sbx.usecases.context import AppContext
-from sbx.usecases.named.listing import load_named, owned_objects
+from sbx.usecases.named.listing import (
+    OneShotRun,
+    find_sandbox,
+    one_shot_refused,
+    owned_objects,
+)
 from sbx.usecases.namedrecord import STOP_TIMEOUT_S, check_workspace
 
 
 def stop(ctx: AppContext, names: Sequence[str],
-         on_warning: Callable[[str], None] = lambda _text: None) -> list[str]:
-    """Stop each sandbox (SIGTERM, then SIGKILL after a grace); the keeper then stops its
-    proxy; then its writable directories are checked. Returns the names stopped."""
+         on_warning: Callable[[str], None] = lambda _text: None, *,
+         timeout_s: int = STOP_TIMEOUT_S) -> list[str]:
+    """Stop each sandbox (SIGTERM, then SIGKILL after ``timeout_s``); the keeper then stops
+    its proxy; then its writable directories are checked. A one-shot run's id stops that run
+    (its own sbx then cleans up as on any exit). Returns what was stopped, as given."""
+    if timeout_s < 0:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"-t {timeout_s}: the grace is a number of "
+                       "seconds, 0 or more", hint="e.g. sbx stop -t 0 NAME")
     stopped = []
     for name in names:
-        record = load_named(ctx, name)
-        assert record.container_id is not None  # noqa: S101 - load_named checks
-        ctx.driver.stop(record.container_id, STOP_TIMEOUT_S)
+        found = find_sandbox(ctx, name)
+        if isinstance(found, OneShotRun):
+            ctx.driver.stop(found.container_id, timeout_s)
+            stopped.append(name)
+            continue
+        record = found
+        assert record.container_id is not None  # noqa: S101 - find_sandbox checks
+        ctx.driver.stop(record.container_id, timeout_s)
         keeper.stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
         check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped
+
+
+def all_names(ctx: AppContext) -> list[str]:
+    """Every named sandbox of this state home: recorded ones and any half-made one whose
+    objects carry a name label (what `sbx rm --all` removes)."""
+    names = set(SandboxStore(ctx.state_home).names())
+    for obj in ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash)):
+        label = label_keys.value(obj.labels, label_keys.NAME)
+        if label and NAME_PATTERN.fullmatch(label):
+            names.add(label)
+    return sorted(names)
+
+
+def _name_for_rm(ctx: AppContext, store: SandboxStore, word: str) -> str:
+    """The sandbox name ``word`` stands for: itself, or the name of the sandbox whose run id
+    it is (a one-shot run's id is refused: `sbx stop` ends those)."""
+    if NAME_PATTERN.fullmatch(word) and store.load(word) is not None:
+        return word
+    try:
+        found = find_sandbox(ctx, word)
+    except SbxError:
+        return check_name(word)  # a half-made sandbox has objects but no record
+    if isinstance(found, OneShotRun):
+        raise one_shot_refused(word, found, "sbx rm")
+    return found.name
 
 
 def remove(ctx: AppContext, names: Sequence[str],
@@ -44,8 +84,8 @@ def remove(ctx: AppContext, names: Sequence[str],
     removed = []
     store = SandboxStore(ctx.state_home)
     driver = ctx.driver
-    for name in names:
-        check_name(name)
+    for word in names:
+        name = _name_for_rm(ctx, store, word)
         with store.locked(name):
             record = store.load(name)
             objects = owned_objects(ctx, name)

@@ -24,13 +24,14 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            interactive: bool | None = None, terminal_passthrough: bool = False) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
     or the user detaches (0: it keeps running)."""
-    record = load_named(ctx, name)
+    record = load_named(ctx, name, command="sbx attach")
+    name = record.name
     driver = ctx.driver
     container_id = record.container_id
     assert container_id is not None  # noqa: S101 - load_named checks
     if driver.container_state(container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
-                       hint=f"Start it with `sbx run --name {name} {record.workload}`.")
+                       hint=f"Start it with `sbx start {name}`, then attach.")
     admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
     mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
     keys = ctx.load_config().sandbox.detach_keys.value
@@ -67,12 +68,13 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
     if not argv:
         raise SbxError(Reason.INVALID_ARGUMENT, "sbx exec needs a command after `--`",
                        hint=f"e.g. sbx exec {name} -- sh")
-    record = load_named(ctx, name)
+    record = load_named(ctx, name, command="sbx exec")
+    name = record.name
     driver = ctx.driver
     assert record.container_id is not None  # noqa: S101 - load_named checks
     if driver.container_state(record.container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
-                       hint=f"Start it with `sbx run --name {name} -d {record.workload}`.")
+                       hint=f"Start it with `sbx start {name}`.")
     mode = decide_mode(interactive=interactive, tty=tty, capture=False, host=host)
     admission = admit_recorded(ctx, record, env=env)
     admission.close()  # the paths are the running container's; only the decision is needed
@@ -102,11 +104,16 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
 
 
 def logs(ctx: AppContext, name: str, host: Any, *, follow: bool, on_output: OutputSink,
-         terminal_passthrough: bool = False) -> None:
-    record = load_named(ctx, name)
+         terminal_passthrough: bool = False, tail: int | None = None) -> None:
+    """The sandbox's engine log; with ``tail``, only its last ``tail`` lines (then followed,
+    with ``follow``)."""
+    if tail is not None and tail < 0:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"--tail {tail}: give a number of lines, 0 or "
+                       "more", hint=f"e.g. sbx logs --tail 20 {name}")
+    record = load_named(ctx, name, command="sbx logs")
     assert record.container_id is not None  # noqa: S101 - load_named checks
     with to_terminal(ctx, host, on_output, terminal_passthrough) as output:
-        for stream, chunk in ctx.driver.output(record.container_id, follow=follow):
+        for stream, chunk in ctx.driver.output(record.container_id, follow=follow, tail=tail):
             output.sink(stream, chunk)
 
 

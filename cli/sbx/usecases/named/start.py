@@ -21,8 +21,8 @@ from sbx.seams.signals import deferred_interrupts
 from sbx.usecases import keeper, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
-from sbx.usecases.named.listing import owned_objects
-from sbx.usecases.named.session import attach
+from sbx.usecases.named.listing import load_named, owned_objects
+from sbx.usecases.named.session import attach, exec_in
 from sbx.usecases.namedkits import follow
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
@@ -80,6 +80,47 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                   on_notice=on_notice, interactive=request.interactive,
                   terminal_passthrough=request.terminal_passthrough)
     return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
+
+
+def start_named(ctx: AppContext, word: str, *, on_warning: Callable[[str], None],
+                on_notice: Callable[[str], None], accept: bool = False,
+                confirm: ConfirmFollow | None = None) -> tuple[str, bool]:
+    """`sbx start NAME`: a stopped named sandbox started as it was created, through the same
+    admission (sbx.usecases.named.admit) and kit follow-up as `sbx run --name NAME`; its
+    workload is not given again. Returns the name and whether it was started (False: it was
+    running already)."""
+    name = load_named(ctx, word, command="sbx start").name
+    store = SandboxStore(ctx.state_home)
+    hold_creation(store, name)
+    try:
+        record = store.load(name)
+        if record is None:
+            raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name}",
+                           hint="`sbx ls` lists them.")
+        was = ctx.driver.container_state(record.container_id or "")
+        _start(ctx, record, on_warning, accept=accept, confirm=confirm, on_notice=on_notice)
+    finally:
+        release_creation(name)
+    return name, was != "running"
+
+
+def exec_started(ctx: AppContext, word: str, argv: Sequence[str], host: Any, *,
+                 env: Sequence[str], interactive: bool | None, tty: bool | None,
+                 on_output: OutputSink, on_warning: Callable[[str], None],
+                 on_notice: Callable[[str], None], terminal_passthrough: bool = False) -> int:
+    """`sbx exec`: a stopped sandbox is started first (as `sbx start` does, and said on
+    stderr), as Docker's sbx does; then the command runs in it."""
+    if not argv:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx exec needs a command after `--`",
+                       hint=f"e.g. sbx exec {word} -- sh")
+    record = load_named(ctx, word, command="sbx exec")
+    if ctx.driver.container_state(record.container_id or "") != "running":
+        name, _ = start_named(ctx, record.name, on_warning=on_warning, on_notice=on_notice)
+        on_notice(f"{name} was stopped: started it for this command "
+                  f"(`sbx stop {name}` stops it again)")
+    return exec_in(ctx, record.name, argv, host, env=env, interactive=interactive, tty=tty,
+                   on_output=on_output, on_warning=on_warning,
+                   terminal_passthrough=terminal_passthrough)
 
 
 def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None:
