@@ -137,6 +137,7 @@ def test_the_wheel_carries_the_man_page_and_completions_as_data(wheel: Path) -> 
 
 
 AGENT_KITS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli"}
+MIXIN_KITS = {"browser": "browser", "browser-observer": "browser-observer"}
 
 
 def test_the_wheel_carries_the_agent_kits_but_no_staged_package(wheel: Path) -> None:
@@ -152,6 +153,9 @@ def test_the_wheel_carries_the_agent_kits_but_no_staged_package(wheel: Path) -> 
     staged = [n for n in names if n.startswith("sbx/data/agents/") and n.endswith(".tgz")]
     assert staged == [], staged
     assert {p.name for p in source.iterdir() if p.is_dir()} == set(AGENT_KITS.values())
+    for kit in MIXIN_KITS.values():
+        assert f"sbx/data/kits/{kit}/{kit}.yaml" in names, kit
+        assert f"sbx/data/kits/{kit}/{kit}.dockerfile" in names, kit
 
 
 def test_pipx_install_resolves_the_short_names_to_its_own_kits(pipx_home: Path,
@@ -165,9 +169,15 @@ def test_pipx_install_resolves_the_short_names_to_its_own_kits(pipx_home: Path,
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)["data"]["kits"]
     assert [(r["name"], r["kit"], r["source"]) for r in rows] == [
-        (name, kit, "bundled") for name, kit in AGENT_KITS.items()]
+        (name, kit, "bundled") for name, kit in {**AGENT_KITS, **MIXIN_KITS}.items()]
     for row in rows:
         assert Path(row["resolves_to"]).resolve().is_relative_to(venv), row
+    for name in MIXIN_KITS:
+        done = subprocess.run([str(sbx), "kit", "validate", "--json", name], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["data"]["kind"] == "mixin"
     for name, kit in AGENT_KITS.items():
         done = subprocess.run([str(sbx), "kit", "validate", "--json", name], env=env,
                               cwd=tmp_path, capture_output=True, text=True, timeout=60,

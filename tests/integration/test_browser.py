@@ -155,7 +155,7 @@ def test_cdp_loads_pages_through_the_proxy_and_shows_sbx_refusals(
     assert values["cdp_env"] == "http://127.0.0.1:9222"
 
 
-def test_a_bundled_agent_kit_composed_with_the_browser_finds_it(
+def test_a_bundled_agent_kit_composed_with_the_browser_by_short_names_finds_it(
         internet: Internet, state_home: Path, tmp_path: Path) -> None:
     _require_overlay()
     SecretStore(state_home).set("openai", "real-openai-key-must-stay-on-the-host")
@@ -163,9 +163,10 @@ def test_a_bundled_agent_kit_composed_with_the_browser_finds_it(
            "SBX_CONFIG": str(_config(internet, tmp_path / "config.toml"))}
     script = ("sbx-browser wait && curl -fsS --noproxy '*' \"$CHROME_CDP_URL/json/version\" "
               "| jq -c . && cat \"$HOME/.codex/AGENTS.md\"")
-    done = run_sbx(["run", str(REPO / "examples" / "agents" / "codex"), "--arg",
-                    "source=staged", "--kit", str(BROWSER), "--timeout", "300", "--", "bash",
-                    "-c", script], env=env, timeout=RUN_TIMEOUT_S)
+    # Both by their short names: the bundled agent and the bundled browser mixin.
+    done = run_sbx(["run", "codex", "--arg", "source=staged", "--kit", "browser", "--timeout",
+                    "300", "--", "bash", "-c", script], env=env, timeout=RUN_TIMEOUT_S,
+                   cwd=tmp_path)
     out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     assert done.returncode == 0, err[-3000:]
     version = json.loads(out.splitlines()[0])

@@ -1,7 +1,8 @@
-"""The agent kits shipped inside sbx (``sbx/data/agents``) and their short names.
+"""The kits shipped inside sbx (the agents in ``sbx/data/agents``, the browser mixins in
+``sbx/data/kits``) and their short names.
 
-``sbx run claude .`` is what people type; the kit directories keep the products' own names
-(claude-code, codex, gemini-cli), so the short name is a fixed table, never a guess.
+``sbx run claude . --kit browser`` is what people type; the kit directories keep the products'
+own names (claude-code, codex, gemini-cli), so the short name is a fixed table, never a guess.
 """
 
 from __future__ import annotations
@@ -14,23 +15,30 @@ from typing import Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 
-# short name -> directory under sbx/data/agents, in the order `sbx kit ls` shows them
+# short name -> directory under sbx/data, in the order `sbx kit ls` shows them
 SHORT_NAMES: Final[dict[str, str]] = {
-    "claude": "claude-code",
-    "codex": "codex",
-    "gemini": "gemini-cli",
+    "claude": "agents/claude-code",
+    "codex": "agents/codex",
+    "gemini": "agents/gemini-cli",
+    "browser": "kits/browser",
+    "browser-observer": "kits/browser-observer",
 }
 
 
+def data_dir() -> Path:
+    """Where the bundled kits are: in the package, so a wheel carries them."""
+    return Path(__file__).resolve().parents[2] / "data"
+
+
 def agents_dir() -> Path:
-    """Where the bundled agent kits are: in the package, so a wheel carries them."""
-    return Path(__file__).resolve().parents[2] / "data" / "agents"
+    """Where the bundled agent kits are."""
+    return data_dir() / "agents"
 
 
 def bundled_kit(name: str) -> Path | None:
     """The kit directory a short name stands for, or None when ``name`` is none of them."""
     directory = SHORT_NAMES.get(name)
-    return None if directory is None else agents_dir() / directory
+    return None if directory is None else data_dir() / directory
 
 
 def registry_shaped(reference: str) -> bool:
@@ -49,7 +57,7 @@ def unknown_kit(reference: str, cwd: Path) -> SbxError:
     return SbxError(
         Reason.KIT_NOT_FOUND,
         f"no kit named {shown!r}: it is no path here, no kit pinned by `sbx pull` and no "
-        "bundled agent",
+        "bundled kit",
         hint=f"{guess}Bundled: {', '.join(SHORT_NAMES)} (`sbx kit ls`); a kit directory is "
              "named by its path (./DIR).",
         details={"reference": reference, "suggestions": close})
@@ -86,5 +94,5 @@ def _local_directories(cwd: Path) -> list[str]:
     return sorted(names)
 
 
-__all__ = ["MAX_SCANNED", "SHORT_NAMES", "agents_dir", "bundled_kit", "registry_shaped",
+__all__ = ["MAX_SCANNED", "SHORT_NAMES", "agents_dir", "bundled_kit", "data_dir", "registry_shaped",
            "suggestions", "unknown_kit"]

@@ -18,8 +18,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.bundled import (
     SHORT_NAMES,
-    agents_dir,
     bundled_kit,
+    data_dir,
     registry_shaped,
     unknown_kit,
 )
@@ -114,7 +114,7 @@ class ShortName:
 
 def short_names(*, cwd: Path, lock_home: Path | None) -> list[ShortName]:
     """Every bundled short name with what it names from ``cwd`` (for `sbx kit ls`)."""
-    return [ShortName(name, agents_dir() / directory,
+    return [ShortName(name, data_dir() / directory,
                       name_of(name, cwd=cwd, lock_home=lock_home))
             for name, directory in SHORT_NAMES.items()]
 

@@ -9,7 +9,7 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.bundled import SHORT_NAMES, agents_dir
+from sbx.domain.kits.bundled import SHORT_NAMES, agents_dir, data_dir
 from sbx.domain.kits.lock import Lock as KitLock
 from sbx.domain.kits.lock import LockEntry, lock_path, write_lock
 from sbx.domain.kits.reference import (
@@ -35,8 +35,10 @@ def test_each_short_name_loads_its_bundled_kit(tmp_path: Path, name: str,
                                                directory: str) -> None:
     kit = load_kit(name, cwd=tmp_path, lock_home=tmp_path / "state")
     assert kit.reference == name and kit.bundled
-    assert kit.directory == agents_dir() / directory
-    assert kit.descriptor.kind == "workload" and kit.dockerfile_text is not None
+    assert kit.directory == data_dir() / directory
+    # the agents are workloads, the browser kits mixins to compose with them
+    kind = "workload" if directory.startswith("agents/") else "mixin"
+    assert kit.descriptor.kind == kind and kit.dockerfile_text is not None
 
 
 def test_the_bundled_kits_are_inside_the_package() -> None:
@@ -44,8 +46,9 @@ def test_the_bundled_kits_are_inside_the_package() -> None:
 
     package = Path(sbx.__file__).resolve().parent
     for directory in SHORT_NAMES.values():
-        assert (agents_dir() / directory / f"{directory}.yaml").is_file()
-        assert (agents_dir() / directory).is_relative_to(package)
+        stem = directory.rsplit("/", 1)[1]
+        assert (data_dir() / directory / f"{stem}.yaml").is_file()
+        assert (data_dir() / directory).is_relative_to(package)
 
 
 def test_an_existing_path_comes_before_a_short_name(tmp_path: Path) -> None:
