@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name -m --memory --cpus --pids
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -152,6 +152,9 @@ complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask 
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
+complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
+complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
+complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -186,6 +189,8 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_missing' -d 'No SSH
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An ssh-agent@1 bound sbx cannot enforce'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'limit_over_bound' -d 'A resource limit beyond its bound'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
