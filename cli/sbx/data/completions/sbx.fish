@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm cp completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -86,6 +86,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --grace
         case 'sbx exec'
             printf '%s\n' -e --env
+        case 'sbx cp'
+            printf '%s\n' --max-size
         case 'sbx secret set'
             printf '%s\n' --from-env --from-command
         case 'sbx secret login'
@@ -122,6 +124,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a running na
 complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s output (its engine log, bounded)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a cp -d 'Copy files between the host and a named sandbox (Docker\'s `cp` syntax)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -275,6 +278,11 @@ complete -c sbx -n '__sbx_in "sbx stop"' -s h -l help -d 'Show this message and 
 # sbx rm
 complete -c sbx -n '__sbx_in "sbx rm"' -s f -l force -d 'Do not ask (needed without a terminal)'
 complete -c sbx -n '__sbx_in "sbx rm"' -s h -l help -d 'Show this message and exit'
+
+# sbx cp
+complete -c sbx -n '__sbx_in "sbx cp"' -l max-size -x -d 'Refuse a copy holding more file data than this (Docker\'s sizes; default 1g)'
+complete -c sbx -n '__sbx_in "sbx cp"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx cp"' -s h -l help -d 'Show this message and exit'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'

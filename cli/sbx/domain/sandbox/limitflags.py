@@ -43,7 +43,18 @@ class LimitFlags:
 
 
 def parse_memory(text: str, *, flag: str = "--memory") -> int:
-    """Bytes from Docker's sizes: ``134217728``, ``128m``, ``2g``, ``1.5g``, ``512MiB``."""
+    """Bytes from Docker's sizes: ``134217728``, ``128m``, ``2g``, ``1.5g``, ``512MiB``; at
+    least the engine's minimum."""
+    value = parse_size(text, flag=flag)
+    if value < MIN_MEMORY_BYTES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{flag} {text} is below the engine's minimum of 6 MiB",
+                       hint=f"Give at least {flag} 6m.")
+    return value
+
+
+def parse_size(text: str, *, flag: str) -> int:
+    """A positive whole number of bytes from Docker's sizes."""
     match = _SIZE.match(text)
     if match is None:
         raise SbxError(Reason.INVALID_ARGUMENT,
@@ -56,12 +67,9 @@ def parse_memory(text: str, *, flag: str = "--memory") -> int:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{flag} {text} is not a whole number of bytes ({exact})",
                        hint=f"Give it in a smaller unit, e.g. {flag} {int(exact)}.")
-    value = int(exact)
-    if value < MIN_MEMORY_BYTES:
-        raise SbxError(Reason.INVALID_ARGUMENT,
-                       f"{flag} {text} is below the engine's minimum of 6 MiB",
-                       hint=f"Give at least {flag} 6m.")
-    return value
+    if exact <= 0:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{flag} must be more than zero, not {text!r}")
+    return int(exact)
 
 
 def parse_cpus(text: str, *, flag: str = "--cpus") -> int:
@@ -165,4 +173,4 @@ def show(key: str, value: int) -> str:
 
 __all__ = ["CONFIG_KEYS", "FLAGS", "MIN_CPU_MILLIS", "MIN_MEMORY_BYTES", "LimitFlags",
            "apply_flags", "bounds_of", "check_tmpfs_fit", "parse_cpus", "parse_flags",
-           "parse_memory", "parse_pids", "show", "tmpfs_size"]
+           "parse_memory", "parse_pids", "parse_size", "show", "tmpfs_size"]
