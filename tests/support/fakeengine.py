@@ -141,6 +141,8 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self.stats: dict[tuple[str, str], PathStat] = {}
         self.archives: dict[tuple[str, str], bytes] = {}
         self.written: list[tuple[str, str, bytes]] = []
+        # disk_usage(): GET /system/df as the engine answers it
+        self.usage: dict[str, Any] = {"Images": [], "Containers": [], "Volumes": []}
         self._failures: dict[str, list[_Failure]] = {}
         self._hooks: dict[str, Callable[[], object]] = {}
         self._counts: dict[str, int] = {}
@@ -518,6 +520,10 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
                     owned.append(OwnedObject(kind, ident, str(entry.get("Name", ident)),
                                              entry_labels, str(entry.get("State", ""))))
         return owned
+
+    def disk_usage(self) -> Mapping[str, Any]:
+        self._call("disk_usage")
+        return self.usage
 
     def object_users(self, kind: str, ident: str) -> list[str]:
         self._call("object_users", kind, ident)

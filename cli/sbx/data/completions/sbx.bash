@@ -27,7 +27,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm cp completion secret kit config policy'
+            __sbx_subcommands='run explain doctor pull gc version ls attach exec logs stop rm cp df completion secret kit config policy'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -88,6 +88,9 @@ __sbx_node() {
             __sbx_options='--max-size --json -h --help'
             __sbx_value_options='--max-size'
             __sbx_nargs=2
+            ;;
+        'sbx df')
+            __sbx_options='--json -h --help'
             ;;
         'sbx completion')
             __sbx_options='-h --help'

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm cp completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls attach exec logs stop rm cp df completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -125,6 +125,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s outp
 complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after 10 s); their proxies stop too'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a cp -d 'Copy files between the host and a named sandbox (Docker\'s `cp` syntax)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a df -d 'Show what this state home takes: images, sandboxes, volumes, HOMEs, its own f...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -283,6 +284,10 @@ complete -c sbx -n '__sbx_in "sbx rm"' -s h -l help -d 'Show this message and ex
 complete -c sbx -n '__sbx_in "sbx cp"' -l max-size -x -d 'Refuse a copy holding more file data than this (Docker\'s sizes; default 1g)'
 complete -c sbx -n '__sbx_in "sbx cp"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx cp"' -s h -l help -d 'Show this message and exit'
+
+# sbx df
+complete -c sbx -n '__sbx_in "sbx df"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx df"' -s h -l help -d 'Show this message and exit'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'
