@@ -134,3 +134,21 @@ def test_bad_arguments_are_refused_with_a_reason(env: dict[str, str], tmp_path: 
         done = _cp(env, tmp_path, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert b"invalid_argument" in done.stderr and b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("socket", ["1", "0"])
+def test_both_transports_copy_and_refuse_alike(env: dict[str, str], sandbox: str,
+                                               tmp_path: Path, socket: str) -> None:
+    """The socket engine's own archive calls and the SDK's (SBX_ENGINE_SOCKET=0)."""
+    env = {**env, "SBX_ENGINE_SOCKET": socket}
+    (tmp_path / "f").write_bytes(b"both ways\n")
+    assert _cp(env, tmp_path, "./f", f"{sandbox}:/workspace/f").returncode == 0
+    _sh(env, sandbox, "mkdir -p $HOME/d && cp /workspace/f $HOME/d/g")
+    home = _sh(env, sandbox, "echo $HOME").strip()
+    back = _cp(env, tmp_path, f"{sandbox}:{home}/d", str(tmp_path / "back"))
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back" / "g").read_bytes() == b"both ways\n"
+    refused = _cp(env, tmp_path, "./f", f"{sandbox}:/etc/")
+    assert refused.returncode == 125 and b"read_only_root" in refused.stderr
+    missing = _cp(env, tmp_path, f"{sandbox}:/nonexistent", str(tmp_path / "x"))
+    assert missing.returncode == 2 and b"does not exist" in missing.stderr
