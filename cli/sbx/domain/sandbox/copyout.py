@@ -115,7 +115,7 @@ class _Stream:
 
     def __init__(self, chunks: Iterable[bytes], limit: int) -> None:
         self._chunks: Iterator[bytes] = iter(chunks)
-        self._pending = b""
+        self._pending = bytearray()  # consumed from the front: CPython moves no bytes for it
         self.received = 0
         self._limit = limit
 
@@ -133,10 +133,12 @@ class _Stream:
                 raise refuse("too_large", "the archive from the sandbox is larger than the "
                              f"copy's bound of {self._limit} bytes", bound=self._limit)
             self._pending += chunk
-        if size < 0:
-            data, self._pending = self._pending, b""
+        if size < 0 or size >= len(self._pending):
+            data = bytes(self._pending)
+            self._pending.clear()
         else:
-            data, self._pending = self._pending[:size], self._pending[size:]
+            data = bytes(self._pending[:size])
+            del self._pending[:size]
         return data
 
 
