@@ -17,6 +17,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.commands import completion as completion_command
 from sbx.commands import config as config_command
+from sbx.commands import copy as copy_command
+from sbx.commands import df as df_command
 from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
 from sbx.commands import gc as gc_command
@@ -101,6 +103,8 @@ app.command("exec")(_interruptible(sandboxes_command.exec_))
 app.command("logs")(_interruptible(sandboxes_command.logs))
 app.command("stop")(_interruptible(sandboxes_command.stop))
 app.command("rm")(_interruptible(sandboxes_command.rm))
+app.command("cp")(_interruptible(copy_command.cp))
+app.command("df")(_interruptible(df_command.df))
 
 secret_app = typer.Typer(
     name="secret",

@@ -37,13 +37,16 @@ from sbx.seams.engine import (
     Driver,
     EngineInfo,
     EngineLocation,
+    Files,
     ImageInfo,
     ImageProbe,
     Images,
     Inventory,
     Networks,
     OwnedObject,
+    PathStat,
     RawListing,
+    SandboxFiles,
     Sessions,
 )
 from sbx.seams.session.stream import AttachedStream
@@ -97,7 +100,7 @@ def _member(archive_bytes: bytes, path: str) -> bytes | None:
         return member.read() if member is not None else None
 
 
-class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory):
+class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, Inventory):
     """An engine held in memory; see the module docstring."""
 
     def __init__(self, *, info: EngineInfo = DEFAULT_INFO) -> None:
@@ -132,6 +135,14 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
         self.gateway = DEFAULT_GATEWAY
         self.container_address: str | None = DEFAULT_CONTAINER_IP
         self.open_exports = 0  # export_image() generators not yet closed
+        # The files role: each container's user and mounts, the stat and the tar of each
+        # (container id, path), and the tars written (container id, path, bytes).
+        self.sandbox_mounts: dict[str, SandboxFiles] = {}
+        self.stats: dict[tuple[str, str], PathStat] = {}
+        self.archives: dict[tuple[str, str], bytes] = {}
+        self.written: list[tuple[str, str, bytes]] = []
+        # disk_usage(): GET /system/df as the engine answers it
+        self.usage: dict[str, Any] = {"Images": [], "Containers": [], "Volumes": []}
         self._failures: dict[str, list[_Failure]] = {}
         self._hooks: dict[str, Callable[[], object]] = {}
         self._counts: dict[str, int] = {}
@@ -414,6 +425,23 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
     def put_archive(self, container_id: str, path: str, tar: bytes) -> None:
         self._call("put_archive", container_id, path, tar)
 
+    def sandbox_files(self, container_id: str) -> SandboxFiles:
+        self._call("sandbox_files", container_id)
+        return self.sandbox_mounts.get(container_id, SandboxFiles("1000:1000", True, ()))
+
+    def archive_stat(self, container_id: str, path: str) -> PathStat | None:
+        self._call("archive_stat", container_id, path)
+        return self.stats.get((container_id, path))
+
+    def archive_read(self, container_id: str, path: str) -> Iterator[bytes]:
+        self._call("archive_read", container_id, path)
+        data = self.archives.get((container_id, path), b"")
+        yield from (data[i:i + 4096] for i in range(0, len(data), 4096))
+
+    def archive_write(self, container_id: str, path: str, tar: Any) -> None:
+        self._call("archive_write", container_id, path)
+        self.written.append((container_id, path, tar if isinstance(tar, bytes) else tar.read()))
+
     def path_exists(self, container_id: str, path: str) -> bool:
         self._call("path_exists", container_id, path)
         return False
@@ -492,6 +520,10 @@ class FakeEngine(Images, Distribution, Containers, Sessions, Networks, Inventory
                     owned.append(OwnedObject(kind, ident, str(entry.get("Name", ident)),
                                              entry_labels, str(entry.get("State", ""))))
         return owned
+
+    def disk_usage(self) -> Mapping[str, Any]:
+        self._call("disk_usage")
+        return self.usage
 
     def object_users(self, kind: str, ident: str) -> list[str]:
         self._call("object_users", kind, ident)

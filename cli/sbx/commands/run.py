@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
-from sbx.commands import run_cached
-from sbx.domain.sandbox import durations, runargs
+from sbx.commands import limit_options, run_cached
+from sbx.domain.sandbox import durations, limitflags, runargs
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ def run(
         "--terminal-passthrough",
         help="Let the sandbox's clipboard, title, hyperlink and notification sequences reach "
              "this terminal (dropped by default).")] = False,
+    memory: limit_options.MemoryOption = None,
+    cpus: limit_options.CpusOption = None,
+    pids: limit_options.PidsOption = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -103,6 +106,7 @@ def run(
     """
     app = ctx.obj
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
+    limits = limitflags.parse_flags(memory, cpus, pids)
     request = run_request.RunRequest(
         workload=workload,
         workspace=workspace,
@@ -126,6 +130,9 @@ def run(
         accept=accept,
         terminal_passthrough=terminal_passthrough,
         recreate=recreate,
+        memory_bytes=limits.memory_bytes,
+        cpu_millis=limits.cpu_millis,
+        pids=limits.pids,
         host=app.streams,
     )
     renderer = app.renderer

@@ -155,6 +155,47 @@ class Containers(Protocol):
     def path_exists(self, container_id: str, path: str) -> bool: ...
 
 
+@dataclass(frozen=True)
+class PathStat:
+    """A path in a container as the engine's archive endpoint reports it (its
+    ``X-Docker-Container-Path-Stat``): the engine resolves it inside the container's root."""
+
+    name: str
+    size: int
+    mode: int  # unix type and permission bits (S_IFDIR, S_IFLNK, S_ISUID... as os.stat)
+    link_target: str
+
+
+@dataclass(frozen=True)
+class SandboxMount:
+    """One mount of a container: its target, whether the container may write it, and its
+    kind (bind, volume, tmpfs)."""
+
+    target: str
+    writable: bool
+    kind: str
+
+
+@dataclass(frozen=True)
+class SandboxFiles:
+    """What a copy into or out of a container needs to know of it: its user (uid:gid), its
+    root's writability, its mounts."""
+
+    user: str
+    read_only_root: bool
+    mounts: tuple[SandboxMount, ...]
+
+
+class Files(Protocol):
+    """Files between the host and a container, through the engine's archive endpoint (which
+    resolves every path inside the container's root, its mounts included, never tmpfs)."""
+
+    def sandbox_files(self, container_id: str) -> SandboxFiles: ...
+    def archive_stat(self, container_id: str, path: str) -> PathStat | None: ...
+    def archive_read(self, container_id: str, path: str) -> Iterator[bytes]: ...
+    def archive_write(self, container_id: str, path: str, tar: Any) -> None: ...
+
+
 class Sessions(Protocol):
     """Streams into running containers: attach, logs, execs and their terminals."""
 
@@ -196,11 +237,12 @@ class Inventory(Protocol):
                       inspect: Callable[[str, tuple[str, ...]], bool] | None = None,
                       ) -> list[CachedImage]: ...
     def local_images(self) -> list[tuple[str, int]]: ...
+    def disk_usage(self) -> Mapping[str, Any]: ...
     def object_users(self, kind: str, ident: str) -> list[str]: ...
     def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
 
 
-class Driver(Images, Distribution, Containers, Sessions, Networks, Inventory, Protocol):
+class Driver(Images, Distribution, Containers, Files, Sessions, Networks, Inventory, Protocol):
     """Every role: what one engine connection offers. Consumers ask for the roles they use;
     a second backend (e.g. Kubernetes) would implement the roles its consumers need."""
 
@@ -263,6 +305,40 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
             "StartPeriod": healthcheck["start_period"]},
     }
     return {key: value for key, value in body.items() if value is not None}
+
+
+def path_stat(raw: Mapping[str, Any]) -> PathStat:
+    """The engine's path stat (Go ``os.FileMode`` bits) as unix ``st_mode`` bits."""
+    import stat
+
+    go_mode = int(raw.get("mode", 0))
+    mode = go_mode & 0o777
+    if go_mode & (1 << 31):
+        mode |= stat.S_IFDIR
+    elif go_mode & (1 << 27):  # ModeSymlink
+        mode |= stat.S_IFLNK
+    elif go_mode & ((1 << 26) | (1 << 25) | (1 << 24) | (1 << 21)):  # device, pipe, socket
+        mode |= stat.S_IFCHR
+    else:
+        mode |= stat.S_IFREG
+    if go_mode & (1 << 23):
+        mode |= stat.S_ISUID
+    if go_mode & (1 << 22):
+        mode |= stat.S_ISGID
+    return PathStat(name=str(raw.get("name", "")), size=int(raw.get("size", 0)), mode=mode,
+                    link_target=str(raw.get("linkTarget", "")))
+
+
+def sandbox_files(attrs: Mapping[str, Any]) -> SandboxFiles:
+    """A container's inspect answer → its user, root and mounts (tmpfs ones included)."""
+    host = attrs.get("HostConfig") or {}
+    mounts = [SandboxMount(str(m.get("Destination", "")), bool(m.get("RW")),
+                           str(m.get("Type", "")))
+              for m in attrs.get("Mounts") or ()]
+    mounts += [SandboxMount(str(target), "ro" not in str(options).split(","), "tmpfs")
+               for target, options in (host.get("Tmpfs") or {}).items()]
+    return SandboxFiles(user=str((attrs.get("Config") or {}).get("User") or ""),
+                        read_only_root=bool(host.get("ReadonlyRootfs")), mounts=tuple(mounts))
 
 
 def unix_mode(go_mode: int) -> int | None:

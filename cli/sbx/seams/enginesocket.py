@@ -26,10 +26,14 @@ from sbx.seams.engine import (
     EngineLocation,
     ImageInfo,
     ImageProbe,
+    PathStat,
+    SandboxFiles,
     create_body,
     first_file_of_archive,
     image_info,
+    path_stat,
     registry_chunk,
+    sandbox_files,
     short_error,
     situation_hint,
     split_tag,
@@ -45,6 +49,7 @@ from sbx.seams.enginebounds import (
     quick,
     stream,
     timeout_s,
+    transfer,
     waiting,
 )
 from sbx.seams.enginehttp import EngineConnections, Response, body_of, is_chunked, read_head
@@ -69,7 +74,9 @@ class SocketEngine(SdkEngine):
     Its own calls: :meth:`info`, :meth:`image`, :meth:`tag_image`, :meth:`create`,
     :meth:`attach`, :meth:`start`, :meth:`wait`, :meth:`resize`, :meth:`kill`,
     :meth:`remove_container`, :meth:`container_pid`, :meth:`probe_image`,
-    :meth:`image_path_modes`, :meth:`pull_image`, with the SDK's signatures and errors. Paths
+    :meth:`image_path_modes`, :meth:`pull_image`, the files role (:meth:`sandbox_files`,
+    :meth:`archive_stat`, :meth:`archive_read`, :meth:`archive_write`) and :meth:`disk_usage`,
+    with the SDK's signatures and errors. Paths
     carry no API version: the engine then speaks its own, which is the version the SDK
     negotiates with it too. The create body is the SDK's (``create_container_config`` +
     ``create_host_config``), built here from the same :func:`create_kwargs` (a unit test holds
@@ -358,6 +365,90 @@ class SocketEngine(SdkEngine):
         state = (attrs or {}).get("State") if isinstance(attrs, dict) else None
         pid = int((state or {}).get("Pid") or 0)
         return pid or None
+
+    # -- files and disk usage: the files role and `sbx df`, as the SDK's ------------------------
+
+    def sandbox_files(self, container_id: str) -> SandboxFiles:
+        _status, attrs = self._json("GET", f"/containers/{container_id}/json",
+                                    action="inspecting the sandbox", reason=Reason.START_FAILED)
+        return sandbox_files(attrs if isinstance(attrs, dict) else {})
+
+    def archive_stat(self, container_id: str, path: str) -> PathStat | None:
+        import base64
+
+        action = f"looking up {path} in the sandbox"
+        status, data, response = self._call("HEAD", f"/containers/{container_id}/archive",
+                                            action=action, reason=Reason.COPY_REFUSED,
+                                            params={"path": path})
+        if status == 404:
+            return None
+        if status != 200:
+            raise _refusal(action, Reason.COPY_REFUSED, status, _maybe_json(data), data)
+        header = response.headers.get("x-docker-container-path-stat")
+        raw = json.loads(base64.b64decode(header)) if header else None
+        return path_stat(raw) if isinstance(raw, dict) else None
+
+    def disk_usage(self) -> Mapping[str, Any]:
+        _status, found = self._json("GET", "/system/df",
+                                    action="reading the engine's disk usage",
+                                    reason=Reason.DOCKER_UNREACHABLE,
+                                    bound=waiting(max(timeout_s(self._env), 120.0)))
+        if not isinstance(found, dict):
+            raise SbxError(Reason.DOCKER_UNREACHABLE, "reading the engine's disk usage: the "
+                           "engine answered an unexpected shape")
+        return found
+
+    def archive_read(self, container_id: str, path: str) -> Iterator[bytes]:
+        """``GET …/archive``: the tar as it comes, never silent for long, any length (the
+        caller bounds what it keeps)."""
+        action = f"copying {path} out of the sandbox"
+        target = (f"/containers/{container_id}/archive?"
+                  + urllib.parse.urlencode({"path": path}))
+        head = (f"GET {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
+                "Connection: close\r\n\r\n").encode()
+        yield from self._exchange_stream(head, None, action)
+
+    def archive_write(self, container_id: str, path: str, tar: Any) -> None:
+        """``PUT …/archive`` with the tar (bytes or a seekable file) as the body."""
+        action = f"copying into the sandbox at {path}"
+        if isinstance(tar, bytes | bytearray):
+            import io
+
+            tar = io.BytesIO(bytes(tar))
+        size = tar.seek(0, 2)
+        tar.seek(0)
+        target = (f"/containers/{container_id}/archive?"
+                  + urllib.parse.urlencode({"path": path}))
+        head = (f"PUT {target} HTTP/1.1\r\nHost: docker\r\nUser-Agent: sbx\r\n"
+                "Content-Type: application/x-tar\r\nConnection: close\r\n"
+                f"Content-Length: {size}\r\n\r\n").encode()
+        for _chunk in self._exchange_stream(head, tar, action):
+            pass
+
+    def _exchange_stream(self, head: bytes, body: Any, action: str) -> Iterator[bytes]:
+        """One request on its own connection (its body read from ``body`` when given); the
+        answer's body as it arrives, or the engine's refusal (``copy_refused``)."""
+        try:
+            sock = self._connections.open(timeout_s(self._env))
+        except (OSError, ValueError) as exc:
+            raise self._unreachable(action, exc) from exc
+        with closing(sock), bounded(transfer(self._env)):
+            try:
+                sock.sendall(head)
+                while body is not None and (chunk := body.read(1024 * 1024)):
+                    sock.sendall(chunk)
+                status, headers = parse_head(read_head(sock))
+                self._reached = True
+                if status != 200:
+                    cap_body()
+                    data = b"".join(body_of(sock, headers))
+                    raise _refusal(action, Reason.COPY_REFUSED, status, _maybe_json(data),
+                                   data)
+                yield from body_of(sock, headers)
+            except AnswerExceeded as exc:
+                raise exceeded(action, exc, self._env) from None
+            except (OSError, ValueError) as exc:
+                raise self._unreachable(action, exc) from exc
 
     # -- a pull ----------------------------------------------------------------------------------
 

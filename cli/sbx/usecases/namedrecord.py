@@ -32,7 +32,8 @@ CREATION_OPTIONS: Final = {
     "mounts": "--mount", "env": "--env", "env_files": "--env-file", "user": "--user",
     "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
     "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
-    "detach_keys": "--detach-keys",
+    "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
+    "pids": "--pids",
 }
 
 

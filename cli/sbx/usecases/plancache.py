@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from sbx.usecases.context import AppContext
     from sbx.usecases.run.plan import RunPlan
 
-FORMAT: Final = 3
+FORMAT: Final = 4
 SWITCH_ENV: Final = "SBX_PLAN_CACHE"  # "0": never read or write the plan cache
 # Shell bookkeeping that changes between identical commands and never reaches a plan.
 VOLATILE_ENV: Final = frozenset({"_", "OLDPWD", "SHLVL"})
@@ -356,7 +356,14 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         user=as_opt_str(data["user"]), detach_keys=as_opt_str(data["detach_keys"]),
         trust_workspace=as_bool(data["trust_workspace"]), name=as_opt_str(data["name"]),
         detach=as_bool(data["detach"]), accept=as_bool(data["accept"]),
-        terminal_passthrough=as_bool(data["terminal_passthrough"]), host=streams)
+        terminal_passthrough=as_bool(data["terminal_passthrough"]),
+        recreate=as_bool(data["recreate"]),
+        memory_bytes=_opt_int(data["memory_bytes"]), cpu_millis=_opt_int(data["cpu_millis"]),
+        pids=_opt_int(data["pids"]), host=streams)
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else as_int(value)
 
 
 __all__ = ["FORMAT", "SWITCH_ENV", "Hit", "cacheable", "code_fingerprint",

@@ -43,7 +43,8 @@ def _recipe() -> Recipe:
         notes=(), blocked=("/secret",), allowed_roots=(),
         facts=PlanFacts(workload="./k", kits=("./k",),
                         selection={"selected": [{"kit": "k", "path": "x"}], "skipped": []},
-                        limits={"memory_bytes": 1 << 30, "cpu_millis": 1000, "pids": 128}))
+                        limits={"memory_bytes": 1 << 30, "cpu_millis": 1000, "pids": 128}),
+        bounds={"memory_bytes": 1 << 32, "cpu_millis": 2000, "pids": 256})
 
 
 @pytest.fixture
@@ -432,3 +433,27 @@ def test_a_home_reached_through_a_link_another_user_controls_is_refused(
     setup = {**setup, "env": {**setup["env"], "SBX_HOME": str(theirs / "link")}}
     assert _store(setup)
     _refused(setup, "owned by uid 4321")
+
+
+def test_limit_flags_come_back_with_the_request_and_bounds_with_the_recipe(
+        setup: dict[str, Any]) -> None:
+    request = RunRequest(workload="./k", command=("true",), memory_bytes=256 << 20,
+                         cpu_millis=500, pids=64)
+    assert plancache.store(
+        state_home=setup["home"], env=setup["env"], cwd=setup["cwd"], argv=setup["argv"],
+        passthrough=setup["passthrough"], streams=STREAMS, request=request, recipe=_recipe(),
+        kit_dirs=[setup["kit"]])
+    hit = _lookup(setup)
+    assert hit is not None
+    assert (hit.request.memory_bytes, hit.request.cpu_millis, hit.request.pids) == \
+        (256 << 20, 500, 64)
+    assert hit.recipe.bounds == {"memory_bytes": 1 << 32, "cpu_millis": 2000, "pids": 256}
+
+
+def test_a_recipe_without_bounds_is_a_miss(setup: dict[str, Any]) -> None:
+    assert _store(setup)
+    path = _entry(setup)
+    entry = json.loads(path.read_text(encoding="utf-8"))
+    del entry["recipe"]["bounds"]
+    path.write_text(json.dumps(entry), encoding="utf-8")
+    assert _lookup(setup) is None

@@ -92,6 +92,8 @@ class Reason(enum.StrEnum):
     ENGINE_HOST_KEY = "engine_host_key"
     ENGINE_PLAIN_TCP = "engine_plain_tcp"
     ENGINE_NOT_LOCAL = "engine_not_local"
+    LIMIT_OVER_BOUND = "limit_over_bound"
+    COPY_REFUSED = "copy_refused"
 
     @property
     def info(self) -> ReasonInfo:

@@ -176,6 +176,29 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "Run sbx as root (with iptables), or bind the named services to 127.0.0.1.",
         _E.DENIED,
     ),
+    _R.LIMIT_OVER_BOUND: ReasonInfo(
+        "A resource limit beyond its bound",
+        "--memory, --cpus or --pids asked for more than the config's [sandbox] memory_bytes, "
+        "cpu_millis or pids allow, or --memory for less than the sandbox's tmpfs mounts "
+        "(/tmp, HOME, a private workspace), which count against it. sbx refuses instead of "
+        "truncating a limit.",
+        "Ask within the bound the message names (e.g. `sbx run KIT --memory 2g`), or raise "
+        "the [sandbox] key in the config file (`sbx config path`; `sbx config show` shows the "
+        "values in effect).",
+        _E.REFUSED,
+    ),
+    _R.COPY_REFUSED: ReasonInfo(
+        "A copy sbx will not make",
+        "`sbx cp` refused: the archive from the sandbox holds an entry that could write "
+        "outside the destination (an absolute or `..` name, a link leading out, a device, "
+        "a setuid/setgid file), it is larger than the copy's bound, or the destination in "
+        "the sandbox is not one of its writable mounts (the root and pinned paths are "
+        "read-only; the engine cannot reach tmpfs mounts). Nothing unsafe was written.",
+        "Copy a plain file or directory to or from the workspace or HOME (`sbx cp NAME:PATH "
+        "DEST`, `sbx cp SRC NAME:PATH`); raise the bound with `--max-size 4g` when the copy "
+        "is simply large.",
+        _E.REFUSED,
+    ),
 }
 
 __all__ = ["ENTRIES"]

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls start attach exec logs stop rm completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls start attach exec logs stop rm cp df completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name -m --memory --cpus --pids
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -90,6 +90,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -n --tail
         case 'sbx stop'
             printf '%s\n' -t --time
+        case 'sbx cp'
+            printf '%s\n' --max-size
         case 'sbx secret set'
             printf '%s\n' --from-env --from-command
         case 'sbx secret login'
@@ -127,6 +129,8 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a named sand
 complete -c sbx -n '__sbx_arg "sbx" 0' -a logs -d 'Print a named sandbox\'s output (its engine log, bounded)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM, then SIGKILL after -t seconds); their proxies...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included); p...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a cp -d 'Copy files between the host and a named sandbox (Docker\'s `cp` syntax)'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a df -d 'Show what this state home takes: images, sandboxes, volumes, HOMEs, its own f...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -157,6 +161,9 @@ complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask 
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
+complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
+complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
+complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -192,6 +199,8 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_missing' -d 'No SSH
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An ssh-agent@1 bound sbx cannot enforce'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'limit_over_bound' -d 'A resource limit beyond its bound'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
@@ -289,6 +298,15 @@ complete -c sbx -n '__sbx_in "sbx rm"' -l all -d 'Every named sandbox of this st
 complete -c sbx -n '__sbx_in "sbx rm"' -l json -d 'Print one JSON envelope naming what was removed'
 complete -c sbx -n '__sbx_in "sbx rm"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx rm" 0 variadic' -a '(sbx ls -q 2>/dev/null)'
+
+# sbx cp
+complete -c sbx -n '__sbx_in "sbx cp"' -l max-size -x -d 'Refuse a copy holding more file data than this (Docker\'s sizes; default 1g)'
+complete -c sbx -n '__sbx_in "sbx cp"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx cp"' -s h -l help -d 'Show this message and exit'
+
+# sbx df
+complete -c sbx -n '__sbx_in "sbx df"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx df"' -s h -l help -d 'Show this message and exit'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'

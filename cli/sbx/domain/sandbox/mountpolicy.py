@@ -218,6 +218,20 @@ def check_blocked(lexical: str, path: str, entries: Sequence[_Blocked]) -> None:
                            rule=rule, path=lexical, hint=hint or HINTS[rule])
 
 
+def check_inside_blocked(policy: MountPolicy, path: str) -> None:
+    """Raise if ``path`` (lexically or resolved) is or is inside a blocked path: for what a
+    copy out of a sandbox writes there (a parent of a blocked path exposes nothing by
+    receiving one new entry, unlike a mount of it)."""
+    lexical = absolute_path(path)
+    entries = blocked_entries(policy)
+    for form in dict.fromkeys((lexical, canonical_path(lexical))):
+        found = _direct_match(form, entries)
+        if found is not None:
+            rule, what, hint = found
+            raise MountBlocked(f"{subject(lexical, form, 'is blocked')}: {what} (rule {rule})",
+                               rule=rule, path=lexical, hint=hint or HINTS[rule])
+
+
 # (rule, description for the message, hint or None for the rule's default hint)
 _Match = tuple[str, str, str | None]
 

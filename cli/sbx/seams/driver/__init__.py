@@ -1,5 +1,5 @@
 """The Docker driver, the only package that imports the docker SDK: one part per engine role
-(images, distribution, containers, sessions, networks, inventory) on one shared client.
+(images, distribution, containers, files, sessions, networks, inventory) on one shared client.
 
 Everything sbx asks of the engine through the SDK goes through :class:`SdkEngine`, which returns
 dataclasses and translates every SDK or transport exception into a reason-coded
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from sbx.seams.driver.containers import SdkContainers
 from sbx.seams.driver.distribution import SdkDistribution
+from sbx.seams.driver.files import SdkFiles
 from sbx.seams.driver.images import SdkImages
 from sbx.seams.driver.inventory import SdkInventory
 from sbx.seams.driver.networks import SdkNetworks
@@ -26,8 +27,8 @@ from sbx.seams.driver.sessions import SdkSessions
 from sbx.seams.engine import Driver
 
 
-class SdkEngine(SdkInventory, SdkDistribution, SdkImages, SdkContainers, SdkSessions, SdkNetworks,
-                Driver):
+class SdkEngine(SdkInventory, SdkDistribution, SdkImages, SdkContainers, SdkFiles, SdkSessions,
+                SdkNetworks, Driver):
     """Every role through the docker SDK: the transport for engines sbx's own client does not
     speak, and the base of those it does (:mod:`sbx.seams.transports` chooses)."""
 

@@ -16,6 +16,7 @@ from sbx.seams.engine import (
     OwnedObject,
     RawListing,
 )
+from sbx.seams.enginebounds import timeout_s, waiting
 from sbx.seams.enginehost import is_loopback, resolve_endpoint, tcp_target
 
 if TYPE_CHECKING:
@@ -141,6 +142,18 @@ class SdkInventory(SdkClient):
                          if tag and tag != "<none>:<none>")
         return sorted(found, key=lambda item: (item[1], item[0]))
 
+
+    def disk_usage(self) -> Mapping[str, Any]:
+        """The engine's own accounting (``GET /system/df``): images, containers (with
+        ``SizeRw``) and volumes (with ``UsageData``), raw; ``sbx df`` picks this home's."""
+        with self._engine_errors("reading the engine's disk usage", Reason.DOCKER_UNREACHABLE,
+                                 waiting(max(timeout_s(self._env), 120.0))):
+            found = self._api.df()
+        if not isinstance(found, dict):
+            raise SbxError(Reason.DOCKER_UNREACHABLE,
+                           "reading the engine's disk usage: the engine answered an "
+                           "unexpected shape")
+        return found
 
     def object_users(self, kind: str, ident: str) -> list[str]:
         """Ids of every container (any state, any owner) that uses a network, volume or image

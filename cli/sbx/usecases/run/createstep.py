@@ -52,7 +52,10 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
     passwd = read.get("/etc/passwd") or b""
     volumes = volume_binds(plan.volume_names, capabilities.volumes, created_sized)
     spec = build_create_step_spec(
-        image=plan.image.id, limits=capabilities.limits, workdir=plan.workspace_target,
+        # the sandbox's own limits (the flags' included: sbx.usecases.run.plan.assemble)
+        image=plan.image.id,
+        limits=dataclasses.replace(capabilities.limits, **plan.facts.limits),
+        workdir=plan.workspace_target,
         labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
         cap_drop=CREATE_STEP_CAP_DROP,
         binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")])

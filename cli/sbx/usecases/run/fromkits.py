@@ -22,12 +22,13 @@ from sbx.domain.egress.proxycreds import SENTINEL_PREFIX
 from sbx.domain.sandbox.admission import Admission, HostPath, sentinel_names
 from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
 from sbx.domain.sandbox.credfiles import credential_files
-from sbx.domain.sandbox.hardening import TMP_TARGET
+from sbx.domain.sandbox.hardening import TMP_TARGET, Limits
 from sbx.domain.sandbox.identity import WorkspaceOwner, choose_user, home_path
 from sbx.domain.sandbox.imagecache import record_use
 from sbx.domain.sandbox.images import SandboxUser, resolve_user
 from sbx.domain.sandbox.kitpins import KitFiles, kit_files
 from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
+from sbx.domain.sandbox.limitflags import bounds_of
 from sbx.domain.sandbox.mountedfiles import with_mounted_files
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
 from sbx.domain.sandbox.sources import staging_available
@@ -238,7 +239,8 @@ class FromKits:
             allowed_roots=tuple(self.allowed_roots),
             facts=_facts(self.kit_set, capabilities, planned.egress),
             kit_surfaces=tuple(kit.to_json() for kit in self.surfaces),
-            kit_files=tuple(kit.to_json() for kit in self._files))
+            kit_files=tuple(kit.to_json() for kit in self._files),
+            bounds=bounds_of(Limits.from_sandbox(config.sandbox)))
 
 
 def local_kit_files(kit_set: KitSet, cwd: Path) -> list[KitFiles]:

@@ -8,6 +8,7 @@ checks the one container spec. Nothing is created here but probe containers and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -32,6 +33,7 @@ from sbx.domain.sandbox.hardening import (
 from sbx.domain.sandbox.identity import FALLBACK_HOME, WorkspaceOwner
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.kitpins import KitFiles
+from sbx.domain.sandbox.limitflags import LimitFlags, apply_flags, check_tmpfs_fit
 from sbx.domain.sandbox.mountpolicy import MountPolicy
 from sbx.domain.sandbox.mounts import CheckedMount, check_mount, check_source, parse_mount_flag
 from sbx.domain.sandbox.sources import HostMounts
@@ -237,7 +239,10 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
     workspace_host = workspace.path if workspace is not None else None
     workspace_target = recipe.workspace_target
     user = admission.user
-    limits = Limits(**recipe.limits)
+    # The flags' limits within the config's bounds, on every run: a recipe (and so the plan
+    # cache) never holds them.
+    flags = LimitFlags(request.memory_bytes, request.cpu_millis, request.pids)
+    limits = apply_flags(Limits(**recipe.limits), recipe.bounds, flags)
     capabilities = full.capabilities if full is not None else None
     volume_names = full.volume_names if full is not None else ()
     extra_binds = [BindMount(pin.source.path, pin.target, pin.read_only)
@@ -276,6 +281,8 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         home_volume=volume_names[-1] if named is not None else None,
         name=f"sbx-{named}-{ctx.home_hash[:8]}" if named is not None else None,
     )
+    if flags.memory_bytes is not None:
+        check_tmpfs_fit(limits.memory_bytes, spec.tmpfs, flag="--memory")
     # Consent is this request's own: a cached plan never carries it (nor privilege).
     violations = hardening_violations(
         spec, limits, privileged_consented=full is not None and request.allow_privileged)
@@ -303,7 +310,11 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         workspace_baselines=tuple(host_mounts.baselines), name=named,
         credential_names=full.credential_names if full is not None else frozenset(),
         explain_command=recipe.explain_command,
-        recreate=full is not None and request.recreate, facts=recipe.facts, recipe=recipe)
+        recreate=full is not None and request.recreate,
+        facts=dataclasses.replace(recipe.facts, limits={
+            "memory_bytes": limits.memory_bytes, "cpu_millis": limits.cpu_millis,
+            "pids": limits.pids}) if flags.given() else recipe.facts,
+        recipe=recipe)
 
 
 def volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],

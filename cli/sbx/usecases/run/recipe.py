@@ -26,6 +26,7 @@ from sbx.base.strictjson import (
     as_strs,
 )
 from sbx.domain.sandbox.hardening import Limits
+from sbx.domain.sandbox.limitflags import CONFIG_KEYS
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.escape import parse_detach_keys
 
@@ -75,6 +76,9 @@ class Recipe:
     kit_surfaces: tuple[Mapping[str, Any], ...] = ()
     kit_files: tuple[Mapping[str, Any], ...] = ()
     terminal_passthrough: bool = False  # the flag or [sandbox] terminal_passthrough
+    # The config's [sandbox] memory_bytes, cpu_millis, pids: what --memory, --cpus, --pids
+    # may ask for at most (sbx.domain.sandbox.limitflags), on every run of this recipe.
+    bounds: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -118,7 +122,8 @@ class Recipe:
                            for k, v in dict(facts["selection"]).items()},
                 limits={as_str(k): as_int(v) for k, v in dict(facts["limits"]).items()}),
             kit_surfaces=tuple(kit_surface(k) for k in as_list(data["kit_surfaces"])),
-            kit_files=tuple(kit_files_json(k) for k in as_list(data["kit_files"])))
+            kit_files=tuple(kit_files_json(k) for k in as_list(data["kit_files"])),
+            bounds={as_str(k): as_int(v) for k, v in dict(data["bounds"]).items()})
         if recipe.uid <= 0 or recipe.gid <= 0:
             raise ValueError("user")
         if len(recipe.tmpfs) != len(data["tmpfs"]):
@@ -126,6 +131,8 @@ class Recipe:
         if set(recipe.limits) != {f.name for f in dataclasses.fields(Limits)} \
                 or not all(v > 0 for v in recipe.limits.values()):
             raise ValueError("limits")
+        if set(recipe.bounds) != set(CONFIG_KEYS) or not all(v > 0 for v in recipe.bounds.values()):
+            raise ValueError("bounds")
         if not math.isfinite(recipe.timeout_s) or recipe.timeout_s <= 0:
             raise ValueError("timeout_s")
         parse_detach_keys(recipe.detach_keys)  # ValueError when it does not parse
