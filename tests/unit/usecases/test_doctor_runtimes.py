@@ -7,13 +7,18 @@ import dataclasses
 import io
 from pathlib import Path
 
+import pytest
+
 from sbx.base.config import load_config_file
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.usecases.context import AppContext
+from sbx.usecases.doctor.diagnose import diagnose
 from sbx.usecases.doctor.model import DoctorRequest, DoctorState, HostFacts, Status
 from sbx.usecases.doctor.runtimes import check_runtimes
 from tests.support.fakeengine import DEFAULT_INFO
+from tests.unit.usecases.test_doctor import FAST, USER, V2_OK
+from tests.unit.usecases.test_gc import Harness
 
 ENGINE = dataclasses.replace(DEFAULT_INFO, runtimes=("crun", "runc"), default_runtime="runc")
 
@@ -54,3 +59,19 @@ def test_an_invalid_config_leaves_the_configured_runtime_unknown(tmp_path: Path)
     verdict = check_runtimes(_state(tmp_path, None))
     assert (verdict.status, verdict.reason) == (Status.WARN, Reason.INVALID_CONFIG)
     assert verdict.data["runtimes"] == ["crun", "runc"]
+
+
+@pytest.mark.parametrize(("runtimes", "probed_on"), [(("crun", "runc"), "crun"),
+                                                      (("runc",), None)])
+def test_the_limits_are_probed_on_the_configured_runtime_when_the_engine_has_it(
+        tmp_path: Path, runtimes: tuple[str, ...], probed_on: str | None) -> None:
+    h = Harness(tmp_path)
+    h.engine.stdout = V2_OK
+    h.engine.engine_info = dataclasses.replace(DEFAULT_INFO, runtimes=runtimes)
+    h.config.write_text('[sandbox]\nruntime = "crun"\n', encoding="utf-8")
+    rep = diagnose(h.ctx(), FAST, host=USER)
+    checks = {check.id: check for check in rep.checks}
+    (spec,) = [args[0] for args in h.engine.called("create")]
+    assert spec.runtime == probed_on
+    assert checks["limits"].status is Status.OK
+    assert checks["runtimes"].status is (Status.OK if probed_on else Status.FAIL)
