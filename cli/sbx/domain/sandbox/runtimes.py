@@ -82,6 +82,7 @@ def check_runtime(info: EngineInfo, choice: RuntimeChoice | None) -> None:
 
 def _name_problem(name: str) -> str | None:
     """What is wrong with ``name`` by the config schema's rule for ``[sandbox] runtime``."""
+    # Only a --runtime flag pays for the schema: a run from the plan cache loads no config code.
     from sbx.base.config.check import config_schema, strict_validator, value_message
 
     schema = config_schema()["properties"]["sandbox"]["properties"]["runtime"]
