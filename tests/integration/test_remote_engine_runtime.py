@@ -11,7 +11,6 @@ or here; ``sbx doctor`` lists the engine's runtimes and fails on a configured on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,10 +19,10 @@ from typing import Any
 import pytest
 
 from sbx.seams.driver import SdkEngine
-from tests.support.enginehost import CRUN, EngineHost, EngineHostUnavailable
+from tests.support.enginehost import CRUN
 from tests.support.sbxproc import SBX, read_some, run_sbx
 
-from .conftest import BUSYBOX, FarHost, owned, ssh_wrapper
+from .conftest import BUSYBOX, FarHost, owned, started_far_host
 
 pytestmark = pytest.mark.docker
 
@@ -34,23 +33,10 @@ KIT = f'FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\nCMD ["sh"]\n'
 def crun_host(engine: SdkEngine) -> Iterator[FarHost]:
     """A second engine host with crun registered (CI installs crun: scripts/setup.sh) and the
     busybox test image; removed with everything it made at the end of the module."""
-    host = EngineHost(crun=True)
-    try:
-        host.start()
-        host.load_image(BUSYBOX)
-        listed = host.docker("info", "--format", "{{json .Runtimes}}")
-        if "crun" not in json.loads(listed.stdout or b"{}"):
-            raise EngineHostUnavailable("the far engine did not register crun")
-    except (EngineHostUnavailable, OSError, subprocess.SubprocessError, ValueError) as error:
-        host.close()
-        message = f"no second engine host with crun: {error}"
-        if os.environ.get("SBX_REQUIRE_ENGINE") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        yield FarHost(host, ssh_wrapper(host.root / "bin", host.ssh_config))
-    finally:
-        host.close()
+    with started_far_host(crun=True) as far:
+        listed = far.host.docker("info", "--format", "{{json .Runtimes}}")
+        assert "crun" in json.loads(listed.stdout or b"{}"), listed.stderr
+        yield far
 
 
 @pytest.fixture
