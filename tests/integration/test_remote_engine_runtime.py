@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sbx.base import labels
+from sbx.base.paths import home_hash
 from sbx.seams.driver import SdkEngine
 from tests.support.enginehost import CRUN
 from tests.support.sbxproc import SBX, read_some, run_sbx
@@ -113,6 +116,54 @@ def test_a_run_with_runtime_crun_runs_on_crun_there(crun_host: FarHost, kit: Pat
     # Without the flag: the engine's default, and crun holds nothing of it.
     default, on_crun = _run_held(crun_host, env, ["run", "-i", str(kit)])
     assert default["HostConfig"]["Runtime"] == "runc" and not on_crun
+
+
+def _running_as_root(far: FarHost, state_home: Path) -> dict[str, Any] | None:
+    """The engine's inspect of the run's running container whose user is root (the create
+    step: the sandbox never is), if there is one now."""
+    listed = far.host.docker("ps", "-q", "--filter",
+                             f"label={labels.HOME}={home_hash(state_home)}")
+    for ident in listed.stdout.decode().split():
+        found = json.loads(far.host.docker("inspect", ident).stdout or b"[]")
+        if found and found[0]["Config"]["User"] == "0:0":
+            inspected: dict[str, Any] = found[0]
+            return inspected
+    return None
+
+
+def test_the_create_step_runs_on_the_runtime_too(crun_host: FarHost,
+                                                 kit_factory: Callable[..., Path],
+                                                 state_home: Path) -> None:
+    """The install hooks run the kits' code as root: on crun as well (caught while the hook
+    sleeps; the sandbox after it comes from the image the step committed)."""
+    kit = kit_factory("hooked", KIT, """
+        capabilities:
+          - type: com.docker.sandbox/lifecycle@1
+            config:
+              install:
+                - command: sleep 4; mkdir -p /opt; echo installed > /opt/marker
+        """)
+    proc = subprocess.Popen([str(SBX), "run", "--runtime", "crun", str(kit), "--", "cat",
+                             "/opt/marker"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=crun_host.env(state_home))
+    try:
+        step: dict[str, Any] | None = None
+        deadline = time.monotonic() + 120
+        while step is None and time.monotonic() < deadline and proc.poll() is None:
+            step = _running_as_root(crun_host, state_home)
+            time.sleep(0.2)
+        assert step is not None, proc.stderr.read() if proc.stderr else ""
+        held = _crun_lists(crun_host, step["Id"])
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out == b"installed\n"
+    assert step["Config"]["User"] == "0:0" and step["HostConfig"]["ReadonlyRootfs"] is False
+    assert step["HostConfig"]["Runtime"] == "crun" and held
+    assert crun_host.containers(state_home) == []
 
 
 def test_the_configured_runtime_is_used(crun_host: FarHost, kit: Path, state_home: Path,
