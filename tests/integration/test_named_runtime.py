@@ -77,4 +77,6 @@ def test_a_named_sandbox_keeps_its_runtime_and_is_not_started_without_it(
     text = refused.stderr.decode()
     assert "(runtime_missing)" in text and f"the named sandbox {name} asks for" in text
     assert f"sbx run --name {name} --recreate --runtime runc" in text
+    started = _sbx(env, "start", name)  # the same check on every way to start it
+    assert started.returncode == 125 and b"(runtime_missing)" in started.stderr, started.stderr
     assert _runtime_and_state(engine, state_home, name)[1] == "exited"
