@@ -33,6 +33,8 @@ command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
 # network namespace, started per test session): the server binary, never the service.
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
+# A second OCI runtime, registered with the second engine host of the `--runtime` tests.
+[ -x /usr/bin/crun ] || need_pkgs+=(crun)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   # Installing openssh-server must not start a machine-wide sshd: no service starts here.
   if [ ! -e /usr/sbin/policy-rc.d ]; then

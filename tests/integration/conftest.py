@@ -3,6 +3,7 @@ a missing engine is a failure, never a skip."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -167,9 +168,17 @@ def far_host(engine: SdkEngine) -> Iterator[FarHost]:
     """A second engine host (tests/support/enginehost.py) with the busybox test image, reached
     over ssh:// through an ``ssh`` on PATH that reads the host's own config (key, known_hosts);
     everything it made is removed at the end of the session."""
+    with started_far_host() as far:
+        yield far
+
+
+@contextlib.contextmanager
+def started_far_host(*, crun: bool = False) -> Iterator[FarHost]:
+    """A second engine host (with crun registered when ``crun``), skipped (failed when
+    SBX_REQUIRE_ENGINE=1) when this machine cannot host one; closed on leaving."""
     from tests.support.enginehost import EngineHost, EngineHostUnavailable
 
-    host = EngineHost()
+    host = EngineHost(crun=crun)
     try:
         host.start()
         host.load_image(BUSYBOX)

@@ -79,8 +79,10 @@ def test_json_contract(engine: SdkEngine, env: dict[str, str], sbx_cli: Any) -> 
     assert envelope["status"] == "ok" and envelope["exit_code"] == result.exit_code == 0
     data: Any = envelope["data"]
     assert [c["id"] for c in data["checks"]] == ["platform", "config", "identity", "engine",
-                                                 "limits", "gc", "egress-ca", "egress-proxy",
-                                                 "egress-host-services"]
+                                                 "runtimes", "limits", "gc", "egress-ca",
+                                                 "egress-proxy", "egress-host-services"]
+    runtimes = next(c for c in data["checks"] if c["id"] == "runtimes")
+    assert "runc" in runtimes["data"]["runtimes"] and runtimes["status"] == "ok"
     for check in data["checks"]:
         assert {"id", "title", "status", "detail", "reason", "fix"} <= set(check)
         assert check["status"] in {"ok", "warn", "fail"}

@@ -31,6 +31,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SSHD = "/usr/sbin/sshd"
 TLS_PORT = 2376
+# Debian's crun (scripts/setup.sh installs it), registered with a far engine started with
+# ``crun=True`` as a second OCI runtime; the machine's own engine is never reconfigured.
+CRUN = "/usr/bin/crun"
+# crun 1.8 refuses cgroup v1 hosts whose cgroup2 hierarchy is mounted too ("cgroups in hybrid
+# mode not supported"): such a far engine runs in a mount namespace of its own without it (the
+# machine's mounts and cgroups are untouched; the engine then sees plain cgroup v1).
+UNIFIED = "/sys/fs/cgroup/unified"
 
 
 class EngineHostUnavailable(Exception):
@@ -129,6 +136,7 @@ class EngineHost:
     veth: str = ""
     cgroup_parent: str = ""
     tls: TLSFiles | None = None
+    crun: bool = False  # register crun (CRUN) as a runtime of this engine
     _dockerd: subprocess.Popen[bytes] | None = None
     _sshd: subprocess.Popen[bytes] | None = None
 
@@ -218,14 +226,21 @@ class EngineHost:
     def _start_dockerd(self, timeout: float) -> None:
         assert self.tls is not None
         log = (self.root / "dockerd.log").open("wb")
+        wrap: list[str] = []
+        if self.crun:
+            if not os.access(CRUN, os.X_OK):
+                raise EngineHostUnavailable(f"{CRUN} is missing: run scripts/setup.sh")
+            wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    f'umount {UNIFIED} 2>/dev/null; exec "$@"', "sh"]
         self._dockerd = subprocess.Popen(
-            [*self._nsenter(), "dockerd", "--data-root", str(self.root / "data"),
+            [*self._nsenter(), *wrap, "dockerd", "--data-root", str(self.root / "data"),
              "--exec-root", str(self.root / "exec"), "-H", self.local_docker_host,
              "-H", f"tcp://{self.address}:{TLS_PORT}", "--tlsverify",
              "--tlscacert", str(self.tls.ca), "--tlscert", str(self.tls.server_cert),
              "--tlskey", str(self.tls.server_key),
              "--pidfile", str(self.root / "docker.pid"), "--cgroup-parent", self.cgroup_parent,
-             "--bip", "10.202.0.1/24"],
+             "--bip", "10.202.0.1/24",
+             *(("--add-runtime", f"crun={CRUN}") if self.crun else ())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
@@ -333,4 +348,4 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         proc.wait(timeout=10)
 
 
-__all__ = ["TLS_PORT", "EngineHost", "EngineHostUnavailable", "TLSFiles"]
+__all__ = ["CRUN", "TLS_PORT", "EngineHost", "EngineHostUnavailable", "TLSFiles"]

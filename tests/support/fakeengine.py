@@ -53,7 +53,7 @@ from sbx.seams.session.stream import AttachedStream
 
 Call = tuple[str, tuple[Any, ...]]
 
-DEFAULT_INFO = EngineInfo("20.10.99", "1.41", "linux", "2", "systemd", False, ())
+DEFAULT_INFO = EngineInfo("20.10.99", "1.41", "linux", "2", "systemd", False, (), ("runc",), "runc")
 DEFAULT_GATEWAY = "172.30.0.1"
 DEFAULT_CONTAINER_IP = "172.30.0.2"
 

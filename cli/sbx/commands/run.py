@@ -65,6 +65,11 @@ def run(
         "--user", metavar="UID[:GID]",
         help="Run as this uid:gid (default: the workspace's owner, else the image's user).",
     )] = None,
+    runtime: Annotated[str | None, typer.Option(
+        "--runtime", metavar="NAME",
+        help="The engine's OCI runtime for the sandbox's containers, e.g. runsc or crun "
+             "(default: [sandbox] runtime, else the engine's); refused if the engine lacks it.",
+    )] = None,
     detach_keys: Annotated[str | None, typer.Option(
         "--detach-keys", metavar="KEYS",
         help="Keys that end a TTY session from the host (default ctrl-p,ctrl-q).")] = None,
@@ -123,6 +128,7 @@ def run(
         env=tuple(env or ()),
         env_files=tuple(env_file or ()),
         user=user,
+        runtime=runtime,
         detach_keys=detach_keys,
         trust_workspace=trust_workspace,
         name=name,

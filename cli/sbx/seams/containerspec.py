@@ -56,6 +56,7 @@ class ContainerSpec:
     healthcheck: tuple[tuple[str, ...], int] | None = None
     name: str | None = None  # the engine's container name (named sandboxes)
     stdin_once: bool = True  # the engine closes stdin when the attached client's ends
+    runtime: str | None = None  # the engine's OCI runtime (HostConfig.Runtime); None: default
     extra: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -45,6 +45,27 @@ class EngineInfo:
     cgroup_driver: str
     rootless: bool
     security_options: tuple[str, ...]
+    # The OCI runtimes registered with the engine (/info "Runtimes") and its default one.
+    runtimes: tuple[str, ...] = ()
+    default_runtime: str = ""
+
+
+def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
+    """An :class:`EngineInfo` from the engine's ``/info`` answer; shared by every transport."""
+    security = tuple(str(s) for s in info.get("SecurityOptions") or ())
+    runtimes = info.get("Runtimes")
+    return EngineInfo(
+        version=str(info.get("ServerVersion", "")),
+        api_version=api_version,
+        os=str(info.get("OSType", "")),
+        cgroup_version=str(info.get("CgroupVersion", "")),
+        cgroup_driver=str(info.get("CgroupDriver", "")),
+        rootless=any("rootless" in s for s in security),
+        security_options=security,
+        runtimes=tuple(sorted(str(name) for name in runtimes))
+        if isinstance(runtimes, Mapping) else (),
+        default_runtime=str(info.get("DefaultRuntime") or ""),
+    )
 
 
 @dataclass(frozen=True)
@@ -275,6 +296,8 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
     }
     if options["privileged"]:
         host["Privileged"] = True
+    if options["runtime"]:
+        host["Runtime"] = options["runtime"]
     if options["cap_drop"]:
         host["CapDrop"] = list(options["cap_drop"])
     host["SecurityOpt"] = list(options["security_opt"])
@@ -402,6 +425,7 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
                      for m in spec.binds if m.volume],
         "network_mode": spec.network_mode,
         "privileged": spec.privileged,
+        "runtime": spec.runtime,  # None: the engine's default runtime
         "init": spec.init,
         "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
     }

@@ -29,6 +29,7 @@ from sbx.seams.engine import (
     PathStat,
     SandboxFiles,
     create_body,
+    engine_info,
     first_file_of_archive,
     image_info,
     path_stat,
@@ -168,16 +169,7 @@ class SocketEngine(SdkEngine):
             raise EngineUnavailable(f"{action}: the engine answered no JSON") from exc
         if _status != 200 or not isinstance(info, dict):
             raise _refusal(action, Reason.DOCKER_UNREACHABLE, _status, info, data)
-        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
-        return EngineInfo(
-            version=str(info.get("ServerVersion", "")),
-            api_version=str(response.headers.get("api-version") or ""),
-            os=str(info.get("OSType", "")),
-            cgroup_version=str(info.get("CgroupVersion", "")),
-            cgroup_driver=str(info.get("CgroupDriver", "")),
-            rootless=any("rootless" in s for s in security),
-            security_options=security,
-        )
+        return engine_info(info, str(response.headers.get("api-version") or ""))
 
     def image(self, ref: str) -> ImageInfo | None:
         status, attrs = self._json(

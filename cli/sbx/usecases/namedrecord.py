@@ -33,7 +33,7 @@ CREATION_OPTIONS: Final = {
     "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
     "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
-    "pids": "--pids",
+    "pids": "--pids", "runtime": "--runtime",
 }
 
 
@@ -91,6 +91,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                                      for v in capabilities.volumes),
                  "credential_names": sorted(plan.credential_names),
                  "options": creation_options(request),
+                 "runtime": plan.spec.runtime,  # checked against the engine at each start
                  "kits_state": fingerprint(kit_set, static_composition(kit_set))},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),

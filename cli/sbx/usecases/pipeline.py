@@ -43,6 +43,7 @@ from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE
 from sbx.domain.sandbox.images import known_user
 from sbx.domain.sandbox.kitimages import ensure_kit_image
 from sbx.domain.sandbox.requirements import check_engine, check_host, sandbox_limits
+from sbx.domain.sandbox.runtimes import RuntimeChoice, check_runtime, choose_runtime
 from sbx.domain.sandbox.sources import staging_available
 from sbx.seams.host.agent import host_agent
 from sbx.seams.host.git import global_identity
@@ -75,6 +76,7 @@ class WorkloadRequest:
     allow_privileged: bool = False
     timeout_s: float | None = None  # --timeout (run only), over [sandbox] timeout_ms
     detach_keys: str | None = None  # --detach-keys (run only), over [sandbox] detach_keys
+    runtime: str | None = None  # --runtime (run only), over [sandbox] runtime
     named: bool | None = None  # --name (run, explain); None: not a run (kit inspect, doctor)
 
 
@@ -84,6 +86,7 @@ class LoadedWorkload:
     config: Config
     kit_set: KitSet
     detach_keys: str
+    runtime: RuntimeChoice | None = None  # None: the engine's default runtime
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,8 @@ def load(ctx: AppContext, request: WorkloadRequest) -> LoadedWorkload:
     kit_set = load_kit_set(request.workload, request.kits, request.args, cwd=ctx.cwd,
                            cache_dir=ctx.state_home / "cache" / "descriptors",
                            supported=SUPPORTED, lock_home=ctx.state_home)
-    return LoadedWorkload(request, config, kit_set, detach_keys(request.detach_keys, config))
+    return LoadedWorkload(request, config, kit_set, detach_keys(request.detach_keys, config),
+                          choose_runtime(request.runtime, config))
 
 
 def timeout_ms(seconds: float) -> int:
@@ -181,6 +185,7 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
     driver: Inventory = ctx.driver
     engine = driver.info()
     check_engine(engine)
+    check_runtime(engine, loaded.runtime)  # before any image is built
     kit_set = loaded.kit_set
     image, image_tag, image_built, used = _kit_image(ctx, kit_set, progress, helper_labels)
     workspace_target = image.workdir or DEFAULT_WORKSPACE

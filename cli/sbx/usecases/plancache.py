@@ -359,7 +359,7 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         terminal_passthrough=as_bool(data["terminal_passthrough"]),
         recreate=as_bool(data["recreate"]),
         memory_bytes=_opt_int(data["memory_bytes"]), cpu_millis=_opt_int(data["cpu_millis"]),
-        pids=_opt_int(data["pids"]), host=streams)
+        pids=_opt_int(data["pids"]), runtime=as_opt_str(data["runtime"]), host=streams)
 
 
 def _opt_int(value: object) -> int | None:

@@ -116,6 +116,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.root_workspace": "refuse",
         "sandbox.detach_keys": "ctrl-p,ctrl-q",
         "sandbox.terminal_passthrough": False,
+        "sandbox.runtime": None,
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -175,6 +176,9 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
      {"sandbox.root_workspace": "sandbox-user"}),
     ("[sandbox]\ndetach_keys = \"ctrl-x,x\"\n", {"sandbox.detach_keys": "ctrl-x,x"}),
     ("[sandbox]\nterminal_passthrough = true\n", {"sandbox.terminal_passthrough": True}),
+    ("[sandbox]\nruntime = \"runsc\"\n", {"sandbox.runtime": "runsc"}),
+    ("[sandbox]\nruntime = \"io.containerd.runc.v2\"\n",
+     {"sandbox.runtime": "io.containerd.runc.v2"}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -345,11 +349,11 @@ UNKNOWN_CASES = [
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
@@ -364,7 +368,7 @@ UNKNOWN_CASES = [
      "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
 ]
 

@@ -66,6 +66,7 @@ SPECS = {
     "tmpfs": _spec(extra_tmpfs={"/cache": "rw,size=1024,mode=700"}),
     "privileged": _spec(privileged=True),
     "network": _spec(network_mode="sbx-net"),
+    "runtime": _spec(runtime="runsc"),
 }
 
 

@@ -228,15 +228,15 @@ def test_json_contract(h: Harness) -> None:
     assert (envelope["command"], envelope["status"], envelope["exit_code"]) == (
         "doctor", "failed", 1)
     checks = envelope["data"]["checks"]
-    assert [c["id"] for c in checks] == ["platform", "config", "identity", "engine", "limits",
-                                         "gc", "egress-ca", "egress-proxy",
+    assert [c["id"] for c in checks] == ["platform", "config", "identity", "engine", "runtimes",
+                                         "limits", "gc", "egress-ca", "egress-proxy",
                                          "egress-host-services"]
     for check in checks:
         assert {"id", "title", "status", "detail", "reason", "fix"} <= set(check)
         assert check["status"] in {"ok", "warn", "fail"}
         assert isinstance(check["title"], str) and isinstance(check["detail"], str)
         assert_check_contract(check)
-    assert envelope["data"]["summary"] == {"ok": 5, "warn": 2, "fail": 2}
+    assert envelope["data"]["summary"] == {"ok": 5, "warn": 3, "fail": 2}
     egress = {c["id"]: c for c in checks if c["id"].startswith("egress-")}
     assert egress["egress-ca"]["data"]["not_after"] == "2031-01-15T12:00:00+00:00"
     assert egress["egress-ca"]["data"]["days_left"] == 365

@@ -38,6 +38,8 @@ _PATTERN_MESSAGES: Final[Mapping[str, str]] = MappingProxyType({
     "network.proxy_bind_host": "must be a host name or address without spaces",
     "mounts.allowed_roots": "must be an absolute path",
     "mounts.blocked": "must be an absolute path",
+    "sandbox.runtime": "must be an engine runtime name like runsc or crun (letters, digits, "
+                       "and . _ + - after the first)",
     "sandbox.detach_keys": "must be keys like ctrl-p,ctrl-q (a character or ctrl-<letter>, "
                            "comma-separated, no spaces)",
 })
@@ -193,6 +195,8 @@ def value_message(error: ValidationError, key: str, value: object) -> str:
         return _PATTERN_MESSAGES.get(key, "has an invalid format")
     if validator == "minLength":
         return "must not be empty"
+    if validator == "maxLength":
+        return f"must be at most {bound} characters"
     if validator == "enum":
         # The allowed values are sbx's own words, safe to show; the value given is not echoed.
         return "must be one of " + ", ".join(json.dumps(choice) for choice in bound)

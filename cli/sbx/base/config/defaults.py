@@ -28,6 +28,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "root_workspace": "refuse",
         "detach_keys": "ctrl-p,ctrl-q",
         "terminal_passthrough": False,
+        "runtime": None,  # the engine's default OCI runtime (usually runc)
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,

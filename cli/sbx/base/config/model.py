@@ -43,6 +43,7 @@ class SandboxSettings:
     detach_keys: Sourced[str]  # the keys that end a TTY session from the host
     # pass the sandbox's clipboard, title, hyperlink... sequences to the user's terminal
     terminal_passthrough: Sourced[bool]
+    runtime: Sourced[str | None]  # the OCI runtime every container of a sandbox runs on
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class Config:
         ``Reason.INVALID_ARGUMENT`` naming ``source`` (e.g. ``"flag --timeout"``).
         """
         names = [f.name for f in dataclasses.fields(SandboxSettings)
-                 if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough")]
+                 if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough",
+                                   "runtime")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)

@@ -94,6 +94,7 @@ class Reason(enum.StrEnum):
     ENGINE_NOT_LOCAL = "engine_not_local"
     LIMIT_OVER_BOUND = "limit_over_bound"
     COPY_REFUSED = "copy_refused"
+    RUNTIME_MISSING = "runtime_missing"
 
     @property
     def info(self) -> ReasonInfo:

@@ -67,6 +67,19 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "workspace to a remote engine (`--workspace-mode copy`) is not built yet.",
         _E.REFUSED,
     ),
+    _R.RUNTIME_MISSING: ReasonInfo(
+        "Runtime not on the engine",
+        "The run asks for an OCI runtime (`--runtime NAME` or `[sandbox] runtime`: gVisor's "
+        "runsc, Kata, crun...) that the engine has not registered (`docker info` lists its "
+        "Runtimes). sbx refuses before anything is created instead of running the sandbox on "
+        "the engine's default runtime (usually runc), which would give it weaker isolation "
+        "than asked for without saying so.",
+        "Register the runtime with the engine, e.g. add `\"runtimes\": {\"runsc\": "
+        "{\"path\": \"/usr/bin/runsc\"}}` to /etc/docker/daemon.json and `sudo systemctl "
+        "reload docker` (or start dockerd with `--add-runtime runsc=/usr/bin/runsc`); or "
+        "choose one it has: `sbx doctor` lists them.",
+        _E.REFUSED,
+    ),
 }
 
 __all__ = ["ENTRIES"]

@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --detach-keys --name -m --memory --cpus --pids
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --runtime --detach-keys --name -m --memory --cpus --pids
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -154,6 +154,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l no-tty -d 'Allocate a terminal in the
 complete -c sbx -n '__sbx_in "sbx run"' -s e -l env -x -d 'Set a variable in the sandbox; NAME alone takes the host\'s value (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l env-file -x -d 'Read NAME=VALUE lines from FILE (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l user -x -d 'Run as this uid:gid (default: the workspace\'s owner, else the image\'s user)'
+complete -c sbx -n '__sbx_in "sbx run"' -l runtime -x -d 'The engine\'s OCI runtime for the sandbox\'s containers, e.g. runsc or crun (de...'
 complete -c sbx -n '__sbx_in "sbx run"' -l detach-keys -x -d 'Keys that end a TTY session from the host (default ctrl-p,ctrl-q)'
 complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created if missing, else started/attached as it was created'
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
@@ -231,6 +232,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_host_key' -d 'Engine host\'s key not trusted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_plain_tcp' -d 'Unprotected engine connection'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_not_local' -d 'Needs an engine on this machine'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'runtime_missing' -d 'Runtime not on the engine'
 
 # sbx doctor
 complete -c sbx -n '__sbx_in "sbx doctor"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to check with the workload'

@@ -74,6 +74,7 @@ def build_spec(
     home_volume: str | None = None,
     stdin_once: bool = True,
     name: str | None = None,
+    runtime: str | None = None,
 ) -> ContainerSpec:
     """The one hardened shape. Every run path calls this; nothing else builds a spec.
 
@@ -119,6 +120,7 @@ def build_spec(
         log_options=(BOUNDED_ENGINE_LOG if engine_log else NO_ENGINE_LOG)[1],
         stdin_once=stdin_once,
         name=name,
+        runtime=runtime,
     )
 
 
@@ -141,9 +143,11 @@ def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
                            labels: Mapping[str, str], image_labels: Mapping[str, str],
                            keepalive: Sequence[str],
                            cap_drop: Sequence[str],
-                           binds: Sequence[BindMount] = ()) -> ContainerSpec:
+                           binds: Sequence[BindMount] = (),
+                           runtime: str | None = None) -> ContainerSpec:
     """The create step's container: writable root (its result is committed), root user for
-    install hooks, no network, no privileges, the same memory/pids/cpu limits as the sandbox."""
+    install hooks, no network, no privileges, the same memory/pids/cpu limits and the same
+    OCI runtime as the sandbox (its install hooks run the kits' code too)."""
     return ContainerSpec(
         image=image,
         user="0:0",
@@ -160,6 +164,7 @@ def build_create_step_spec(*, image: str, limits: Limits, workdir: str,
         binds=tuple(binds),
         read_only=False,
         cap_drop=tuple(cap_drop),
+        runtime=runtime,
     )
 
 

@@ -15,6 +15,7 @@ from sbx.seams.engine import (
     EngineLocation,
     OwnedObject,
     RawListing,
+    engine_info,
 )
 from sbx.seams.enginebounds import timeout_s, waiting
 from sbx.seams.enginehost import is_loopback, resolve_endpoint, tcp_target
@@ -42,16 +43,7 @@ class SdkInventory(SdkClient):
     def info(self) -> EngineInfo:
         with self._engine_errors("reading engine info", Reason.DOCKER_UNREACHABLE):
             info: dict[str, Any] = self._client.info()
-        security = tuple(str(s) for s in info.get("SecurityOptions") or ())
-        return EngineInfo(
-            version=str(info.get("ServerVersion", "")),
-            api_version=str(self._api.api_version),
-            os=str(info.get("OSType", "")),
-            cgroup_version=str(info.get("CgroupVersion", "")),
-            cgroup_driver=str(info.get("CgroupDriver", "")),
-            rootless=any("rootless" in s for s in security),
-            security_options=security,
-        )
+        return engine_info(info, str(self._api.api_version))
 
     def list_owned(self, labels: Mapping[str, str]) -> list[OwnedObject]:
         """Containers, networks and volumes carrying every given label (all states)."""

@@ -39,6 +39,7 @@ from sbx.usecases.doctor.model import (
     Verdict,
 )
 from sbx.usecases.doctor.probes import EgressProbes
+from sbx.usecases.doctor.runtimes import check_runtimes
 
 if TYPE_CHECKING:
     from sbx.usecases.context import AppContext
@@ -54,6 +55,10 @@ CHECKS: Final[tuple[Check, ...]] = (
     Check("config", "config", check_config, timeout_reason=Reason.INVALID_CONFIG),
     Check("identity", "identity", check_identity, timeout_reason=Reason.ROOT_USER),
     Check("engine", "engine", check_engine),
+    Check("runtimes", "runtimes", check_runtimes, needs_engine=True,
+          without_engine=Verdict(Status.WARN, f"not listed: {ENGINE_DOWN}",
+                                 Reason.DOCKER_UNREACHABLE,
+                                 "Fix the engine first (see the engine check).")),
     Check("limits", "resource limits", check_limits, needs_engine=True,
           timeout_s=lambda request: request.probe_timeout_s,
           without_engine=Verdict(Status.FAIL, f"not probed: {ENGINE_DOWN}",

@@ -69,10 +69,15 @@ def check_limits(state: DoctorState) -> Verdict:
     if not candidates:
         return Verdict(Status.WARN, "not probed: no local image to run the probe in",
                        Reason.IMAGE_MISSING, _NO_PROBE_IMAGE_FIX)
+    # The limits are judged on the runtime sandboxes get (gVisor, Kata enforce them their own
+    # way); a configured one the engine lacks is the runtimes check's finding, not this one's.
+    runtime = state.config.sandbox.runtime.value
+    if state.engine is None or runtime not in state.engine.runtimes:
+        runtime = None
     attempts: list[str] = []
     for ref in candidates[:MAX_PROBE_ATTEMPTS]:
         try:
-            readings = run_probe(state.ctx, ref, limits, wait_s=PROBE_WAIT_S)
+            readings = run_probe(state.ctx, ref, limits, wait_s=PROBE_WAIT_S, runtime=runtime)
         except SbxError as error:
             if error.reason in (Reason.START_FAILED, Reason.CREATE_FAILED,
                                 Reason.IMAGE_MISSING):
@@ -112,7 +117,7 @@ def probe_candidates(local: Sequence[tuple[str, int]]) -> list[str]:
 
 
 def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
-              wait_s: float = PROBE_WAIT_S) -> dict[str, str]:
+              wait_s: float = PROBE_WAIT_S, runtime: str | None = None) -> dict[str, str]:
     """Run the probe container with ``limits`` in ``image_ref``; return what it read.
 
     The container gets sbx's hardened shape (read-only, no capabilities, no network, the
@@ -134,7 +139,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
                       workspace_target=DEFAULT_WORKSPACE, workspace_bind=None, extra_binds=(),
                       command=(), entrypoint=("/bin/sh", "-c", PROBE_SCRIPT), env={},
                       home=FALLBACK_HOME, labels=labels, image_labels=image.labels,
-                      engine_log=True)
+                      engine_log=True, runtime=runtime)
     run_dir, owner = _write_probe_record(ctx.state_home, run_id, deadline, image_ref)
     container_id: str | None = None
     try:

@@ -14,6 +14,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.domain.sandbox.runtimes import RuntimeChoice, check_runtime
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import owned
 from sbx.seams.host import firewall, procfs
@@ -156,6 +157,10 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
                        hint=f"`sbx rm -f {record.name}` and create it again.")
     if state == "running":
         return
+    runtime = record.request.get("runtime")
+    if isinstance(runtime, str):  # the engine may have lost it while the sandbox was stopped
+        check_runtime(driver.info(), RuntimeChoice(
+            runtime, f"the named sandbox {record.name}", named=record.name))
     _restarting_workspace(ctx, record, on_warning)
     admission = admit_recorded(ctx, record)
     try:

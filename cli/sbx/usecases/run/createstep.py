@@ -58,7 +58,8 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         workdir=plan.workspace_target,
         labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
         cap_drop=CREATE_STEP_CAP_DROP,
-        binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")])
+        binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")],
+        runtime=plan.spec.runtime)
     lifecycle = capabilities.lifecycle
     if networked:
         assert plan.network is not None  # noqa: S101 - networked says so

@@ -23,6 +23,7 @@ from sbx.domain.sandbox.imagecache import record_use, use_tag
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.kitpins import KitFiles
 from sbx.domain.sandbox.requirements import check_engine, check_host
+from sbx.domain.sandbox.runtimes import check_runtime
 from sbx.seams.engine import ImageInfo
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.plan import Decided, RunPlan, owner_key, plan
@@ -67,7 +68,9 @@ class FromCache:
     def engine(self, ctx: AppContext, run_id: str, labels: Mapping[str, str]) -> bool:
         """The engine's requirements, and every image of the recipe still there by its id."""
         driver = ctx.driver
-        check_engine(driver.info())
+        info = driver.info()
+        check_engine(info)
+        check_runtime(info, self.recipe.runtime_choice)  # the engine may have lost it since
         images = []
         for image_id in dict.fromkeys(self.recipe.images_used):
             found = driver.image(image_id)

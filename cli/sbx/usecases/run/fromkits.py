@@ -222,6 +222,7 @@ class FromKits:
                 capabilities: CapabilityPlan, *, home: str, command: tuple[str, ...] | None,
                 entrypoint: tuple[str, ...] | None) -> Recipe:
         config, request, user = self.config, self.request, admission.user
+        runtime = self.loaded.runtime
         return Recipe(
             image=image, image_tag=planned.image_tag,
             images_used=tuple(i.id for i in (*planned.images_used, image)),
@@ -231,6 +232,8 @@ class FromKits:
             workspace_target=planned.workspace_target, command=command, entrypoint=entrypoint,
             env={**planned.exports, **capabilities.env}, home=home, tmpfs=dict(capabilities.tmpfs),
             detach_keys=self.loaded.detach_keys,
+            runtime=runtime.name if runtime is not None else None,
+            runtime_source=runtime.source if runtime is not None else "",
             terminal_passthrough=(request.terminal_passthrough
                                   or config.sandbox.terminal_passthrough.value),
             explain_command=(f"sbx explain {request.name}" if request.name is not None

@@ -280,6 +280,7 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         engine_log=named is not None,
         home_volume=volume_names[-1] if named is not None else None,
         name=f"sbx-{named}-{ctx.home_hash[:8]}" if named is not None else None,
+        runtime=recipe.runtime,
     )
     if flags.memory_bytes is not None:
         check_tmpfs_fit(limits.memory_bytes, spec.tmpfs, flag="--memory")

@@ -20,6 +20,7 @@ from sbx.base.strictjson import (
     as_int,
     as_list,
     as_number,
+    as_opt_str,
     as_opt_strs,
     as_str,
     as_str_map,
@@ -27,6 +28,7 @@ from sbx.base.strictjson import (
 )
 from sbx.domain.sandbox.hardening import Limits
 from sbx.domain.sandbox.limitflags import CONFIG_KEYS
+from sbx.domain.sandbox.runtimes import RuntimeChoice
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.escape import parse_detach_keys
 
@@ -79,6 +81,10 @@ class Recipe:
     # The config's [sandbox] memory_bytes, cpu_millis, pids: what --memory, --cpus, --pids
     # may ask for at most (sbx.domain.sandbox.limitflags), on every run of this recipe.
     bounds: Mapping[str, int] = field(default_factory=dict)
+    # The OCI runtime (--runtime or [sandbox] runtime) and where it was asked: checked against
+    # the engine on every run, cached or not (sbx.domain.sandbox.runtimes); None: the default.
+    runtime: str | None = None
+    runtime_source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -113,6 +119,7 @@ class Recipe:
                    for k, v in dict(data["tmpfs"]).items() if len(v) == 2},
             detach_keys=as_str(data["detach_keys"]),
             terminal_passthrough=as_bool(data["terminal_passthrough"]),
+            runtime=as_opt_str(data["runtime"]), runtime_source=as_str(data["runtime_source"]),
             explain_command=as_str(data["explain_command"]), notes=tuple(as_strs(data["notes"])),
             blocked=tuple(as_strs(data["blocked"])),
             allowed_roots=tuple(as_strs(data["allowed_roots"])),
@@ -137,6 +144,12 @@ class Recipe:
             raise ValueError("timeout_s")
         parse_detach_keys(recipe.detach_keys)  # ValueError when it does not parse
         return recipe
+
+    @property
+    def runtime_choice(self) -> RuntimeChoice | None:
+        if self.runtime is None:
+            return None
+        return RuntimeChoice(self.runtime, self.runtime_source)
 
 
 def kit_surface(value: object) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class RunRequest:
     memory_bytes: int | None = None
     cpu_millis: int | None = None
     pids: int | None = None
+    runtime: str | None = None  # --runtime NAME (else [sandbox] runtime): the OCI runtime
     host: HostStreams = NO_HOST_STREAMS
 
 
@@ -79,7 +80,7 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
                            timeout_s=request.timeout_s, detach_keys=request.detach_keys,
-                           named=request.name is not None)
+                           runtime=request.runtime, named=request.name is not None)
 
 
 __all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "OutputSink", "ProgressFactory",
