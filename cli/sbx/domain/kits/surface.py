@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.captypes.base import Handler
     from sbx.domain.kits.compose import Composition
 
 # compose's (a unit test holds them equal), here so that the lock and the gate — a pull, a
@@ -195,7 +195,7 @@ def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]
         entries = source
     else:  # a Composition (not imported here: see PHASES)
         entries = source.capabilities()
-    handler_of = _handlers()[0]
+    handler_of = _captypes().handler
     lists: dict[str, list[str]] = {f.name: [] for f in fields(Surface) if f.name != "privileged"}
     flags = {"privileged": False}
     for item in _flatten(entries):
@@ -259,7 +259,7 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
 
     A removed deny widens (the deny was part of what made the grant acceptable).
     """
-    return [w for handler in _handlers()[1]
+    return [w for handler in _captypes().WIDENING_ORDER
             for w in handler.widenings(granted, candidate)]
 
 
@@ -371,13 +371,14 @@ def http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[s
     return out
 
 
-def _handlers() -> tuple[Callable[[str], Handler], tuple[Handler, ...]]:
-    """The handler of a type, and the handlers in widening order."""
+def _captypes() -> ModuleType:
+    """The capability registry: a type's handler, and the handlers in widening order."""
     # Deferred: the capability handlers are only needed to project or compare a surface; reading
     # a lock (sbx pull, a run of a locked kit) loads this module without them.
     from sbx.domain.kits import captypes
 
-    return captypes.handler, captypes.WIDENING_ORDER
+    return captypes
+
 
 __all__ = [
     "Surface",
