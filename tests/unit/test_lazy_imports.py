@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # (commands/copy.py, df.py), deferred so `sbx --help` loads none of them, +1 for the --runtime
 # flag's check against the config schema (domain/sandbox/runtimes.py: off the plan cache's
 # path, which loads no config code),
-# +1: a present-image pull loads neither the engine's process seam nor registry credentials.
-BUDGET = 72
+# +1: a present-image pull loads neither the engine's process seam nor registry credentials,
+# -2: the light capability registry needs no deferral in the surface and selection.
+BUDGET = 70
 
 
 def _counter() -> ModuleType:
