@@ -19,7 +19,6 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
@@ -159,6 +158,9 @@ def size_bytes(size: str) -> int | None:
     match = _SIZE.match(size)
     if match is None:
         return None
+    # Here, not at the top: a surface (a pull) loads this module and never reads a size.
+    from decimal import Decimal, InvalidOperation
+
     try:
         number = Decimal(match.group(1))
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
