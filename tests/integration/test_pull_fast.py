@@ -141,7 +141,11 @@ from sbx.__main__ import cli
 status = cli(sys.argv[1:])
 heavy = sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'requests',
                'urllib3', 'docker', 'rich', 'yaml', 'jsonschema'})
-print(json.dumps({'status': status, 'heavy': heavy}))
+handlers = sorted(m.rsplit('.', 1)[1] for m in sys.modules
+                  if m.startswith('sbx.domain.kits.captypes.'))
+unneeded = sorted({m for m in sys.modules} & {'subprocess', 'tarfile', 'sbx.seams.host.processes',
+                  'sbx.seams.driver.registry_credentials', 'sbx.domain.kits.local'})
+print(json.dumps({'status': status, 'heavy': heavy, 'handlers': handlers, 'unneeded': unneeded}))
 """
 
 
@@ -159,7 +163,10 @@ def test_a_pull_by_hand_imports_no_typer_requests_or_sdk(
                               stdin=subprocess.DEVNULL, check=False)
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout.splitlines()[-1])
-        assert result == {"status": 0, "heavy": []}, done.stderr
+        # The kit asks for the network alone: only that type's handler (and their base) is
+        # loaded; no child process, credential helper or kit archive is needed.
+        assert result == {"status": 0, "heavy": [], "handlers": ["base", "network_policy"],
+                          "unneeded": []}, done.stderr
 
 
 # -- the registry clients side by side -------------------------------------------------------

@@ -156,6 +156,7 @@ def _typer_cap() -> Version:
     return caps[0]
 
 
+@pytest.mark.slow
 def test_cli_never_imports_pydantic() -> None:
     # The reason for typer's upper pin (pyproject.toml): typer 0.29 needs pydantic and routes
     # every parameter through it. If someone lifts the pin, this shows the cost on startup.

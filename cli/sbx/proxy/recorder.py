@@ -22,8 +22,8 @@ from sbx.domain.egress.requestlog import CAUSES, REDACTED, SCHEMA_VERSION, bound
 from sbx.domain.kits.compose import Phase, Rule
 
 if TYPE_CHECKING:
-    from sbx.proxy.context import ProxyContext
-    from sbx.proxy.refusals import EgressRefusal
+    from sbx.domain.egress.proxyconfig import ProxyConfig
+    from sbx.proxy.refusal import EgressRefusal
 
 # When the request (or, before its first request, the connection) being handled began: a
 # refusal's duration. Each client connection is its own task, so each has its own value.
@@ -70,11 +70,22 @@ def rule_record(rule: Rule | None) -> dict[str, Any] | None:
     return None if rule is None else _rule_record(rule)
 
 
+class RecordedProxy(Protocol):
+    """What the recorder reads of its proxy's context (:class:`sbx.proxy.context.ProxyContext`,
+    which holds the recorder): named by shape, so neither module imports the other."""
+
+    @property
+    def config(self) -> ProxyConfig: ...
+
+    @property
+    def phase(self) -> Phase: ...
+
+
 class Recorder:
     """Builds the records of one proxy. ``needles``: what a record must never hold (read at
     each record: secrets are re-read on SIGHUP and OAuth tokens are learnt as they come)."""
 
-    def __init__(self, ctx: ProxyContext, sink: RecordSink,
+    def __init__(self, ctx: RecordedProxy, sink: RecordSink,
                  needles: Any = None) -> None:
         self.ctx = ctx
         self.sink = sink
@@ -175,4 +186,5 @@ def _redacted(value: Any, needles: Sequence[str]) -> Any:
     return value
 
 
-__all__ = ["STARTED", "RecordSink", "Recorder", "Traffic", "mark_start", "rule_record"]
+__all__ = ["STARTED", "RecordSink", "RecordedProxy", "Recorder", "Traffic", "mark_start",
+           "rule_record"]

@@ -9,15 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from dataclasses import dataclass
 from typing import Any, Final
 
 from sbx.base.reasons import DETAILS, Reason
 from sbx.domain.egress import fixes, proxyauth
-from sbx.domain.egress.destination import Blocked
 from sbx.domain.egress.policy import Decision, describe_rule, rule_where
-from sbx.domain.kits.compose import Rule
 from sbx.proxy.context import ProxyContext
+from sbx.proxy.refusal import EgressRefusal
 from sbx.proxy.streams import Stream, flush
 from sbx.seams import audit
 
@@ -25,34 +23,6 @@ SBX_REASON: Final = "X-Sbx-Reason"
 SBX_RULE: Final = "X-Sbx-Rule"
 CLIENT_AUDIT_LIMIT: Final = 1000  # client refusals recorded per proxy (outsiders may flood)
 _DEFAULT_DENY: Final = "default_deny"  # the policy's code (sbx.domain.egress.policy.Code)
-
-
-@dataclass(eq=False)
-class EgressRefusal(Exception):
-    """A request or connection the proxy will not carry, and how to tell the client."""
-
-    status: int
-    code: str
-    reason: str
-    host: str
-    port: int
-    method: str | None = None
-    path: str | None = None
-    scheme: str = "https"
-    rule: str = "default-deny"  # the X-Sbx-Rule value
-    rule_text: str = "no allow rule (deny by default)"
-    suggestion: str | None = None
-    sbx_reason: str = Reason.EGRESS_DENIED
-    audited: bool = True
-    client: str | None = None  # the client's address, on refusals of the client itself
-    explain: str | None = None  # the explain command, when not the request's decision
-    deciding: Rule | None = None  # the policy rule the refusal rests on, if one does
-    destination: Blocked | None = None  # destination_blocked: what was refused and why
-    fix: fixes.Fix | None = None  # the fix to paste (made by the Refuser, which knows the run)
-    failed: bool = False  # not a decision: the proxy could not carry it (a 5xx, a 4xx)
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.code}: {self.reason}"
 
 
 def refusal_for(decision: Decision, *, host: str, port: int, scheme: str) -> EgressRefusal:

@@ -20,14 +20,19 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from sbx.base.deferred import deferred
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.engine import EngineLocation, short_error
 from sbx.seams.enginebounds import BoundedSocket
 from sbx.seams.enginehost import SshTarget
-from sbx.seams.host import processes
+
+if TYPE_CHECKING:
+    from sbx.seams.host import processes
+else:  # imported on first use: only an ssh engine runs a child (a local pull never does)
+    processes = deferred("sbx.seams.host.processes")
 
 SSH_CONNECT_TIMEOUT_S: Final = 30
 SSH_SHARE_ENV: Final = "SBX_ENGINE_SSH_SHARE"  # "0": a login of its own for every connection

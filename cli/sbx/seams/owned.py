@@ -23,7 +23,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets as _random
 import stat
 from collections import deque
 from collections.abc import Iterator
@@ -287,7 +286,7 @@ def write_file(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = Tr
     """Atomically replace ``path`` with ``data``: a fresh temporary file in the same directory
     (O_CREAT|O_EXCL|O_NOFOLLOW, created with ``mode``), fsync, rename, fsync the directory.
     Caches and run records, which a crash may lose, skip the fsyncs (``durable=False``)."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{_random.token_hex(8)}")
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.urandom(8).hex()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, mode)
     try:

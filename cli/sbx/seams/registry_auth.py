@@ -25,7 +25,6 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.driver import registry_credentials
 
 DOCKER_HUB: Final = "docker.io"
 _HELPER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -65,6 +64,10 @@ def resolve(host: str, env: Mapping[str, str]) -> Credentials | None:
     # DOCKER_CONFIG and home, which are not the injected environment's.
     if path is None or not path.is_file() or _names_nothing_for(host, path):
         return None
+    # Deferred: the docker SDK's reading (and the driver package with it) only when the config
+    # may name credentials for this host; an anonymous pull never loads it.
+    from sbx.seams.driver import registry_credentials
+
     helper = registry_credentials.docker_credential_store(host, path)
     if helper is not None:
         if not _HELPER_NAME.fullmatch(helper):

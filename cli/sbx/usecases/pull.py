@@ -25,7 +25,6 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.args import declarations
 from sbx.domain.kits.bundled import SHORT_NAMES
 from sbx.domain.kits.descriptor import parse_descriptor_text
-from sbx.domain.kits.local import looks_like_path, path_kind
 from sbx.domain.kits.lock import (
     GateResult,
     LockDecision,
@@ -37,6 +36,7 @@ from sbx.domain.kits.lock import (
     store_descriptor,
     write_lock,
 )
+from sbx.domain.kits.pathcheck import looks_like_path, path_kind
 from sbx.domain.kits.placeholders import referenced_args
 from sbx.domain.kits.surface import (
     Surface,

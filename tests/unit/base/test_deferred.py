@@ -19,6 +19,7 @@ def _fresh(code: str) -> str:
                           check=True, timeout=60).stdout.strip()
 
 
+@pytest.mark.slow
 def test_nothing_is_imported_before_the_first_attribute_read() -> None:
     code = ("import sys\nfrom sbx.base.deferred import deferred\n"
             "m = deferred('sbx.usecases.configview')\n"
@@ -43,6 +44,7 @@ def test_a_missing_attribute_is_an_attribute_error() -> None:
         deferred("sbx.usecases.configview").no_such_thing  # noqa: B018 -- the read is the test
 
 
+@pytest.mark.slow
 def test_help_loads_no_use_case_module() -> None:
     code = ("import io, sys\nfrom sbx.__main__ import cli\n"
             "sys.stdout = io.StringIO()\ncli(['--help'])\nsys.stdout = sys.__stdout__\n"

@@ -31,7 +31,6 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -213,6 +212,9 @@ def typed_scalar(text: str) -> str | int | float | bool:
 
 def _shortest(value: float) -> str:
     """The shortest plain-notation spelling of a float (no exponent, no trailing ``.0``)."""
+    # Here, not at the top: only a float argument needs it, and a pull loads this module.
+    from decimal import Decimal
+
     spelled = format(Decimal(repr(value)), "f")
     if "." in spelled:
         spelled = spelled.rstrip("0").rstrip(".")

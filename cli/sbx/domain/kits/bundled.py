@@ -7,7 +7,6 @@ own names (claude-code, codex, gemini-cli), so the short name is a fixed table, 
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Final
@@ -73,6 +72,9 @@ def suggestions(word: str, cwd: Path) -> list[str]:
     by_lower: dict[str, str] = {}
     for candidate in candidates:
         by_lower.setdefault(candidate.lower(), candidate)
+    # Here, not at the top: a pull reads SHORT_NAMES and never suggests.
+    import difflib
+
     found = difflib.get_close_matches(word.lower(), list(by_lower), n=3, cutoff=0.6)
     return [by_lower[match] for match in found]
 

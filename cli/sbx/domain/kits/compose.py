@@ -28,7 +28,7 @@ Groups must be selected and flattened before composition; a group item left in i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from sbx.base.errors import SbxError
@@ -41,6 +41,7 @@ from sbx.domain.kits.composed import (
     METHOD_ANY,
     PHASES,
     Action,
+    ComposedParts,
     Credential,
     FileWrite,
     Hook,
@@ -107,29 +108,9 @@ class Contribution:
 
 
 @dataclass(frozen=True)
-class Composition:
-    """The effective composition of a kit set, in dependency order, with provenance."""
-
-    kits: tuple[str, ...]
-    network: Network | None = None
-    credentials: tuple[Credential, ...] = ()
-    ssh_agent: tuple[SSHAgentGrant, ...] = ()
-    lifecycle: Lifecycle | None = None
-    volumes: tuple[Volume, ...] = ()
-    host_mounts: tuple[HostMount, ...] = ()
-    ports: tuple[Port, ...] = ()
-    usb: tuple[MergedRequest, ...] = ()
-    skills: tuple[MergedRequest, ...] = ()
-    bundled_skills: tuple[MergedRequest, ...] = ()
-    contexts: tuple[MergedRequest, ...] = ()
-    acp: tuple[MergedRequest, ...] = ()
-    resources: MergedRequest | None = None
-    agent_sessions: MergedRequest | None = None
-    agent_interactive_sessions: MergedRequest | None = None
-    others: tuple[MergedRequest, ...] = field(default=())
-
-    def credentials_for(self, phase: Phase) -> tuple[Credential, ...]:
-        return tuple(c for c in self.credentials if c.phase == phase)
+class Composition(ComposedParts):
+    """The effective composition of a kit set, in dependency order, with provenance (its parts:
+    :class:`~sbx.domain.kits.composed.ComposedParts`)."""
 
     def capabilities(self) -> tuple[dict[str, Any], ...]:
         """The effective capability list, one entry per merged request, as a descriptor holds it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from sbx.domain.kits.types import NETWORK_V1 as NETWORK_POLICY_V1
@@ -267,3 +267,30 @@ def dedupe(items: Iterable[Any]) -> list[Any]:
             seen.add(key)
             out.append(item)
     return out
+
+
+@dataclass(frozen=True)
+class ComposedParts:
+    """The merged parts of a composition, one field per kind of request: what the capability
+    handlers read (:class:`sbx.domain.kits.compose.Composition` adds the effective list)."""
+
+    kits: tuple[str, ...]
+    network: Network | None = None
+    credentials: tuple[Credential, ...] = ()
+    ssh_agent: tuple[SSHAgentGrant, ...] = ()
+    lifecycle: Lifecycle | None = None
+    volumes: tuple[Volume, ...] = ()
+    host_mounts: tuple[HostMount, ...] = ()
+    ports: tuple[Port, ...] = ()
+    usb: tuple[MergedRequest, ...] = ()
+    skills: tuple[MergedRequest, ...] = ()
+    bundled_skills: tuple[MergedRequest, ...] = ()
+    contexts: tuple[MergedRequest, ...] = ()
+    acp: tuple[MergedRequest, ...] = ()
+    resources: MergedRequest | None = None
+    agent_sessions: MergedRequest | None = None
+    agent_interactive_sessions: MergedRequest | None = None
+    others: tuple[MergedRequest, ...] = field(default=())
+
+    def credentials_for(self, phase: Phase) -> tuple[Credential, ...]:
+        return tuple(c for c in self.credentials if c.phase == phase)

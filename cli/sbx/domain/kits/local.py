@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import stat
 import tarfile
 from pathlib import Path
 from typing import Final
@@ -21,6 +20,7 @@ from sbx.domain.kits.bundled import registry_shaped, unknown_kit
 from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, parse_descriptor_file
 from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.localkit import LocalKit
+from sbx.domain.kits.pathcheck import looks_like_path, path_kind, shown
 
 # The recipe travels inside the build context under this name, whatever its origin (companion
 # file, `dockerfile:` path or inline `build:` text), so the builder reads exactly what was hashed.
@@ -54,39 +54,6 @@ def find_descriptor(directory: Path) -> Path:
     )
 
 
-def path_kind(path: Path, reference: str) -> str | None:
-    """``"file"``, ``"dir"``, ``"other"`` or None (nothing there) for a path given on the
-    command line; a path the system cannot even look up (too long, a NUL, a symlink loop, no
-    permission) is ``invalid_argument``, never an unexpected error."""
-    try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except ValueError:
-        raise SbxError(Reason.INVALID_ARGUMENT,
-                       f"{_shown(reference)} is not a usable path (it contains NUL)",
-                       hint="Name a kit directory or a pulled kit reference.") from None
-    except OSError as exc:
-        raise SbxError(Reason.INVALID_ARGUMENT,
-                       f"{_shown(reference)} cannot be looked up: {exc.strerror}",
-                       hint="Name a kit directory (a shorter, readable path) or a pulled kit "
-                            "reference.") from None
-    if stat.S_ISDIR(info.st_mode):
-        return "dir"
-    return "file" if stat.S_ISREG(info.st_mode) else "other"
-
-
-def looks_like_path(reference: str) -> bool:
-    """Whether ``reference`` is written as a file-system path (``./x``, ``../x``, ``/x``,
-    ``~/x``, ``.``): a registry reference never starts so."""
-    return reference in (".", "..", "~") or reference.startswith(("./", "../", "/", "~/"))
-
-
-def _shown(reference: str) -> str:
-    """A reference as messages show it: quoted, and cut when it is very long."""
-    return repr(reference if len(reference) <= 120 else reference[:117] + "...")
-
-
 def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) -> LocalKit:
     path = (cwd / reference).absolute() if not os.path.isabs(reference) else Path(reference)
     kind = path_kind(path, reference)
@@ -101,7 +68,7 @@ def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) 
         what = "is a file, not a kit directory" if kind is not None else "does not exist"
         raise SbxError(
             Reason.INVALID_ARGUMENT,
-            f"kit directory {_shown(reference)} {what}",
+            f"kit directory {shown(reference)} {what}",
             hint="Check the path: a local kit is a directory holding <name>.yaml (and "
                  "usually <name>.dockerfile).",
             details={"path": str(path)})
@@ -111,7 +78,7 @@ def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) 
             raise unknown_kit(reference, cwd)
         raise SbxError(
             Reason.IMAGE_MISSING,
-            f"kit {_shown(reference)} is neither a local kit directory nor a pulled kit",
+            f"kit {shown(reference)} is neither a local kit directory nor a pulled kit",
             hint=f"Check the path, or fetch a registry kit first with `sbx pull {reference}`.",
         )
     descriptor = parse_descriptor_file(descriptor_path, cache_dir=cache_dir)

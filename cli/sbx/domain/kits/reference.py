@@ -23,9 +23,10 @@ from sbx.domain.kits.bundled import (
     registry_shaped,
     unknown_kit,
 )
-from sbx.domain.kits.local import load_local_kit, looks_like_path, path_kind
+from sbx.domain.kits.local import load_local_kit
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.lock import load_locked_kit, lock_path, read_lock
+from sbx.domain.kits.pathcheck import looks_like_path, path_kind
 
 
 @dataclass(frozen=True)

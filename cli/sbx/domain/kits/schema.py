@@ -5,12 +5,11 @@ and the fingerprint of everything validation depends on."""
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
 import posixpath
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any, Final, cast
@@ -137,7 +136,7 @@ def nested_suggestions(key: str, schema: Mapping[str, Any]) -> list[str]:
         if key in fields:
             exact.append(f"{name}.{key}")
         else:
-            close.extend(f"{name}.{m}" for m in difflib.get_close_matches(key, fields, n=1))
+            close.extend(f"{name}.{m}" for m in _close_matches(key, fields, n=1))
     return exact or close
 
 
@@ -228,7 +227,7 @@ def _diagnostics_for(error: Any, document: Any, file: str,
         out = []
         for key in _unexpected_keys(error):
             line, col = key_position(document, parts, key)
-            hint = difflib.get_close_matches(key, known, n=1)
+            hint = _close_matches(key, known, n=1)
             suffix = _did_you_mean(hint or nested_suggestions(key, error.schema))
             out.append(Diagnostic(format_path([*parts, key]), f"unknown field {key!r}{suffix}",
                                   file, line, col, line_at(lines, line)))
@@ -323,3 +322,10 @@ def _show(value: Any) -> str:
         if len(text) > 60:
             break
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _close_matches(word: str, candidates: Iterable[str], n: int) -> list[str]:
+    """difflib's close matches, imported only when a descriptor has a misspelt key."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(candidates), n=n)

@@ -14,21 +14,8 @@ from typing import Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-
-
-@dataclass(frozen=True)
-class SelectionRecord:
-    kit: str
-    path: str  # e.g. capabilities[1] or capabilities[2].group
-    type: str  # capability type, or "group" for a group
-    reason: str = ""
-    members: tuple[str, ...] = ()  # member paths, for groups
-    rejected: tuple[str, ...] = ()  # member paths that could not be provided
-    rejected_types: tuple[str, ...] = ()  # their types, aligned with ``rejected``
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kit": self.kit, "path": self.path, "type": self.type, "reason": self.reason,
-                "members": list(self.members), "rejected": list(self.rejected)}
+from sbx.domain.kits import captypes
+from sbx.domain.kits.selectionrecord import SelectionRecord
 
 
 @dataclass(frozen=True)
@@ -49,9 +36,6 @@ NOT_IMPLEMENTED = "not implemented by this sbx"
 
 def why_not(ctype: str) -> str:
     """The reason a type is not provided: its handler's own words when sbx knows the type."""
-    # Deferred: the handlers import this module (SelectionRecord) at their top.
-    from sbx.domain.kits import captypes
-
     refusal = captypes.handler(ctype).refusal
     return f"{NOT_IMPLEMENTED}: {refusal}" if refusal else NOT_IMPLEMENTED
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import fields
+from typing import Any, Final, Protocol
 
-if TYPE_CHECKING:
-    from sbx.domain.kits.captypes.base import Handler
-    from sbx.domain.kits.compose import Composition
+from sbx.domain.kits import captypes
+from sbx.domain.kits.surfacetypes import CATEGORIES, JSON_FIELDS, Surface, Widening
 
 # compose's (a unit test holds them equal), here so that the lock and the gate — a pull, a
 # run of a locked kit — do not import the composer (~15 ms of dataclasses).
@@ -44,144 +43,21 @@ NOT_SURFACE: Final = frozenset({
     "com.docker.sandbox/agent-context@1", "com.docker.sandbox/sbx@1",
     "com.docker.sandbox/acp@1"})
 
-# attribute name -> JSON field name (the lock's spelling, §5.1).
-JSON_FIELDS: Final = {
-    "network_install_allow": "networkInstallAllow",
-    "network_install_deny": "networkInstallDeny",
-    "network_runtime_allow": "networkRuntimeAllow",
-    "network_runtime_deny": "networkRuntimeDeny",
-    "network_install_http_allow": "networkInstallHTTPAllow",
-    "network_install_http_deny": "networkInstallHTTPDeny",
-    "network_runtime_http_allow": "networkRuntimeHTTPAllow",
-    "network_runtime_http_deny": "networkRuntimeHTTPDeny",
-    "credentials_install": "credentialsInstall",
-    "credentials_runtime": "credentialsRuntime",
-    "credential_destinations": "credentialDestinations",
-    "ssh_agent": "sshAgent",
-    "storage_paths": "storagePaths",
-    "host_mount_paths": "hostMountPaths",
-    "skills_paths": "skillsPaths",
-    "skills_write_paths": "skillsWritePaths",
-    "ports": "ports",
-    "usb": "usb",
-    "privileged": "privileged",
-    "services": "services",
-}
-
-CATEGORIES: Final = (
-    "network.install.allow",
-    "network.runtime.allow",
-    "network.install.deny-removed",
-    "network.runtime.deny-removed",
-    "network.install.http.allow",
-    "network.runtime.http.allow",
-    "network.install.http.deny-removed",
-    "network.runtime.http.deny-removed",
-    "credentials.install",
-    "credentials.runtime",
-    "credentials.destinations",
-    "ssh-agent",
-    "storage",
-    "host-mount",
-    "skills",
-    "skills.write",
-    "ports",
-    "usb",
-    "privileged",
-    "services",
-)
 PRIVILEGED_DETAIL: Final = "requests privileged execution"  # captypes.privileged's
 _UNIVERSAL_HOSTS: Final = frozenset({"*", "**"})
 
 
-@dataclass(frozen=True)
-class Surface:
-    """A normalized permission surface. Lists are sorted and deduplicated on construction."""
+class Projectable(Protocol):
+    """What the projection reads of a composition (sbx.domain.kits.compose.Composition): its
+    effective capability list. Named by shape, so this module does not import the composer."""
 
-    network_install_allow: tuple[str, ...] = ()
-    network_install_deny: tuple[str, ...] = ()
-    network_runtime_allow: tuple[str, ...] = ()
-    network_runtime_deny: tuple[str, ...] = ()
-    network_install_http_allow: tuple[str, ...] = ()
-    network_install_http_deny: tuple[str, ...] = ()
-    network_runtime_http_allow: tuple[str, ...] = ()
-    network_runtime_http_deny: tuple[str, ...] = ()
-    credentials_install: tuple[str, ...] = ()
-    credentials_runtime: tuple[str, ...] = ()
-    credential_destinations: tuple[str, ...] = ()
-    ssh_agent: tuple[str, ...] = ()
-    storage_paths: tuple[str, ...] = ()
-    host_mount_paths: tuple[str, ...] = ()
-    skills_paths: tuple[str, ...] = ()
-    skills_write_paths: tuple[str, ...] = ()
-    ports: tuple[str, ...] = ()
-    usb: tuple[str, ...] = ()
-    privileged: bool = False
-    services: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.name != "privileged":
-                object.__setattr__(self, f.name, tuple(sorted(set(getattr(self, f.name)))))
-        object.__setattr__(self, "privileged", bool(self.privileged))
-
-    def to_json(self) -> dict[str, Any]:
-        """The lock's JSON form: camelCase fields, empty ones omitted (Go ``omitempty``)."""
-        out: dict[str, Any] = {}
-        for attr, key in JSON_FIELDS.items():
-            value = getattr(self, attr)
-            if value:
-                out[key] = list(value) if isinstance(value, tuple) else value
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Surface:
-        """Read a surface back from a lock; raise ``ValueError`` if a field has the wrong type.
-
-        Missing fields are empty, so a lock written before the HTTP fields existed still reads
-        (:func:`diff_widenings` reconstructs its implied HTTP grants). Unknown fields are
-        ignored, which can only make the granted surface smaller: the gate then over-prompts
-        rather than granting silently.
-        """
-        if not isinstance(data, Mapping):
-            raise ValueError("a permission surface is a JSON object")
-        values: dict[str, Any] = {}
-        for attr, key in JSON_FIELDS.items():
-            if key not in data or data[key] is None:
-                continue
-            value = data[key]
-            if attr == "privileged":
-                if not isinstance(value, bool):
-                    raise ValueError(f"surface field {key} must be a boolean")
-                values[attr] = value
-            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-                values[attr] = tuple(value)
-            else:
-                raise ValueError(f"surface field {key} must be a list of strings")
-        return cls(**values)
-
-    def is_empty(self) -> bool:
-        return not self.to_json()
-
-
-@dataclass(frozen=True)
-class Widening:
-    """One way a candidate surface asks for more than the granted one."""
-
-    category: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.category}: {self.detail}"
-
-    def as_dict(self) -> dict[str, str]:
-        return {"category": self.category, "detail": self.detail}
+    def capabilities(self) -> tuple[dict[str, Any], ...]: ...
 
 
 # --- projection -------------------------------------------------------------------------------
 
 
-def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Surface:
+def surface(source: Projectable | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Surface:
     """Project a composition, an effective descriptor, or a capability list onto its surface.
 
     Supply the selected, merged declarations for enforcement. On an unselected descriptor, group
@@ -195,7 +71,7 @@ def surface(source: Composition | Mapping[str, Any] | Sequence[Mapping[str, Any]
         entries = source
     else:  # a Composition (not imported here: see PHASES)
         entries = source.capabilities()
-    handler_of = _handlers()[0]
+    handler_of = captypes.handler
     lists: dict[str, list[str]] = {f.name: [] for f in fields(Surface) if f.name != "privileged"}
     flags = {"privileged": False}
     for item in _flatten(entries):
@@ -259,7 +135,7 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
 
     A removed deny widens (the deny was part of what made the grant acceptable).
     """
-    return [w for handler in _handlers()[1]
+    return [w for handler in captypes.WIDENING_ORDER
             for w in handler.widenings(granted, candidate)]
 
 
@@ -370,14 +246,6 @@ def http_deny_removals(granted_hosts: Sequence[str], candidate_hosts: Sequence[s
             out.append(atom)
     return out
 
-
-def _handlers() -> tuple[Callable[[str], Handler], tuple[Handler, ...]]:
-    """The handler of a type, and the handlers in widening order."""
-    # Deferred: the capability handlers are only needed to project or compare a surface; reading
-    # a lock (sbx pull, a run of a locked kit) loads this module without them.
-    from sbx.domain.kits import captypes
-
-    return captypes.handler, captypes.WIDENING_ORDER
 
 __all__ = [
     "Surface",

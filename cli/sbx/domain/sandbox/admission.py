@@ -17,7 +17,7 @@ the user's to set, in ``exec`` as in ``run``), and the user (never uid or gid 0)
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sbx.base.errors import MountBlocked, SbxError
@@ -32,13 +32,28 @@ from sbx.domain.sandbox.mounts import check_source
 from sbx.domain.sandbox.sources import (
     SOCKET_SCAN_ENTRIES,
     SOCKET_SCAN_SECONDS,
-    HostMounts,
     OpenedSource,
     Pin,
     open_checked,
     sockets_inside,
 )
-from sbx.domain.sandbox.workspace_trust import protect
+from sbx.domain.sandbox.workspace_trust import Baseline, protect
+
+
+@dataclass
+class HostMounts:
+    """Every host path a run mounts, opened: the workspace first, then ``--mount``s, then the
+    workspace-trust pins. Owned by the run, closed when it ends."""
+
+    pins: list[Pin] = field(default_factory=list)
+    workspace: OpenedSource | None = None
+    notes: list[str] = field(default_factory=list)  # warnings for the user
+    # what each writable directory held before the run, for the check after it
+    baselines: list[Baseline] = field(default_factory=list)
+
+    def close(self) -> None:
+        for pin in self.pins:
+            pin.source.close()
 
 
 @dataclass(frozen=True)
@@ -206,6 +221,6 @@ def _inside(path: str, workspace: str | None) -> bool:
     return workspace is not None and (path == workspace or path.startswith(workspace + "/"))
 
 
-__all__ = ["Admission", "HostPath", "StartRequest", "UserChoice", "admit", "open_host_paths",
-           "recorded_paths", "recorded_user", "refuse_root", "refuse_sockets",
+__all__ = ["Admission", "HostMounts", "HostPath", "StartRequest", "UserChoice", "admit",
+           "open_host_paths", "recorded_paths", "recorded_user", "refuse_root", "refuse_sockets",
            "sentinel_names"]

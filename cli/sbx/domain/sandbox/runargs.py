@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.pathcheck import looks_like_path
 
 
 def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
@@ -23,7 +24,7 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
     checks, which name the rule."""
     if workspace is None or os.sep in workspace or os.path.isdir(cwd / workspace):
         return
-    if _looks_like_path(workspace):
+    if looks_like_path(workspace):
         return
     suggested = shlex.join(["sbx", "run", workload, "--", workspace, *(command or ())])
     raise SbxError(
@@ -56,18 +57,10 @@ def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> 
         return None
     at = words[-1]
     word = argv[at]
-    if _looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
+    if looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
         return None
     suggested = shlex.join(["sbx", *argv[:at], "--", *argv[at:]])
     return f"To run {shlex.join(argv[at:])!r} in the sandbox: {suggested}"
-
-
-def _looks_like_path(word: str) -> bool:
-    # Deferred: kits.local decodes descriptors, which the cached run never loads; only a word
-    # that names no directory is asked about.
-    from sbx.domain.kits.local import looks_like_path
-
-    return looks_like_path(word)
 
 
 __all__ = ["check_workspace_word", "command_hint"]

@@ -34,15 +34,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.mountrules import SOURCE_CHANGED, SOURCE_UNREADABLE
 from sbx.domain.sandbox.mounts import check_file_type
-
-if TYPE_CHECKING:
-    from sbx.domain.sandbox.workspace_trust import Baseline
 
 STAGING_ROOT: Final = Path("/run/sbx")
 NAMED_PREFIX: Final = "named-"  # a named sandbox's staging directory: named-<name>
@@ -81,22 +78,6 @@ class Pin:
     source: OpenedSource
     target: str  # container path
     read_only: bool
-
-
-@dataclass
-class HostMounts:
-    """Every host path a run mounts, opened: the workspace first, then ``--mount``s, then the
-    workspace-trust pins. Owned by the run, closed when it ends."""
-
-    pins: list[Pin] = field(default_factory=list)
-    workspace: OpenedSource | None = None
-    notes: list[str] = field(default_factory=list)  # warnings for the user
-    # what each writable directory held before the run, for the check after it
-    baselines: list[Baseline] = field(default_factory=list)
-
-    def close(self) -> None:
-        for pin in self.pins:
-            pin.source.close()
 
 
 def open_checked(path: str) -> OpenedSource:
@@ -456,7 +437,7 @@ def mount_mismatches(expected: Sequence[tuple[str, OpenedSource]], container_mou
     return problems
 
 
-__all__ = ["NAMED_PREFIX", "STAGING_ROOT", "HostMounts", "MountEntry", "OpenedSource", "Pin",
+__all__ = ["NAMED_PREFIX", "STAGING_ROOT", "MountEntry", "OpenedSource", "Pin",
            "Staging", "mount_mismatches", "open_checked", "open_child", "parse_mountinfo",
            "release_points", "root_in_filesystem", "sockets_inside", "stale_staging",
            "staging_available"]

@@ -21,7 +21,7 @@ from sbx.base import labels as label_keys
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.admission import Admission, HostPath, StartRequest, admit
+from sbx.domain.sandbox.admission import Admission, HostMounts, HostPath, StartRequest, admit
 from sbx.domain.sandbox.hardening import (
     BindMount,
     ContainerSpec,
@@ -36,7 +36,6 @@ from sbx.domain.sandbox.kitpins import KitFiles
 from sbx.domain.sandbox.limitflags import LimitFlags, apply_flags, check_tmpfs_fit
 from sbx.domain.sandbox.mountpolicy import MountPolicy
 from sbx.domain.sandbox.mounts import CheckedMount, check_mount, check_source, parse_mount_flag
-from sbx.domain.sandbox.sources import HostMounts
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
 from sbx.seams.session.mode import SessionMode, decide_mode

@@ -160,6 +160,7 @@ def test_a_huge_lock_is_refused_without_reading_it_whole(tmp_path: Path) -> None
     assert caught.value.reason is Reason.STATE_CORRUPT
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.binary(max_size=300))
 def test_any_lock_bytes_read_or_refuse(tmp_path: Path, content: bytes) -> None:

@@ -631,6 +631,7 @@ def test_property_anything_under_a_blocked_dir_is_refused(
                                "configured_block"}
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(segments=st.lists(st.sampled_from(["a", "b", ".", "", "etc", "x y"]), max_size=6),
        trailing=st.booleans())

@@ -12,9 +12,8 @@ import pytest
 
 from sbx.base import labels as label_keys
 from sbx.base.render import Renderer
-from sbx.domain.sandbox.admission import Admission
+from sbx.domain.sandbox.admission import Admission, HostMounts
 from sbx.domain.sandbox.images import SandboxUser
-from sbx.domain.sandbox.sources import HostMounts
 from sbx.seams.session.mode import SessionMode
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.plan import Decided, RunPlan, assemble

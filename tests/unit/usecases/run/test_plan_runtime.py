@@ -17,10 +17,9 @@ from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
-from sbx.domain.sandbox.admission import Admission
+from sbx.domain.sandbox.admission import Admission, HostMounts
 from sbx.domain.sandbox.images import SandboxUser
 from sbx.domain.sandbox.runtimes import RuntimeChoice
-from sbx.domain.sandbox.sources import HostMounts
 from sbx.seams.session.mode import SessionMode
 from sbx.usecases import pipeline
 from sbx.usecases.context import AppContext

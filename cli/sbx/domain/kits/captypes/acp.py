@@ -29,8 +29,7 @@ from sbx.domain.kits.types import ACP
 from sbx.domain.kits.versions import VersionError, check_name, normalize_name
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
+    from sbx.domain.kits.composed import ComposedParts, Origin
 
 
 class AcpType(Handler):
@@ -79,7 +78,7 @@ class AcpType(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["acp"] = tuple(merged(k) for k in merge.table("acp").values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.acp:
             yield entry.type, entry.config, entry.optional
 

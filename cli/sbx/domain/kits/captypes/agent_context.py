@@ -36,8 +36,7 @@ from sbx.domain.kits.types import AGENT_CONTEXT, STAGE_ROOT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import KitContent, SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
+    from sbx.domain.kits.composed import ComposedParts, Origin
 
 DEFAULT_PROFILE: Final = "AGENTS.md"
 _FILE_NAME_FORBIDDEN: Final = re.compile(r"[/\\\x00]")
@@ -124,11 +123,11 @@ class AgentContext(Handler):
             legacy = legacy or keyed
         parts["contexts"] = tuple(merged(keyed) for keyed in contexts)
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for context in composition.contexts:
             yield context.type, context.config, context.optional
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         """One profile per distinct location, each with guidance + kit index."""
         if not composition.contexts:
             return

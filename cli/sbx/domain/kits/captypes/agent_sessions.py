@@ -23,8 +23,7 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.types import AGENT_SESSIONS, INTERACTIVE_SESSIONS
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
+    from sbx.domain.kits.composed import ComposedParts, Origin
 
 PROMPT: Final = "{{.Prompt}}"
 SESSION_ID: Final = "{{.SessionID}}"
@@ -49,7 +48,7 @@ class AgentSessions(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts[self.field] = sole(merge, self.types[0])
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         entry = getattr(composition, self.field)
         if entry is not None:
             yield entry.type, entry.config, entry.optional

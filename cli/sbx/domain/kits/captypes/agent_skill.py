@@ -28,8 +28,7 @@ from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import AGENT_SKILL
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
+    from sbx.domain.kits.composed import ComposedParts, Origin
 
 SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
@@ -82,7 +81,7 @@ class AgentSkill(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["bundled_skills"] = tuple(merged(k) for k in merge.table("bundled-skills").values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.bundled_skills:
             yield entry.type, entry.config, entry.optional
 

@@ -31,16 +31,15 @@ from sbx.domain.kits.types import AGENT_SKILLS
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 
 class AgentSkills(Handler):
     types = (AGENT_SKILLS,)
     implemented = True
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         # sbx's host setting is read-only: the narrower of it and any kit mode is read-only.
         for entry in composition.skills:
             path = (entry.config or {}).get("path")
@@ -73,7 +72,7 @@ class AgentSkills(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["skills"] = tuple(merged(k) for k in merge.table("skills").values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.skills:
             yield entry.type, entry.config, entry.optional
 

@@ -19,20 +19,18 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 from sbx.domain.kits.composed import MergedRequest, canonical_config
 from sbx.domain.kits.diagnostics import Finding, Parts, format_path
 from sbx.domain.kits.placeholders import contains_placeholder
-from sbx.domain.kits.surface import Widening
+from sbx.domain.kits.surfacetypes import Widening
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.selection import SelectionRecord
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.selectionrecord import SelectionRecord
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 T = TypeVar("T")
 NS: Final = "com.docker.sandbox/"
@@ -160,6 +158,9 @@ def size_bytes(size: str) -> int | None:
     match = _SIZE.match(size)
     if match is None:
         return None
+    # Here, not at the top: a surface (a pull) loads this module and never reads a size.
+    from decimal import Decimal, InvalidOperation
+
     try:
         number = Decimal(match.group(1))
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
@@ -431,7 +432,7 @@ class Handler:
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         """Fold what :meth:`add` collected into ``parts`` (Composition fields by name)."""
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         """This type's merged requests as (type, config, optional) descriptor entries."""
         return ()
 
@@ -449,7 +450,7 @@ class Handler:
 
     # -- the sandbox (sbx.domain.sandbox.capabilities) ----------------------------------------
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         """What this type asks of the sandbox; raise ``SbxError`` to refuse."""
 
 

@@ -40,9 +40,8 @@ from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import CREDENTIAL, NETWORK_V1, NETWORK_V2
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Credential, Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Credential, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 # AccountId and IdToken are sbx's own (not in KIT-SPEC-V3): who the login is of, which some
 # agents read beside the token (Codex's tokens.account_id and id_token claims): the account
@@ -118,7 +117,7 @@ class CredentialType(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["credentials"] = tuple(merge.state("credentials", dict).values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for credential in composition.credentials:
             yield CREDENTIAL, credential.config, credential.optional
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import GIT_IDENTITY
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import ComposedParts
 
 CONFIG_PATH: Final = "/.sbx/gitconfig"
 IMAGE_CONFIG: Final = "/etc/gitconfig"
@@ -49,7 +49,7 @@ class GitIdentity(Handler):
     configless = True
     implemented = True
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         entry = next((e for e in composition.others if e.type == GIT_IDENTITY), None)
         if entry is None:
             return

@@ -45,16 +45,15 @@ def kit_identity(reference: str, directory: Path, stem: str, image: str | None) 
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 
 class HostMountType(Handler):
     types = (HOST_MOUNT,)
     implemented = True
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         for mount in composition.host_mounts:
             kit = planner.kits.get(mount.origin.kit)
             if kit is None:  # pragma: no cover - every origin is a kit of the set
@@ -76,7 +75,7 @@ class HostMountType(Handler):
             for path, keyed in merge.table(STORAGE).items()
             if keyed.item.get("type") == HOST_MOUNT and (cfg := config_of(keyed.item)) is not None)
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for mount in composition.host_mounts:
             yield HOST_MOUNT, mount.config, mount.optional
 

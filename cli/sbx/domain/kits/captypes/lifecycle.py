@@ -30,8 +30,7 @@ from sbx.domain.kits.types import LIFECYCLE
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import FileWrite, Hook, Lifecycle, Origin
+    from sbx.domain.kits.composed import ComposedParts, FileWrite, Hook, Lifecycle, Origin
 
 
 class LifecycleType(Handler):
@@ -58,11 +57,11 @@ class LifecycleType(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["lifecycle"] = _merged(merge, merge.asks("lifecycle"))
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         if composition.lifecycle is not None:
             yield LIFECYCLE, composition.lifecycle.config(), composition.lifecycle.optional
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         lifecycle = composition.lifecycle
         if lifecycle is None:
             return

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.captypes.base import Handler
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import LONG_RUNNING
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
+    from sbx.domain.kits.composed import ComposedParts
 
 
 class LongRunning(Handler):
@@ -29,7 +29,7 @@ class LongRunning(Handler):
     on_surface = False
     implemented = True
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         entry = next((e for e in composition.others if e.type == LONG_RUNNING), None)
         if entry is None or planner.named is not False:
             return

@@ -41,9 +41,8 @@ from sbx.domain.kits.surface import (
 from sbx.domain.kits.types import NETWORK_V1, NETWORK_V2
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Network, Origin, Rule
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Network, Origin, Rule
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST",
                                  "PUT", "TRACE"})
@@ -98,7 +97,7 @@ class NetworkPolicy(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["network"] = _merged(merge.asks("network"))
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         network = composition.network
         if network is not None:
             yield network.type, network.config(), network.optional

@@ -25,14 +25,13 @@ from sbx.domain.kits.captypes.base import (
 )
 from sbx.domain.kits.composed import Port
 from sbx.domain.kits.placeholders import contains_placeholder
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import PORT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 
 class PortType(Handler):
@@ -65,7 +64,7 @@ class PortType(Handler):
                               tuple(keyed.origins)))
         parts["ports"] = tuple(ports)
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for port in composition.ports:
             yield PORT, port.config(), port.optional
 
@@ -82,7 +81,7 @@ class PortType(Handler):
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
         yield from missing("ports", granted.ports, candidate.ports)
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         """TCP ports are forwarded; UDP cannot be (refused when required, skipped when
         optional)."""
         for port in composition.ports:

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler
-from sbx.domain.kits.surface import Widening
+from sbx.domain.kits.surfacetypes import Widening
 from sbx.domain.kits.types import PRIVILEGED
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 PRIVILEGED_DETAIL: Final = "requests privileged execution"
 
@@ -38,7 +38,7 @@ class PrivilegedType(Handler):
         if candidate.privileged and not granted.privileged:
             yield Widening("privileged", PRIVILEGED_DETAIL)
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         entries = [e for e in composition.others if e.type == PRIVILEGED]
         if not entries:
             return

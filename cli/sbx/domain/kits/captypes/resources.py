@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.captypes.base import Handler, Merge, add_sole, size_bytes, sole
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import RESOURCES
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
+    from sbx.domain.kits.composed import ComposedParts, Origin
 
 
 class ResourcesType(Handler):
@@ -35,12 +34,12 @@ class ResourcesType(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["resources"] = sole(merge, RESOURCES)
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         if composition.resources is not None:
             entry = composition.resources
             yield entry.type, entry.config, entry.optional
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         entry = composition.resources
         if entry is None or not entry.config:
             return

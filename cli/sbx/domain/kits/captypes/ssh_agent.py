@@ -34,15 +34,14 @@ from sbx.domain.kits.captypes.base import (
 )
 from sbx.domain.kits.composed import SSHAgentGrant
 from sbx.domain.kits.placeholders import contains_placeholder
-from sbx.domain.kits.selection import SelectionRecord
-from sbx.domain.kits.surface import Widening
+from sbx.domain.kits.selectionrecord import SelectionRecord
+from sbx.domain.kits.surfacetypes import Widening
 from sbx.domain.kits.types import SSH_AGENT
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin, SSHAgentGrant
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin, SSHAgentGrant
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 # The relay's directory inside the sandbox (mounted read-only) and its socket there.
 SANDBOX_DIR: Final = "/run/sbx-ssh-agent"
@@ -53,7 +52,7 @@ class SSHAgent(Handler):
     types = (SSH_AGENT,)
     implemented = True
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         granted = list(composition.ssh_agent)
         if not granted:
             return
@@ -132,7 +131,7 @@ class SSHAgent(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["ssh_agent"] = _grants(merge.state("ssh-agent", dict))
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for grant in composition.ssh_agent:
             yield SSH_AGENT, grant.config(), grant.optional
 

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Final
 from sbx.domain.kits.captypes.base import PRESENCE, Handler, Merge, merged, missing
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 
 class Unknown(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["others"] = tuple(merged(k) for k in merge.table(PRESENCE).values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.others:
             yield entry.type, entry.config, entry.optional
 

@@ -14,9 +14,8 @@ from sbx.domain.kits.composed import canonical_config
 from sbx.domain.kits.types import USB_DEVICE
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 
 class USBDevice(Handler):
@@ -41,7 +40,7 @@ class USBDevice(Handler):
     def finish(self, merge: Merge, parts: dict[str, Any]) -> None:
         parts["usb"] = tuple(merged(k) for k in merge.table("usb").values())
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.usb:
             yield entry.type, entry.config, entry.optional
 

@@ -33,14 +33,13 @@ from sbx.domain.kits.captypes.base import (
 )
 from sbx.domain.kits.composed import Volume
 from sbx.domain.kits.placeholders import contains_placeholder
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import HOST_MOUNT, VOLUME
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
-    from sbx.domain.kits.compose import Composition
-    from sbx.domain.kits.composed import Origin
-    from sbx.domain.kits.surface import Surface, Widening
+    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.surfacetypes import Surface, Widening
 
 STORAGE: Final = "storage"  # the path key volume@1 and host-mount@1 share
 DEFAULT_TMPFS_BYTES: Final = 64 * 1024 * 1024
@@ -64,7 +63,7 @@ class VolumeType(Handler):
             for path, keyed in merge.table(STORAGE).items()
             if keyed.item.get("type") != HOST_MOUNT and (cfg := config_of(keyed.item)) is not None)
 
-    def effective(self, composition: Composition) -> Iterable[tuple[str, Any, bool]]:
+    def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for volume in composition.volumes:
             yield VOLUME, volume.config, volume.optional
 
@@ -75,7 +74,7 @@ class VolumeType(Handler):
     def widenings(self, granted: Surface, candidate: Surface) -> Iterator[Widening]:
         yield from missing("storage", granted.storage_paths, candidate.storage_paths)
 
-    def plan(self, composition: Composition, planner: SandboxPlanner) -> None:
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         limits = planner.limits
         budget = limits.memory_bytes - limits.tmp_bytes - limits.workspace_bytes \
             - limits.home_bytes
