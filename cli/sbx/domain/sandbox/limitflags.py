@@ -13,11 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.hardening import Limits
+
+if TYPE_CHECKING:  # annotations only: `sbx --help` need not load the container spec
+    from sbx.domain.sandbox.hardening import Limits
 
 # Docker's RAMInBytes: a number, an optional unit (powers of 1024), optional i and b.
 _SIZE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
