@@ -88,6 +88,12 @@ def run(
         "--recreate",
         help="Make the named sandbox's container again from its kits as they are now, keeping "
              "HOME and its volumes.")] = False,
+    keep: Annotated[bool | None, typer.Option(
+        "--keep/--rm",
+        help="--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the next "
+             "run (HOME, logins, sessions survive; `sbx rm NAME` removes it); --rm: a one-shot "
+             "sandbox. Default [sandbox] keep: agent short names kept, kit paths one-shot.",
+    )] = None,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
@@ -136,6 +142,7 @@ def run(
         accept=accept,
         terminal_passthrough=terminal_passthrough,
         recreate=recreate,
+        keep=keep,
         memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis,
         pids=limits.pids,

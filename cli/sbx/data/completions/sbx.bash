@@ -37,7 +37,7 @@ __sbx_node() {
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
-            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --runtime --detach-keys --name -d --detach --accept --recreate --trust-workspace --terminal-passthrough -m --memory --cpus --pids --json -h --help'
+            __sbx_options='-k --kit --arg --allow-privileged --access --mount --timeout -i --interactive -t --tty --no-tty -e --env --env-file --user --runtime --detach-keys --name -d --detach --accept --recreate --keep --rm --trust-workspace --terminal-passthrough -m --memory --cpus --pids --json -h --help'
             __sbx_value_options='-k --kit --arg --access --mount --timeout -e --env --env-file --user --runtime --detach-keys --name -m --memory --cpus --pids'
             __sbx_nargs=2
             ;;

@@ -160,6 +160,8 @@ complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created 
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
 complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run, or beyond what...'
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
+complete -c sbx -n '__sbx_in "sbx run"' -l keep -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
+complete -c sbx -n '__sbx_in "sbx run"' -l rm -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'

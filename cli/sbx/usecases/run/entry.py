@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.usecases.context import AppContext
+from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
@@ -25,7 +26,8 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         confirm_follow: Callable[[str, Sequence[Any]], bool] | None = None) -> RunResult:
     """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
     ``confirm_follow``: about a named sandbox's kits asking for more at its start
-    (sbx.usecases.namedkits)."""
+    (sbx.usecases.namedkits). A kept run (sbx.usecases.run.kept) goes as a named one."""
+    request = kept_request(ctx, request, on_notice)
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
