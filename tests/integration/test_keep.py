@@ -2,7 +2,7 @@
 creates the sandbox of that kit and workspace once and re-enters it after, with HOME kept and
 the install hook run once (counted by a line it writes into the image, with a token of its
 own); a second directory of the same name gets its own sandbox; `--rm` leaves nothing behind;
-`--rm --name` is refused."""
+`--rm --name` is refused; `sbx run --name N` without the workload re-enters N."""
 
 from __future__ import annotations
 
@@ -91,6 +91,11 @@ def test_keep_creates_once_and_re_enters_with_home_and_one_install(
     # the same image (the install hook's own token, still one line) and the same HOME
     assert reentered == {**seen, "home": "kept"}
     assert "kept as" not in again.stderr.decode()
+    # the same directory spelt otherwise, and `run --name` without the workload: re-entered
+    parent = tmp_path / "a"
+    assert probe(sbx(env, "run", "--keep", str(kit), "myproject", cwd=parent))["home"] == "kept"
+    assert probe(sbx(env, "run", "--name", "agent-myproject", cwd=tmp_path)) \
+        == {**seen, "home": "kept"}
 
     # a directory of the same name elsewhere: its own sandbox, the name with a short hash
     other = project(tmp_path / "b" / "myproject")
@@ -123,6 +128,10 @@ def test_config_always_keeps_kit_paths_and_rm_leaves_nothing(
     assert ls(env, workspace) == {}
     assert owned(engine, state_home) == []
 
+    for words in (["run"], ["run", "--name", "nothing-here"]):
+        missing = sbx(env, *words, cwd=workspace)
+        assert missing.returncode != 0 and "invalid_argument" in missing.stderr.decode()
+        assert "sbx run" in missing.stderr.decode()
     refused = sbx(env, "run", "--rm", "--name", "x1", str(kit), ".", cwd=workspace)
     assert refused.returncode != 0
     assert "--rm contradicts --name" in refused.stderr.decode()

@@ -22,9 +22,10 @@ else:  # imported on first use: `sbx --help` loads no use case
 
 def run(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Argument(
+    workload: Annotated[str | None, typer.Argument(
         help="The workload kit: a local kit directory, a kit pinned by `sbx pull`, or a "
-             "bundled agent's short name (claude, codex, gemini; `sbx kit ls`).")],
+             "bundled agent's short name (claude, codex, gemini; `sbx kit ls`). Not needed "
+             "to re-enter an existing --name sandbox.")] = None,
     workspace: Annotated[str | None, typer.Argument(
         help="Host directory to use as the workspace (default: a private tmpfs).")] = None,
     kit: Annotated[list[str] | None, typer.Option(
@@ -116,6 +117,7 @@ def run(
     Arguments after `--` replace the image's CMD.
     """
     app = ctx.obj
+    workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     limits = limitflags.parse_flags(memory, cpus, pids)
     request = run_request.RunRequest(

@@ -45,4 +45,23 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
 
-__all__ = ["run"]
+def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
+    """The workload as given; without one, `sbx run --name N` re-enters N with the workload it
+    was created with."""
+    if workload is not None:
+        return workload
+    if name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx run needs a WORKLOAD: a kit directory, a "
+                       "kit pinned by `sbx pull`, or an agent's short name",
+                       hint="e.g. sbx run claude .  (`sbx kit ls` lists the short names)")
+    from sbx.domain.sandbox.records import SandboxStore, check_name
+
+    record = SandboxStore(ctx.state_home).load(check_name(name))
+    if record is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name} to re-enter",
+                       hint=f"Create it with its workload: sbx run --name {name} WORKLOAD "
+                            "[WORKSPACE]")
+    return record.workload
+
+
+__all__ = ["run", "workload_of"]

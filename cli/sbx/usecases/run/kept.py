@@ -42,9 +42,13 @@ def kept_request(ctx: AppContext, request: RunRequest,
         return os.path.realpath(record.workspace) if record.workspace else ""
 
     name = kept_name(_kit_word(ctx, request.workload), real, holder)
-    if store.load(name) is None:
+    record = store.load(name)
+    if record is None:
         on_notice(f"kept as {name}; `sbx rm {name}` removes it")
-    return dataclasses.replace(request, name=name)
+        return dataclasses.replace(request, name=name)
+    # the same directory however it is spelt now (`.`, `../app`): as the sandbox recorded it
+    spelt = (record.request.get("options") or {}).get("workspace", workspace)
+    return dataclasses.replace(request, name=name, workspace=str(spelt))
 
 
 def _short_name(ctx: AppContext, workload: str) -> bool:
