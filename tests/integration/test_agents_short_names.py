@@ -55,13 +55,13 @@ def test_short_name_one_shot_answers_with_the_real_key(
     _crossed(agent, api, internet, out, err)
 
 
+@pytest.mark.parametrize("agent", [pytest.param(CLAUDE, id="claude")])
 def test_a_short_name_with_a_workspace_is_kept_and_re_entered(
-        agent_versions: dict[str, str], api: StandIn,  # noqa: F811
+        agent: Agent, agent_versions: dict[str, str], api: StandIn,  # noqa: F811
         internet: Internet, state_home: Path, tmp_path: Path) -> None:
     """`sbx run claude .` keeps claude-<directory>: the second run re-enters it (no second
     creation) and the agent answers again (HOME and the install hook: tests/integration/
     test_keep.py)."""
-    agent = CLAUDE
     _bind(state_home, agent)
     (tmp_path / "myproject").mkdir()
     workspace = user_owned(tmp_path / "myproject")

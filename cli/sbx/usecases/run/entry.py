@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox.records import SandboxStore, check_name
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
@@ -54,8 +55,6 @@ def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
         raise SbxError(Reason.INVALID_ARGUMENT, "sbx run needs a WORKLOAD: a kit directory, a "
                        "kit pinned by `sbx pull`, or an agent's short name",
                        hint="e.g. sbx run claude .  (`sbx kit ls` lists the short names)")
-    from sbx.domain.sandbox.records import SandboxStore, check_name
-
     record = SandboxStore(ctx.state_home).load(check_name(name))
     if record is None:
         raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name} to re-enter",
