@@ -2,12 +2,14 @@
 creates the sandbox of that kit and workspace once and re-enters it after, with HOME kept and
 the install hook run once (counted by a line it writes into the image, with a token of its
 own); a second directory of the same name gets its own sandbox; `--rm` leaves nothing behind;
-`--rm --name` is refused; `sbx run --name N` without the workload re-enters N."""
+`--rm --name` is refused; `sbx run --name N` without the workload re-enters N; `sbx create`
+makes the kept sandbox without attaching."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,25 @@ def test_config_always_keeps_kit_paths_and_rm_leaves_nothing(
     assert "kept as agent-work" in kept.stderr.decode()
     assert probe(sbx(env, "run", str(kit), ".", cwd=workspace))["home"] == "kept"
     assert sbx(env, "rm", "-f", "agent-work", cwd=workspace).returncode == 0
+
+
+def test_create_makes_the_kept_sandbox_without_attaching(
+        kit: Path, env: dict[str, str], cleanup: list[str], tmp_path: Path) -> None:
+    workspace = project(tmp_path / "proj")
+    cleanup.append("agent-proj")
+    made = sbx(env, "create", str(kit), ".", cwd=workspace)
+    assert made.returncode == 0, made.stderr.decode(errors="replace")
+    assert made.stdout.decode().strip() == "agent-proj"
+    assert "installs=" not in made.stdout.decode()  # not attached: its output is not here
+    again = sbx(env, "create", str(kit), ".", cwd=workspace)
+    assert again.returncode != 0 and "agent-proj exists already" in again.stderr.decode()
+    bare = sbx(env, "create", str(kit), cwd=workspace)
+    assert bare.returncode != 0 and "sbx create needs a WORKSPACE or --name" \
+        in bare.stderr.decode()
+    deadline = time.monotonic() + 60  # its short workload ends by itself
+    while ls(env, workspace)["agent-proj"]["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    # `sbx run` of the same kit and workspace enters this one: its first start wrote HOME
+    assert probe(sbx(env, "run", "--keep", str(kit), ".", cwd=workspace))["home"] == "kept"
+    assert sbx(env, "rm", "-f", "agent-proj", cwd=workspace).returncode == 0

@@ -3,6 +3,7 @@ created, started or attached (sbx.usecases.named)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,32 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
 
+def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+           progress: ProgressFactory,
+           on_warning: Callable[[str], None] = lambda _text: None,
+           on_notice: Callable[[str], None] = lambda _text: None,
+           confirm_kits: ConfirmKits | None = None) -> RunResult:
+    """`sbx create`: a kept (or named) sandbox created and left running; an existing one is
+    refused (`sbx run` re-enters it)."""
+    if request.name is None and request.workspace is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx create needs a WORKSPACE or --name: a "
+                       "kept sandbox is one per workspace",
+                       hint=f"sbx create {request.workload} .  (or sbx create --name NAME "
+                            f"{request.workload})")
+    request = dataclasses.replace(request, keep=True if request.name is None else None,
+                                  detach=True)
+    request = kept_request(ctx, request, lambda _text: None)
+    name = check_name(request.name or "")
+    if SandboxStore(ctx.state_home).load(name) is not None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{name} exists already",
+                       hint=f"Enter it with `sbx run --name {name}`, or `sbx rm {name}` first.")
+    on_notice(f"kept as {name}; `sbx rm {name}` removes it")
+    result = run(ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
+                 on_notice=on_notice, confirm_kits=confirm_kits)
+    result.name = name
+    return result
+
+
 def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
     """The workload as given; without one, `sbx run --name N` re-enters N with the workload it
     was created with."""
@@ -63,4 +90,4 @@ def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
     return record.workload
 
 
-__all__ = ["run", "workload_of"]
+__all__ = ["create", "run", "workload_of"]
