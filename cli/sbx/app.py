@@ -18,6 +18,7 @@ from sbx.base.reasons import Reason
 from sbx.commands import completion as completion_command
 from sbx.commands import config as config_command
 from sbx.commands import copy as copy_command
+from sbx.commands import create as create_command
 from sbx.commands import df as df_command
 from sbx.commands import doctor as doctor_command
 from sbx.commands import explain as explain_command
@@ -97,6 +98,7 @@ app.command("pull")(_interruptible(pull_command.pull))
 app.command("gc")(_interruptible(gc_command.gc))
 app.command("version")(_interruptible(version_command.version))
 app.command("ls")(_interruptible(sandboxes_command.ls))
+app.command("create")(_interruptible(create_command.create))
 app.command("start")(_interruptible(sandboxes_command.start))
 app.command("attach")(_interruptible(sandboxes_command.attach))
 app.command("exec")(_interruptible(sandboxes_command.exec_))

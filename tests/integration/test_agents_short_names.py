@@ -43,7 +43,8 @@ def test_short_name_one_shot_answers_with_the_real_key(
     (tmp_path / "project").mkdir()
     workspace = user_owned(tmp_path / "project")
     env = _env(state_home, internet.sbx_config(tmp_path / "config.toml"))
-    done = run_sbx(["run", SHORT[agent.kit], ".", "--arg", "source=staged", "--timeout", "240",
+    done = run_sbx(["run", "--rm", SHORT[agent.kit], ".", "--arg", "source=staged",
+                    "--timeout", "240",
                     "--", *agent.one_shot, "Say hello."], env=env, timeout=RUN_TIMEOUT_S,
                    cwd=workspace)
     out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
@@ -52,6 +53,34 @@ def test_short_name_one_shot_answers_with_the_real_key(
     [asked] = api.model_requests()[:1]
     assert b"Say hello." in asked.body
     _crossed(agent, api, internet, out, err)
+
+
+@pytest.mark.parametrize("agent", [pytest.param(CLAUDE, id="claude")])
+def test_a_short_name_with_a_workspace_is_kept_and_re_entered(
+        agent: Agent, agent_versions: dict[str, str], api: StandIn,  # noqa: F811
+        internet: Internet, state_home: Path, tmp_path: Path) -> None:
+    """`sbx run claude .` keeps claude-<directory>: the second run re-enters it (no second
+    creation) and the agent answers again (HOME and the install hook: tests/integration/
+    test_keep.py)."""
+    _bind(state_home, agent)
+    (tmp_path / "myproject").mkdir()
+    workspace = user_owned(tmp_path / "myproject")
+    env = _env(state_home, internet.sbx_config(tmp_path / "config.toml"))
+    words = ["run", "claude", ".", "--arg", "source=staged", "--",
+             *agent.one_shot, "Say hello."]
+    try:
+        first = run_sbx(words, env=env, timeout=RUN_TIMEOUT_S, cwd=workspace)
+        err = first.stderr.decode(errors="replace")
+        assert first.returncode == 0, err
+        assert "kept as claude-myproject" in err
+        assert SCRIPT.reply in first.stdout.decode(errors="replace")
+        again = run_sbx(words, env=env, timeout=RUN_TIMEOUT_S, cwd=workspace)
+        assert again.returncode == 0, again.stderr.decode(errors="replace")
+        assert "kept as" not in again.stderr.decode(errors="replace")
+        assert SCRIPT.reply in again.stdout.decode(errors="replace")
+        assert len(api.model_requests()) >= 2
+    finally:
+        run_sbx(["rm", "-f", "claude-myproject"], env=env, timeout=RUN_TIMEOUT_S)
 
 
 def test_a_directory_named_like_a_short_name_is_run_instead(state_home: Path,

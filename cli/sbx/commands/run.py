@@ -22,9 +22,10 @@ else:  # imported on first use: `sbx --help` loads no use case
 
 def run(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Argument(
+    workload: Annotated[str | None, typer.Argument(
         help="The workload kit: a local kit directory, a kit pinned by `sbx pull`, or a "
-             "bundled agent's short name (claude, codex, gemini; `sbx kit ls`).")],
+             "bundled agent's short name (claude, codex, gemini; `sbx kit ls`). Not needed "
+             "to re-enter an existing --name sandbox.")] = None,
     workspace: Annotated[str | None, typer.Argument(
         help="Host directory to use as the workspace (default: a private tmpfs).")] = None,
     kit: Annotated[list[str] | None, typer.Option(
@@ -88,6 +89,12 @@ def run(
         "--recreate",
         help="Make the named sandbox's container again from its kits as they are now, keeping "
              "HOME and its volumes.")] = False,
+    keep: Annotated[bool | None, typer.Option(
+        "--keep/--rm",
+        help="--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the next "
+             "run (HOME, logins, sessions survive; `sbx rm NAME` removes it); --rm: a one-shot "
+             "sandbox. Default [sandbox] keep: agent short names kept, kit paths one-shot.",
+    )] = None,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
@@ -110,6 +117,7 @@ def run(
     Arguments after `--` replace the image's CMD.
     """
     app = ctx.obj
+    workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     limits = limitflags.parse_flags(memory, cpus, pids)
     request = run_request.RunRequest(
@@ -136,6 +144,7 @@ def run(
         accept=accept,
         terminal_passthrough=terminal_passthrough,
         recreate=recreate,
+        keep=keep,
         memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis,
         pids=limits.pids,

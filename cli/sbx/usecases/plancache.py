@@ -357,7 +357,7 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         trust_workspace=as_bool(data["trust_workspace"]), name=as_opt_str(data["name"]),
         detach=as_bool(data["detach"]), accept=as_bool(data["accept"]),
         terminal_passthrough=as_bool(data["terminal_passthrough"]),
-        recreate=as_bool(data["recreate"]),
+        recreate=as_bool(data["recreate"]), keep=as_opt_bool(data["keep"]),
         memory_bytes=_opt_int(data["memory_bytes"]), cpu_millis=_opt_int(data["cpu_millis"]),
         pids=_opt_int(data["pids"]), runtime=as_opt_str(data["runtime"]), host=streams)
 

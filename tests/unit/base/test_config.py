@@ -117,6 +117,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.detach_keys": "ctrl-p,ctrl-q",
         "sandbox.terminal_passthrough": False,
         "sandbox.runtime": None,
+        "sandbox.keep": "agents",
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -179,6 +180,8 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
     ("[sandbox]\nruntime = \"runsc\"\n", {"sandbox.runtime": "runsc"}),
     ("[sandbox]\nruntime = \"io.containerd.runc.v2\"\n",
      {"sandbox.runtime": "io.containerd.runc.v2"}),
+    ("[sandbox]\nkeep = \"always\"\n", {"sandbox.keep": "always"}),
+    ("[sandbox]\nkeep = \"never\"\n", {"sandbox.keep": "never"}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -348,12 +351,12 @@ UNKNOWN_CASES = [
      "unknown key; known keys: batch_size, grace_seconds, image_idle_seconds, named_ttl"),
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
@@ -367,8 +370,8 @@ UNKNOWN_CASES = [
     ("qqq = 1\n", "qqq", 1,
      "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, memory_bytes, pids, "
-     "root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes"),
 ]
 
@@ -893,6 +896,7 @@ def test_tomlkit_error_without_position(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize(("text", "message"), [
     ('[sandbox]\nroot_workspace = "map"\n', "must be one of"),
     ("[sandbox]\nroot_workspace = 1\n", "must be a string, not an integer"),
+    ('[sandbox]\nkeep = "sometimes"\n', "must be one of"),
     ('[sandbox]\ndetach_keys = "ctrl-p, ctrl-q"\n', "must be keys like ctrl-p,ctrl-q"),
     ('[sandbox]\ndetach_keys = ""\n', "must be keys like ctrl-p,ctrl-q"),
 ])

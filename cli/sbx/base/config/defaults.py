@@ -29,6 +29,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "detach_keys": "ctrl-p,ctrl-q",
         "terminal_passthrough": False,
         "runtime": None,  # the engine's default OCI runtime (usually runc)
+        "keep": "agents",
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,

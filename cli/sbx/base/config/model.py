@@ -44,6 +44,8 @@ class SandboxSettings:
     # pass the sandbox's clipboard, title, hyperlink... sequences to the user's terminal
     terminal_passthrough: Sourced[bool]
     runtime: Sourced[str | None]  # the OCI runtime every container of a sandbox runs on
+    # which workloads `sbx run` keeps as a sandbox per workspace: "agents" | "always" | "never"
+    keep: Sourced[str]
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class Config:
         """
         names = [f.name for f in dataclasses.fields(SandboxSettings)
                  if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough",
-                                   "runtime")]
+                                   "runtime", "keep")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)

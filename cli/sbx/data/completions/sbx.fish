@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls start attach exec logs stop rm cp df completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls create start attach exec logs stop rm cp df completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -84,6 +84,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' -k --kit --arg
         case 'sbx gc'
             printf '%s\n' --grace
+        case 'sbx create'
+            printf '%s\n' --name -k --kit --arg --access -m --memory --cpus --pids
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -123,6 +125,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a pull -d 'Fetch kits and plain images f
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a ls -d 'List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a create -d 'Create a kept sandbox and leave it running, without attaching; prints its name'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a start -d 'Start a stopped named sandbox as it was created, without giving its workload...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a attach -d 'Attach to a running named sandbox (the detach keys leave it running)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a exec -d 'Run a command in a named sandbox: its user, hardening and egress'
@@ -160,6 +163,8 @@ complete -c sbx -n '__sbx_in "sbx run"' -l name -x -d 'A named sandbox: created 
 complete -c sbx -n '__sbx_in "sbx run"' -s d -l detach -d 'Start the named sandbox and return (no attach)'
 complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask for beyond their last approved run, or beyond what...'
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
+complete -c sbx -n '__sbx_in "sbx run"' -l keep -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
+complete -c sbx -n '__sbx_in "sbx run"' -l rm -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
@@ -263,6 +268,19 @@ complete -c sbx -n '__sbx_in "sbx ls"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx ls"' -s q -l quiet -d 'Print names only'
 complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that are running now'
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx create
+complete -c sbx -n '__sbx_in "sbx create"' -l name -x -d 'Its name (default: the kept name, KIT-<workspace directory>)'
+complete -c sbx -n '__sbx_in "sbx create"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to compose on it (repeatable)'
+complete -c sbx -n '__sbx_in "sbx create"' -l arg -x -d 'A value for a kit arg (repeatable)'
+complete -c sbx -n '__sbx_in "sbx create"' -l access -x -a 'none ro rw' -d 'How it sees WORKSPACE (default rw)'
+complete -c sbx -n '__sbx_in "sbx create"' -l accept -d 'Approve what the kits ask for beyond their last approved run without asking'
+complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
+complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
+complete -c sbx -n '__sbx_in "sbx create"' -l pids -x -d 'Process limit; at most [sandbox] pids'
+complete -c sbx -n '__sbx_in "sbx create"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx create" 0' -a '(__fish_complete_directories (commandline -ct))'
+complete -c sbx -n '__sbx_arg "sbx create" 1' -a '(__fish_complete_directories (commandline -ct))'
 
 # sbx start
 complete -c sbx -n '__sbx_in "sbx start"' -s h -l help -d 'Show this message and exit'

@@ -21,15 +21,17 @@ from sbx.usecases.run.session import OUTPUT_DRAIN_S, Terminal, TerminalOutput
 
 def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            on_warning: Callable[[str], None], on_notice: Callable[[str], None],
-           interactive: bool | None = None, terminal_passthrough: bool = False) -> int:
+           interactive: bool | None = None, terminal_passthrough: bool = False,
+           starting: Callable[[], None] | None = None) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
-    or the user detaches (0: it keeps running)."""
+    or the user detaches (0: it keeps running). ``starting`` starts a stopped one once the
+    stream is open (as `docker start -ai`), so none of its first output is missed."""
     record = load_named(ctx, name, command="sbx attach")
     name = record.name
     driver = ctx.driver
     container_id = record.container_id
     assert container_id is not None  # noqa: S101 - load_named checks
-    if driver.container_state(container_id) != "running":
+    if starting is None and driver.container_state(container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
                        hint=f"Start it with `sbx start {name}`, then attach.")
     admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
@@ -38,6 +40,12 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
     output = to_terminal(ctx, host, on_output, terminal_passthrough)
     stream = driver.attach(container_id, stdin=mode.stdin,
                            detach_keys=keys if record.tty else None)
+    if starting is not None:
+        try:
+            starting()
+        except BaseException:
+            stream.close()
+            raise
     terminal = Terminal(host, tty=record.tty, raw=mode.raw,
                         resize_to=lambda rows, columns: driver.resize(
                             container_id, rows=rows, columns=columns))

@@ -70,16 +70,22 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                             confirm_kits=confirm_kits)
         _refuse_creation_options(request, record)
         started = time.monotonic()
-        _start(ctx, record, on_warning, accept=request.accept, confirm=confirm_follow,
-               on_notice=on_notice)
+
+        def starting() -> None:
+            _start(ctx, record, on_warning, accept=request.accept, confirm=confirm_follow,
+                   on_notice=on_notice)
+            release_creation(name)
+
+        if request.detach:
+            starting()
+            on_notice(f"{name} is running; `sbx attach {name}` to use it")
+            return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
+        # attached before it starts, as `docker start -ai`: a short workload's output is kept
+        code = attach(ctx, name, request.host, on_output=on_output, on_warning=on_warning,
+                      on_notice=on_notice, interactive=request.interactive,
+                      terminal_passthrough=request.terminal_passthrough, starting=starting)
     finally:
         release_creation(name)
-    if request.detach:
-        on_notice(f"{name} is running; `sbx attach {name}` to use it")
-        return RunResult(record.run_id, 0, time.monotonic() - started, None, name=name)
-    code = attach(ctx, name, request.host, on_output=on_output, on_warning=on_warning,
-                  on_notice=on_notice, interactive=request.interactive,
-                  terminal_passthrough=request.terminal_passthrough)
     return RunResult(record.run_id, code, time.monotonic() - started, None, name=name)
 
 

@@ -3,12 +3,15 @@ created, started or attached (sbx.usecases.named)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox.records import SandboxStore, check_name
 from sbx.usecases.context import AppContext
+from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
@@ -25,7 +28,8 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         confirm_follow: Callable[[str, Sequence[Any]], bool] | None = None) -> RunResult:
     """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
     ``confirm_follow``: about a named sandbox's kits asking for more at its start
-    (sbx.usecases.namedkits)."""
+    (sbx.usecases.namedkits). A kept run (sbx.usecases.run.kept) goes as a named one."""
+    request = kept_request(ctx, request, on_notice)
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
@@ -43,4 +47,47 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
 
-__all__ = ["run"]
+def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+           progress: ProgressFactory,
+           on_warning: Callable[[str], None] = lambda _text: None,
+           on_notice: Callable[[str], None] = lambda _text: None,
+           confirm_kits: ConfirmKits | None = None) -> RunResult:
+    """`sbx create`: a kept (or named) sandbox created and left running; an existing one is
+    refused (`sbx run` re-enters it)."""
+    if request.name is None and request.workspace is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx create needs a WORKSPACE or --name: a "
+                       "kept sandbox is one per workspace",
+                       hint=f"sbx create {request.workload} .  (or sbx create --name NAME "
+                            f"{request.workload})")
+    request = dataclasses.replace(request, keep=True if request.name is None else None,
+                                  detach=True)
+    request = kept_request(ctx, request, lambda _text: None)
+    name = check_name(request.name or "")
+    if SandboxStore(ctx.state_home).load(name) is not None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{name} exists already",
+                       hint=f"Enter it with `sbx run --name {name}`, or `sbx rm {name}` first.")
+    on_notice(f"kept as {name}; `sbx rm {name}` removes it")
+    result = run(ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
+                 on_notice=on_notice, confirm_kits=confirm_kits)
+    result.name = name
+    return result
+
+
+def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
+    """The workload as given; without one, `sbx run --name N` re-enters N with the workload it
+    was created with."""
+    if workload is not None:
+        return workload
+    if name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx run needs a WORKLOAD: a kit directory, a "
+                       "kit pinned by `sbx pull`, or an agent's short name",
+                       hint="e.g. sbx run claude .  (`sbx kit ls` lists the short names)")
+    record = SandboxStore(ctx.state_home).load(check_name(name))
+    if record is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, f"no sandbox named {name} to re-enter",
+                       hint=f"Create it with its workload: sbx run --name {name} WORKLOAD "
+                            "[WORKSPACE]")
+    return record.workload
+
+
+__all__ = ["create", "run", "workload_of"]

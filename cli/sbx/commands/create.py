@@ -1,0 +1,66 @@
+"""`sbx create [--name N] WORKLOAD [WORKSPACE]`: a kept sandbox made and left running, not
+attached; what `sbx run` then re-enters (sbx.usecases.run.entry.create)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sbx.base.deferred import deferred
+from sbx.commands import limit_options
+from sbx.domain.sandbox import limitflags
+from sbx.views import kit as kit_view
+
+if TYPE_CHECKING:
+    from sbx.usecases.run import entry
+    from sbx.usecases.run import request as run_request
+else:  # imported on first use: `sbx --help` loads no use case
+    entry = deferred("sbx.usecases.run.entry")
+    run_request = deferred("sbx.usecases.run.request")
+
+
+def create(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Argument(
+        help="The workload kit: a kit directory, a pinned kit, or an agent's short name.")],
+    workspace: Annotated[str | None, typer.Argument(
+        help="Host directory to use as the workspace (needed without --name: the sandbox is "
+             "kept per workspace).")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", metavar="NAME",
+        help="Its name (default: the kept name, KIT-<workspace directory>).")] = None,
+    kit: Annotated[list[str] | None, typer.Option(
+        "--kit", "-k", metavar="MIXIN", help="A mixin kit to compose on it (repeatable).")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="NAME=VALUE", help="A value for a kit arg (repeatable).")] = None,
+    access: Annotated[str | None, typer.Option(
+        "--access", metavar="none|ro|rw", help="How it sees WORKSPACE (default rw).")] = None,
+    accept: Annotated[bool, typer.Option(
+        "--accept", help="Approve what the kits ask for beyond their last approved run "
+                         "without asking.")] = False,
+    memory: limit_options.MemoryOption = None,
+    cpus: limit_options.CpusOption = None,
+    pids: limit_options.PidsOption = None,
+) -> int:
+    """Create a kept sandbox and leave it running, without attaching; prints its name.
+
+    `sbx run` with the same workload and workspace (or `sbx run --name NAME`, `sbx attach`)
+    enters it later. An existing sandbox of that name is refused.
+    """
+    app = ctx.obj
+    limits = limitflags.parse_flags(memory, cpus, pids)
+    request = run_request.RunRequest(
+        workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
+        args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
+        cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams)
+    renderer = app.renderer
+    result = entry.create(app, request, on_output=renderer.workload_output,
+                          progress=renderer.progress, on_warning=renderer.warn,
+                          on_notice=renderer.note,
+                          confirm_kits=kit_view.kit_confirmation(renderer))
+    renderer.message(result.name or "")
+    return result.exit_code
+
+
+__all__ = ["create"]
