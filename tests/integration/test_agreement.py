@@ -102,9 +102,12 @@ CASES: tuple[Case, ...] = (
     Case("invalid-config-detach-keys", Reason.INVALID_CONFIG,
          config='[sandbox]\ndetach_keys = "not keys"\n'),
     # -- kits: decode, args, selection, resolution (stage 1)
-    # Written as a name: neither a kit directory nor a pulled kit (never a registry fetch).
-    Case("kit-not-found", Reason.IMAGE_MISSING,
+    # Written as a name: neither a kit directory, a pulled kit nor a bundled short name.
+    Case("kit-not-found", Reason.KIT_NOT_FOUND,
          workload=lambda _root, _kit: "no-such-kit-anywhere"),
+    # Written as a registry reference that was never pulled (never a registry fetch).
+    Case("kit-not-pulled", Reason.IMAGE_MISSING,
+         workload=lambda _root, _kit: "registry.invalid/no-such-kit:1"),
     # Written as a path: a kit directory that does not exist.
     Case("kit-path-missing", Reason.INVALID_ARGUMENT,
          workload=lambda root, _kit: str(root / "no-such-kit")),
