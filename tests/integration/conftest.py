@@ -21,6 +21,7 @@ from sbx.seams.engine import OwnedObject
 from sbx.seams.transports import open_engine
 from tests.support.kits import write_kit
 from tests.support.origin import Internet
+from tests.support.sbxproc import run_sbx
 
 if TYPE_CHECKING:
     from tests.support.enginehost import EngineHost as EngineHostType
@@ -77,6 +78,15 @@ def state_home(tmp_path: Path, engine: SdkEngine) -> Iterator[Path]:
         if obj.kind == "container":
             engine.remove_container(obj.id)
     assert not leaked, f"sbx left objects behind: {leaked}"
+
+
+@pytest.fixture
+def cleanup(env: dict[str, str]) -> Iterator[list[str]]:
+    """Named sandboxes a test appends here are removed after it (``env`` is the module's)."""
+    names: list[str] = []
+    yield names
+    for each in names:
+        run_sbx(["rm", "-f", each], env=env, timeout=120)
 
 
 def make_kit(root: Path, name: str, dockerfile: str, descriptor_extra: str = "") -> Path:

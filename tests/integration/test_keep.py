@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +44,6 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env(state_home: Path) -> dict[str, str]:
     return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
             "NO_COLOR": "1"}
-
-
-@pytest.fixture
-def cleanup(env: dict[str, str]) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for each in names:
-        run_sbx(["rm", "-f", each], env=env, timeout=120)
 
 
 def project(root: Path) -> Path:

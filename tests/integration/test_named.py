@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +58,6 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def name() -> str:
     return f"n-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def cleanup(env: dict[str, str]) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for each in names:
-        run_sbx(["rm", "-f", each], env=env, timeout=120)
 
 
 def sbx(env: dict[str, str], *args: str, data: bytes | None = None,

@@ -10,7 +10,6 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +39,6 @@ def env(state_home: Path) -> dict[str, str]:
 def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_kit(tmp_path_factory.mktemp("kits"), "ops",
                     f"FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\nCMD [\"sh\"]\n")
-
-
-@pytest.fixture
-def cleanup(env: dict[str, str]) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for each in names:
-        run_sbx(["rm", "-f", each], env=env, timeout=120)
 
 
 def sbx(env: dict[str, str], *args: str, timeout: float = 120) -> Finished:
