@@ -904,3 +904,17 @@ def test_session_and_workspace_choices_are_validated(tmp_path: Path, text: str,
                                                      message: str) -> None:
     problem = only_problem(tmp_path, text)
     assert message in problem["message"], problem
+
+
+def test_the_same_bytes_are_parsed_once_and_an_edit_is_seen(tmp_path: Path) -> None:
+    path = write(tmp_path, '[sandbox]\nkeep = "always"\n')
+    first = load_config_file(path)
+    assert load_config_file(path) is first  # the same bytes: the earlier verdict
+    path.write_text('[sandbox]\nkeep = "never"\n', encoding="utf-8")
+    edited = load_config_file(path)
+    assert edited.sandbox.keep.value == "never"
+    path.write_text("[sandbox]\nkeep = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError):  # a refusal is never kept: every call judges again
+        load_config_file(path)
+    with pytest.raises(ConfigError):
+        load_config_file(path)

@@ -53,6 +53,23 @@ def load_config_file(path: Path) -> Config:
     has any invalid section (all problems are listed, sorted by line).
     """
     text = _read(path)
+    key = (str(path), text)
+    known = _LOADED.get(key)
+    if known is not None:
+        return known
+    config = _parse(path, text)
+    if len(_LOADED) >= 8:  # a long-lived process that sees many edits keeps only a few
+        _LOADED.clear()
+    _LOADED[key] = config
+    return config
+
+
+# The file is read on every call; only the parse and validation of the same bytes are kept, so
+# one command that asks several times pays once and an edit is seen by the next call.
+_LOADED: dict[tuple[str, str | None], Config] = {}
+
+
+def _parse(path: Path, text: str | None) -> Config:
     if text is None:
         return _resolve(path, exists=False, data={}, lines={})
     import tomlkit
