@@ -231,7 +231,8 @@ def test_a_socket_created_while_a_named_sandbox_was_stopped_is_refused_at_its_re
     listener.bind(str(control))
     listener.listen(1)
     try:
-        for session in (["exec", name, "--", "true"], ["attach", name]):
+        reenter = [word for word in create if word != "-d"]  # attaches to the running one
+        for session in (["exec", name, "--", "true"], ["attach", name], reenter):
             again = _sbx(env, *session)
             assert again.returncode == 125, (session, again)
             assert b"(mount_blocked)" in again.stderr, (session, again.stderr)

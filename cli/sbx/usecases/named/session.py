@@ -22,10 +22,11 @@ from sbx.usecases.run.session import OUTPUT_DRAIN_S, Terminal, TerminalOutput
 def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
            on_warning: Callable[[str], None], on_notice: Callable[[str], None],
            interactive: bool | None = None, terminal_passthrough: bool = False,
-           starting: Callable[[], None] | None = None) -> int:
+           starting: Callable[[], bool] | None = None) -> int:
     """Attach this terminal (or these pipes) to a running sandbox until it exits (its status)
     or the user detaches (0: it keeps running). ``starting`` starts a stopped one once the
-    stream is open (as `docker start -ai`), so none of its first output is missed."""
+    stream is open (as `docker start -ai`), so none of its first output is missed; it says
+    whether it started (and so admitted) the sandbox, else the attach admits it here."""
     record = load_named(ctx, name, command="sbx attach")
     name = record.name
     driver = ctx.driver
@@ -34,7 +35,8 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
     if starting is None and driver.container_state(container_id) != "running":
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} is not running",
                        hint=f"Start it with `sbx start {name}`, then attach.")
-    admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
+    if starting is None:
+        admit_recorded(ctx, record).close()  # checked like a start, though nothing is mounted
     mode = decide_mode(interactive=interactive, tty=record.tty, capture=False, host=host)
     keys = ctx.load_config().sandbox.detach_keys.value
     output = to_terminal(ctx, host, on_output, terminal_passthrough)
@@ -42,7 +44,8 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
                            detach_keys=keys if record.tty else None)
     if starting is not None:
         try:
-            starting()
+            if not starting():  # running already: nothing admitted it yet, and nothing flowed
+                admit_recorded(ctx, record).close()
         except BaseException:
             stream.close()
             raise

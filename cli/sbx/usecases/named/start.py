@@ -71,10 +71,11 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         _refuse_creation_options(request, record)
         started = time.monotonic()
 
-        def starting() -> None:
-            _start(ctx, record, on_warning, accept=request.accept, confirm=confirm_follow,
-                   on_notice=on_notice)
+        def starting() -> bool:
+            started_now = _start(ctx, record, on_warning, accept=request.accept,
+                                 confirm=confirm_follow, on_notice=on_notice)
             release_creation(name)
+            return started_now
 
         if request.detach:
             starting()
@@ -150,9 +151,9 @@ def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None
 
 def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], None], *,
            accept: bool = False, confirm: ConfirmFollow | None = None,
-           on_notice: Callable[[str], None] = lambda _text: None) -> None:
+           on_notice: Callable[[str], None] = lambda _text: None) -> bool:
     """Start a stopped sandbox as created, with what its kits changed since that it can take
-    (sbx.usecases.namedkits); a running one is left as it is."""
+    (sbx.usecases.namedkits), after admitting it; a running one is left as it is (False)."""
     driver = ctx.driver
     if record.container_id is None:
         raise SbxError(Reason.STATE_CORRUPT, f"{record.name}'s record names no container",
@@ -162,7 +163,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
         raise SbxError(Reason.STATE_CORRUPT, f"{record.name}'s container is gone",
                        hint=f"`sbx rm -f {record.name}` and create it again.")
     if state == "running":
-        return
+        return False
     runtime = record.request.get("runtime")
     if isinstance(runtime, str):  # the engine may have lost it while the sandbox was stopped
         check_runtime(driver.info(), RuntimeChoice(
@@ -180,6 +181,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
             _verify(driver, record.container_id, unstaged)
     finally:
         admission.close()
+    return True
 
 
 def _restage(ctx: AppContext, record: SandboxRecord,
