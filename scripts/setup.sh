@@ -35,6 +35,8 @@ command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] \
 command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 # A second OCI runtime, registered with the second engine host of the `--runtime` tests.
 [ -x /usr/bin/crun ] || need_pkgs+=(crun)
+# Podman's Docker-compatible service, which sbx refuses by name (tests/integration/test_podman.py).
+command -v podman >/dev/null 2>&1 || need_pkgs+=(podman)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   # Installing openssh-server must not start a machine-wide sshd: no service starts here.
   if [ ! -e /usr/sbin/policy-rc.d ]; then

@@ -48,6 +48,8 @@ class EngineInfo:
     # The OCI runtimes registered with the engine (/info "Runtimes") and its default one.
     runtimes: tuple[str, ...] = ()
     default_runtime: str = ""
+    # Who answers the Docker API: "docker", or "podman" (its /info alone carries BuildahVersion).
+    product: str = "docker"
 
 
 def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
@@ -65,6 +67,7 @@ def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
         runtimes=tuple(sorted(str(name) for name in runtimes))
         if isinstance(runtimes, Mapping) else (),
         default_runtime=str(info.get("DefaultRuntime") or ""),
+        product="podman" if "BuildahVersion" in info else "docker",
     )
 
 

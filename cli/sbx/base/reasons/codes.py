@@ -92,6 +92,7 @@ class Reason(enum.StrEnum):
     ENGINE_HOST_KEY = "engine_host_key"
     ENGINE_PLAIN_TCP = "engine_plain_tcp"
     ENGINE_NOT_LOCAL = "engine_not_local"
+    ENGINE_UNSUPPORTED = "engine_unsupported"
     LIMIT_OVER_BOUND = "limit_over_bound"
     COPY_REFUSED = "copy_refused"
     RUNTIME_MISSING = "runtime_missing"

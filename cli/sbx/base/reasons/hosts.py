@@ -67,6 +67,18 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "workspace to a remote engine (`--workspace-mode copy`) is not built yet.",
         _E.REFUSED,
     ),
+    _R.ENGINE_UNSUPPORTED: ReasonInfo(
+        "Engine that sbx does not run sandboxes on",
+        "The Docker API is answered by an engine other than Docker's (Podman's "
+        "`podman system service`). Measured with Debian's Podman 4.3: it refuses the tmpfs "
+        "owner options of the sandbox's HOME and /tmp and sets its own rlimits, so sbx cannot "
+        "make there the hardened container it checks. sbx refuses instead of running a "
+        "different one. Commands that do not start a sandbox (ls, gc, explain, doctor) still "
+        "work.",
+        "Point sbx at a Docker engine: `export DOCKER_HOST=unix:///var/run/docker.sock` (or "
+        "`unset DOCKER_HOST DOCKER_CONTEXT` for the default one).",
+        _E.REFUSED,
+    ),
     _R.RUNTIME_MISSING: ReasonInfo(
         "Runtime not on the engine",
         "The run asks for an OCI runtime (`--runtime NAME` or `[sandbox] runtime`: gVisor's "

@@ -237,6 +237,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_host_key' -d 'Engine host\'s key not trusted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_plain_tcp' -d 'Unprotected engine connection'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_not_local' -d 'Needs an engine on this machine'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_unsupported' -d 'Engine that sbx does not run sandboxes on'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'runtime_missing' -d 'Runtime not on the engine'
 
 # sbx doctor

@@ -32,6 +32,16 @@ def check_engine(info: EngineInfo) -> None:
         raise SbxError(Reason.UNSUPPORTED_PLATFORM,
                        f"the engine runs {info.os} containers; sbx needs a Linux engine",
                        hint="Use a Linux engine.")
+    if info.product == "podman":
+        raise SbxError(
+            Reason.ENGINE_UNSUPPORTED,
+            f"the engine is Podman {info.version}; sbx does not run sandboxes on Podman: its "
+            "Docker-compatible API refuses the owner options of the size-capped HOME and /tmp "
+            "(tmpfs uid=/gid=) and applies its own default rlimits, so the hardened shape "
+            "sbx checks would not be the one that runs",
+            hint="Use a Docker engine (Debian: `apt-get install docker.io`), e.g. "
+                 "`export DOCKER_HOST=unix:///var/run/docker.sock`.",
+            details={"engine": "podman", "version": info.version})
     # Rootless engines apply limits only on cgroup v2 with delegation; on v1 they silently
     # ignore them, which would make every limit a lie (PEERS A.4).
     if info.rootless and info.cgroup_version == "1":

@@ -90,7 +90,8 @@ def check_engine(state: DoctorState) -> Verdict:
         raise
     mode = "rootless" if info.rootless else "rootful"
     cgroup = f"cgroup v{info.cgroup_version or '?'} ({info.cgroup_driver or 'unknown driver'})"
-    detail = f"Docker {info.version} (API {info.api_version}), {mode}, {cgroup}"
+    product = "Podman" if info.product == "podman" else "Docker"
+    detail = f"{product} {info.version} (API {info.api_version}), {mode}, {cgroup}"
     data = {"version": info.version, "api_version": info.api_version, "rootless": info.rootless,
             "cgroup_version": info.cgroup_version, "cgroup_driver": info.cgroup_driver,
             "os": info.os}
@@ -99,6 +100,8 @@ def check_engine(state: DoctorState) -> Verdict:
     try:
         engine_rules(info)  # the rules `sbx run` refuses by
     except SbxError as error:
+        if error.reason is Reason.ENGINE_UNSUPPORTED:
+            state.engine = None  # nothing sbx makes runs there: the engine checks do not apply
         if state.engine is None:
             state.engine_error = error
         return Verdict(Status.FAIL, f"{detail}; {error.message}", error.reason,
