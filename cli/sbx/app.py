@@ -33,7 +33,6 @@ from sbx.commands import run as run_command
 from sbx.commands import sandboxes as sandboxes_command
 from sbx.commands import secret as secret_command
 from sbx.commands import secret_import as secret_import_command
-from sbx.commands import sessions as sessions_command
 from sbx.commands import version as version_command
 
 app = typer.Typer(
@@ -108,7 +107,7 @@ app.command("stop")(_interruptible(sandboxes_command.stop))
 app.command("rm")(_interruptible(sandboxes_command.rm))
 app.command("cp")(_interruptible(copy_command.cp))
 app.command("df")(_interruptible(df_command.df))
-app.command("sessions")(_interruptible(sessions_command.sessions_))
+app.command("sessions")(_interruptible(sandboxes_command.sessions))
 
 secret_app = typer.Typer(
     name="secret",

@@ -4,7 +4,6 @@ created, started or attached (sbx.usecases.named)."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,14 +36,17 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     if request.recreate and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
                        "sandbox's container again", hint="sbx run --name NAME --recreate ...")
-    if request.session is not None:
-        return _session_run(ctx, request, on_output=on_output, progress=progress,
-                            on_warning=on_warning, on_notice=on_notice,
-                            confirm_kits=confirm_kits, confirm_follow=confirm_follow)
+    if request.session is not None and request.name is None \
+            and request.session.verb == "prompt" and request.tty is None:
+        request = dataclasses.replace(request, tty=False)  # headless: the bytes as written
     if request.name is not None:
         # A named sandbox's start, kits followed again and recreation: not a one-shot run's.
-        from sbx.usecases.named.start import run_named
+        from sbx.usecases.named.start import run_named, run_verb_named
 
+        if request.session is not None:  # the verb as a process of the sandbox
+            return _session_named(ctx, request, run_verb_named(
+                ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
+                on_notice=on_notice, confirm_kits=confirm_kits, confirm_follow=confirm_follow))
         return run_named(ctx, request, on_output=on_output, progress=progress,
                          on_warning=on_warning, on_notice=on_notice,
                          confirm_kits=confirm_kits, confirm_follow=confirm_follow)
@@ -52,33 +54,10 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
 
 
-def _session_run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
-                 progress: ProgressFactory, on_warning: Callable[[str], None],
-                 on_notice: Callable[[str], None], confirm_kits: ConfirmKits | None,
-                 confirm_follow: Callable[[str, Sequence[Any]], bool] | None) -> RunResult:
-    """--prompt/--resume/--continue: a one-shot run launches the verb as its workload; in a
-    named (or kept) sandbox it runs as a process of the sandbox (sbx.usecases.named.sessions)."""
-    if request.name is None:
-        if request.session is not None and request.session.verb == "prompt" \
-                and request.tty is None:
-            request = dataclasses.replace(request, tty=False)  # headless: bytes as written
-        return run_new(ctx, request, on_output=on_output, progress=progress,
-                       on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
-    # A named sandbox's processes: not a one-shot run's.
-    from sbx.usecases.named.sessions import run_verb_named
-    from sbx.usecases.named.start import run_named
-
-    def creating(created: RunRequest) -> Any:
-        return run_named(ctx, created, on_output=on_output, progress=progress,
-                         on_warning=on_warning, on_notice=on_notice,
-                         confirm_kits=confirm_kits, confirm_follow=confirm_follow)
-
-    started = time.monotonic()
-    code = run_verb_named(ctx, request, on_output=on_output, on_warning=on_warning,
-                          on_notice=on_notice, create=creating)
-    record = SandboxStore(ctx.state_home).load(check_name(request.name))
-    return RunResult(record.run_id if record is not None else "", code,
-                     time.monotonic() - started, None, name=request.name)
+def _session_named(ctx: AppContext, request: RunRequest, code: int) -> RunResult:
+    record = SandboxStore(ctx.state_home).load(check_name(request.name or ""))
+    return RunResult(record.run_id if record is not None else "", code, 0.0, None,
+                     name=request.name)
 
 
 def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
