@@ -23,7 +23,7 @@ from .conftest import BUSYBOX, make_kit
 pytestmark = pytest.mark.docker
 
 SESSIONS = "com.docker.sandbox/agent-sessions@1"
-AGENT = r"""# argv on stdout (NUL-separated), one session per prompt; launched alone it waits (a TUI)
+AGENT = r"""# argv on stdout (NUL-separated), a session per prompt; launched alone it waits
 [ $# -eq 0 ] && exec sleep 3600
 mkdir -p "$HOME/sessions"
 if [ "$1" = "-p" ]; then
@@ -96,6 +96,8 @@ def test_a_prompt_with_shell_metacharacters_is_one_argv_element_and_the_status_p
     assert done.returncode == 3, done.stderr.decode()
     assert argv_of(done) == ["-p", HOSTILE]
     assert done.stdout == b"-p\0" + HOSTILE.encode() + b"\0"  # byte for byte, no terminal
+    again = sbx(env, "run", str(kits["full"]), "--prompt", HOSTILE)  # from the plan cache
+    assert (again.returncode, again.stdout) == (3, done.stdout), again.stderr.decode()
 
 
 def test_continue_and_resume_put_their_tails_after_the_launch_argv(
