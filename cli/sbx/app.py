@@ -107,6 +107,7 @@ app.command("stop")(_interruptible(sandboxes_command.stop))
 app.command("rm")(_interruptible(sandboxes_command.rm))
 app.command("cp")(_interruptible(copy_command.cp))
 app.command("df")(_interruptible(df_command.df))
+app.command("sessions")(_interruptible(sandboxes_command.sessions))
 
 secret_app = typer.Typer(
     name="secret",

@@ -104,6 +104,15 @@ def run(
         "--terminal-passthrough",
         help="Let the sandbox's clipboard, title, hyperlink and notification sequences reach "
              "this terminal (dropped by default).")] = False,
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt", metavar="TEXT",
+        help="Run one prompt headlessly through the workload's agent-sessions@1 prompt verb "
+             "(the text is one argv element, never through a shell).")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", metavar="ID",
+        help="Reopen the agent's session ID (`sbx sessions NAME` lists them).")] = None,
+    continue_: Annotated[bool, typer.Option(
+        "--continue", help="Reopen the agent's most recent session.")] = False,
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
@@ -120,6 +129,7 @@ def run(
     workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     limits = limitflags.parse_flags(memory, cpus, pids)
+    session = run_request.session_ask(prompt, resume, continue_=continue_)
     request = run_request.RunRequest(
         workload=workload,
         workspace=workspace,
@@ -149,6 +159,7 @@ def run(
         cpu_millis=limits.cpu_millis,
         pids=limits.pids,
         host=app.streams,
+        session=session,
     )
     renderer = app.renderer
     result = entry.run(app, request, on_output=renderer.workload_output,

@@ -1,5 +1,5 @@
-"""`sbx ls`, `start`, `attach`, `exec`, `logs`, `stop`, `rm`: adapters for named sandboxes
-(:mod:`sbx.usecases.named`). Wherever a NAME is taken, so is its run id (full, or the 12
+"""`sbx ls`, `start`, `attach`, `exec`, `logs`, `sessions`, `stop`, `rm`: adapters for named
+sandboxes (:mod:`sbx.usecases.named`). Wherever a NAME is taken, so is its run id (full, or the 12
 characters `sbx ls --all` shows)."""
 
 from __future__ import annotations
@@ -125,6 +125,24 @@ def logs(
     return 0
 
 
+def sessions(
+    ctx: typer.Context,
+    name: NameArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON envelope.")] = False,
+) -> int:
+    """List the agent's resumable sessions in a named or kept sandbox, most recent first.
+
+    Runs the list verb its workload kit declares (agent-sessions@1) in the sandbox, started
+    if stopped; an id goes to `sbx run ... --resume ID`. Exit status: the list command's.
+    """
+    app = ctx.obj
+    renderer = app.renderer
+    listed = starting.list_sessions(app, name, on_output=renderer.workload_output,
+                                    on_warning=renderer.warn, on_notice=renderer.note)
+    sandboxes_view.session_list(renderer, listed, as_json=as_json)
+    return int(listed.exit_code)
+
+
 def stop(
     ctx: typer.Context,
     names: NamesArgument,
@@ -179,4 +197,4 @@ def rm(
     return 0
 
 
-__all__ = ["attach", "exec_", "logs", "ls", "rm", "start", "stop"]
+__all__ = ["attach", "exec_", "logs", "ls", "rm", "sessions", "start", "stop"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.usecases import workspace_check
 from sbx.usecases.context import AppContext
@@ -92,12 +93,32 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                  "credential_names": sorted(plan.credential_names),
                  "options": creation_options(request),
                  "runtime": plan.spec.runtime,  # checked against the engine at each start
-                 "kits_state": fingerprint(kit_set, static_composition(kit_set))},
+                 "kits_state": fingerprint(kit_set, static_composition(kit_set)),
+                 "sessions": session_record(plan.spec, composition,
+                                            kit_set.workload.reference)},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),
         home_volume=plan.home, tty=plan.mode.tty)
     store.save(record)
     release_creation(plan.name)  # created and recorded: others may use the name now
+
+
+def session_record(spec: Any, composition: Any, workload: str) -> dict[str, Any]:
+    """What `sbx run NAME --prompt` and `sbx sessions NAME` drive later: the launch argv (the
+    startup wrapper's target, else Entrypoint + Cmd) and the workload's own session verbs."""
+    entrypoint, command = tuple(spec.entrypoint or ()), tuple(spec.command or ())
+    launch = command if entrypoint == ("/bin/sh", STARTUP_SCRIPT) else (*entrypoint, *command)
+
+    def own(entry: Any) -> dict[str, Any] | None:
+        if entry is None or not any(o.kit == workload for o in entry.origins):
+            return None
+        return {"type": entry.type, "config": dict(entry.config or {})}
+
+    lifecycle = composition.lifecycle
+    return {"launch": list(launch), "agent_sessions": own(composition.agent_sessions),
+            "interactive": own(composition.agent_interactive_sessions),
+            "lifecycle_interactive": list(lifecycle.interactive)
+            if lifecycle is not None and lifecycle.interactive is not None else None}
 
 
 def _optional(composition: Any, service: str) -> bool:

@@ -67,6 +67,7 @@ from sbx.base.strictjson import (
     as_str,
     as_strs,
 )
+from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams import owned
 from sbx.usecases.run.recipe import Recipe
 from sbx.usecases.run.request import RunRequest
@@ -336,6 +337,8 @@ def forget(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
 def _request_json(request: RunRequest) -> dict[str, Any]:
     data = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)
             if f.name != "host"}
+    session = request.session
+    data["session"] = None if session is None else [session.verb, session.value]
     return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
@@ -359,7 +362,16 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         terminal_passthrough=as_bool(data["terminal_passthrough"]),
         recreate=as_bool(data["recreate"]), keep=as_opt_bool(data["keep"]),
         memory_bytes=_opt_int(data["memory_bytes"]), cpu_millis=_opt_int(data["cpu_millis"]),
-        pids=_opt_int(data["pids"]), runtime=as_opt_str(data["runtime"]), host=streams)
+        pids=_opt_int(data["pids"]), runtime=as_opt_str(data["runtime"]), host=streams,
+        session=_session(data["session"]))
+
+
+def _session(value: object) -> SessionAsk | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError("request session")
+    return SessionAsk(as_str(value[0]), as_opt_str(value[1]))
 
 
 def _opt_int(value: object) -> int | None:

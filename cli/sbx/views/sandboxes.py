@@ -43,4 +43,17 @@ def removed(renderer: Renderer, names: Sequence[str]) -> None:
         renderer.message(name)
 
 
-__all__ = ["removed", "sandbox_list"]
+def session_list(renderer: Renderer, listed: Any, *, as_json: bool) -> None:
+    """`sbx sessions`: one id a line, most recent first (or in the envelope)."""
+    if as_json:
+        renderer.envelope(Envelope(command="sessions",
+                                   status="ok" if listed.exit_code == 0 else "workload_exit",
+                                   exit_code=listed.exit_code, data=listed.as_dict()))
+        return
+    for session_id in listed.ids:
+        renderer.message(escape(session_id))
+    if not listed.ids:
+        renderer.note(f"{listed.name}: no sessions")
+
+
+__all__ = ["removed", "sandbox_list", "session_list"]

@@ -13,6 +13,7 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.mode import HostStreams
 from sbx.usecases import plancache
@@ -457,3 +458,16 @@ def test_a_recipe_without_bounds_is_a_miss(setup: dict[str, Any]) -> None:
     del entry["recipe"]["bounds"]
     path.write_text(json.dumps(entry), encoding="utf-8")
     assert _lookup(setup) is None
+
+
+@pytest.mark.parametrize("session", [SessionAsk("prompt", "a; $(id)\nb"), SessionAsk("continue"),
+                                     None])
+def test_a_session_verb_comes_back_with_the_request(setup: dict[str, Any],
+                                                    session: SessionAsk | None) -> None:
+    request = RunRequest(workload="./k", tty=False, session=session)
+    assert plancache.store(
+        state_home=setup["home"], env=setup["env"], cwd=setup["cwd"], argv=setup["argv"],
+        passthrough=setup["passthrough"], streams=STREAMS, request=request, recipe=_recipe(),
+        kit_dirs=[setup["kit"]])
+    hit = _lookup(setup)
+    assert hit is not None and hit.request.session == session

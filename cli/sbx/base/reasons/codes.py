@@ -96,6 +96,9 @@ class Reason(enum.StrEnum):
     LIMIT_OVER_BOUND = "limit_over_bound"
     COPY_REFUSED = "copy_refused"
     RUNTIME_MISSING = "runtime_missing"
+    SESSIONS_UNSUPPORTED = "sessions_unsupported"
+    SESSION_VERB_MISSING = "session_verb_missing"
+    SESSION_ID_INVALID = "session_id_invalid"
 
     @property
     def info(self) -> ReasonInfo:

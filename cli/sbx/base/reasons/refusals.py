@@ -187,6 +187,34 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "values in effect).",
         _E.REFUSED,
     ),
+    _R.SESSIONS_UNSUPPORTED: ReasonInfo(
+        "No session verbs in the composition",
+        "--prompt, --resume, --continue and `sbx sessions` drive the agent through the session "
+        "verbs its workload kit declares (agent-sessions@1 for headless runs, "
+        "agent-interactive-sessions@1 in a terminal); the composition has none from its "
+        "workload (a mixin's declaration has no agent to drive).",
+        "Run the agent's own command instead (`sbx run KIT . -- CMD ...`), or use a workload "
+        "kit that declares com.docker.sandbox/agent-sessions@1 (`sbx kit inspect KIT` shows "
+        "its capabilities).",
+        _E.REFUSED,
+    ),
+    _R.SESSION_VERB_MISSING: ReasonInfo(
+        "The agent has no such session verb",
+        "The workload's session capability does not declare the verb asked for (prompt, "
+        "resume, continue or list); an absent verb means the agent has no such operation, and "
+        "sbx never improvises flags for it.",
+        "Use a verb the kit declares (the message lists them), run in a terminal (-t) for the "
+        "interactive verbs, or pass the agent's own arguments after `--`.",
+        _E.REFUSED,
+    ),
+    _R.SESSION_ID_INVALID: ReasonInfo(
+        "A session id sbx will not pass",
+        "--resume takes one session id as the agent's list verb prints it: 1 to 256 "
+        "printable characters, no whitespace, not starting with `-` (the agent would read it "
+        "as an option).",
+        "Pick an id from `sbx sessions NAME`, or use --continue for the most recent session.",
+        _E.REFUSED,
+    ),
     _R.COPY_REFUSED: ReasonInfo(
         "A copy sbx will not make",
         "`sbx cp` refused: the archive from the sandbox holds an entry that could write "

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls create start attach exec logs stop rm cp df completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls create start attach exec logs stop rm cp df sessions completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --runtime --detach-keys --name -m --memory --cpus --pids
+            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -134,6 +134,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a stop -d 'Stop named sandboxes (SIGTERM
 complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and everything they own (HOME and volumes included); p...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a cp -d 'Copy files between the host and a named sandbox (Docker\'s `cp` syntax)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a df -d 'Show what this state home takes: images, sandboxes, volumes, HOMEs, its own f...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a sessions -d 'List the agent\'s resumable sessions in a named or kept sandbox, most recent f...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -167,6 +168,9 @@ complete -c sbx -n '__sbx_in "sbx run"' -l keep -d '--keep: the sandbox of this 
 complete -c sbx -n '__sbx_in "sbx run"' -l rm -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
+complete -c sbx -n '__sbx_in "sbx run"' -l prompt -x -d 'Run one prompt headlessly through the workload\'s agent-sessions@1 prompt verb...'
+complete -c sbx -n '__sbx_in "sbx run"' -l resume -x -d 'Reopen the agent\'s session ID (`sbx sessions NAME` lists them)'
+complete -c sbx -n '__sbx_in "sbx run"' -l continue -d 'Reopen the agent\'s most recent session'
 complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
@@ -206,6 +210,9 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'limit_over_bound' -d 'A resource limit beyond its bound'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'sessions_unsupported' -d 'No session verbs in the composition'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_verb_missing' -d 'The agent has no such session verb'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_id_invalid' -d 'A session id sbx will not pass'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
@@ -328,6 +335,11 @@ complete -c sbx -n '__sbx_in "sbx cp"' -s h -l help -d 'Show this message and ex
 # sbx df
 complete -c sbx -n '__sbx_in "sbx df"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx df"' -s h -l help -d 'Show this message and exit'
+
+# sbx sessions
+complete -c sbx -n '__sbx_in "sbx sessions"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx sessions"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx sessions" 0' -a '(sbx ls -q 2>/dev/null)'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -12,18 +13,21 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
+from sbx.domain.kits.sessions import SessionAsk, parse_ids
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.domain.sandbox.runtimes import RuntimeChoice, check_runtime
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import owned
 from sbx.seams.host import firewall, procfs
+from sbx.seams.session.mode import decide_mode
 from sbx.seams.signals import deferred_interrupts
 from sbx.usecases import keeper, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
 from sbx.usecases.named.session import attach, exec_in
+from sbx.usecases.named.sessions import SessionList, recorded_argv
 from sbx.usecases.namedkits import follow
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
@@ -32,7 +36,7 @@ from sbx.usecases.namedrecord import (
     release_creation,
 )
 from sbx.usecases.recreate import recreate
-from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
+from sbx.usecases.run.request import NO_HOST_STREAMS, OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
 
@@ -129,6 +133,71 @@ def exec_started(ctx: AppContext, word: str, argv: Sequence[str], host: Any, *,
     return exec_in(ctx, record.name, argv, host, env=env, interactive=interactive, tty=tty,
                    on_output=on_output, on_warning=on_warning,
                    terminal_passthrough=terminal_passthrough)
+
+
+def run_verb_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+                   progress: ProgressFactory, on_warning: Callable[[str], None],
+                   on_notice: Callable[[str], None], confirm_kits: ConfirmKits | None = None,
+                   confirm_follow: ConfirmFollow | None = None) -> int:
+    """`sbx run NAME… --prompt|--resume|--continue`: the verb as a process of the named
+    sandbox (sbx.usecases.named.sessions), which is created first when missing (left running,
+    its own workload not attached) and started when stopped."""
+    ask = request.session
+    assert ask is not None and request.name is not None  # noqa: S101 - the entry checks
+    name = check_name(request.name)
+    if request.command is not None:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{ask.flag} and a command after `--` both say what the agent runs",
+                       hint=f"Give one, or run a command in it: sbx exec {name} -- CMD ...")
+    existing = SandboxStore(ctx.state_home).load(name)
+    if existing is not None:
+        _refuse_creation_options(request, existing)
+    else:
+        run_named(ctx, dataclasses.replace(request, session=None, detach=True),
+                  on_output=on_output, progress=progress, on_warning=on_warning,
+                  on_notice=on_notice, confirm_kits=confirm_kits, confirm_follow=confirm_follow)
+    record = _running(ctx, name, on_warning, on_notice)
+    tty = request.tty
+    if tty is None and ask.verb == "prompt":
+        tty = False  # headless: the output as the agent wrote it, byte for byte
+    terminal = decide_mode(interactive=request.interactive, tty=tty, capture=False,
+                           host=request.host).tty
+    argv = recorded_argv(record, ask, terminal=terminal)
+    return exec_in(ctx, name, argv, request.host, env=request.env,
+                   interactive=request.interactive, tty=tty, on_output=on_output,
+                   on_warning=on_warning, terminal_passthrough=request.terminal_passthrough)
+
+
+def list_sessions(ctx: AppContext, word: str, *, on_output: OutputSink,
+                  on_warning: Callable[[str], None],
+                  on_notice: Callable[[str], None]) -> SessionList:
+    """Run the workload's list verb in the sandbox and read its stdout as ids; its stderr is
+    passed on as the agent wrote it."""
+    record = load_named(ctx, word, command="sbx sessions")
+    record = _running(ctx, record.name, on_warning, on_notice)
+    command = recorded_argv(record, SessionAsk("list"), terminal=False)
+    out = bytearray()
+
+    def collect(stream: str, chunk: bytes | memoryview) -> None:
+        if stream == "stdout":
+            if len(out) < 16 * 1024 * 1024:  # bounded: ids, not a transcript
+                out.extend(chunk)
+        else:
+            on_output(stream, chunk)
+
+    code = exec_in(ctx, record.name, command, NO_HOST_STREAMS, env=(), interactive=False,
+                   tty=False, on_output=collect, on_warning=on_warning)
+    return SessionList(record.name, tuple(parse_ids(bytes(out))), command, code)
+
+
+def _running(ctx: AppContext, name: str, on_warning: Callable[[str], None],
+             on_notice: Callable[[str], None]) -> SandboxRecord:
+    record = load_named(ctx, name, command="sbx sessions")
+    if ctx.driver.container_state(record.container_id or "") != "running":
+        start_named(ctx, record.name, on_warning=on_warning, on_notice=on_notice)
+        on_notice(f"{record.name} was stopped: started it for this session "
+                  f"(`sbx stop {record.name}` stops it again)")
+    return record
 
 
 def _refuse_creation_options(request: RunRequest, record: SandboxRecord) -> None:

@@ -36,15 +36,28 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     if request.recreate and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
                        "sandbox's container again", hint="sbx run --name NAME --recreate ...")
+    if request.session is not None and request.name is None \
+            and request.session.verb == "prompt" and request.tty is None:
+        request = dataclasses.replace(request, tty=False)  # headless: the bytes as written
     if request.name is not None:
         # A named sandbox's start, kits followed again and recreation: not a one-shot run's.
-        from sbx.usecases.named.start import run_named
+        from sbx.usecases.named.start import run_named, run_verb_named
 
+        if request.session is not None:  # the verb as a process of the sandbox
+            return _session_named(ctx, request, run_verb_named(
+                ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
+                on_notice=on_notice, confirm_kits=confirm_kits, confirm_follow=confirm_follow))
         return run_named(ctx, request, on_output=on_output, progress=progress,
                          on_warning=on_warning, on_notice=on_notice,
                          confirm_kits=confirm_kits, confirm_follow=confirm_follow)
     return run_new(ctx, request, on_output=on_output, progress=progress,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
+
+
+def _session_named(ctx: AppContext, request: RunRequest, code: int) -> RunResult:
+    record = SandboxStore(ctx.state_home).load(check_name(request.name or ""))
+    return RunResult(record.run_id if record is not None else "", code, 0.0, None,
+                     name=request.name)
 
 
 def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,

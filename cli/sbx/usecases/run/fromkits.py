@@ -48,6 +48,7 @@ from sbx.usecases.run.request import (
     access_of,
     workload_request,
 )
+from sbx.usecases.run.sessionverbs import session_launch
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -194,7 +195,7 @@ class FromKits:
         capabilities = _with_mounted_files(capabilities, [
             TMP_TARGET, home, *capabilities.tmpfs,
             *((workspace_target,) if workspace is None else ())])
-        command, entrypoint = _command(request, planned.image, capabilities, kit_set)
+        command, entrypoint = _command(request, planned, capabilities, kit_set)
         # The CA goes into the per-run image, so a network policy always takes the create step.
         needs_create_step = capabilities.needs_create_step or egress is not None
         volume_prefix = f"sbx-{ctx.home_hash[:8]}-{named}" if named else f"sbx-{run_id[:16]}"
@@ -289,20 +290,24 @@ def _facts(kit_set: KitSet, capabilities: CapabilityPlan, egress: EgressPlan | N
         privileged=capabilities.privileged)
 
 
-def _command(request: RunRequest, image: ImageInfo, capabilities: CapabilityPlan,
+def _command(request: RunRequest, planned: WorkloadPlan, capabilities: CapabilityPlan,
              kit_set: KitSet) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
     """(command, entrypoint) for the sandbox, always explicit; startup hooks wrap the argv.
 
     The workload's argv is the image's ENTRYPOINT + (ARGS after `--`, else its CMD), as with
-    `docker run`. It is passed explicitly because a per-run image committed by the create step
-    would otherwise inherit the create step's keepalive entrypoint.
+    `docker run`, plus a session verb's tail (--prompt, --resume, --continue). It is passed
+    explicitly because a per-run image committed by the create step would otherwise inherit
+    the create step's keepalive entrypoint.
     """
+    image = planned.image
     if request.command is None and not image.entrypoint and not image.cmd:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{kit_set.workload.reference}'s image has no ENTRYPOINT or CMD and no "
                        "command was given after `--`",
                        hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
     argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
+    if request.session is not None:
+        argv = session_launch(request, planned.composition, kit_set.workload.reference, argv)
     if capabilities.lifecycle.startup:
         return argv, ("/bin/sh", STARTUP_SCRIPT)
     return argv[1:], argv[:1]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams.session.mode import HostStreams
 
 if TYPE_CHECKING:
@@ -58,6 +59,21 @@ class RunRequest:
     pids: int | None = None
     runtime: str | None = None  # --runtime NAME (else [sandbox] runtime): the OCI runtime
     host: HostStreams = NO_HOST_STREAMS
+    # --prompt / --resume ID / --continue: the workload's session verb (sbx.domain.kits.sessions)
+    session: SessionAsk | None = None
+
+
+def session_ask(prompt: str | None, resume: str | None, *,
+                continue_: bool) -> SessionAsk | None:
+    """The session verb the flags ask for (at most one: the spec defines no combination)."""
+    given = [ask for ask in (SessionAsk("prompt", prompt) if prompt is not None else None,
+                             SessionAsk("resume", resume) if resume is not None else None,
+                             SessionAsk("continue") if continue_ else None) if ask is not None]
+    if len(given) > 1:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       " and ".join(a.flag for a in given) + " cannot be combined: each is "
+                       "its own session verb", hint="Give one of --prompt, --resume, --continue.")
+    return given[0] if given else None
 
 
 def access_of(request: RunRequest) -> str:
@@ -86,4 +102,4 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
 
 __all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "OutputSink", "ProgressFactory",
-           "RunRequest", "access_of", "workload_request"]
+           "RunRequest", "access_of", "session_ask", "workload_request"]

@@ -31,7 +31,7 @@ SESSION_ID: Final = "{{.SessionID}}"
 
 class AgentSessions(Handler):
     types = (AGENT_SESSIONS,)
-    refusal = ("sbx has no headless session verbs (prompt, resume, continue, list) yet")
+    implemented = True  # sbx run --prompt/--resume/--continue, sbx sessions
     singleton = True
     on_surface = False
     field = "agent_sessions"
