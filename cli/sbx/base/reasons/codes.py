@@ -51,6 +51,7 @@ class Reason(enum.StrEnum):
     INVALID_KIT = "invalid_kit"
     KIT_NOT_FOUND = "kit_not_found"
     KIT_INCOHERENT = "kit_incoherent"
+    KIT_SET_DIGEST = "kit_set_digest"
     UNSUPPORTED_CAPABILITY = "unsupported_capability"
     CREDENTIAL_UNBOUND = "credential_unbound"
     MOUNT_BLOCKED = "mount_blocked"

@@ -70,6 +70,14 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "a registry kit by its full reference (`sbx pull HOST/REPO:TAG`).",
         _E.REFUSED,
     ),
+    _R.KIT_SET_DIGEST: ReasonInfo(
+        "Kit set pin does not match",
+        "A kind: set kit pins a member kit's digest, and the kit sbx has pulled under that "
+        "reference is a different one (or was never pulled from a registry), so the set would "
+        "not run what it names.",
+        "Pull the pinned digest with `sbx pull REF@DIGEST`, or update the set's digest.",
+        _E.REFUSED,
+    ),
     _R.KIT_INCOHERENT: ReasonInfo(
         "Kit set does not resolve",
         "The kits given together do not form one coherent composition (not exactly one "
