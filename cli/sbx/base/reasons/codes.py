@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     SSH_AGENT_MISSING = "ssh_agent_missing"
     SSH_AGENT_UNBOUNDABLE = "ssh_agent_unboundable"
     LONG_RUNNING_UNNAMED = "long_running_unnamed"
+    SKILL_NO_DESTINATION = "skill_no_destination"
     HOST_SERVICES_EXPOSED = "host_services_exposed"
     BUILD_FAILED = "build_failed"
     HOOK_FAILED = "hook_failed"

@@ -176,6 +176,14 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "stop it with sbx stop NAME).",
         _E.REFUSED,
     ),
+    _R.SKILL_NO_DESTINATION: ReasonInfo(
+        "A bundled skill with nowhere to go",
+        "A kit requires agent-skill@1 (a skill bundled in its image), and no selected kit "
+        "declares an agent-skills@1 directory where the agent looks for skills.",
+        "Add a kit that declares agent-skills@1 (the agent's kit usually does), or mark the "
+        "agent-skill@1 entry optional: true.",
+        _E.REFUSED,
+    ),
     _R.HOST_SERVICES_EXPOSED: ReasonInfo(
         "Host services reachable from sandbox networks",
         "A sandbox with a network (egress policy or published ports) can reach the host at its "
