@@ -80,9 +80,8 @@ def test_no_destination_refuses_by_reason_or_skips_when_optional(
                       env=env)
     assert refused.exit_code == 125, refused.stderr
     assert "(skill_no_destination)" in refused.stderr and "ran" not in refused.stdout
-    skipped = sbx_cli(["run", "--json", str(_kit(kit_factory, destination=False,
-                                                 optional=True, name="optional")), "--", "echo", "ran"],
-                      env=env)
+    kit = _kit(kit_factory, destination=False, optional=True, name="optional")
+    skipped = sbx_cli(["run", "--json", str(kit), "--", "echo", "ran"], env=env)
     envelope = skipped.envelope()
     assert envelope["status"] == "ok" and envelope["data"]["stdout"] == "ran\n", skipped.stderr
     records = [s for s in envelope["data"]["selection"]["skipped"] if s["type"] == SKILL]

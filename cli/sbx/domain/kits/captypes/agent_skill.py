@@ -5,11 +5,12 @@ One entry per effective name in a block; across kits the same source and name co
 different source under one name is an error. Not on the surface (image content).
 
 Planned as one startup step (the sandbox user's, before the workload): each destination is a
-small tmpfs (the image's file system is read-only in a sandbox), the host store's skills are linked into it from where sbx mounts the store for such
-a destination (:data:`SKILLS_STAGING`, read-only), then each bundle is linked at
-``<dest>/<name>`` unless a skill of that name is already there (never overwritten). A source
-without ``SKILL.md`` fails the step; nothing bundled is executed. No destination: refused
-(``skill_no_destination``) when required, skipped and recorded when optional.
+small tmpfs (the image's file system is read-only in a sandbox); the host store's skills are
+linked into it from where sbx mounts the store for such a destination (read-only, at
+``SKILLS_STAGING``), then each bundle is linked at ``<dest>/<name>`` unless a skill of that
+name is already there (never overwritten). A source without ``SKILL.md`` fails the step;
+nothing bundled is executed. No destination: refused (``skill_no_destination``) when required,
+skipped and recorded when optional.
 """
 
 from __future__ import annotations
