@@ -70,6 +70,14 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "a registry kit by its full reference (`sbx pull HOST/REPO:TAG`).",
         _E.REFUSED,
     ),
+    _R.KIT_SET_DIGEST: ReasonInfo(
+        "Kit set pin does not match",
+        "A kind: set kit pins a member kit's digest, and the kit sbx has pulled under that "
+        "reference is a different one (or was never pulled from a registry), so the set would "
+        "not run what it names.",
+        "Pull the pinned digest with `sbx pull REF@DIGEST`, or update the set's digest.",
+        _E.REFUSED,
+    ),
     _R.KIT_INCOHERENT: ReasonInfo(
         "Kit set does not resolve",
         "The kits given together do not form one coherent composition (not exactly one "
@@ -166,6 +174,14 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "one-shot sbx run ends its sandbox with its session.",
         "Run it as a named sandbox: sbx run --name NAME WORKLOAD (detach with ctrl-p ctrl-q, "
         "stop it with sbx stop NAME).",
+        _E.REFUSED,
+    ),
+    _R.SKILL_NO_DESTINATION: ReasonInfo(
+        "A bundled skill with nowhere to go",
+        "A kit requires agent-skill@1 (a skill bundled in its image), and no selected kit "
+        "declares an agent-skills@1 directory where the agent looks for skills.",
+        "Add a kit that declares agent-skills@1 (the agent's kit usually does), or mark the "
+        "agent-skill@1 entry optional: true.",
         _E.REFUSED,
     ),
     _R.HOST_SERVICES_EXPOSED: ReasonInfo(

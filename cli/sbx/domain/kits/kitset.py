@@ -27,6 +27,7 @@ from sbx.domain.kits.args import (
     validate_effective,
 )
 from sbx.domain.kits.compose import Composition, Contribution, compose
+from sbx.domain.kits.kitsets import apply_pins, expand_sets
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.reference import load_kit
 from sbx.domain.kits.resolve import KitInput, Resolution, resolve
@@ -88,11 +89,15 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
     ``lock_home``, the state home) a kit pinned in its lock at the locked digest, else a
     bundled agent's short name."""
     references = [workload, *mixins]
-    locals_ = [load_kit(ref, cwd=cwd, cache_dir=cache_dir, lock_home=lock_home)
-               for ref in references]
-    _refuse_duplicates(locals_)
     supplied = parse_arg_assignments(arg_items)
-    per_kit = _split_args(locals_, supplied)
+
+    def load(ref: str) -> LocalKit:
+        return load_kit(ref, cwd=cwd, cache_dir=cache_dir, lock_home=lock_home)
+
+    members = expand_sets([load(ref) for ref in references], supplied, load)
+    locals_ = [m.kit for m in members]
+    _refuse_duplicates(locals_)
+    per_kit = apply_pins(members, _split_args(locals_, supplied))
     expanded: list[ExpandedKit] = []
     problems: list[KitError] = []
     for local, values in zip(locals_, per_kit, strict=True):

@@ -127,8 +127,19 @@ def check_selected(entries: Sequence[Mapping[str, Any]], file: str,
                                                    for i in range(len(entries))]
     block = [CapabilityEntry(p, _mapping(e)) for p, e in zip(where, entries, strict=True)]
     out = _Out()
-    _block(block, out, inject=True)
+    for part in _by_source(block):
+        _block(part, out, inject=True)
     return position(out.found, {}, file, [])
+
+
+def _by_source(entries: Sequence[CapabilityEntry]) -> list[list[CapabilityEntry]]:
+    """One block per source kit: a republished descriptor carries several kits' declarations
+    (``source.kit``), each judged on its own as it was when that kit was published; entries
+    without a source are the descriptor's own block."""
+    blocks: dict[str | None, list[CapabilityEntry]] = {}
+    for entry in entries:
+        blocks.setdefault(entry.source_kit, []).append(entry)
+    return list(blocks.values())
 
 
 def parse_path(path: str) -> Parts:
@@ -363,7 +374,8 @@ def _capabilities(doc: Mapping[str, Any], out: _Out) -> None:
         groups.append(members)
     for entry in [*top, *(m for g in groups for m in g)]:
         _entry(entry, kind, out)
-    _block(top, out, inject=not groups)
+    for part in _by_source(top):
+        _block(part, out, inject=not groups)
     for members in groups:
         _block(members, out, inject=False)
 

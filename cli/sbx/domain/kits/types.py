@@ -29,6 +29,9 @@ ACP: Final = f"{NS}acp@1"
 
 # Where a published kit stages its sources in its image (KIT-SPEC-V3 §6.2).
 STAGE_ROOT: Final = "/usr/share/sandbox/kit"
+# Where the host's skills store is mounted (read-only) for a destination that also takes
+# agent-skill@1 bundles: a read-only mount at the destination could not take their links.
+SKILLS_STAGING: Final = "/.sbx/skills-store"
 
 KNOWN_TYPES: Final = frozenset({
     NETWORK_V1, NETWORK_V2, CREDENTIAL, SSH_AGENT, VOLUME, HOST_MOUNT, PORT, USB_DEVICE,
@@ -38,4 +41,5 @@ KNOWN_TYPES: Final = frozenset({
 __all__ = ["ACP", "AGENT_CONTEXT", "AGENT_SESSIONS", "AGENT_SKILL", "AGENT_SKILLS",
            "CREDENTIAL", "GIT_IDENTITY", "HOST_MOUNT", "INTERACTIVE_SESSIONS", "KIT_REGISTRY",
            "KNOWN_TYPES", "LIFECYCLE", "LONG_RUNNING", "NETWORK_V1", "NETWORK_V2", "NS", "PORT",
-           "PRIVILEGED", "RESOURCES", "SBX", "SSH_AGENT", "STAGE_ROOT", "USB_DEVICE", "VOLUME"]
+           "PRIVILEGED", "RESOURCES", "SBX", "SKILLS_STAGING", "SSH_AGENT", "STAGE_ROOT",
+           "USB_DEVICE", "VOLUME"]

@@ -64,6 +64,8 @@ class CapabilityPlan:
     ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
     host_mounts: tuple[PlannedHostMount, ...] = ()
     skills_paths: tuple[str, ...] = ()  # agent-skills@1: where the host's store is shown
+    # agent-skill@1 destinations: there the store is linked from SKILLS_STAGING, not mounted
+    bundle_paths: tuple[str, ...] = ()
     skipped: tuple[SelectionRecord, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -97,6 +99,7 @@ class _Planner:
     ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
     host_mounts: list[PlannedHostMount] = field(default_factory=list)
     skills_paths: list[str] = field(default_factory=list)
+    bundle_paths: list[str] = field(default_factory=list)
 
     def set_limits(self, *, memory_bytes: int, cpu_millis: int) -> None:
         self.limits = dataclasses.replace(self.limits, memory_bytes=memory_bytes,
@@ -135,6 +138,10 @@ class _Planner:
     def add_skills_destination(self, path: str) -> None:
         self.skills_paths.append(path)
 
+    def add_bundle_destination(self, path: str) -> None:
+        if path not in self.bundle_paths:
+            self.bundle_paths.append(path)
+
     def ssh_agent_missing(self) -> str | None:
         return self.host_agent_missing()
 
@@ -155,7 +162,8 @@ class _Planner:
                                     files=tuple(self.files)),
             ports=tuple(sorted(set(self.ports))), skipped=tuple(self.skipped),
             notes=tuple(self.notes), env=dict(self.env), ssh_agent=self.ssh_agent,
-            host_mounts=tuple(self.host_mounts), skills_paths=tuple(self.skills_paths))
+            host_mounts=tuple(self.host_mounts), skills_paths=tuple(self.skills_paths),
+            bundle_paths=tuple(self.bundle_paths))
 
 
 def plan_capabilities(composition: Composition, *, limits: Limits, allow_privileged: bool,

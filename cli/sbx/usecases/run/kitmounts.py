@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
+from sbx.domain.kits.types import SKILLS_STAGING
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.admission import Admission, HostPath
 from sbx.domain.sandbox.hardening import BindMount
@@ -36,7 +37,10 @@ def kit_host_mounts(ctx: AppContext, capabilities: CapabilityPlan, taken: Sequen
     if capabilities.skills_paths and _non_empty_directory(store_dir):
         # The host's skills store, read-only (sbx's host setting), judged like any mount.
         out += [HostPath(str(store_dir), path, True) for path in capabilities.skills_paths
-                if path not in taken]
+                if path not in taken and path not in capabilities.bundle_paths]
+        if capabilities.bundle_paths:
+            # Linked from here into each destination that also takes bundled skills.
+            out.append(HostPath(str(store_dir), SKILLS_STAGING, True))
     if not capabilities.host_mounts:
         return out, set()
     from sbx.domain.sandbox.hostmounts import HostMountStore  # host-mount@1 kits only
@@ -73,7 +77,8 @@ def kit_mount_targets(capabilities: CapabilityPlan | None) -> set[str]:
     """Where the kits' host directories are mounted (the install step mounts them too)."""
     if capabilities is None:
         return set()
-    return {m.path for m in capabilities.host_mounts} | set(capabilities.skills_paths)
+    return ({m.path for m in capabilities.host_mounts} | set(capabilities.skills_paths)
+            | ({SKILLS_STAGING} if capabilities.bundle_paths else set()))
 
 
 def relay_binds(ctx: AppContext, run_id: str, capabilities: CapabilityPlan,

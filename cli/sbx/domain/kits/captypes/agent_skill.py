@@ -3,15 +3,26 @@ destination under its effective name (``name``, else the source directory's).
 
 One entry per effective name in a block; across kits the same source and name collapse and a
 different source under one name is an error. Not on the surface (image content).
+
+Planned as one startup step (the sandbox user's, before the workload): each destination is a
+small tmpfs (the image's file system is read-only in a sandbox); the host store's skills are
+linked into it from where sbx mounts the store for such a destination (read-only, at
+``SKILLS_STAGING``), then each bundle is linked at ``<dest>/<name>`` unless a skill of that
+name is already there (never overwritten). A source without ``SKILL.md`` fails the step;
+nothing bundled is executed. No destination: refused (``skill_no_destination``) when required,
+skipped and recorded when optional.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from sbx.base.errors import SbxError
+from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.captypes.base import (
     CapabilityEntry,
     Handler,
@@ -24,20 +35,55 @@ from sbx.domain.kits.captypes.base import (
     show,
     string,
 )
+from sbx.domain.kits.composed import Hook
 from sbx.domain.kits.placeholders import contains_placeholder
-from sbx.domain.kits.types import AGENT_SKILL
+from sbx.domain.kits.selectionrecord import SelectionRecord
+from sbx.domain.kits.types import AGENT_SKILL, SKILLS_STAGING
 
 if TYPE_CHECKING:
-    from sbx.domain.kits.composed import ComposedParts, Origin
+    from sbx.domain.kits.captypes.base import SandboxPlanner
+    from sbx.domain.kits.composed import ComposedParts, MergedRequest, Origin
 
 SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+LINKS_TMPFS_BYTES: Final = 1024 * 1024  # symlinks only: a few hundred bytes each
+_NO_DESTINATION: Final = "no selected kit declares an agent-skills@1 directory to expose it in"
 
 
 class AgentSkill(Handler):
     types = (AGENT_SKILL,)
-    refusal = ("sbx mounts the host skills store at agent-skills@1 paths but does not yet "
-               "expose a skill bundled in a kit's image there")
     on_surface = False
+    implemented = True
+
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
+        bundles = list(composition.bundled_skills)
+        if not bundles:
+            return
+        destinations = list(dict.fromkeys(
+            p for p in ((e.config or {}).get("path") for e in composition.skills)
+            if isinstance(p, str)))
+        kept: list[MergedRequest] = []
+        for entry in bundles:
+            if destinations:
+                kept.append(entry)
+                continue
+            origin = entry.origins[0]
+            if entry.optional:
+                planner.skip(SelectionRecord(origin.kit, origin.path, AGENT_SKILL,
+                                             _NO_DESTINATION))
+                continue
+            raise SbxError(Reason.SKILL_NO_DESTINATION,
+                           f"refused: {origin.kit} {origin.path} ({AGENT_SKILL}): "
+                           f"{_NO_DESTINATION}",
+                           hint=REGISTRY[Reason.SKILL_NO_DESTINATION].fix,
+                           details={"kit": origin.kit, "path": origin.path})
+        if not kept:
+            return
+        for path in destinations:
+            # The image's file system is read-only in a sandbox: the links live on a small
+            # tmpfs of the sandbox user's, made fresh at every start.
+            planner.add_tmpfs(path, LINKS_TMPFS_BYTES, 0o755)
+            planner.add_bundle_destination(path)
+        planner.add_hooks((), (_expose_hook(destinations, kept),))
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
               out: Out) -> None:
@@ -84,6 +130,28 @@ class AgentSkill(Handler):
     def effective(self, composition: ComposedParts) -> Iterable[tuple[str, Any, bool]]:
         for entry in composition.bundled_skills:
             yield entry.type, entry.config, entry.optional
+
+
+def _expose_hook(destinations: list[str], bundles: list[MergedRequest]) -> Hook:
+    q = shlex.quote
+    lines = ["set -eu",
+             'link() { [ -e "$2" ] || [ -L "$2" ] || ln -s "$1" "$2"; }']
+    for entry in bundles:
+        source = str((entry.config or {}).get("path", "")).rstrip("/")
+        lines.append(f"[ -f {q(source + '/SKILL.md')} ] || {{ echo 'sbx: agent-skill@1 "
+                     f"{skill_name(entry.config or {})}: '{q(source)}' has no SKILL.md' >&2; "
+                     "exit 1; }")
+    for dest in destinations:
+        lines.append(f"mkdir -p {q(dest)}")
+        # The host store first: a skill already there is never overwritten by a bundle.
+        lines.append(f"if [ -d {SKILLS_STAGING} ]; then for s in {SKILLS_STAGING}/*; do "
+                     f'[ -e "$s" ] && link "$s" {q(dest)}/"${{s##*/}}"; done; fi')
+        for entry in bundles:
+            source = str((entry.config or {}).get("path", "")).rstrip("/")
+            lines.append(f"link {q(source)} {q(dest + '/' + skill_name(entry.config or {}))}")
+    return Hook(stage="startup", command="\n".join(lines) + "\n", user=None, env=(),
+                background=False, description="sbx: expose the kits' bundled skills",
+                config={}, kit="sbx", index=-1, position=0, declared_at=f"{AGENT_SKILL}")
 
 
 def skill_name(cfg: Mapping[str, Any]) -> str:

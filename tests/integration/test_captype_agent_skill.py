@@ -1,0 +1,96 @@
+"""agent-skill@1 in a real sandbox: a skill bundled in the kit's image appears at every
+agent-skills@1 destination under its name, beside the host store's skills (read-only, never
+overwritten by a bundle of the same name); with no destination it is refused by its reason, or
+skipped and recorded when optional; a source without SKILL.md fails before the workload."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+SKILL = "com.docker.sandbox/agent-skill@1"
+DEST = "/home/agent/.claude/skills"
+DOCKERFILE = ("FROM sbx-base/bookworm:1\n"
+              "RUN mkdir -p /usr/share/bundled/review /usr/share/bundled/lint /usr/share/empty"
+              " && echo '# bundled review' > /usr/share/bundled/review/SKILL.md"
+              " && echo '# bundled lint' > /usr/share/bundled/lint/SKILL.md\n"
+              "USER agent\nWORKDIR /workspace\n")
+Runner = Callable[..., Any]
+KitMaker = Callable[..., Path]
+
+
+def _kit(kit_factory: KitMaker, *, destination: bool = True, optional: bool = False,
+         source: str = "/usr/share/bundled/lint", name: str = "bundler") -> Path:
+    flag = "\n    optional: true" if optional else ""
+    dest = (f"  - type: com.docker.sandbox/agent-skills@1\n    config: {{path: {DEST}}}\n"
+            if destination else "")
+    return kit_factory(name, DOCKERFILE, f"""capabilities:
+{dest}  - type: {SKILL}
+    config: {{path: /usr/share/bundled/review}}{flag}
+  - type: {SKILL}
+    config: {{path: {source}, name: house-lint}}{flag}
+""")
+
+
+@pytest.fixture
+def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    store = tmp_path / "skills"
+    (store / "review").mkdir(parents=True)
+    (store / "review" / "SKILL.md").write_text("# host review\n")
+    (store / "mine").mkdir()
+    (store / "mine" / "SKILL.md").write_text("# host mine\n")
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
+            "SBX_SKILLS": str(store)}
+
+
+def test_bundles_appear_beside_the_host_store_which_wins_a_name(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    probe = (f"cat {DEST}/review/SKILL.md {DEST}/mine/SKILL.md {DEST}/house-lint/SKILL.md; "
+             f"echo x > {DEST}/mine/SKILL.md 2>/dev/null && echo host=writable "
+             "|| echo host=readonly")
+    result = sbx_cli(["run", "--json", str(_kit(kit_factory)), "--", "sh", "-c", probe], env=env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    lines = envelope["data"]["stdout"].splitlines()
+    # The host's review is kept (a bundle never overwrites a same-name skill).
+    assert lines == ["# host review", "# host mine", "# bundled lint", "host=readonly"]
+    assert (Path(env["SBX_SKILLS"]) / "mine" / "SKILL.md").read_text() == "# host mine\n"
+
+
+def test_without_a_store_the_bundles_alone_appear(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], tmp_path: Path) -> None:
+    bare = {**env, "SBX_SKILLS": str(tmp_path / "no-store")}
+    result = sbx_cli(["run", "--json", str(_kit(kit_factory)), "--", "sh", "-c",
+                      f"ls {DEST}; cat {DEST}/review/SKILL.md"], env=bare)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    assert envelope["data"]["stdout"].splitlines() == ["house-lint", "review",
+                                                       "# bundled review"]
+
+
+def test_no_destination_refuses_by_reason_or_skips_when_optional(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    refused = sbx_cli(["run", str(_kit(kit_factory, destination=False)), "--", "echo", "ran"],
+                      env=env)
+    assert refused.exit_code == 125, refused.stderr
+    assert "(skill_no_destination)" in refused.stderr and "ran" not in refused.stdout
+    kit = _kit(kit_factory, destination=False, optional=True, name="optional")
+    skipped = sbx_cli(["run", "--json", str(kit), "--", "echo", "ran"], env=env)
+    envelope = skipped.envelope()
+    assert envelope["status"] == "ok" and envelope["data"]["stdout"] == "ran\n", skipped.stderr
+    records = [s for s in envelope["data"]["selection"]["skipped"] if s["type"] == SKILL]
+    assert len(records) == 2 and "agent-skills@1" in records[0]["reason"]
+
+
+def test_a_source_without_skill_md_stops_the_run_before_the_workload(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    result = sbx_cli(["run", str(_kit(kit_factory, source="/usr/share/empty")), "--", "echo",
+                      "ran"], env=env)
+    assert result.exit_code != 0 and "ran" not in result.stdout
+    assert "has no SKILL.md" in result.stderr
