@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -163,11 +163,13 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
 }
 
 
-class _LazyCommands(Mapping[str, Any]):
-    """A group's click commands by name, each built (its module imported) on first lookup."""
+class _LazyCommands(MutableMapping[str, Any]):
+    """A group's click commands by name, each built (its module imported) on first lookup;
+    click's add_command still adds a built one."""
 
     def __init__(self, entries: Mapping[str, Command | Group]) -> None:
         self._entries = entries
+        self._names = list(entries)
         self._built: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
@@ -175,11 +177,20 @@ class _LazyCommands(Mapping[str, Any]):
             self._built[name] = _build(name, self._entries[name])
         return self._built[name]
 
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+        if name not in self._names:
+            self._names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._built.pop(name, None)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._names)
 
 
 class LazyGroup(typer.core.TyperGroup):
