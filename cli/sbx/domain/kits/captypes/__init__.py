@@ -65,6 +65,7 @@ _PLAN_ORDER: Final = (*_PLAN_FIRST, *(m for m in _HANDLERS if m not in _PLAN_FIR
 
 
 def _of(module: str) -> Handler:
+    # a capability type's handler is imported when a kit declares that type
     found: Handler = importlib.import_module(f"{__name__}.{module}").HANDLER
     return found
 
