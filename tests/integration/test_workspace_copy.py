@@ -200,3 +200,22 @@ def test_a_bound_workspace_on_the_far_engine_is_refused_with_the_copy_as_its_fix
     fix = shlex.join(["sbx", "run", str(kit), str(workspace), "--workspace-mode", "copy"])
     assert fix in text, text
     assert far_host.containers(state_home) == [] and owned(engine, state_home) == []
+
+
+def test_a_kept_copy_is_found_again_by_the_directory_it_was_copied_from(
+        kit: Path, workspace: Path, state_home: Path, engine: SdkEngine) -> None:
+    env = _local_env(state_home)
+    made = run_sbx(["create", str(kit), str(workspace), "--workspace-mode", "copy"], env=env,
+                   timeout=180)
+    assert made.returncode == 0, made.stderr
+    name = made.stdout.decode().strip()
+    try:
+        assert name == f"wscopy-{workspace.name}"
+        again = run_sbx(["create", str(kit), str(workspace), "--workspace-mode", "copy"],
+                        env=env, timeout=180)
+        assert again.returncode == 2 and f"{name} exists already".encode() in again.stderr
+        listed = run_sbx(["ls"], env=env)
+        assert str(workspace).encode() in listed.stdout
+    finally:
+        assert run_sbx(["rm", "-f", name], env=env, timeout=120).returncode == 0
+    assert owned(engine, state_home) == []
