@@ -64,7 +64,6 @@ class RunRequest:
     host: HostStreams = NO_HOST_STREAMS
     # --prompt / --resume ID / --continue: the workload's session verb (sbx.domain.kits.sessions)
     session: SessionAsk | None = None
-
     workspace_mode: str = "bind"  # --workspace-mode (WORKSPACE_MODES)
 
 
