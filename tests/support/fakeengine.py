@@ -442,6 +442,11 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self._call("archive_write", container_id, path)
         self.written.append((container_id, path, tar if isinstance(tar, bytes) else tar.read()))
 
+    def fill_volume(self, volume: str, image_id: str, tar: Any, *, target: str,
+                    labels: Mapping[str, str]) -> None:
+        self._call("fill_volume", volume, image_id, target)
+        self.written.append((volume, target, tar if isinstance(tar, bytes) else tar.read()))
+
     def path_exists(self, container_id: str, path: str) -> bool:
         self._call("path_exists", container_id, path)
         return False

@@ -9,6 +9,7 @@ import typer
 
 from sbx.base.deferred import deferred
 from sbx.commands import limit_options
+from sbx.commands.run import WorkspaceModeOption
 from sbx.domain.sandbox import limitflags
 from sbx.views import kit as kit_view
 
@@ -36,6 +37,7 @@ def create(
         "--arg", metavar="NAME=VALUE", help="A value for a kit arg (repeatable).")] = None,
     access: Annotated[str | None, typer.Option(
         "--access", metavar="none|ro|rw", help="How it sees WORKSPACE (default rw).")] = None,
+    workspace_mode: WorkspaceModeOption = "bind",
     accept: Annotated[bool, typer.Option(
         "--accept", help="Approve what the kits ask for beyond their last approved run "
                          "without asking.")] = False,
@@ -53,7 +55,8 @@ def create(
     request = run_request.RunRequest(
         workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
-        cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams)
+        cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
+        workspace_mode=workspace_mode)
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,
                           progress=renderer.progress, on_warning=renderer.warn,

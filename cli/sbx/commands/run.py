@@ -20,6 +20,13 @@ else:  # imported on first use: `sbx --help` loads no use case
     run_request = deferred("sbx.usecases.run.request")
 
 
+WorkspaceModeOption = Annotated[str, typer.Option(
+    "--workspace-mode", metavar="bind|copy",
+    help="bind (default): mount WORKSPACE from this disk; copy: copy it into a volume of the "
+         "sandbox at creation (an engine on another host; nothing is written back, `sbx cp` "
+         "brings results out).")]
+
+
 def run(
     ctx: typer.Context,
     workload: Annotated[str | None, typer.Argument(
@@ -41,6 +48,7 @@ def run(
     access: Annotated[str | None, typer.Option(
         "--access", metavar="none|ro|rw",
         help="How the sandbox sees WORKSPACE (default rw when given).")] = None,
+    workspace_mode: WorkspaceModeOption = "bind",
     mount: Annotated[list[str] | None, typer.Option(
         "--mount", metavar="SRC:DST[:ro|rw]",
         help="Extra host mount, checked by the mount policy (repeatable).")] = None,
@@ -160,6 +168,7 @@ def run(
         pids=limits.pids,
         host=app.streams,
         session=session,
+        workspace_mode=workspace_mode,
     )
     renderer = app.renderer
     result = entry.run(app, request, on_output=renderer.workload_output,
@@ -169,4 +178,4 @@ def run(
     return run_cached.finish(renderer, result, as_json=as_json)
 
 
-__all__ = ["run"]
+__all__ = ["WorkspaceModeOption", "run"]

@@ -4,6 +4,7 @@ workspace or without its egress boundary."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from sbx.base.errors import SbxError
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def local_needs(plan: RunPlan) -> list[str]:
+    # A copied workspace (--workspace-mode copy) is not here: it travels through the engine.
     """What of ``plan`` exists only on this machine, in words (empty: it runs anywhere)."""
     workspace = plan.workspace_host
     mounted = sorted({pin.source.path for pin in plan.host_mounts.pins
@@ -53,18 +55,32 @@ def _needs(*, workspace: str | None, host_paths: list[str], sized: list[str], eg
     return needs
 
 
+def _hint(needs: list[str], workload: str, workspace: str | None) -> str:
+    """The fix: a bound workspace alone is copied in instead; the rest needs this machine."""
+    local = "use the local engine (`unset DOCKER_HOST DOCKER_CONTEXT`)"
+    if workspace is not None and len(needs) == 1:
+        command = shlex.join(["sbx", "run", workload, workspace, "--workspace-mode", "copy"])
+        return (f"Copy the workspace in instead of binding it: add `--workspace-mode copy`, "
+                f"e.g. `{command}` (`sbx cp NAME:PATH DEST` brings results back), or {local}.")
+    return (f"Over that engine only offline runs without mounts work today (`sbx run WORKLOAD "
+            f"-- CMD`, a kit with no network; a workspace with `--workspace-mode copy`); for "
+            f"this one {local}.")
+
+
 def _below(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def refuse_local_only(location: EngineLocation, plan: RunPlan) -> None:
     """``engine_not_local`` when the engine is elsewhere and the run needs this machine."""
-    error = not_local(location, local_needs(plan))
+    error = not_local(location, local_needs(plan), workload=plan.facts.workload,
+                      workspace=plan.workspace_host)
     if error is not None:
         raise error
 
 
-def not_local(location: EngineLocation, needs: list[str]) -> SbxError | None:
+def not_local(location: EngineLocation, needs: list[str], *, workload: str = "WORKLOAD",
+              workspace: str | None = None) -> SbxError | None:
     """The refusal of a run with ``needs`` on the engine at ``location`` (None: it may run)."""
     if location.local or not needs:
         return None
@@ -72,10 +88,7 @@ def not_local(location: EngineLocation, needs: list[str]) -> SbxError | None:
         Reason.ENGINE_NOT_LOCAL,
         f"the engine at {location.host} is on another host, and this run needs "
         + "; ".join(needs),
-        hint="Over that engine only offline runs without a workspace or mounts work today "
-             "(`sbx run WORKLOAD -- CMD`, a kit with no network); for this one use the local "
-             "engine (`unset DOCKER_HOST DOCKER_CONTEXT`). Copying the workspace in "
-             "(`--workspace-mode copy`) is not built yet.",
+        hint=_hint(needs, workload, workspace),
         details={"engine": location.host, "needs": needs})
 
 

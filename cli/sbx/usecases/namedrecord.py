@@ -34,7 +34,7 @@ CREATION_OPTIONS: Final = {
     "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
     "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
-    "pids": "--pids", "runtime": "--runtime",
+    "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
 }
 
 
@@ -81,6 +81,8 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
         workload=kit_set.workload.reference, kits=[k.reference for k in kit_set.mixins],
         workspace=plan.workspace_host, access=plan.access,
         request={"workspace_target": plan.workspace_target, "bridge": plan.bridge,
+                 # --workspace-mode copy: the directory it was copied from (nothing is bound)
+                 "workspace_copy": plan.workspace_copy,
                  "proxy": plan.egress is not None, "user": plan.spec.user,
                  "pins": [{"path": p.source.path, "target": p.target,
                            "read_only": p.read_only} for p in plan.host_mounts.pins],

@@ -229,6 +229,7 @@ def cacheable(plan: RunPlan) -> bool:
             and plan.name is None and plan.egress is None and not plan.spec.privileged
             and not capabilities.privileged
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
+            and plan.workspace_volume is None
             and not composition.credentials and not capabilities.ports
             and not capabilities.volumes and not capabilities.host_mounts
             and not capabilities.skills_paths

@@ -42,6 +42,7 @@ INT_BOUNDS: dict[str, tuple[int, int | None]] = {
     "sandbox.tmp_bytes": (1, 16 * GiB),
     "sandbox.workspace_bytes": (1, 16 * GiB),
     "sandbox.home_bytes": (1, 16 * GiB),
+    "sandbox.workspace_copy_bytes": (1, 1024 * GiB),
     "sandbox.timeout_ms": (1, 604_800_000),
     "sandbox.user": (1, 4_294_967_294),
     "gc.grace_seconds": (0, None),
@@ -118,6 +119,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.terminal_passthrough": False,
         "sandbox.runtime": None,
         "sandbox.keep": "agents",
+        "sandbox.workspace_copy_bytes": 1024 ** 3,
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -182,6 +184,7 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
      {"sandbox.runtime": "io.containerd.runc.v2"}),
     ("[sandbox]\nkeep = \"always\"\n", {"sandbox.keep": "always"}),
     ("[sandbox]\nkeep = \"never\"\n", {"sandbox.keep": "never"}),
+    ("[sandbox]\nworkspace_copy_bytes = 1\n", {"sandbox.workspace_copy_bytes": 1}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -353,11 +356,11 @@ UNKNOWN_CASES = [
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
-     "workspace_bytes"),
+     "workspace_bytes, workspace_copy_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
-     "workspace_bytes"),
+     "workspace_bytes, workspace_copy_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
     ("[mount]\n", "mount", 1, "unknown section; did you mean 'mounts'?"),
@@ -372,7 +375,7 @@ UNKNOWN_CASES = [
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
-     "workspace_bytes"),
+     "workspace_bytes, workspace_copy_bytes"),
 ]
 
 

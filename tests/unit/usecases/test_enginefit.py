@@ -20,7 +20,7 @@ HERE = EngineLocation("unix:///var/run/docker.sock", local=True)
 def _plan(**fields: Any) -> Any:
     base: dict[str, Any] = {"workspace_host": None, "host_mounts": SimpleNamespace(pins=[]),
                             "capabilities": SimpleNamespace(volumes=()), "egress": None,
-                            "network": None}
+                            "network": None, "facts": SimpleNamespace(workload="./kit")}
     return SimpleNamespace(**{**base, **fields})
 
 
@@ -82,3 +82,18 @@ def test_an_offline_plan_needs_nothing_of_this_machine() -> None:
 
     planned = _planned(caps={"volumes": (SimpleNamespace(path="/v", size=None),)})
     assert planned_needs(planned) == [] and not_local(FAR, []) is None
+
+
+def test_a_bound_workspace_alone_gets_the_copy_as_a_pastable_fix() -> None:
+    plan = _plan(workspace_host="/src/my project",
+                 host_mounts=SimpleNamespace(pins=[_pin("/src/my project")]))
+    with pytest.raises(SbxError) as raised:
+        refuse_local_only(FAR, plan)
+    assert "`sbx run ./kit '/src/my project' --workspace-mode copy`" in (raised.value.hint or "")
+
+
+def test_a_copied_workspace_needs_nothing_of_this_machine() -> None:
+    """A copy travels through the engine: the plan holds no bound workspace."""
+    plan = _plan(workspace_copy="/src/p", workspace_volume="sbx-x-ws")
+    refuse_local_only(FAR, plan)
+    assert local_needs(plan) == []

@@ -30,6 +30,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "terminal_passthrough": False,
         "runtime": None,  # the engine's default OCI runtime (usually runc)
         "keep": "agents",
+        "workspace_copy_bytes": 1 * GiB,  # --workspace-mode copy: file data copied in, at most
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,

@@ -46,6 +46,8 @@ class SandboxSettings:
     runtime: Sourced[str | None]  # the OCI runtime every container of a sandbox runs on
     # which workloads `sbx run` keeps as a sandbox per workspace: "agents" | "always" | "never"
     keep: Sourced[str]
+    # --workspace-mode copy: the most file data a workspace may hold to be copied in
+    workspace_copy_bytes: Sourced[int]
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Config:
         """
         names = [f.name for f in dataclasses.fields(SandboxSettings)
                  if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough",
-                                   "runtime", "keep")]
+                                   "runtime", "keep", "workspace_copy_bytes")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)

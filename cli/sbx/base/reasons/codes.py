@@ -101,6 +101,7 @@ class Reason(enum.StrEnum):
     SESSIONS_UNSUPPORTED = "sessions_unsupported"
     SESSION_VERB_MISSING = "session_verb_missing"
     SESSION_ID_INVALID = "session_id_invalid"
+    WORKSPACE_COPY_REFUSED = "workspace_copy_refused"
 
     @property
     def info(self) -> ReasonInfo:

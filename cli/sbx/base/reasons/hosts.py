@@ -62,9 +62,10 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "this machine's disk, a sized volume staged here, or a network whose egress proxy and "
         "firewall sbx puts on this machine's bridge. sbx refuses instead of starting it with an "
         "empty workspace or without its egress boundary.",
-        "Run without a workspace and offline (`sbx run WORKLOAD -- CMD` with a kit that needs "
-        "no network), or use the local engine (`unset DOCKER_HOST DOCKER_CONTEXT`). Copying a "
-        "workspace to a remote engine (`--workspace-mode copy`) is not built yet.",
+        "Copy the workspace in instead of binding it (`sbx run WORKLOAD WORKSPACE "
+        "--workspace-mode copy`; `sbx cp NAME:PATH DEST` brings results back), run offline "
+        "(`sbx run WORKLOAD -- CMD` with a kit that needs no network), or use the local engine "
+        "(`unset DOCKER_HOST DOCKER_CONTEXT`).",
         _E.REFUSED,
     ),
     _R.ENGINE_UNSUPPORTED: ReasonInfo(

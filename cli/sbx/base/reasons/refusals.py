@@ -243,6 +243,17 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "is simply large.",
         _E.REFUSED,
     ),
+    _R.WORKSPACE_COPY_REFUSED: ReasonInfo(
+        "A workspace sbx will not copy in",
+        "`--workspace-mode copy` refused the workspace before anything was created: it holds "
+        "more file data than `[sandbox] workspace_copy_bytes` (or more entries than a copy "
+        "takes), or a device, FIFO or socket, which no copy carries. Nothing is truncated or "
+        "left out silently.",
+        "Raise `workspace_copy_bytes` under `[sandbox]` in the config file (`sbx config show` "
+        "names it), copy a smaller directory, or remove the special files; on the local engine "
+        "`--workspace-mode bind` mounts it instead.",
+        _E.REFUSED,
+    ),
 }
 
 __all__ = ["ENTRIES"]

@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids
+            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -85,7 +85,7 @@ function __sbx_value_options --argument-names node
         case 'sbx gc'
             printf '%s\n' --grace
         case 'sbx create'
-            printf '%s\n' --name -k --kit --arg --access -m --memory --cpus --pids
+            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -150,6 +150,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -s k -l kit -x -a '(__fish_complete_dire
 complete -c sbx -n '__sbx_in "sbx run"' -l arg -x -d 'A value for a kit arg, given to every kit that declares NAME (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l allow-privileged -d 'Consent to run privileged when a kit requires privileged@1'
 complete -c sbx -n '__sbx_in "sbx run"' -l access -x -a 'none ro rw' -d 'How the sandbox sees WORKSPACE (default rw when given)'
+complete -c sbx -n '__sbx_in "sbx run"' -l workspace-mode -x -a 'bind copy' -d 'bind (default): mount WORKSPACE from this disk; copy: copy it into a volume o...'
 complete -c sbx -n '__sbx_in "sbx run"' -l mount -r -F -d 'Extra host mount, checked by the mount policy (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l timeout -x -d 'Kill the workload after this long: 90, 90s, 30m or 2h (exit 124)'
 complete -c sbx -n '__sbx_in "sbx run"' -s i -l interactive -d 'Forward stdin to the workload (default: when stdin is a pipe or a file, or in...'
@@ -216,6 +217,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'sessions_unsupported' -d 'No 
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_verb_missing' -d 'The agent has no such session verb'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_id_invalid' -d 'A session id sbx will not pass'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'workspace_copy_refused' -d 'A workspace sbx will not copy in'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
@@ -284,6 +286,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -l name -x -d 'Its name (default: the
 complete -c sbx -n '__sbx_in "sbx create"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to compose on it (repeatable)'
 complete -c sbx -n '__sbx_in "sbx create"' -l arg -x -d 'A value for a kit arg (repeatable)'
 complete -c sbx -n '__sbx_in "sbx create"' -l access -x -a 'none ro rw' -d 'How it sees WORKSPACE (default rw)'
+complete -c sbx -n '__sbx_in "sbx create"' -l workspace-mode -x -a 'bind copy' -d 'bind (default): mount WORKSPACE from this disk; copy: copy it into a volume o...'
 complete -c sbx -n '__sbx_in "sbx create"' -l accept -d 'Approve what the kits ask for beyond their last approved run without asking'
 complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'

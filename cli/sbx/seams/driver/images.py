@@ -128,7 +128,7 @@ class SdkImages(SdkContainers):
 
     @contextmanager
     def _probe_container(self, image_id: str, labels: Mapping[str, str],
-                         action: str) -> Iterator[str]:
+                         action: str, binds: Sequence[str] = ()) -> Iterator[str]:
         """A container of ``image_id`` that is never started, removed on the way out; created
         and handed over with interrupts held back, so a signal cannot orphan it. None of the
         image's ``dev.sbx.*`` labels passes for sbx's (:func:`own_labels`)."""
@@ -141,7 +141,9 @@ class SdkImages(SdkContainers):
             with deferred_interrupts(), self._engine_errors(action):
                 cid = str(self._api.create_container(
                     image_id, command=["/nonexistent-sbx-probe"], labels=dict(labels),
-                    network_disabled=True)["Id"])
+                    network_disabled=True,
+                    host_config=self._api.create_host_config(binds=list(binds))
+                    if binds else None)["Id"])
             yield cid
         finally:
             if cid is not None:
@@ -159,6 +161,19 @@ class SdkImages(SdkContainers):
             return self.commit(cid, tag, {**image.labels, **own_labels(image.labels,
                                                                          image_labels)}, image)
 
+
+    if TYPE_CHECKING:  # the files role's (sbx.seams.driver.files), beside this one in SdkEngine
+        def archive_write(self, container_id: str, path: str, tar: Any) -> None: ...
+
+    def fill_volume(self, volume: str, image_id: str, tar: Any, *, target: str,
+                    labels: Mapping[str, str]) -> None:
+        """Extract ``tar`` (top entry: ``target``'s name) into ``volume``, mounted at
+        ``target`` in a helper container of ``image_id`` that is never started. The top
+        entry gives the volume's root its owner and mode, which an archive written onto the
+        sandbox's own mount point cannot: the engine skips a ``.`` entry."""
+        with self._probe_container(image_id, labels, f"filling volume {volume}",
+                                   binds=[f"{volume}:{target}:rw"]) as cid:
+            self.archive_write(cid, "/", tar)
 
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]:

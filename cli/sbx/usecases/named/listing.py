@@ -52,7 +52,8 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
         sandboxes[record.container_id or ""] = record.name
         state = states.get(record.container_id or "", "missing")
         found.append(SandboxStatus(record.name, record.workload, record.kits, state,
-                                   record.workspace, record.created,
+                                   record.workspace or record.request.get("workspace_copy"),
+                                   record.created,
                                    bool(record.request.get("home_bounded")), record.run_id))
     if include_runs:
         for obj in owned:

@@ -327,22 +327,25 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
     back (sbx.seams.signals), so the cleanup always knows everything there is to remove.
     """
     raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
-    volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
-    for name, volume in zip(plan.volume_names, volumes, strict=True):
-        # a file system of exactly that size (sbx.domain.sandbox.sources)
-        image = run_dir / "volumes" / f"{name}.img"
-        if volume.size is not None:
-            staging = _staging(ctx, plan, created)
-            with deferred_interrupts():
-                created.sized[name] = staging.remount_filesystem(image) \
-                    if plan.recreate and image.exists() else staging.stage_filesystem(
-                        image, volume.size, uid=plan.user.uid, gid=plan.user.gid,
-                        mode=volume.mode)
-            continue
-        with deferred_interrupts():
-            made = driver.create_volume(name, plan.labels)  # a kept one is returned as it is
-            if not plan.recreate:
-                created.volumes.append(made)
+    copied = None
+    if plan.workspace_copy is not None and not plan.recreate:  # a recreation keeps its volume
+        # Only a copied workspace loads its module; archived first, so a workspace over its
+        # bound is refused before anything exists.
+        from sbx.usecases.run import workspacecopy
+
+        copied = workspacecopy.workspace_archive(plan)
+    try:
+        _create_volumes(ctx, plan, driver, created, run_dir)
+        if plan.workspace_volume is not None:
+            with deferred_interrupts():  # a kept one (a recreation's) is returned as it is
+                made = driver.create_volume(plan.workspace_volume, plan.labels)
+                if not plan.recreate:
+                    created.volumes.append(made)
+        if copied is not None:
+            workspacecopy.fill(driver, plan, copied)
+    finally:
+        if copied is not None:
+            copied.close()
     boundary: dict[str, str] = {}
     if plan.network is not None:
         # The egress proxy and the host firewall: only a run with a network loads them.
@@ -367,6 +370,27 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
                                detach_keys=plan.detach_keys if plan.mode.tty else None)
         created.stream = stream
     return container_id, stream
+
+
+def _create_volumes(ctx: AppContext, plan: RunPlan, driver: Driver, created: Created,
+                    run_dir: Path) -> None:
+    """The kits' volumes: a Docker volume each, or a file system of exactly its size."""
+    volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
+    for name, volume in zip(plan.volume_names, volumes, strict=True):
+        # a file system of exactly that size (sbx.domain.sandbox.sources)
+        image = run_dir / "volumes" / f"{name}.img"
+        if volume.size is not None:
+            staging = _staging(ctx, plan, created)
+            with deferred_interrupts():
+                created.sized[name] = staging.remount_filesystem(image) \
+                    if plan.recreate and image.exists() else staging.stage_filesystem(
+                        image, volume.size, uid=plan.user.uid, gid=plan.user.gid,
+                        mode=volume.mode)
+            continue
+        with deferred_interrupts():
+            made = driver.create_volume(name, plan.labels)  # a kept one is returned as it is
+            if not plan.recreate:
+                created.volumes.append(made)
 
 
 def _say_what_is_left(error: BaseException | None,

@@ -46,6 +46,7 @@ from sbx.usecases.run.request import (
     ProgressFactory,
     RunRequest,
     access_of,
+    copies_workspace,
     workload_request,
 )
 from sbx.usecases.run.sessionverbs import session_launch
@@ -217,7 +218,9 @@ class FromKits:
                                for i in range(len(capabilities.volumes))),
             network=f"sbx-{run_id[:16]}" if networked else None,
             bridge=f"sbx{run_id[:12]}" if networked else None,
-            credential_names=self.credential_names))
+            credential_names=self.credential_names,
+            workspace_volume=(f"{volume_prefix}-ws" if copies_workspace(request)
+                              and access_of(request) != "none" else None)))
 
     def _recipe(self, planned: WorkloadPlan, image: ImageInfo, admission: Admission,
                 capabilities: CapabilityPlan, *, home: str, command: tuple[str, ...] | None,

@@ -39,7 +39,9 @@ def kept_request(ctx: AppContext, request: RunRequest,
         record = store.load(name)
         if record is None:
             return None
-        return os.path.realpath(record.workspace) if record.workspace else ""
+        # a copied workspace's sandbox is held by the directory it was copied from
+        workspace = record.workspace or record.request.get("workspace_copy")
+        return os.path.realpath(str(workspace)) if workspace else ""
 
     name = kept_name(_kit_word(ctx, request.workload), real, holder)
     record = store.load(name)

@@ -43,7 +43,7 @@ from sbx.seams.session.terminal import terminal_environment
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.kitmounts import own_made_mounts, relay_binds
 from sbx.usecases.run.recipe import PlanFacts, Recipe
-from sbx.usecases.run.request import RunRequest, access_of
+from sbx.usecases.run.request import RunRequest, access_of, copies_workspace
 
 if TYPE_CHECKING:
     # Only a full plan has these (decoding, validation, composition): a run from the plan
@@ -102,6 +102,10 @@ class RunPlan:
     # here, so a plan from the cache reports the same as the full plan it was made from.
     facts: PlanFacts = field(default_factory=PlanFacts)
     recipe: Recipe | None = None  # what the spec was assembled from (what the cache keeps)
+    # --workspace-mode copy: the checked host directory copied at creation into the sandbox's
+    # own volume ``workspace_volume`` (mounted at the workspace target; nothing is bound)
+    workspace_copy: str | None = None
+    workspace_volume: str | None = None
 
     @property
     def references(self) -> list[str]:
@@ -129,6 +133,7 @@ class FullParts:
     network: str | None
     bridge: str | None
     credential_names: frozenset[str]
+    workspace_volume: str | None = None  # --workspace-mode copy: the workspace's own volume
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,12 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
                                   extra_blocked=inputs.blocked,
                                   allowed_roots=inputs.allowed_roots)
     workspace_host = _workspace_source(ctx, policy, request, access)
+    # A copied workspace passes the same mount policy (what a copy reads is what a mount
+    # could) but is never mounted: the admission's binds, pins and trust checks are for a
+    # directory the sandbox writes back into, and a copy writes nothing to this disk.
+    workspace_copy = None
+    if copies_workspace(request) and workspace_host is not None:
+        workspace_copy, workspace_host = workspace_host, None
     mount_requests = [parse_mount_flag(text) for text in request.mounts]
     deadline = math.ceil(time.time() + inputs.timeout_s)
     labels = label_keys.object_labels(
@@ -218,7 +229,7 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
         decided = inputs.decide(ctx, request, run_id, admission, labels)
         return assemble(ctx, request, run_id, decided, access=access,
                         session_mode=session_mode, labels=labels, deadline=deadline,
-                        admission=admission)
+                        admission=admission, workspace_copy=workspace_copy)
     except BaseException:
         admission.close()
         raise
@@ -226,7 +237,7 @@ def plan(ctx: AppContext, request: RunRequest, run_id: str,
 
 def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided, *,
              access: str, session_mode: SessionMode, labels: Mapping[str, str], deadline: int,
-             admission: Admission) -> RunPlan:
+             admission: Admission, workspace_copy: str | None = None) -> RunPlan:
     """The container spec from what was decided and what was admitted (the host paths, the
     user, the variables), checked for its hardening; and the plan around it."""
     recipe, full = decided.recipe, decided.full
@@ -250,6 +261,15 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         extra_binds += volume_binds(volume_names, capabilities.volumes, {})
         extra_binds += relay_binds(ctx, run_id, capabilities)
     network = full.network if full is not None else None
+    workspace_volume = full.workspace_volume if full is not None else None
+    if (workspace_copy is None) != (workspace_volume is None):
+        raise SbxError(Reason.CREATE_FAILED,
+                       "internal: a copied workspace without its volume (or the reverse)")
+    workspace_bind = BindMount(workspace_host, workspace_target, access == "ro") \
+        if workspace_host else None
+    if workspace_volume is not None:
+        workspace_bind = BindMount(workspace_volume, workspace_target, access == "ro",
+                                   volume=True)
     session_env = terminal_environment(ctx.env) if session_mode.tty else {}
     spec = build_spec(
         image=(full.run_image_tag if full is not None else None) or recipe.image.id,
@@ -257,8 +277,7 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         gid=user.gid,
         limits=limits,
         workspace_target=workspace_target,
-        workspace_bind=(BindMount(workspace_host, workspace_target, access == "ro")
-                        if workspace_host else None),
+        workspace_bind=workspace_bind,
         extra_binds=extra_binds,
         command=recipe.command,
         entrypoint=recipe.entrypoint,
@@ -314,7 +333,7 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         facts=dataclasses.replace(recipe.facts, limits={
             "memory_bytes": limits.memory_bytes, "cpu_millis": limits.cpu_millis,
             "pids": limits.pids}) if flags.given() else recipe.facts,
-        recipe=recipe)
+        recipe=recipe, workspace_copy=workspace_copy, workspace_volume=workspace_volume)
 
 
 def volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from sbx.usecases.pipeline import WorkloadRequest
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
+# bind: the host directory is mounted; copy: copied into a volume of the sandbox at creation
+# (an engine that cannot see this disk; nothing is ever written back to the host)
+WORKSPACE_MODES: Final = ("bind", "copy")
 NO_HOST_STREAMS: Final = HostStreams(stdin_fd=None, stdin_is_terminal=False,
                                      stdout_is_terminal=False)
 NO_DEADLINE_S: Final = 10 * 365 * 24 * 3600.0  # a named sandbox without --timeout
@@ -61,6 +64,7 @@ class RunRequest:
     host: HostStreams = NO_HOST_STREAMS
     # --prompt / --resume ID / --continue: the workload's session verb (sbx.domain.kits.sessions)
     session: SessionAsk | None = None
+    workspace_mode: str = "bind"  # --workspace-mode (WORKSPACE_MODES)
 
 
 def session_ask(prompt: str | None, resume: str | None, *,
@@ -90,6 +94,22 @@ def access_of(request: RunRequest) -> str:
     return request.access or "rw"
 
 
+def copies_workspace(request: RunRequest) -> bool:
+    """Whether the workspace is copied in (``--workspace-mode copy``) instead of bound."""
+    if request.workspace_mode not in WORKSPACE_MODES:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"--workspace-mode must be bind or copy (got {request.workspace_mode!r})",
+                       hint="sbx run WORKLOAD WORKSPACE --workspace-mode copy")
+    if request.workspace_mode == "bind":
+        return False
+    if request.workspace is None:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       "--workspace-mode copy needs a WORKSPACE directory to copy in",
+                       hint="Pass the directory after the workload, e.g. "
+                            "`sbx run ./kit . --workspace-mode copy`.")
+    return True
+
+
 def workload_request(request: RunRequest) -> WorkloadRequest:
     """The part of a run request that explain and doctor share (sbx.usecases.pipeline)."""
     # The pipeline decodes config and kits: a run from the plan cache never imports it.
@@ -101,5 +121,6 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
                            runtime=request.runtime, named=request.name is not None)
 
 
-__all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "OutputSink", "ProgressFactory",
-           "RunRequest", "access_of", "session_ask", "workload_request"]
+__all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "WORKSPACE_MODES", "OutputSink",
+           "ProgressFactory", "RunRequest", "access_of", "copies_workspace", "session_ask",
+           "workload_request"]

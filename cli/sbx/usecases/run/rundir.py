@@ -67,7 +67,8 @@ def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
         run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload,
         kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
-        volumes=plan.volume_names, name=plan.name), owner_lock=True, claimed=claimed)
+        volumes=(*plan.volume_names, *((plan.workspace_volume,) if plan.workspace_volume
+                                       else ())), name=plan.name), owner_lock=True, claimed=claimed)
     if lock_fd is not None:
         _OWNER_LOCKS[plan.run_id] = lock_fd
     return path
