@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from sbx.domain.sandbox.publish import parse_publishes
+
 PublishOption = Annotated[list[str] | None, typer.Option(
     "--publish", "-p", metavar="[HOST_IP:][HOST_PORT:]PORT[/tcp]",
     help="Publish a container port on this machine's loopback (repeatable): 8080 (a free "
@@ -17,11 +19,7 @@ PublishOption = Annotated[list[str] | None, typer.Option(
 def publish_words(values: list[str] | None) -> tuple[str, ...]:
     """The -p values as given, checked now so bad input is refused before anything runs."""
     words = tuple(values or ())
-    if words:
-        # Parsed only when given: `sbx --help` and runs without -p never load it.
-        from sbx.domain.sandbox.publish import parse_publishes
-
-        parse_publishes(words)
+    parse_publishes(words)
     return words
 
 

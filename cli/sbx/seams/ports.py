@@ -95,10 +95,9 @@ class PortForwarder:
         family = socket.AF_INET6 if ":" in binding.host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
         self._listeners.append(listener)  # before bind: stop() closes it if bind fails
-        if binding.host_port == 0:
-            # An ephemeral port only: SO_REUSEADDR on an asked-for port could share it
-            # with a socket in TIME_WAIT, never with a listener.
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Past connections in TIME_WAIT must not keep a restart off its port; on Linux this
+        # never lets two listeners share one.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((binding.host, binding.host_port))
         listener.listen(64)
         listener.settimeout(ACCEPT_POLL_S)
@@ -152,6 +151,7 @@ def check_free(bindings: Sequence[Binding]) -> None:
             continue
         family = socket.AF_INET6 if ":" in binding.host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the forwarder
             try:
                 probe.bind((binding.host, binding.host_port))
             except OSError as error:

@@ -19,7 +19,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.capabilities import CapabilityPlan
 from sbx.seams import owned
-from sbx.seams.ports import KIT, PUBLISH, Binding, PublishedPort
+from sbx.seams.ports import KIT, PUBLISH, Binding, PortForwarder, PublishedPort, check_free
 
 WANTED: Final = "ports.json"
 PUBLISHED: Final = "ports.published.json"
@@ -33,6 +33,36 @@ def bindings_of(capabilities: CapabilityPlan | None) -> list[Binding]:
     kit = [Binding(port, KIT) for port in capabilities.ports]
     return kit + [Binding(p.container_port, PUBLISH, p.host_ip, p.host_port)
                   for p in capabilities.published]
+
+
+def check_host_ports(capabilities: CapabilityPlan | None) -> None:
+    """A -p host port something holds is refused (``port_taken``) before the sandbox is made."""
+    if capabilities is not None and capabilities.published:
+        check_free(bindings_of(capabilities))
+
+
+def forward(address: str, bindings: Sequence[Binding]
+            ) -> tuple[PortForwarder, list[PublishedPort]]:
+    """A one-shot run's forwarder, in this process; ``port_taken``/``start_failed`` when the
+    host cannot listen (the caller's cleanup stops what did start)."""
+    forwarder = PortForwarder(address)
+    try:
+        return forwarder, forwarder.start(bindings)
+    except SbxError:
+        forwarder.stop()
+        raise
+
+
+def published_now(run_dir: Path) -> list[PublishedPort]:
+    """What a named sandbox's keeper publishes now."""
+    published = []
+    for p in read_published(run_dir):
+        container, host_port = p.get("container"), p.get("host_port")
+        if isinstance(container, int) and isinstance(host_port, int):
+            published.append(PublishedPort(container, str(p.get("transport", "tcp")),
+                                           str(p.get("host", "")), host_port,
+                                           str(p.get("source", KIT))))
+    return published
 
 
 def write_wanted(run_dir: Path, bindings: Sequence[Binding], network: str) -> None:
@@ -82,5 +112,6 @@ def _read(path: Path) -> Any:
         return None
 
 
-__all__ = ["PUBLISHED", "WANTED", "announce", "bindings_of", "forget_published",
-           "read_published", "read_wanted", "write_published", "write_wanted"]
+__all__ = ["KIT", "PUBLISHED", "WANTED", "announce", "bindings_of", "check_host_ports",
+           "forget_published", "forward", "published_now", "read_published", "read_wanted",
+           "write_published", "write_wanted"]

@@ -330,7 +330,6 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
     back (sbx.seams.signals), so the cleanup always knows everything there is to remove.
     """
     raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
-    _check_host_ports(plan)
     volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
     for name, volume in zip(plan.volume_names, volumes, strict=True):
         # a file system of exactly that size (sbx.domain.sandbox.sources)
@@ -399,40 +398,26 @@ def _start_ports(driver: Driver, plan: RunPlan, created: Created, container_id: 
         return
     # The port forwarder and the browser observer: only a run that publishes ports.
     from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
-    from sbx.seams import ports  # the port forwarder: as above
-    from sbx.usecases import publishedports  # as above
+    from sbx.usecases import publishedports  # the port forwarder: as above
 
     bindings = publishedports.bindings_of(plan.capabilities)
     if not bindings:
         return
     if plan.name is not None:
-        published = [ports.PublishedPort(int(p["container"]), str(p["transport"]),
-                                          str(p["host"]), int(p["host_port"]), str(p["source"]))
-                     for p in publishedports.read_published(run_dir)]
+        published = publishedports.published_now(run_dir)
     else:
         address = driver.container_ip(container_id, plan.network)
         if address is None:  # the workload already finished
             return
-        created.forwarder = ports.PortForwarder(address)
-        published = created.forwarder.start(bindings)  # or port_taken, start_failed
+        created.forwarder, published = publishedports.forward(address, bindings)
     publishedports.announce(published, on_notice)
     names = plan.capabilities.port_names
     token = observer_token(created.proxy_url)
     for port in published:
-        if port.source == ports.KIT and names.get(port.container_port) == OBSERVER_PORT \
+        if port.source == publishedports.KIT and names.get(port.container_port) == OBSERVER_PORT \
                 and token is not None:
             on_notice("browser observer (opens once, for one browser): "
                       f"{observer_url(port.host, port.host_port, token)}")
-
-
-def _check_host_ports(plan: RunPlan) -> None:
-    """A -p host port something holds is refused before anything is created."""
-    if plan.capabilities is None or not plan.capabilities.published:
-        return
-    from sbx.seams import ports  # only a run with -p probes its host ports
-    from sbx.usecases import publishedports  # as above
-
-    ports.check_free(publishedports.bindings_of(plan.capabilities))
 
 
 def _ended_early(ctx: AppContext, plan: RunPlan, end: SessionEnd, started: float) -> None:

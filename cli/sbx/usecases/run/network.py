@@ -36,6 +36,7 @@ def setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: Creat
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
+    publishedports.check_host_ports(plan.capabilities)  # port_taken before anything is made
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
         created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
                                                 internal=True)
@@ -44,7 +45,7 @@ def setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: Creat
     bindings = publishedports.bindings_of(plan.capabilities)
     if plan.name is not None and bindings:
         # A named sandbox's keeper forwards its ports (read before it is ready).
-        publishedports.write_wanted(run_dir, bindings, created.network)
+        publishedports.write_wanted(run_dir, bindings, plan.network)
     if plan.egress is not None:
         gateway = driver.network_gateway(created.network)
         with deferred_interrupts():

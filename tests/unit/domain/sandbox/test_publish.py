@@ -41,7 +41,7 @@ def test_the_forms_docker_takes(text: str, expected: PublishSpec) -> None:
     ("8080:", "the container port must be a number"),
     ("8080/", "unknown transport ''"),
     ("8080/tcpx", "unknown transport 'tcpx'"),
-    ("８０８０", "must be a number"),  # fullwidth digits: isdigit() but not ASCII
+    ("\uff18\uff10\uff18\uff10", "must be a number"),  # fullwidth digits: isdigit(), not ASCII
     ("8000-8010", "is a range (8000-8010)"),
     ("8000-8010:8000-8010", "is a range"),
     ("localhost:9000:8080", "must be an IP address (got 'localhost')"),
