@@ -139,8 +139,12 @@ class PortForwarder:
         upstream.settimeout(None)
         pump = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
         pump.start()
-        _copy(client, upstream)
-        pump.join()
+        try:
+            _copy(client, upstream)
+            pump.join()
+        finally:  # both directions are done: only now are both ends released
+            client.close()
+            upstream.close()
 
 
 def check_free(bindings: Sequence[Binding]) -> None:
@@ -185,10 +189,10 @@ def _copy(source: socket.socket, sink: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        # Half-close so the other direction can finish, then release both ends.
+        # Half-close, so the other direction still finishes: a client that sent all it had
+        # (shutdown of its side) still gets the whole answer.
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
-        source.close()
 
 
 __all__ = ["KIT", "PUBLISH", "Binding", "PortForwarder", "PublishedPort", "check_free"]
