@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.kits import capabilities, network_policy
+
 from .conftest import BUSYBOX
 
 pytestmark = pytest.mark.docker
@@ -230,5 +232,28 @@ def test_a_taken_host_port_refuses_a_named_start(
         started = _sbx(env, "start", name)  # freed: it starts, on its port
         assert started.returncode == 0, started.stderr
         assert _fetch(fixed) == "served-from-sandbox"
+    finally:
+        _sbx(env, "rm", "-f", name)
+
+
+def test_a_named_sandbox_with_egress_forwards_its_ports_from_the_proxy_keeper(
+        kit_factory: Callable[..., Path], state_home: Path) -> None:
+    # With a network policy the keeper owns the egress proxy too: one keeper for both.
+    env = _env(state_home)
+    kit = kit_factory("pubegress", SERVER,
+                      capabilities(network_policy(version=2, runtime=["example.invalid"])))
+    fixed = _free_port()
+    name = "pubegress"
+    made = _sbx(env, "create", "--name", name, "-p", f"{fixed}:8080", str(kit))
+    try:
+        assert made.returncode == 0, made.stderr
+        run_dir = next((state_home / "runs").iterdir())
+        assert json.loads((run_dir / "proxy.json").read_text())  # it has a proxy
+        assert _fetch(fixed) == "served-from-sandbox"
+        assert _sbx(env, "stop", name).returncode == 0
+        assert _refused(fixed)
+        assert _sbx(env, "start", name).returncode == 0
+        assert _fetch(fixed) == "served-from-sandbox"
+        assert [p["host_port"] for p in _ports(env, name)] == [fixed]
     finally:
         _sbx(env, "rm", "-f", name)
