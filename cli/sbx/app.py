@@ -76,6 +76,9 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
         "Print sbx's version."),
     "ls": Command("sbx.commands.sandboxes:ls",
         'List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED.'),
+    "ports": Command("sbx.commands.sandboxes:ports",
+        "List a named sandbox's published ports: CONTAINER, HOST (where it is reachable now),\n"
+        "SOURCE (kit: a kit's port@1; publish: a -p given at its creation)."),
     "create": Command("sbx.commands.create:create",
         'Create a kept sandbox and leave it running, without attaching; prints its name.'),
     "start": Command("sbx.commands.sandboxes:start",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
-from sbx.commands import limit_options
+from sbx.commands import limit_options, publish_option
 from sbx.commands.run import WorkspaceModeOption
 from sbx.domain.sandbox import limitflags
 from sbx.views import kit as kit_view
@@ -44,6 +44,7 @@ def create(
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
+    publish: publish_option.PublishOption = None,
 ) -> int:
     """Create a kept sandbox and leave it running, without attaching; prints its name.
 
@@ -56,7 +57,7 @@ def create(
         workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
-        workspace_mode=workspace_mode)
+        workspace_mode=workspace_mode, publish=publish_option.publish_words(publish))
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,
                           progress=renderer.progress, on_warning=renderer.warn,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
-from sbx.commands import limit_options, run_cached
+from sbx.commands import limit_options, publish_option, run_cached
 from sbx.domain.sandbox import durations, limitflags, runargs
 from sbx.views import kit as kit_view
 
@@ -124,6 +124,7 @@ def run(
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
+    publish: publish_option.PublishOption = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -166,6 +167,7 @@ def run(
         memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis,
         pids=limits.pids,
+        publish=publish_option.publish_words(publish),
         host=app.streams,
         session=session,
         workspace_mode=workspace_mode,

@@ -1,6 +1,6 @@
-"""`sbx ls`, `start`, `attach`, `exec`, `logs`, `sessions`, `stop`, `rm`: adapters for named
-sandboxes (:mod:`sbx.usecases.named`). Wherever a NAME is taken, so is its run id (full, or the 12
-characters `sbx ls --all` shows)."""
+"""`sbx ls`, `ports`, `start`, `attach`, `exec`, `logs`, `sessions`, `stop`, `rm`: adapters for
+named sandboxes (:mod:`sbx.usecases.named`). Wherever a NAME is taken, so is its run id (full, or
+the 12 characters `sbx ls --all` shows)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from sbx.views import sandboxes as sandboxes_view
 
 if TYPE_CHECKING:
     from sbx.usecases.named import listing, removal, session
+    from sbx.usecases.named import ports as named_ports
     from sbx.usecases.named import start as starting
 else:  # imported on first use: `sbx --help` loads no use case
     listing = deferred("sbx.usecases.named.listing")
     removal = deferred("sbx.usecases.named.removal")
     session = deferred("sbx.usecases.named.session")
+    named_ports = deferred("sbx.usecases.named.ports")
     starting = deferred("sbx.usecases.named.start")
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME",
@@ -52,6 +54,18 @@ def ls(
         return 0
     statuses = listing.list_sandboxes(app, include_runs=include_runs)
     sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
+    return 0
+
+
+def ports(
+    ctx: typer.Context, name: NameArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON envelope.")] = False,
+) -> int:
+    """List a named sandbox's published ports: CONTAINER, HOST (where it is reachable now),
+    SOURCE (kit: a kit's port@1; publish: a -p given at its creation)."""
+    app = ctx.obj
+    found, rows = named_ports.sandbox_ports(app, name)
+    sandboxes_view.port_list(app.renderer, found, rows)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The keeper program: a named sandbox's proxy, outliving the terminal.
+"""The keeper program: a named sandbox's proxy and published ports, outliving the terminal.
 
 The keeper of a named sandbox's egress proxy, as a program of its own:
 ``python -m sbx.keeper RUN_DIR RUN_ID`` (its start and ready line:
@@ -6,10 +6,12 @@ The keeper of a named sandbox's egress proxy, as a program of its own:
 starting ``sbx``'s side).
 
 It reads the proxy's owner line on its stdin, starts the proxy on the run's config (on a free
-port when the recorded one is taken), writes its pid to ``keeper.pid``, prints
-``SBX-KEEPER-READY <port> <proxy pid>`` and closes its stdout; then it watches the sandbox's
-container once a second and stops the proxy (and exits) when the container no longer runs, or
-exits when the proxy dies (fail closed).
+port when the recorded one is taken; none without a config: a sandbox with ports only), listens
+on the sandbox's published ports (``ports.json``), writes its pid to ``keeper.pid``, prints
+``SBX-KEEPER-READY <port> <proxy pid>`` (0 0 without a proxy) and closes its stdout; then it
+watches the sandbox's container once a second, points the forwarder at the container's address
+once it runs, and stops the proxy and the forwarder (and exits) when the container no longer
+runs, or exits when the proxy dies (fail closed).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from sbx.domain.sandbox import runrecord
 from sbx.seams import owned
 from sbx.seams.engine import Containers
 from sbx.seams.host.handshake import KEEPER
+from sbx.seams.ports import PortForwarder
 from sbx.seams.transports import open_engine
+from sbx.usecases import publishedports
 from sbx.usecases.keeper import MAX_CONFIG_BYTES, MOVED_CONFIG, PID_FILE
 
 POLL_S: Final = 1.0
@@ -74,6 +78,53 @@ def _container_id(run_dir: Path) -> str | None:
     return runrecord.container_id(run_dir)
 
 
+class _Ports:
+    """The sandbox's published ports: listening from the start, forwarded to the container's
+    address once it runs (it may change across stop/start)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        wanted = publishedports.read_wanted(run_dir)
+        self.network = wanted[0] if wanted is not None else None
+        self.forwarder = PortForwarder("")
+        if wanted is not None:
+            publishedports.write_published(run_dir, self.forwarder.start(wanted[1]))
+
+    def follow(self, driver: Containers, container: str) -> None:
+        if self.network is None or self.forwarder.target_ip:
+            return
+        with contextlib.suppress(SbxError):  # the engine is busy: asked again next time
+            self.forwarder.target_ip = driver.container_ip(container, self.network) or ""
+
+    def stop(self) -> None:
+        self.forwarder.stop()
+        publishedports.forget_published(self.run_dir)
+
+
+def _watch(run_dir: Path, proxy: Any, ports: _Ports) -> int:
+    """Until the sandbox stops (0) or its proxy dies (1: fail closed)."""
+    driver: Containers = open_engine(dict(os.environ))
+    started = time.monotonic()
+    seen_running = False
+    while proxy is None or proxy.alive():
+        time.sleep(POLL_S)
+        container = _container_id(run_dir)
+        state = None
+        if container is not None:
+            try:
+                state = driver.container_state(container)
+            except SbxError:
+                continue  # the engine is busy or restarting: ask again
+        if state == "running" and container is not None:
+            seen_running = True
+            ports.follow(driver, container)
+            continue
+        if seen_running or (container is not None and state is None) \
+                or time.monotonic() - started > FIRST_START_WAIT_S:
+            return 0  # the sandbox stopped (or never came): its proxy goes with it
+    return 1  # the proxy died: fail closed (no egress until the next start)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
@@ -94,33 +145,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal can end it
-    proxy = _launch(run_dir, run_id, token or None, secrets)
+    proxy = _launch(run_dir, run_id, token or None, secrets) \
+        if (run_dir / "proxy.json").exists() else None
+    ports: _Ports | None = None
     try:
+        try:
+            ports = _Ports(run_dir)
+        except SbxError as error:  # port_taken: no ready line, so the start fails
+            sys.stderr.write(f"{error.reason.value}: {error.message}\n")
+            return 1
         (run_dir / PID_FILE).write_text(str(os.getpid()), encoding="utf-8")
-        sys.stdout.write(KEEPER.ready_line(proxy.port, proxy.pid))
+        sys.stdout.write(KEEPER.ready_line(proxy.port if proxy else 0, proxy.pid if proxy else 0))
         sys.stdout.flush()
         sys.stdout.close()
-        driver: Containers = open_engine(dict(os.environ))
-        started = time.monotonic()
-        seen_running = False
-        while proxy.alive():
-            time.sleep(POLL_S)
-            container = _container_id(run_dir)
-            state = None
-            if container is not None:
-                try:
-                    state = driver.container_state(container)
-                except SbxError:
-                    continue  # the engine is busy or restarting: ask again
-            if state == "running":
-                seen_running = True
-                continue
-            if seen_running or (container is not None and state is None) \
-                    or time.monotonic() - started > FIRST_START_WAIT_S:
-                return 0  # the sandbox stopped (or never came): its proxy goes with it
-        return 1  # the proxy died: fail closed (no egress until the next start)
+        return _watch(run_dir, proxy, ports)
     finally:
-        proxy.stop()
+        if ports is not None:
+            ports.stop()
+        if proxy is not None:
+            proxy.stop()
         with contextlib.suppress(OSError):
             (run_dir / PID_FILE).unlink()
 

@@ -12,9 +12,13 @@ small detached process instead — the keeper — that:
    pipe: never a file, an argument or the environment. When the recorded port is taken (by
    another local user, say), the proxy listens on a free one and the ready line says so; the
    starting ``sbx`` then points the recorded port at it (:mod:`sbx.seams.host.firewall`);
-2. watches the sandbox's container through the engine (once a second): when it is no longer
-   running — stopped, exited, removed — it stops the proxy and exits;
-3. fails closed: if the proxy dies, the keeper exits too and the sandbox has no egress until
+2. forwards the sandbox's published ports (kits' ``port@1`` and ``-p``: its ``ports.json``,
+   :mod:`sbx.usecases.publishedports`), listening before its ready line, so they stay
+   reachable with no ``sbx`` attached; a sandbox with ports and no egress has a keeper that
+   runs no proxy;
+3. watches the sandbox's container through the engine (once a second): when it is no longer
+   running — stopped, exited, removed — it stops the proxy and the forwarder and exits;
+4. fails closed: if the proxy dies, the keeper exits too and the sandbox has no egress until
    its next start (``sbx run --name`` starts a new keeper).
 
 It is started with ``start_new_session`` (no terminal: a closed SSH session does not reach it)
@@ -41,6 +45,7 @@ from sbx.seams.host import private, processes
 from sbx.seams.host.handshake import KEEPER
 
 START_TIMEOUT_S: Final = 20.0
+STOP_WAIT_S: Final = 5.0  # a stopped keeper's ports are free within this (it polls each 0.2 s)
 PID_FILE: Final = "keeper.pid"
 TOKEN_FILE: Final = "proxy.token"  # noqa: S105 - a file name, not a password
 MOVED_CONFIG: Final = "proxy.moved.json"  # the proxy's config on a free port (recorded taken)
@@ -122,6 +127,12 @@ def restart_kept_proxy(run_dir: Path, run_id: str,
     return KeptProxy(start_keeper(run_dir, run_id, token, secrets), run_dir, run_id)
 
 
+def start_port_keeper(run_dir: Path, run_id: str) -> KeptProxy:
+    """A keeper for a named sandbox without egress that publishes ports: it forwards them (its
+    ``ports.json``, sbx.usecases.publishedports) and runs no proxy (its ready line says 0 0)."""
+    return KeptProxy(start_keeper(run_dir, run_id, "", None), run_dir, run_id)
+
+
 def recorded_port(run_dir: Path) -> int | None:
     """The proxy port the sandbox's environment names (recorded at creation)."""
     try:
@@ -169,8 +180,9 @@ def start_keeper(run_dir: Path, run_id: str, token: str,
     return KeeperHandle(program.pid, proxy_pid, port)
 
 
-def stop_keeper(run_dir: Path, run_id: str) -> None:
-    """Stop a sandbox's keeper (and so its proxy), only if the recorded pid is really it."""
+def stop_keeper(run_dir: Path, run_id: str, *, wait_s: float = 0.0) -> None:
+    """Stop a sandbox's keeper (and so its proxy and ports), only if the recorded pid is really
+    it; waiting up to ``wait_s`` for it to be gone (its ports free for the next start)."""
     import signal
 
     try:
@@ -183,6 +195,11 @@ def stop_keeper(run_dir: Path, run_id: str) -> None:
         return  # gone, or the pid was reused by another process: never signal it
     with contextlib.suppress(OSError):
         processes.send_signal(pid, signal.SIGTERM)
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and processes.pid_alive(pid):  # bounded by wait_s
+        time.sleep(0.05)
 
 
 def _environment() -> dict[str, str]:
@@ -192,4 +209,5 @@ def _environment() -> dict[str, str]:
 
 
 __all__ = ["MOVED_CONFIG", "PID_FILE", "KeeperHandle", "KeptProxy", "recorded_port",
-           "restart_kept_proxy", "start_kept_proxy", "start_keeper", "stop_keeper"]
+           "restart_kept_proxy", "start_kept_proxy", "start_keeper", "start_port_keeper",
+           "stop_keeper"]

@@ -35,6 +35,7 @@ CREATION_OPTIONS: Final = {
     "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
     "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
+    "publish": "--publish",
 }
 
 

@@ -231,6 +231,7 @@ def cacheable(plan: RunPlan) -> bool:
             and plan.network is None and plan.run_image_tag is None and not plan.volume_names
             and plan.workspace_volume is None
             and not composition.credentials and not capabilities.ports
+            and not capabilities.published
             and not capabilities.volumes and not capabilities.host_mounts
             and not capabilities.skills_paths
             and all(k.local.image is None and not k.local.bundled for k in kit_set.kits))

@@ -24,11 +24,31 @@ def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = F
                    if status.created else "-")
         rows.append((status.name, status.workload, ",".join(status.kits) or "-",
                      status.status, status.workspace or "-", created))
+    _table(renderer, rows)
+
+
+def port_list(renderer: Renderer, name: str, rows: Sequence[Any]) -> None:
+    """`sbx ports NAME`: one line a port, its host address or `-` while stopped."""
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="ports", status="ok", exit_code=0,
+                                   data={"name": name, "ports": [r.as_dict() for r in rows]}))
+        return
+    if not rows:
+        renderer.note(f"{name} publishes no ports")
+        return
+    table = [("CONTAINER", "HOST", "SOURCE")]
+    for row in rows:
+        host = f"[{row.host}]" if ":" in row.host else row.host
+        where = f"{host}:{row.host_port}" if row.host_port is not None else "- (stopped)"
+        table.append((f"{row.container}/tcp", where, row.source))
+    _table(renderer, table)
+
+
+def _table(renderer: Renderer, rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         text = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         renderer.line(renderer.out_file, escape(text.rstrip()), text.rstrip())
-
 
 
 def removed(renderer: Renderer, names: Sequence[str]) -> None:
@@ -56,4 +76,4 @@ def session_list(renderer: Renderer, listed: Any, *, as_json: bool) -> None:
         renderer.note(f"{listed.name}: no sessions")
 
 
-__all__ = ["removed", "sandbox_list", "session_list"]
+__all__ = ["port_list", "removed", "sandbox_list", "session_list"]

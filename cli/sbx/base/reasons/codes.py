@@ -53,6 +53,8 @@ class Reason(enum.StrEnum):
     KIT_INCOHERENT = "kit_incoherent"
     KIT_SET_DIGEST = "kit_set_digest"
     UNSUPPORTED_CAPABILITY = "unsupported_capability"
+    PUBLISH_REFUSED = "publish_refused"
+    PORT_TAKEN = "port_taken"
     CREDENTIAL_UNBOUND = "credential_unbound"
     MOUNT_BLOCKED = "mount_blocked"
     PERMISSION_WIDENED = "permission_widened"

@@ -93,6 +93,23 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "version of sbx that implements the type.",
         _E.REFUSED,
     ),
+    _R.PUBLISH_REFUSED: ReasonInfo(
+        "Port cannot be published",
+        "A `-p/--publish` asked for what sbx never publishes: a host address beyond loopback "
+        "(anything beyond this machine could then reach the sandbox), or a udp port (only tcp "
+        "is forwarded). Kit ports (port@1) have the same bounds.",
+        "Publish over tcp on loopback: `-p 127.0.0.1:HOST_PORT:PORT` (or just `-p PORT` for a "
+        "free loopback port).",
+        _E.REFUSED,
+    ),
+    _R.PORT_TAKEN: ReasonInfo(
+        "Host port already taken",
+        "A host port asked for with `-p HOST_PORT:PORT` is held by another process (or "
+        "another sandbox), so it cannot be published; nothing of the run is left.",
+        "Pick another host port, or leave it out (`-p PORT`) for a free one; "
+        "`ss -ltnp 'sport = :HOST_PORT'` names who holds it.",
+        _E.REFUSED,
+    ),
     _R.CREDENTIAL_UNBOUND: ReasonInfo(
         "Required credential not bound",
         "A kit requires a credential for a service that has no secret in sbx's store (for "

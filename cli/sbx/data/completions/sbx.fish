@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls create start attach exec logs stop rm cp df sessions completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -77,7 +77,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids
+            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids -p --publish
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -85,7 +85,7 @@ function __sbx_value_options --argument-names node
         case 'sbx gc'
             printf '%s\n' --grace
         case 'sbx create'
-            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids
+            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids -p --publish
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -125,6 +125,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a pull -d 'Fetch kits and plain images f
 complete -c sbx -n '__sbx_arg "sbx" 0' -a gc -d 'Remove what crashed or killed runs left behind (by label, this state home only)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a version -d 'Print sbx\'s version'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a ls -d 'List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a ports -d 'List a named sandbox\'s published ports: CONTAINER, HOST (where it is reachabl...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a create -d 'Create a kept sandbox and leave it running, without attaching; prints its name'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a start -d 'Start a stopped named sandbox as it was created, without giving its workload...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a attach -d 'Attach to a running named sandbox (the detach keys leave it running)'
@@ -175,6 +176,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l continue -d 'Reopen the agent\'s most
 complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
+complete -c sbx -n '__sbx_in "sbx run"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -201,6 +203,8 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_not_found' -d 'No kit by 
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_set_digest' -d 'Kit set pin does not match'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'kit_incoherent' -d 'Kit set does not resolve'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'unsupported_capability' -d 'Required capability not supported'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'publish_refused' -d 'Port cannot be published'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'port_taken' -d 'Host port already taken'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'credential_unbound' -d 'Required credential not bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'mount_blocked' -d 'Mount blocked by the mount policy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_widened' -d 'Kit asks for more than was approved'
@@ -281,6 +285,11 @@ complete -c sbx -n '__sbx_in "sbx ls"' -s q -l quiet -d 'Print names only'
 complete -c sbx -n '__sbx_in "sbx ls"' -l all -d 'Also list one-shot runs that are running now'
 complete -c sbx -n '__sbx_in "sbx ls"' -s h -l help -d 'Show this message and exit'
 
+# sbx ports
+complete -c sbx -n '__sbx_in "sbx ports"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx ports"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx ports" 0' -a '(sbx ls -q 2>/dev/null)'
+
 # sbx create
 complete -c sbx -n '__sbx_in "sbx create"' -l name -x -d 'Its name (default: the kept name, KIT-<workspace directory>)'
 complete -c sbx -n '__sbx_in "sbx create"' -s k -l kit -x -a '(__fish_complete_directories (commandline -ct))' -d 'A mixin kit to compose on it (repeatable)'
@@ -291,6 +300,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -l accept -d 'Approve what the kits a
 complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx create"' -l pids -x -d 'Process limit; at most [sandbox] pids'
+complete -c sbx -n '__sbx_in "sbx create"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
 complete -c sbx -n '__sbx_in "sbx create"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx create" 0' -a '(__fish_complete_directories (commandline -ct))'
 complete -c sbx -n '__sbx_arg "sbx create" 1' -a '(__fish_complete_directories (commandline -ct))'

@@ -26,6 +26,7 @@ from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.selection import SelectionRecord
 from sbx.domain.sandbox.hardening import Limits
 from sbx.domain.sandbox.lifecycle import KitFile, LifecyclePlan
+from sbx.domain.sandbox.publish import PublishSpec
 
 # The capability types this sbx implements; every other type is refused by name when required
 # and skipped-and-recorded when optional.
@@ -60,6 +61,7 @@ class CapabilityPlan:
     ports: tuple[int, ...] = ()  # TCP container ports to publish on 127.0.0.1
     env: Mapping[str, str] = field(default_factory=dict)  # the sandbox's, hooks' included
     port_names: Mapping[int, str] = field(default_factory=dict)  # port@1 `name`s, by port
+    published: tuple[PublishSpec, ...] = ()  # -p/--publish (sbx.domain.sandbox.publish)
     # ssh-agent@1 per phase: (phase, unrestricted, SSHSIG namespaces a bounded grant signs)
     ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
     host_mounts: tuple[PlannedHostMount, ...] = ()

@@ -45,7 +45,8 @@ def stop(ctx: AppContext, names: Sequence[str],
         record = found
         assert record.container_id is not None  # noqa: S101 - find_sandbox checks
         ctx.driver.stop(record.container_id, timeout_s)
-        keeper.stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id)
+        keeper.stop_keeper(runrecord.run_dir(ctx.state_home, record.run_id), record.run_id,
+                           wait_s=keeper.STOP_WAIT_S)
         check_workspace(ctx, record, on_warning, stopped=True)
         stopped.append(name)
     return stopped

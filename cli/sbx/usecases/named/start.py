@@ -18,11 +18,11 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
 from sbx.domain.sandbox.runtimes import RuntimeChoice, check_runtime
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
-from sbx.seams import owned
+from sbx.seams import owned, ports
 from sbx.seams.host import firewall, procfs
 from sbx.seams.session.mode import decide_mode
 from sbx.seams.signals import deferred_interrupts
-from sbx.usecases import keeper, workspace_check
+from sbx.usecases import keeper, publishedports, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
@@ -296,6 +296,10 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
     port: tuple[int, ...] = ()
     gateway = None
     redirect = None
+    wanted = publishedports.read_wanted(run_dir)
+    if wanted is not None:  # its keeper forwards them; a held -p host port refuses the start
+        keeper.stop_keeper(run_dir, record.run_id, wait_s=keeper.STOP_WAIT_S)  # a stale one
+        ports.check_free(wanted[1])
     if record.request.get("proxy"):
         secrets = _start_secrets(ctx, record, run_dir)
         gateway = ctx.driver.network_gateway(record.network)
@@ -304,6 +308,8 @@ def _network_again(ctx: AppContext, record: SandboxRecord,
         dialled = keeper.recorded_port(run_dir)
         if dialled is not None and dialled != kept.port:
             redirect = (dialled, kept.port)
+    elif wanted is not None:
+        keeper.start_port_keeper(run_dir, record.run_id)
     guard = firewall.BridgeGuard(str(bridge), record.run_id, allow_tcp_ports=port,
                                  proxy_address=gateway, redirect=redirect)
     gap = guard.ensure()

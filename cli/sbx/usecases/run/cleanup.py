@@ -38,6 +38,7 @@ class Created:
     guard: BridgeGuard | None = None
     forwarder: PortForwarder | None = None
     proxy: ProxyProcess | KeptProxy | None = None
+    port_keeper: KeptProxy | None = None  # a named sandbox's ports without egress (keeper)
     proxy_url: str | None = None  # the sandbox's HTTPS_PROXY (the browser observer's key)
     stream: AttachedStream | None = None
     staging: Staging | None = None
@@ -88,6 +89,8 @@ def cleanup(ctx: AppContext, plan: RunPlan, driver: Driver, created: Created,
         return errors
     if created.proxy is not None:
         step("proxy_stop_failed", created.proxy.stop)
+    if created.port_keeper is not None:
+        step("proxy_stop_failed", created.port_keeper.stop)
     if created.container is not None:
         container = created.container
         step("container_remove_failed", lambda: driver.remove_container(container))

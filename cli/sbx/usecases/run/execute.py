@@ -78,6 +78,8 @@ def execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Outp
         deadline = time.monotonic() + plan.timeout_s
         raise_if_interrupted()
         driver.start(container_id)
+        if plan.name is not None:  # its keeper forwards its ports: said before any return
+            _start_ports(driver, plan, created, container_id, run_dir, on_notice)
         if plan.name is not None and _keep_named(ctx, plan, request, created, container_id,
                                                  on_notice):
             return RunResult(plan.run_id, 0, time.monotonic() - started, plan)
@@ -87,7 +89,8 @@ def execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Outp
         terminal.resize()  # as soon as it runs: the workload may ask for its size at once
         if created.staging is None:
             _verify_mounts(driver, plan, container_id, on_warning)
-        _start_ports(driver, plan, created, container_id, on_notice)
+        if plan.name is None:
+            _start_ports(driver, plan, created, container_id, run_dir, on_notice)
         _audit_started(ctx, plan)
         session = terminal.session(stream, stdin=plan.mode.stdin, sink=sink,
                                    detach_keys=plan.detach_keys)
@@ -412,26 +415,33 @@ def _say_what_is_left(error: BaseException | None,
 
 
 def _start_ports(driver: Driver, plan: RunPlan, created: Created, container_id: str,
-                 on_notice: Callable[[str], None]) -> None:
-    if plan.capabilities is None or not plan.capabilities.ports or plan.network is None:
-        return
-    address = driver.container_ip(container_id, plan.network)
-    if address is None:  # the workload already finished
+                 run_dir: Path, on_notice: Callable[[str], None]) -> None:
+    """Forward the kits' and -p ports: here for a one-shot run; a named sandbox's keeper
+    already does (sbx.usecases.publishedports), and what it published is announced."""
+    if plan.capabilities is None or plan.network is None:
         return
     # The port forwarder and the browser observer: only a run that publishes ports.
     from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
-    from sbx.seams import ports  # the port forwarder: as above
+    from sbx.usecases import publishedports  # the port forwarder: as above
 
-    created.forwarder = ports.PortForwarder(address)
-
+    bindings = publishedports.bindings_of(plan.capabilities)
+    if not bindings:
+        return
+    if plan.name is not None:
+        published = publishedports.published_now(run_dir)
+    else:
+        address = driver.container_ip(container_id, plan.network)
+        if address is None:  # the workload already finished
+            return
+        created.forwarder, published = publishedports.forward(address, bindings)
+    publishedports.announce(published, on_notice)
     names = plan.capabilities.port_names
-    for published in created.forwarder.start(plan.capabilities.ports):  # or start_failed
-        on_notice(f"port {published.key} is published on "
-                  f"{published.host}:{published.host_port}")
-        token = observer_token(created.proxy_url)
-        if names.get(published.container_port) == OBSERVER_PORT and token is not None:
+    token = observer_token(created.proxy_url)
+    for port in published:
+        if port.source == publishedports.KIT and names.get(port.container_port) == OBSERVER_PORT \
+                and token is not None:
             on_notice("browser observer (opens once, for one browser): "
-                      f"{observer_url(published.host, published.host_port, token)}")
+                      f"{observer_url(port.host, port.host_port, token)}")
 
 
 def _ended_early(ctx: AppContext, plan: RunPlan, end: SessionEnd, started: float) -> None:

@@ -31,6 +31,7 @@ from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.domain.sandbox.limitflags import bounds_of
 from sbx.domain.sandbox.mountedfiles import with_mounted_files
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
+from sbx.domain.sandbox.publish import parse_publishes
 from sbx.domain.sandbox.sources import staging_available
 from sbx.seams.engine import ImageInfo
 from sbx.usecases import kitgate, pipeline
@@ -179,7 +180,8 @@ class FromKits:
         host_mounts = admission.mounts
         workspace = host_mounts.workspace
         extra_targets = [pin.target for pin in host_mounts.pins if pin.source is not workspace]
-        capabilities = planned.capabilities
+        capabilities = dataclasses.replace(planned.capabilities,
+                                           published=parse_publishes(request.publish))
         home = home_path(
             taken=[workspace_target, TMP_TARGET, *extra_targets,
                    *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
@@ -202,7 +204,7 @@ class FromKits:
         volume_prefix = f"sbx-{ctx.home_hash[:8]}-{named}" if named else f"sbx-{run_id[:16]}"
         # Ports and egress need an interface: a per-run internal network (no route beyond the
         # host).
-        networked = bool(capabilities.ports) or egress is not None
+        networked = bool(capabilities.ports or capabilities.published) or egress is not None
         image = prepare_mountpoints(ctx.driver, planned.image, home=home,
                                     cache_dir=ctx.state_home / "cache" / "images",
                                     helper_labels=labels, lock_dir=ctx.state_home / "locks",

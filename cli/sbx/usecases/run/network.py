@@ -21,8 +21,9 @@ from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams.engine import Driver
 from sbx.seams.host import firewall
 from sbx.seams.signals import deferred_interrupts
+from sbx.usecases import publishedports
 from sbx.usecases.context import AppContext
-from sbx.usecases.keeper import KeptProxy, start_kept_proxy
+from sbx.usecases.keeper import KeptProxy, start_kept_proxy, start_port_keeper
 from sbx.usecases.run.cleanup import Created
 from sbx.usecases.run.kitmounts import relay_config
 from sbx.usecases.run.plan import RunPlan
@@ -35,16 +36,24 @@ def setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: Creat
     Returns the boundary environment (proxy, CA, credential sentinels) for the sandbox."""
     if plan.network is None or plan.bridge is None:
         return {}
+    publishedports.check_host_ports(plan.capabilities)  # port_taken before anything is made
     with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
         created.network = driver.create_network(plan.network, plan.labels, bridge=plan.bridge,
                                                 internal=True)
     boundary: dict[str, str] = {}
     gateway: str | None = None
+    bindings = publishedports.bindings_of(plan.capabilities)
+    if plan.name is not None and bindings:
+        # A named sandbox's keeper forwards its ports (read before it is ready).
+        publishedports.write_wanted(run_dir, bindings, plan.network)
     if plan.egress is not None:
         gateway = driver.network_gateway(created.network)
         with deferred_interrupts():
             created.proxy, boundary = _start_egress(ctx, plan, gateway, plan.bridge, run_dir)
             created.proxy_url = boundary.get("HTTPS_PROXY")
+    elif plan.name is not None and bindings:
+        with deferred_interrupts():
+            created.port_keeper = start_port_keeper(run_dir, plan.run_id)
     # Only the proxy's own address and port are open to the bridge.
     created.guard = firewall.BridgeGuard(plan.bridge, plan.run_id, allow_tcp_ports=(
         (created.proxy.port,) if created.proxy is not None else ()), proxy_address=gateway)

@@ -61,6 +61,7 @@ class RunRequest:
     cpu_millis: int | None = None
     pids: int | None = None
     runtime: str | None = None  # --runtime NAME (else [sandbox] runtime): the OCI runtime
+    publish: tuple[str, ...] = ()  # -p/--publish, as typed (sbx.domain.sandbox.publish)
     host: HostStreams = NO_HOST_STREAMS
     # --prompt / --resume ID / --continue: the workload's session verb (sbx.domain.kits.sessions)
     session: SessionAsk | None = None

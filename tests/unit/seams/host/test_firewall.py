@@ -14,7 +14,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.host import firewall
 from sbx.seams.host.firewall import BridgeGuard
-from sbx.seams.ports import PortForwarder
+from sbx.seams.ports import KIT, Binding, PortForwarder
 
 
 def _refusing_iptables(directory: Path, status: int) -> Path:
@@ -55,7 +55,7 @@ def test_a_port_the_host_cannot_listen_on_is_start_failed(
     monkeypatch.setattr(socket, "socket", Unbindable)  # the module ports.py binds through
     forwarder = PortForwarder("10.0.0.2")
     with pytest.raises(SbxError) as caught:
-        forwarder.start([8080])
+        forwarder.start([Binding(8080, KIT)])
     assert caught.value.reason is Reason.START_FAILED
     assert "Address already in use" in caught.value.message
     forwarder.stop()  # what the run's cleanup does: no thread or socket left
@@ -65,7 +65,7 @@ def test_a_port_the_host_cannot_listen_on_is_start_failed(
 def test_the_forwarder_still_publishes_on_a_free_port() -> None:
     forwarder = PortForwarder("127.0.0.1")
     try:
-        published = forwarder.start([8080])
+        published = forwarder.start([Binding(8080, KIT)])
         assert [(p.container_port, p.host) for p in published] == [(8080, "127.0.0.1")]
         assert published[0].host_port > 0
     finally:
