@@ -48,12 +48,15 @@ def _descriptor(seconds: float) -> str:
         """
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> float:
+def _timed(argv: list[str], env: dict[str, str], *, reused: bool | None = None) -> float:
     started = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, timeout=300, check=False)
+    took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-2000:]}")
-    return time.perf_counter() - started
+    if reused is not None and (b"reusing sbx-installed/" in done.stderr) != reused:
+        raise SystemExit(f"expected reused={reused}: {done.stderr.decode()[-2000:]}")
+    return took
 
 
 def main() -> int:
@@ -81,8 +84,10 @@ def main() -> int:
                 kit = write_kit(Path(tmp) / nonce, "bench", _descriptor(args.hook_seconds),
                                 recipe=f"FROM {BUSYBOX}\nLABEL bench.nonce={nonce}\n")
                 _timed([str(SBX), "run", str(kit), "--arg", "flavour=warm", "--", "true"], env)
-                firsts.append(_timed([str(SBX), "run", str(kit), "--", "true"], env))
-                seconds.append(_timed([str(SBX), "run", str(kit), "--", "true"], env))
+                firsts.append(_timed([str(SBX), "run", str(kit), "--", "true"], env,
+                                     reused=False))
+                seconds.append(_timed([str(SBX), "run", str(kit), "--", "true"], env,
+                                      reused=True))
         finally:
             for nonce in nonces:
                 ids = subprocess.run(
