@@ -60,10 +60,13 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
-def _cache_images(engine: SdkEngine, key_label: str = "dev.sbx.install-key") -> dict[str, str]:
-    """image id → install key of every cached install image on the engine."""
+def _cache_images(engine: SdkEngine, nonce: str,
+                  key_label: str = "dev.sbx.install-key") -> dict[str, str]:
+    """image id → install key of the cached installs of this test's base (its nonce label,
+    which the commit keeps): the engine is shared with other tests and benches."""
     out = subprocess.run(["docker", "images", "-q", "--no-trunc", "--filter",
-                          "reference=sbx-installed/*"], capture_output=True, text=True,
+                          "reference=sbx-installed/*", "--filter", f"label=test.nonce={nonce}"],
+                         capture_output=True, text=True,
                          timeout=30, check=True).stdout.split()
     found: dict[str, str] = {}
     for ident in out:
@@ -80,10 +83,10 @@ def test_second_run_reuses_the_install_and_each_input_invalidates_it(
     kit = kit_factory("instcache", f"FROM {BUSYBOX}\nLABEL test.nonce={nonce}\n",
                       _descriptor())
     env = _env(state_home, config)
-    before = set(_cache_images(engine))
+    before = set(_cache_images(engine, nonce))
     first, first_err = _run(env, kit)
     assert "install-hook-ran" in first_err
-    made = set(_cache_images(engine)) - before
+    made = set(_cache_images(engine, nonce)) - before
     assert len(made) == 1, made
     image_id = made.pop()
     tags = set((engine.image(image_id) or pytest.fail("gone")).tags)
@@ -124,7 +127,7 @@ def test_second_run_reuses_the_install_and_each_input_invalidates_it(
     verdicts = [(verdict, item["why"]) for verdict in ("removed", "kept")
                 for item in plan[verdict] if item["id"] == image_id]
     assert verdicts == [("removed", "unused")], verdicts
-    _remove_cached(engine, state_home, set(_cache_images(engine)) - before)
+    _remove_cached(engine, state_home, set(_cache_images(engine, nonce)) - before)
 
 
 def test_gc_keeps_a_cached_install_a_running_sandbox_uses(
@@ -133,9 +136,9 @@ def test_gc_keeps_a_cached_install_a_running_sandbox_uses(
     nonce = uuid.uuid4().hex
     kit = kit_factory("instuse", f"FROM {BUSYBOX}\nLABEL test.nonce={nonce}\n", _descriptor())
     env = _env(state_home, config)
-    before = set(_cache_images(engine))
+    before = set(_cache_images(engine, nonce))
     _run(env, kit)
-    (image_id,) = set(_cache_images(engine)) - before
+    (image_id,) = set(_cache_images(engine, nonce)) - before
     running = subprocess.Popen(  # a reusing run that stays up until the test says
         [str(SBX), "run", str(kit), "--", "sh", "-c", "echo up; sleep 60"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -160,7 +163,7 @@ def test_concurrent_first_runs_both_succeed_and_leave_one_entry(
     kit = kit_factory("instrace", f"FROM {BUSYBOX}\nLABEL test.nonce={nonce}\n", _descriptor())
     env = _env(state_home, config)
     run_sbx(["run", str(kit), "--arg", "flavour=warm", "--", "true"], env=env, timeout=180)
-    before = set(_cache_images(engine))
+    before = set(_cache_images(engine, nonce))
     runs = [subprocess.Popen([str(SBX), "run", str(kit), "--", "cat", "/etc/installed-id"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for _ in range(2)]
@@ -169,11 +172,11 @@ def test_concurrent_first_runs_both_succeed_and_leave_one_entry(
     ids = {out.decode().strip() for out, _ in outs}
     third, err = _run(env, kit)
     assert third in ids and "install-hook-ran" not in err
-    new = set(_cache_images(engine)) - before
-    keys = {_cache_images(engine)[i] for i in new}
+    new = set(_cache_images(engine, nonce)) - before
+    keys = {_cache_images(engine, nonce)[i] for i in new}
     assert len(keys) == 1, keys  # one entry for the one key
     assert len(new) == 1, new  # the loser's image went with its run tag
-    _remove_cached(engine, state_home, set(_cache_images(engine)) - before | new)
+    _remove_cached(engine, state_home, set(_cache_images(engine, nonce)) - before | new)
 
 
 def _remove_cached(engine: SdkEngine, state_home: Path, images: set[str]) -> None:
