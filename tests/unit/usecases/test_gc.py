@@ -1457,3 +1457,17 @@ def test_gc_asks_the_engine_only_about_the_images_this_home_marks(tmp_path: Path
     assert kept == {other.id: "not_this_home" for other in others}
     assert [args[1] for args in h.engine.called("object_users")
             if args[0] == "image"] == [mine.id]
+
+
+def test_a_cached_install_goes_with_the_run_tag_a_dead_reusing_run_left_and_first() -> None:
+    """A run that reused a cached install and died leaves its sbx-run/ tag: once no container
+    uses the image and the grace passed, that tag goes with the cache tags (else it would keep
+    the image forever); installs are children of everything else, so they go first."""
+    image = cached(["sbx-installed/k:1", "sbx-run/r1:1"])
+    mine = use_tag("a" * 64, image.id)
+    image = dataclasses.replace(image, tags=(*image.tags, mine))
+    assert judge(image) == ("unused", ("sbx-installed/k:1", "sbx-run/r1:1", mine))
+    assert judge(image, users=1) == ("in_use", ())
+    installed = CacheDecision("i", ("sbx-installed/k:1",), "unused", "")
+    prep = CacheDecision("p", ("sbx-prep/p:1",), "unused", "")
+    assert [d.image_id for d in removal_order([prep, installed])] == ["i", "p"]

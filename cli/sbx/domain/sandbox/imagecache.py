@@ -1,6 +1,8 @@
-"""The image cache: kit builds, assemblies and prepared images, and who last used them.
+"""The image cache: kit builds, assemblies, prepared and installed images, and who last used
+them.
 
-These images are named by their content (``sbx-kit/…``, ``sbx-assembled/…``, ``sbx-prep/…``)
+These images are named by their content (``sbx-kit/…``, ``sbx-assembled/…``, ``sbx-prep/…``,
+``sbx-installed/…``: sbx.domain.sandbox.installcache)
 and shared by every state home on an engine, so no label can say who needs one. A home marks
 every cached image it creates, and every one a run of it uses, with a tag of its own,
 ``sbx-use/<home hash>:<image id>``; tagging also sets the engine's ``LastTagTime``, which is
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
     from sbx.seams.engine import CachedImage, ImageInfo, Images
 
 USE_REPOSITORY: Final = "sbx-use/"
-CACHE_REPOSITORIES: Final = ("sbx-kit/", "sbx-assembled/", "sbx-prep/")
+CACHE_REPOSITORIES: Final = ("sbx-kit/", "sbx-assembled/", "sbx-prep/", "sbx-installed/")
+RUN_REPOSITORY: Final = "sbx-run/"  # a run's own image (sbx.usecases.gc.listing)
 HOME_DIGITS: Final = 16
 ID_DIGITS: Final = 24
 
@@ -94,12 +97,15 @@ def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int
         # Another home still marks it: only this home's mark goes.
         return CacheDecision(image.id, (mine,), "used_by_another_home",
                              f"{len(others)} other home(s) mark it")
+    # A run's tag on a cached image (sbx-installed/: a run that reused it) left by a run that
+    # died: no container uses the image, and the tag is older than the grace, so it goes too.
     foreign = [tag for tag in image.tags
-               if not tag.startswith((USE_REPOSITORY, *CACHE_REPOSITORIES))]
+               if not tag.startswith((USE_REPOSITORY, RUN_REPOSITORY, *CACHE_REPOSITORIES))]
     if foreign:
         return CacheDecision(image.id, (mine,), "foreign_tag",
                              f"also tagged {foreign[0]}; sbx removes only its own tags")
-    cache_tags = tuple(tag for tag in image.tags if tag.startswith(CACHE_REPOSITORIES))
+    cache_tags = tuple(tag for tag in image.tags
+                       if tag.startswith((RUN_REPOSITORY, *CACHE_REPOSITORIES)))
     # The mark goes last: if the engine keeps the image (a child image, a container that
     # appeared), it is still this home's and a later gc retries.
     return CacheDecision(image.id, (*cache_tags, mine), "unused",
@@ -107,14 +113,14 @@ def judge_cached(image: CachedImage, *, home_hash: str, now: float, grace_s: int
 
 
 def removal_order(decisions: Sequence[CacheDecision]) -> list[CacheDecision]:
-    """Prepared images before assemblies before kit builds: a child image goes first, so its
-    parent is no longer held when its own turn comes."""
-    rank = {"sbx-prep/": 0, "sbx-assembled/": 1, "sbx-kit/": 2}
+    """Installed images before prepared images before assemblies before kit builds: a child
+    image goes first, so its parent is no longer held when its own turn comes."""
+    rank = {"sbx-installed/": 0, "sbx-prep/": 1, "sbx-assembled/": 2, "sbx-kit/": 3}
 
     def key(decision: CacheDecision) -> int:
         ranks = [rank[prefix] for tag in decision.untag for prefix in rank
                  if tag.startswith(prefix)]
-        return min(ranks, default=3)
+        return min(ranks, default=len(rank))
 
     return sorted(decisions, key=key)
 

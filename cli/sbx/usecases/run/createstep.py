@@ -7,7 +7,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sbx import __version__
+from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
+from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.domain.egress.ca import CertificateAuthority
 from sbx.domain.egress.plan import (
@@ -19,7 +22,15 @@ from sbx.domain.egress.plan import (
     upstream_certificates,
 )
 from sbx.domain.sandbox.hardening import BindMount, build_create_step_spec
+from sbx.domain.sandbox.imagecache import record_use
 from sbx.domain.sandbox.imageprobe import probed
+from sbx.domain.sandbox.installcache import (
+    INSTALLED_LABEL,
+    StepInputs,
+    install_key,
+    installed_tag,
+    uncacheable_why,
+)
 from sbx.domain.sandbox.lifecycle import (
     CREATE_STEP_CAP_DROP,
     KEEPALIVE,
@@ -51,14 +62,15 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
                   cache_dir=ctx.state_home / "cache" / "images", helper_labels=plan.labels).files
     passwd = read.get("/etc/passwd") or b""
     volumes = volume_binds(plan.volume_names, capabilities.volumes, created_sized)
+    relays = relay_binds(ctx, plan.run_id, capabilities, "install")
+    # the sandbox's own limits (the flags' included: sbx.usecases.run.plan.assemble)
+    limits = dataclasses.replace(capabilities.limits, **plan.facts.limits)
     spec = build_create_step_spec(
-        # the sandbox's own limits (the flags' included: sbx.usecases.run.plan.assemble)
-        image=plan.image.id,
-        limits=dataclasses.replace(capabilities.limits, **plan.facts.limits),
+        image=plan.image.id, limits=limits,
         workdir=plan.workspace_target,
         labels=plan.labels, image_labels=plan.image.labels, keepalive=KEEPALIVE,
         cap_drop=CREATE_STEP_CAP_DROP,
-        binds=[*volumes, *kit_mounts, *relay_binds(ctx, plan.run_id, capabilities, "install")],
+        binds=[*volumes, *kit_mounts, *relays],
         runtime=plan.spec.runtime)
     lifecycle = capabilities.lifecycle
     if networked:
@@ -67,24 +79,72 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         spec = dataclasses.replace(spec, network_mode=plan.network)
         lifecycle = dataclasses.replace(
             lifecycle, files=(*lifecycle.files, *_trust_files(ctx, plan, read)))
+    boundary_env = {**capabilities.env, **boundary}
+    why_not = uncacheable_why(networked=networked, named=plan.name is not None,
+                              volumes=len(capabilities.volumes),
+                              host_binds=len(kit_mounts) + len(relays))
+    key = None if why_not is not None else install_key(StepInputs(
+        sbx_version=__version__, base_image_id=plan.image.id, runtime=plan.spec.runtime,
+        uid=plan.user.uid, gid=plan.user.gid, home=plan.home, workdir=plan.workspace_target,
+        limits=limits, container_env=plan.container_env,
+        boundary_env=boundary_env, lifecycle=lifecycle))
+    if key is not None and _reuse(ctx, driver, plan.run_image_tag, key, on_output):
+        return
     # Install hooks' output is the kit author's, shown like a build's: on stderr.
     step = CreateStep(
-        driver=driver, spec=spec, image_tag=plan.run_image_tag, image_labels=plan.labels,
+        driver=driver, spec=spec, image_tag=plan.run_image_tag,
+        # A cached image is no run's and no home's: labelled like a kit build, by its key
+        # (the create step container's run labels, which a commit keeps, are set empty).
+        image_labels=plan.labels if key is None else own_labels(
+            {**plan.image.labels, **plan.labels},
+            {INSTALLED_LABEL: key, label_keys.VERSION: __version__}),
         base=plan.image,
         uid=plan.user.uid, gid=plan.user.gid, container_env=plan.container_env,
         accounts=parse_accounts(passwd.decode("utf-8", "replace")),
         workdir=plan.workspace_target,
         on_output=lambda _stream, chunk: on_output("stderr", chunk),
-        boundary_env={**capabilities.env, **boundary}, home=plan.home,
+        boundary_env=boundary_env, home=plan.home,
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
     try:
-        run_create_step(step, lifecycle, [(v.path, v.mode) for v in capabilities.volumes])
+        committed = run_create_step(step, lifecycle,
+                                    [(v.path, v.mode) for v in capabilities.volumes])
     except SbxError as error:
         if error.reason is Reason.HOOK_FAILED and plan.egress is not None:
             raise _after_refusal(ctx, plan, error) from error
         raise
+    if key is not None:
+        _keep(ctx, driver, committed.id, key)
+
+
+def _reuse(ctx: AppContext, driver: Driver, run_tag: str, key: str,
+           on_output: OutputSink) -> bool:
+    """Tag the cached image of an identical earlier create step as this run's image; False
+    when there is none (or gc removed it meanwhile): the create step then runs."""
+    cached = driver.image(installed_tag(key))
+    if cached is None:
+        return False
+    try:
+        driver.tag_image(cached.id, run_tag)
+        record_use(driver, ctx.home_hash, [cached])
+    except SbxError:
+        return False
+    on_output("stderr", f"sbx: install hooks not run: reusing {installed_tag(key)}, made by "
+                        "an earlier run from the same inputs\n".encode())
+    return True
+
+
+def _keep(ctx: AppContext, driver: Driver, image_id: str, key: str) -> None:
+    """Name the committed image by its inputs, for the next run; a concurrent first run that
+    tags its own (equal) image later wins, and this one goes with its run tag."""
+    try:
+        driver.tag_image(image_id, installed_tag(key))
+        tagged = driver.image(installed_tag(key))
+        if tagged is not None:
+            record_use(driver, ctx.home_hash, [tagged])
+    except SbxError:
+        return  # the cache is a shortcut: this run has its image either way
 
 
 def _after_refusal(ctx: AppContext, plan: RunPlan, error: SbxError) -> SbxError:
