@@ -15,6 +15,7 @@ import typer
 from sbx import __version__
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.commands import clone as clone_command
 from sbx.commands import completion as completion_command
 from sbx.commands import config as config_command
 from sbx.commands import copy as copy_command
@@ -106,6 +107,8 @@ app.command("logs")(_interruptible(sandboxes_command.logs))
 app.command("stop")(_interruptible(sandboxes_command.stop))
 app.command("rm")(_interruptible(sandboxes_command.rm))
 app.command("cp")(_interruptible(copy_command.cp))
+app.command("diff")(_interruptible(clone_command.diff))
+app.command("fetch")(_interruptible(clone_command.fetch))
 app.command("df")(_interruptible(df_command.df))
 app.command("sessions")(_interruptible(sandboxes_command.sessions))
 

@@ -39,6 +39,10 @@ def create(
     accept: Annotated[bool, typer.Option(
         "--accept", help="Approve what the kits ask for beyond their last approved run "
                          "without asking.")] = False,
+    clone: Annotated[bool, typer.Option(
+        "--clone", help="Give it its own git checkout of WORKSPACE's repository on branch "
+                        "sbx/NAME from HEAD, never mounting the host's (`sbx diff`, `sbx "
+                        "fetch`).")] = False,
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
@@ -53,7 +57,7 @@ def create(
     request = run_request.RunRequest(
         workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
-        cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams)
+        cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams, clone=clone)
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,
                           progress=renderer.progress, on_warning=renderer.warn,

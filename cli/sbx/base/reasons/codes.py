@@ -101,6 +101,11 @@ class Reason(enum.StrEnum):
     SESSIONS_UNSUPPORTED = "sessions_unsupported"
     SESSION_VERB_MISSING = "session_verb_missing"
     SESSION_ID_INVALID = "session_id_invalid"
+    NOT_A_REPOSITORY = "not_a_repository"
+    HEAD_UNBORN = "head_unborn"
+    NOT_A_CLONE = "not_a_clone"
+    BRANCH_DIVERGED = "branch_diverged"
+    GIT_MISSING = "git_missing"
 
     @property
     def info(self) -> ReasonInfo:

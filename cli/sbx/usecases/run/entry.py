@@ -72,6 +72,15 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                        "kept sandbox is one per workspace",
                        hint=f"sbx create {request.workload} .  (or sbx create --name NAME "
                             f"{request.workload})")
+    clone_of: tuple[str, str] | None = None
+    if request.clone:
+        if request.workspace is None:
+            raise SbxError(Reason.INVALID_ARGUMENT, "--clone needs a WORKSPACE: the "
+                           "repository to clone", hint=f"sbx create --clone {request.workload} .")
+        from sbx.usecases.named import clone  # git and bundles: only for a --clone
+
+        clone_of = clone.host_repository(ctx, request.workspace)
+        request = dataclasses.replace(request, access="none")  # never mounted
     request = dataclasses.replace(request, keep=True if request.name is None else None,
                                   detach=True)
     request = kept_request(ctx, request, lambda _text: None)
@@ -83,6 +92,14 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     result = run(ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
                  on_notice=on_notice, confirm_kits=confirm_kits)
     result.name = name
+    if clone_of is not None:
+        try:
+            clone.seed(ctx, name, *clone_of)
+        except SbxError:
+            from sbx.usecases.named.removal import remove  # a sandbox without its clone goes
+
+            remove(ctx, [name], on_warning)
+            raise
     return result
 
 
