@@ -7,6 +7,7 @@ without a clone, a branch that would not fast-forward."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -191,3 +192,25 @@ def test_refusals(env: dict[str, str], git_kit: Path, sleepy_busybox: Path, repo
         refused = run_sbx([command, mounted], env=env)
         assert refused.returncode == 125 and b"(not_a_clone)" in refused.stderr
     assert "sbx/" not in _git(repo, "branch")
+    one_shot = run_sbx(["run", "--clone", "--rm", str(git_kit), str(repo)], env=env)
+    assert one_shot.returncode == 2 and b"(invalid_argument)" in one_shot.stderr
+
+
+def test_run_clone_detached_then_fetch(env: dict[str, str], git_kit: Path, repo: Path,
+                                       names: list[str]) -> None:
+    name = f"cl-run-{uuid.uuid4().hex[:6]}"
+    names.append(name)
+    made = run_sbx(["run", "--clone", "--name", name, "-d", str(git_kit), str(repo)],
+                   env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    done = _sh(env, name, "cd /workspace && git -c user.email=a@example.invalid -c "
+               "user.name=a commit -q --allow-empty -m 'from run' && git status --short")
+    assert done.returncode == 0, done.stderr
+    again = run_sbx(["run", "--clone", "--name", name, "-d", str(git_kit), str(repo)], env=env)
+    assert again.returncode == 125 and b"exists already" in again.stderr
+    fetched = run_sbx(["fetch", "--json", name], env=env, timeout=120)
+    assert fetched.returncode == 0, fetched.stderr
+    data = json.loads(fetched.stdout)["data"]
+    assert data["branch"] == f"sbx/{name}" and data["base"] == _git(repo, "rev-parse", "main"
+                                                                     ).strip()
+    assert _git(repo, "log", "-1", "--format=%s", f"sbx/{name}").strip() == "from run"

@@ -34,7 +34,7 @@ CREATION_OPTIONS: Final = {
     "timeout_s": "--timeout", "command": "-- ARGS", "allow_privileged": "--allow-privileged",
     "trust_workspace": "--trust-workspace", "tty": "--tty/--no-tty",
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
-    "pids": "--pids", "runtime": "--runtime",
+    "pids": "--pids", "runtime": "--runtime", "clone": "--clone",
 }
 
 

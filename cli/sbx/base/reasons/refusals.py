@@ -262,7 +262,7 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "The sandbox has no clone",
         "`sbx diff` and `sbx fetch` work on a sandbox created with --clone; this one sees a "
         "mounted workspace (or none), whose changes are on the host already.",
-        "Create one with its own checkout: sbx create --clone --name NAME KIT REPO",
+        "Create one with its own checkout: `sbx create --clone --name NAME KIT REPO`.",
         _E.REFUSED,
     ),
     _R.BRANCH_DIVERGED: ReasonInfo(
