@@ -207,7 +207,7 @@ def test_run_clone_detached_then_fetch(env: dict[str, str], git_kit: Path, repo:
                "user.name=a commit -q --allow-empty -m 'from run' && git status --short")
     assert done.returncode == 0, done.stderr
     again = run_sbx(["run", "--clone", "--name", name, "-d", str(git_kit), str(repo)], env=env)
-    assert again.returncode == 125 and b"exists already" in again.stderr
+    assert again.returncode == 2 and b"exists already" in again.stderr
     fetched = run_sbx(["fetch", "--json", name], env=env, timeout=120)
     assert fetched.returncode == 0, fetched.stderr
     data = json.loads(fetched.stdout)["data"]
