@@ -101,6 +101,11 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
         "what `sbx gc` could reclaim now (gc's own decisions, as a dry run)."),
     "sessions": Command("sbx.commands.sandboxes:sessions",
         "List the agent's resumable sessions in a named or kept sandbox, most recent first."),
+    "diff": Command("sbx.commands.clone:diff",
+        "Show a --clone sandbox's changes (committed and not) against the commit it started\n"
+        "from."),
+    "fetch": Command("sbx.commands.clone:fetch",
+        "Bring a --clone sandbox's commits into the host repository as branch sbx/NAME."),
     "completion": Command("sbx.commands.completion:completion",
         'Print the shell completion script for SHELL (bash, zsh or fish).'),
     "secret": Group(

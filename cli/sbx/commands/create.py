@@ -41,6 +41,10 @@ def create(
     accept: Annotated[bool, typer.Option(
         "--accept", help="Approve what the kits ask for beyond their last approved run "
                          "without asking.")] = False,
+    clone: Annotated[bool, typer.Option(
+        "--clone", help="Give it its own git checkout of WORKSPACE's repository on branch "
+                        "sbx/NAME from HEAD, never mounting the host's (`sbx diff`, `sbx "
+                        "fetch`).")] = False,
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
@@ -57,7 +61,8 @@ def create(
         workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
-        workspace_mode=workspace_mode, publish=publish_option.publish_words(publish))
+        workspace_mode=workspace_mode, publish=publish_option.publish_words(publish),
+        clone=clone)
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,
                           progress=renderer.progress, on_warning=renderer.warn,

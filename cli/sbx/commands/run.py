@@ -103,6 +103,11 @@ def run(
              "run (HOME, logins, sessions survive; `sbx rm NAME` removes it); --rm: a one-shot "
              "sandbox. Default [sandbox] keep: agent short names kept, kit paths one-shot.",
     )] = None,
+    clone: Annotated[bool, typer.Option(
+        "--clone",
+        help="Give a kept or named sandbox its own git checkout of WORKSPACE's repository on "
+             "branch sbx/NAME from HEAD, never mounting the host's (`sbx diff`, `sbx fetch`).",
+    )] = False,
     trust_workspace: Annotated[bool, typer.Option(
         "--trust-workspace",
         help="Let the sandbox change what git runs in the workspace and read-write mounts "
@@ -164,6 +169,7 @@ def run(
         terminal_passthrough=terminal_passthrough,
         recreate=recreate,
         keep=keep,
+        clone=clone,
         memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis,
         pids=limits.pids,

@@ -49,7 +49,7 @@ def test_help_loads_no_use_case_module() -> None:
     code = ("import io, sys\nfrom sbx.__main__ import cli\n"
             "sys.stdout = io.StringIO()\ncli(['--help'])\nsys.stdout = sys.__stdout__\n"
             "print(sorted(m for m in sys.modules if m.startswith('sbx.usecases.')))")
-    assert _fresh(code) == "['sbx.usecases.context', 'sbx.usecases.kitinit']"
+    assert _fresh(code) == "['sbx.usecases.context']"  # no command module, so no kitinit
 
 
 def _typed_names(tree: ast.Module) -> dict[str, str]:

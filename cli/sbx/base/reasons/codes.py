@@ -104,6 +104,11 @@ class Reason(enum.StrEnum):
     SESSION_VERB_MISSING = "session_verb_missing"
     SESSION_ID_INVALID = "session_id_invalid"
     WORKSPACE_COPY_REFUSED = "workspace_copy_refused"
+    NOT_A_REPOSITORY = "not_a_repository"
+    HEAD_UNBORN = "head_unborn"
+    NOT_A_CLONE = "not_a_clone"
+    BRANCH_DIVERGED = "branch_diverged"
+    GIT_MISSING = "git_missing"
 
     @property
     def info(self) -> ReasonInfo:

@@ -271,6 +271,45 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "`--workspace-mode bind` mounts it instead.",
         _E.REFUSED,
     ),
+    _R.NOT_A_REPOSITORY: ReasonInfo(
+        "The workspace is not a git repository",
+        "--clone gives the sandbox its own checkout of the workspace's repository; the "
+        "workspace given is not inside one (git rev-parse found no repository).",
+        "Give a directory inside a git repository (`git -C DIR rev-parse --show-toplevel` "
+        "names it), or run without --clone.",
+        _E.REFUSED,
+    ),
+    _R.HEAD_UNBORN: ReasonInfo(
+        "The repository has no commit yet",
+        "--clone starts the sandbox's branch from the host repository's HEAD, which names no "
+        "commit yet (an unborn branch). A detached HEAD is fine: its commit is used.",
+        "Make a first commit (`git commit --allow-empty -m start`), then create it again.",
+        _E.REFUSED,
+    ),
+    _R.NOT_A_CLONE: ReasonInfo(
+        "The sandbox has no clone",
+        "`sbx diff` and `sbx fetch` work on a sandbox created with --clone; this one sees a "
+        "mounted workspace (or none), whose changes are on the host already.",
+        "Create one with its own checkout: `sbx create --clone --name NAME KIT REPO`.",
+        _E.REFUSED,
+    ),
+    _R.BRANCH_DIVERGED: ReasonInfo(
+        "The branch exists and would not fast-forward",
+        "`sbx fetch` writes the sandbox's commits as branch sbx/NAME in the host repository; "
+        "that branch exists and is not an ancestor of what the sandbox has, so the fetch "
+        "would drop host commits. Nothing was changed.",
+        "Rename the host's branch (`git branch -m sbx/NAME sbx/NAME-old`) and fetch again, or "
+        "overwrite it with `sbx fetch --force NAME`.",
+        _E.REFUSED,
+    ),
+    _R.GIT_MISSING: ReasonInfo(
+        "The sandbox image has no git",
+        "--clone, `sbx diff` and `sbx fetch` run git inside the sandbox as its user; the "
+        "image's PATH has no git command.",
+        "Use a kit whose image installs git (e.g. `apk add git` or `apt-get install git` in "
+        "its Dockerfile), or run without --clone.",
+        _E.REFUSED,
+    ),
 }
 
 __all__ = ["ENTRIES"]

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -136,6 +136,8 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a rm -d 'Remove named sandboxes and ever
 complete -c sbx -n '__sbx_arg "sbx" 0' -a cp -d 'Copy files between the host and a named sandbox (Docker\'s `cp` syntax)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a df -d 'Show what this state home takes: images, sandboxes, volumes, HOMEs, its own f...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a sessions -d 'List the agent\'s resumable sessions in a named or kept sandbox, most recent f...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a diff -d 'Show a --clone sandbox\'s changes (committed and not) against the commit it st...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a fetch -d 'Bring a --clone sandbox\'s commits into the host repository as branch sbx/NAME'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -168,6 +170,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l accept -d 'Approve what the kits ask 
 complete -c sbx -n '__sbx_in "sbx run"' -l recreate -d 'Make the named sandbox\'s container again from its kits as they are now, keepi...'
 complete -c sbx -n '__sbx_in "sbx run"' -l keep -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
 complete -c sbx -n '__sbx_in "sbx run"' -l rm -d '--keep: the sandbox of this kit and WORKSPACE is kept and re-entered by the n...'
+complete -c sbx -n '__sbx_in "sbx run"' -l clone -d 'Give a kept or named sandbox its own git checkout of WORKSPACE\'s repository o...'
 complete -c sbx -n '__sbx_in "sbx run"' -l trust-workspace -d 'Let the sandbox change what git runs in the workspace and read-write mounts (...'
 complete -c sbx -n '__sbx_in "sbx run"' -l terminal-passthrough -d 'Let the sandbox\'s clipboard, title, hyperlink and notification sequences reac...'
 complete -c sbx -n '__sbx_in "sbx run"' -l prompt -x -d 'Run one prompt headlessly through the workload\'s agent-sessions@1 prompt verb...'
@@ -222,6 +225,11 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_verb_missing' -d 'The
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_id_invalid' -d 'A session id sbx will not pass'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'workspace_copy_refused' -d 'A workspace sbx will not copy in'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'not_a_repository' -d 'The workspace is not a git repository'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'head_unborn' -d 'The repository has no commit yet'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'not_a_clone' -d 'The sandbox has no clone'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'branch_diverged' -d 'The branch exists and would not fast-forward'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'git_missing' -d 'The sandbox image has no git'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
@@ -297,6 +305,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -l arg -x -d 'A value for a kit arg (
 complete -c sbx -n '__sbx_in "sbx create"' -l access -x -a 'none ro rw' -d 'How it sees WORKSPACE (default rw)'
 complete -c sbx -n '__sbx_in "sbx create"' -l workspace-mode -x -a 'bind copy' -d 'bind (default): mount WORKSPACE from this disk; copy: copy it into a volume o...'
 complete -c sbx -n '__sbx_in "sbx create"' -l accept -d 'Approve what the kits ask for beyond their last approved run without asking'
+complete -c sbx -n '__sbx_in "sbx create"' -l clone -d 'Give it its own git checkout of WORKSPACE\'s repository on branch sbx/NAME fro...'
 complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx create"' -l pids -x -d 'Process limit; at most [sandbox] pids'
@@ -355,6 +364,16 @@ complete -c sbx -n '__sbx_in "sbx df"' -s h -l help -d 'Show this message and ex
 complete -c sbx -n '__sbx_in "sbx sessions"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx sessions"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx sessions" 0' -a '(sbx ls -q 2>/dev/null)'
+
+# sbx diff
+complete -c sbx -n '__sbx_in "sbx diff"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx diff" 0' -a '(sbx ls -q 2>/dev/null)'
+
+# sbx fetch
+complete -c sbx -n '__sbx_in "sbx fetch"' -l force -d 'Overwrite the host\'s sbx/NAME even when it does not fast-forward'
+complete -c sbx -n '__sbx_in "sbx fetch"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx fetch"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx fetch" 0' -a '(sbx ls -q 2>/dev/null)'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'

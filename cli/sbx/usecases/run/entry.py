@@ -29,6 +29,10 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     """``confirm_kits``: the question about a local kit's widenings (sbx.usecases.kitgate);
     ``confirm_follow``: about a named sandbox's kits asking for more at its start
     (sbx.usecases.namedkits). A kept run (sbx.usecases.run.kept) goes as a named one."""
+    if request.clone:
+        return _run_clone(ctx, request, on_output=on_output, progress=progress,
+                          on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits,
+                          confirm_follow=confirm_follow)
     request = kept_request(ctx, request, on_notice)
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
@@ -72,6 +76,15 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                        "kept sandbox is one per workspace",
                        hint=f"sbx create {request.workload} .  (or sbx create --name NAME "
                             f"{request.workload})")
+    clone_of: tuple[str, str] | None = None
+    if request.clone:
+        if request.workspace is None:
+            raise SbxError(Reason.INVALID_ARGUMENT, "--clone needs a WORKSPACE: the "
+                           "repository to clone", hint=f"sbx create --clone {request.workload} .")
+        from sbx.usecases.named import clone  # git and bundles: only for a --clone
+
+        clone_of = clone.host_repository(ctx, request.workspace)
+        request = dataclasses.replace(request, access="none", clone=False)  # never mounted
     request = dataclasses.replace(request, keep=True if request.name is None else None,
                                   detach=True)
     request = kept_request(ctx, request, lambda _text: None)
@@ -83,7 +96,37 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     result = run(ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,
                  on_notice=on_notice, confirm_kits=confirm_kits)
     result.name = name
+    if clone_of is not None:
+        try:
+            clone.seed(ctx, name, *clone_of)
+        except SbxError:
+            from sbx.usecases.named.removal import remove  # a sandbox without its clone goes
+
+            remove(ctx, [name], on_warning)
+            raise
     return result
+
+
+def _run_clone(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
+               progress: ProgressFactory, on_warning: Callable[[str], None],
+               on_notice: Callable[[str], None], confirm_kits: ConfirmKits | None,
+               confirm_follow: Callable[[str, Sequence[Any]], bool] | None) -> RunResult:
+    """`sbx run --clone`: created as `sbx create --clone` does (the clone is made before
+    anyone attaches), then entered like any named sandbox."""
+    if request.name is None and request.keep is False:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--clone makes a kept or named sandbox: its "
+                       "branch is fetched after the run", hint="Drop --rm, or give --name NAME.")
+    created = create(ctx, dataclasses.replace(request, keep=None), on_output=on_output,
+                     progress=progress, on_warning=on_warning, on_notice=on_notice,
+                     confirm_kits=confirm_kits)
+    if request.detach:
+        on_notice(f"{created.name} is running; `sbx attach {created.name}` to use it")
+        return created
+    entering = RunRequest(workload=request.workload, name=created.name, host=request.host,
+                          interactive=request.interactive,
+                          terminal_passthrough=request.terminal_passthrough)
+    return run(ctx, entering, on_output=on_output, progress=progress, on_warning=on_warning,
+               on_notice=on_notice, confirm_kits=confirm_kits, confirm_follow=confirm_follow)
 
 
 def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:

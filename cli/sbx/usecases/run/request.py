@@ -54,6 +54,7 @@ class RunRequest:
     # reaches the user's terminal, those acting outside the screen included
     terminal_passthrough: bool = False
     recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
+    clone: bool = False  # --clone: its own git checkout of WORKSPACE's repository
     # --keep True, --rm False, None: [sandbox] keep decides (sbx.domain.sandbox.keep)
     keep: bool | None = None
     # --memory/--cpus/--pids, parsed (sbx.domain.sandbox.limitflags); None: not given
