@@ -8,10 +8,11 @@ never inside the workspace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from sbx.seams.host.processes import SubprocessError, run
+from sbx.seams.host.processes import CommandTimeout, Finished, SubprocessError, run
 
 GIT_TIMEOUT_S: Final = 5.0
 # The variables that would point git at a repository or add command-line scope settings.
@@ -39,4 +40,10 @@ def global_identity(env: Mapping[str, str]) -> tuple[str, str] | None:
     return values[0], values[1]
 
 
-__all__ = ["global_identity"]
+def host_git(argv: Sequence[str], *, timeout: float) -> Finished:
+    """The host's git, never prompting (no terminal question can hang a command); raises
+    OSError when git cannot start and :class:`CommandTimeout` past ``timeout``."""
+    return run(argv, timeout=timeout, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+
+
+__all__ = ["CommandTimeout", "global_identity", "host_git"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +22,8 @@ from sbx.domain.sandbox.clonegit import branch_of, bundle_commit, start_commit
 from sbx.domain.sandbox.copyin import archive_of
 from sbx.domain.sandbox.copyout import extract
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.seams.host.git import CommandTimeout, host_git
+from sbx.seams.host.processes import Finished
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.listing import load_named
 
@@ -182,15 +183,13 @@ def _in_sandbox(ctx: AppContext, record: SandboxRecord,
     return status(), bytes(out), err.decode(errors="replace")
 
 
-def _host_git(argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+def _host_git(argv: Sequence[str]) -> Finished:
     try:
-        return subprocess.run(list(argv), capture_output=True, timeout=GIT_TIMEOUT_S,
-                              env=env, check=False, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
+        return host_git(argv, timeout=GIT_TIMEOUT_S)
+    except OSError as exc:
         raise SbxError(Reason.INVALID_ARGUMENT, "git is not installed on this host",
                        hint="Install git (e.g. apt-get install git)") from exc
-    except subprocess.TimeoutExpired as exc:
+    except CommandTimeout as exc:
         raise SbxError(Reason.COMMAND_TIMEOUT, f"{' '.join(argv[:4])} took over "
                        f"{GIT_TIMEOUT_S}s") from exc
 
