@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from sbx import __version__
 from sbx.base.deferred import deferred
 
 if TYPE_CHECKING:

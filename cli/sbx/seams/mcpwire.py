@@ -104,12 +104,12 @@ class Server:
                                  "inputSchema": dict(t.input_schema)}
                                 for t in self.tools.values()]}
         elif method == "tools/call":
-            tool = self.tools.get(params.get("name")) if isinstance(params.get("name"), str) \
-                else None
+            tool_name = params.get("name")
+            tool = self.tools.get(tool_name) if isinstance(tool_name, str) else None
             arguments = params.get("arguments", {})
             if tool is None:
                 return error_response(request_id, INVALID_PARAMS,
-                                      f"unknown tool {params.get('name')!r}")
+                                      f"unknown tool {tool_name!r}")
             if not isinstance(arguments, dict):
                 return error_response(request_id, INVALID_PARAMS, "arguments must be an object")
             result = tool.call(arguments)

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, Final
 
+from sbx import __version__
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx import __version__
 from sbx.seams import mcpwire
 from sbx.seams.mcpwire import Tool
 from sbx.usecases.context import NO_STREAMS, AppContext
@@ -65,7 +65,7 @@ def _strings(arguments: Mapping[str, Any], key: str, *, required: bool = False) 
     value = arguments.get(key)
     if value is None and not required:
         return ()
-    if not isinstance(value, list) or not value and required \
+    if not isinstance(value, list) or (not value and required) \
             or not all(isinstance(item, str) for item in value):
         raise SbxError(Reason.INVALID_ARGUMENT, f"{key} must be a list of strings"
                        + (" (not empty)" if required else ""),
@@ -204,7 +204,9 @@ def _bound(app: AppContext, handler: Handler) -> Callable[[Mapping[str, Any]], d
             result = refusal(error)
             result["structuredContent"].update(collected.extra())
             return result
-        except Exception as error:  # a bug in one call must not end the session  # noqa: BLE001
+        except Exception as error:  # a bug in one call must not end the session
+            if app.traceback:
+                raise
             return _text({"reason": Reason.INTERNAL_ERROR.value,
                           "message": f"unexpected error: {type(error).__name__}",
                           "hint": "rerun the same command with the sbx CLI and --traceback",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -36,10 +37,11 @@ def test_a_refusal_carries_its_reason_and_fix() -> None:
 
 def test_bad_arguments_are_refused_before_any_engine_call(tmp_path: Path) -> None:
     tools = {tool.name: tool for tool in mcptools.tools(_app(tmp_path))}
-    for name, arguments in [("run", {}), ("run", {"workload": "k", "command": "sh"}),
-                            ("run", {"workload": "k", "timeout_s": -1}),
-                            ("run", {"workload": "k", "timeout_s": True}),
-                            ("exec", {"name": "n", "command": []}), ("rm", {"name": 3})]:
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("run", {}), ("run", {"workload": "k", "command": "sh"}),
+        ("run", {"workload": "k", "timeout_s": -1}), ("run", {"workload": "k", "timeout_s": True}),
+        ("exec", {"name": "n", "command": []}), ("rm", {"name": 3})]
+    for name, arguments in cases:
         result = tools[name].call(arguments)
         assert result["isError"] is True, (name, arguments)
         assert result["structuredContent"]["reason"] == "invalid_argument"
