@@ -4,16 +4,10 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import typer
 
-from sbx.base.deferred import deferred
-
-if TYPE_CHECKING:
-    from sbx.usecases import mcptools
-else:  # imported on first use: `sbx --help` loads no use case
-    mcptools = deferred("sbx.usecases.mcptools")
+from sbx.usecases import mcptools
 
 
 def serve(ctx: typer.Context) -> int:
