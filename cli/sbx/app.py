@@ -170,6 +170,10 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
         "rm": Command("sbx.commands.policy:rm",
             'Remove a user policy rule; running sandboxes follow from their next request.'),
     }),
+    "mcp": Group("Offer sbx's sandboxes to an orchestrating agent as MCP tools.", {
+        "serve": Command("sbx.commands.mcp:serve",
+            'Serve MCP on stdin/stdout (JSON-RPC, one message a line) until stdin ends.'),
+    }),
 }
 
 

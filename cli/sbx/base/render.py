@@ -205,6 +205,11 @@ class Renderer:
         self.out_file.write(body)
         self.out_file.flush()
 
+    def protocol(self, line: str) -> None:
+        """One message of a protocol spoken on stdout (`sbx mcp serve`), exactly as given."""
+        self.out_file.write(line)
+        self.out_file.flush()
+
     # -- workload passthrough ----------------------------------------------------------------
 
     def workload_output(self, stream: str, chunk: bytes | memoryview) -> None:

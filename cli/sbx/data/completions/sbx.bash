@@ -33,7 +33,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy'
+            __sbx_subcommands='run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy mcp'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -220,6 +220,13 @@ __sbx_node() {
         'sbx policy rm')
             __sbx_options='--json -h --help'
             __sbx_nargs=1
+            ;;
+        'sbx mcp')
+            __sbx_subcommands='serve'
+            __sbx_options='-h --help'
+            ;;
+        'sbx mcp serve')
+            __sbx_options='-h --help'
             ;;
     esac
 }

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy mcp
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -71,6 +71,8 @@ function __sbx_subcommands --argument-names node
             printf '%s\n' path show
         case 'sbx policy'
             printf '%s\n' log allow deny ls rm
+        case 'sbx mcp'
+            printf '%s\n' serve
     end
 end
 
@@ -143,6 +145,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and rem
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a policy -d 'See and steer egress: the request log, and your own allow and deny rules over...'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a mcp -d 'Offer sbx\'s sandboxes to an orchestrating agent as MCP tools'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr: -v shows build and pull output and gc\'s reasons; -vv a...'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback (accepted after the subcommand too)'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -511,3 +514,10 @@ complete -c sbx -n '__sbx_in "sbx policy ls"' -s h -l help -d 'Show this message
 # sbx policy rm
 complete -c sbx -n '__sbx_in "sbx policy rm"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx policy rm"' -s h -l help -d 'Show this message and exit'
+
+# sbx mcp
+complete -c sbx -n '__sbx_arg "sbx mcp" 0' -a serve -d 'Serve MCP on stdin/stdout (JSON-RPC, one message a line) until stdin ends'
+complete -c sbx -n '__sbx_in "sbx mcp"' -s h -l help -d 'Show this message and exit'
+
+# sbx mcp serve
+complete -c sbx -n '__sbx_in "sbx mcp serve"' -s h -l help -d 'Show this message and exit'
