@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +55,7 @@ def test_tools_are_listed_with_their_input_schemas(env: dict[str, str]) -> None:
 
     listed = _session(env, steps)
     tools = {tool.name: tool for tool in listed.tools}
-    assert set(tools) == {"run", "create", "exec", "stop", "rm", "ls", "cp"}
+    assert set(tools) == {"run", "create", "exec", "stop", "rm", "ls", "cp", "diff", "fetch"}
     assert tools["run"].input_schema["required"] == ["workload"]
     assert tools["exec"].input_schema["properties"]["command"]["type"] == "array"
 
@@ -124,3 +125,45 @@ def test_a_refusal_is_a_tool_error_with_its_reason_and_fix(
     assert "nobody-here" in _data(missing_sandbox)["message"]
     assert bad_argument.is_error is True
     assert _data(bad_argument)["reason"] == "invalid_argument"
+
+
+def test_a_clone_sandbox_is_diffed_and_fetched(env: dict[str, str],
+                                                kit_factory: Callable[..., Path],
+                                                tmp_path: Path, cleanup: list[str]) -> None:
+    name = f"mcp-clone-{uuid.uuid4().hex[:8]}"
+    cleanup.append(name)
+    kit = kit_factory("gitsleeper", "FROM sbx-base/bookworm:1\nUSER agent\nWORKDIR /workspace\n"
+                                    'CMD ["sleep", "3600"]\n')
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for argv in (["init", "-q", "-b", "main"], ["config", "user.email", "h@example.invalid"],
+                 ["config", "user.name", "host"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, timeout=60)
+    (repo / "README").write_text("base\n", encoding="utf-8")
+    subprocess.run(["git", "-C", str(repo), "add", "README"], check=True, timeout=60)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "base"], check=True, timeout=60)
+    work = ("cd /workspace && git config user.email a@example.invalid && "
+            "git config user.name agent && echo from-agent > agent.txt && git add agent.txt && "
+            "git commit -q -m agent && echo more >> README")
+
+    async def steps(session: ClientSession) -> list[Any]:
+        return [await session.call_tool("create", {"name": name, "workload": str(kit),
+                                                   "workspace": str(repo), "clone": True}),
+                await session.call_tool("exec", {"name": name, "command": ["sh", "-c", work]}),
+                await session.call_tool("diff", {"name": name}),
+                await session.call_tool("fetch", {"name": name}),
+                await session.call_tool("diff", {"name": "nobody-here"}),
+                await session.call_tool("rm", {"name": name})]
+
+    created, worked, diffed, fetched, refused, removed = _session(env, steps)
+    assert created.is_error is False, _data(created)
+    assert _data(worked)["exit_code"] == 0, _data(worked)
+    diff = _data(diffed)["diff"]
+    assert "+from-agent" in diff and "+more" in diff  # committed and uncommitted
+    assert fetched.is_error is False, _data(fetched)
+    shown = subprocess.run(["git", "-C", str(repo), "show", f"sbx/{name}:agent.txt"],
+                           capture_output=True, check=True, timeout=60)
+    assert shown.stdout == b"from-agent\n"
+    assert (repo / "README").read_text(encoding="utf-8") == "base\n"  # work tree untouched
+    assert refused.is_error is True and _data(refused)["reason"] == "invalid_argument"
+    assert _data(removed)["removed"] == [name]

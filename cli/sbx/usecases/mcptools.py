@@ -18,7 +18,7 @@ from sbx.base.reasons import Reason
 from sbx.seams import mcpwire
 from sbx.seams.mcpwire import Tool
 from sbx.usecases.context import NO_STREAMS, AppContext
-from sbx.usecases.named import copy, listing, removal, start
+from sbx.usecases.named import clone, copy, listing, removal, start
 from sbx.usecases.run import entry
 from sbx.usecases.run.request import RunRequest
 
@@ -116,7 +116,8 @@ def _create(app: AppContext, arguments: Mapping[str, Any],
     request = RunRequest(workload=_string(arguments, "workload", required=True) or "",
                          workspace=_string(arguments, "workspace"),
                          access=_string(arguments, "access"), kits=_strings(arguments, "kits"),
-                         name=_string(arguments, "name", required=True))
+                         name=_string(arguments, "name", required=True),
+                         clone=_flag(arguments, "clone"))
     result = entry.create(app, request, on_output=collected.on_output,
                           progress=collected.progress, on_warning=collected.warnings.append,
                           on_notice=collected.notices.append)
@@ -147,6 +148,26 @@ def _ls(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) ->
                           for status in listing.list_sandboxes(app, include_runs=False)]}
 
 
+def _flag(arguments: Mapping[str, Any], key: str) -> bool:
+    value = arguments.get(key, False)
+    if not isinstance(value, bool):
+        raise SbxError(Reason.INVALID_ARGUMENT, f"{key} must be true or false",
+                       hint=f'Give "{key}": true or leave it out.')
+    return value
+
+
+def _diff(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
+    collected.on_output("stdout", clone.diff(app, _string(arguments, "name", required=True) or ""))
+    return {"diff": collected.output["stdout"].decode("utf-8", "replace"),
+            "truncated": collected.truncated}
+
+
+def _fetch(app: AppContext, arguments: Mapping[str, Any],
+           collected: _Collected) -> dict[str, Any]:
+    return clone.fetch(app, _string(arguments, "name", required=True) or "",
+                       force=_flag(arguments, "force"))
+
+
 def _cp(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
     result = copy.copy(app, _string(arguments, "source", required=True) or "",
                        _string(arguments, "destination", required=True) or "",
@@ -169,9 +190,15 @@ _TABLE: Final[Sequence[tuple[str, str, dict[str, Any], Handler]]] = (
      {"workload": _STR, "workspace": _WORKSPACE, "access": _ACCESS, "kits": _KITS,
       "command": _ARGV, "timeout_s": {"type": "number", "exclusiveMinimum": 0}},
      _run),
-    ("create", "Create a named sandbox and leave it running (`sbx create --name NAME`).",
+    ("create", "Create a named sandbox and leave it running (`sbx create --name NAME`); "
+     "with clone, on its own git checkout of the workspace's repository (`--clone`).",
      {"name": _STR, "workload": _STR, "workspace": _WORKSPACE, "access": _ACCESS,
-      "kits": _KITS}, _create),
+      "kits": _KITS, "clone": {"type": "boolean"}}, _create),
+    ("diff", "A --clone sandbox's changes against the commit it started from (`sbx diff NAME`).",
+     {"name": _NAME}, _diff),
+    ("fetch", "Bring a --clone sandbox's commits into the host repository as branch sbx/NAME "
+     "(`sbx fetch NAME`); force overwrites a branch that would not fast-forward.",
+     {"name": _NAME, "force": {"type": "boolean"}}, _fetch),
     ("exec", "Run a command in a named sandbox (`sbx exec NAME -- COMMAND`).",
      {"name": _NAME, "command": _ARGV}, _exec),
     ("stop", "Stop a named sandbox (`sbx stop NAME`).", {"name": _NAME}, _stop),
@@ -183,6 +210,7 @@ _TABLE: Final[Sequence[tuple[str, str, dict[str, Any], Handler]]] = (
 )
 _REQUIRED: Final = {"run": ["workload"], "create": ["name", "workload"],
                     "exec": ["name", "command"], "stop": ["name"], "rm": ["name"],
+                    "diff": ["name"], "fetch": ["name"],
                     "cp": ["source", "destination"]}
 
 
