@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -63,11 +63,8 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def names(env: dict[str, str]) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        run_sbx(["rm", "-f", name], env=env, timeout=120)
+def names(cleanup: list[str]) -> list[str]:
+    return cleanup  # the conftest's: removed after the test
 
 
 def _snapshot(repo: Path) -> dict[str, bytes]:
@@ -169,6 +166,16 @@ def test_refusals(env: dict[str, str], git_kit: Path, sleepy_busybox: Path, repo
     refused = run_sbx(["create", "--clone", "--name", "cl-plain", str(git_kit), str(plain)],
                       env=env)
     assert refused.returncode == 125 and b"(not_a_repository)" in refused.stderr
+    if os.geteuid() == 0:  # another user's repository: git's safe.directory, said as such
+        foreign = tmp_path / "foreign"
+        _git(tmp_path, "init", "-q", str(foreign))
+        _git(foreign, "-c", "user.name=x", "-c", "user.email=x@example.invalid", "commit",
+             "-q", "--allow-empty", "-m", "start")
+        subprocess.run(["chown", "-R", "1000:1000", str(foreign)], check=True, timeout=60)
+        refused = run_sbx(["create", "--clone", "--name", "cl-foreign", str(git_kit),
+                           str(foreign)], env=env)
+        assert refused.returncode == 125 and b"(not_a_repository)" in refused.stderr
+        assert b"another user owns it" in refused.stderr, refused.stderr
     unborn = tmp_path / "unborn"
     _git(tmp_path, "init", "-q", str(unborn))
     refused = run_sbx(["create", "--clone", "--name", "cl-unborn", str(git_kit), str(unborn)],

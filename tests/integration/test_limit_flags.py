@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,11 +39,8 @@ def env(tmp_path: Path, state_home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def names(env: dict[str, str]) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        run_sbx(["rm", "-f", name], env=env, timeout=120)
+def names(cleanup: list[str]) -> list[str]:
+    return cleanup  # the conftest's: removed after the test
 
 
 def _values(done: Finished) -> dict[str, str]:

@@ -39,6 +39,11 @@ def host_repository(ctx: AppContext, workspace: str) -> tuple[str, str]:
     path = workspace if os.path.isabs(workspace) else os.path.join(ctx.cwd, workspace)
     top = _host_git(["git", "-C", path, "rev-parse", "--show-toplevel"])
     if top.returncode != 0:
+        if b"dubious ownership" in top.stderr:  # git's safe.directory: another user's repo
+            raise SbxError(Reason.NOT_A_REPOSITORY,
+                           f"git refuses the repository at {workspace}: another user owns it",
+                           hint="Run sbx as the repository's owner (git reads an owner's "
+                                "config only for that owner), or run without --clone.")
         raise SbxError(Reason.NOT_A_REPOSITORY, f"{workspace} is not in a git repository",
                        hint=f"git -C {workspace} init  (or run without --clone)")
     root = top.stdout.decode().strip()
