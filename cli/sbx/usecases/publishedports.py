@@ -18,8 +18,8 @@ from typing import Any, Final
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.capabilities import CapabilityPlan
-from sbx.seams import owned
-from sbx.seams.ports import KIT, PUBLISH, Binding, PortForwarder, PublishedPort, check_free
+from sbx.seams import owned, ports
+from sbx.seams.ports import KIT, PUBLISH, Binding, PublishedPort, check_free
 
 WANTED: Final = "ports.json"
 PUBLISHED: Final = "ports.published.json"
@@ -42,10 +42,10 @@ def check_host_ports(capabilities: CapabilityPlan | None) -> None:
 
 
 def forward(address: str, bindings: Sequence[Binding]
-            ) -> tuple[PortForwarder, list[PublishedPort]]:
+            ) -> tuple[ports.PortForwarder, list[PublishedPort]]:
     """A one-shot run's forwarder, in this process; ``port_taken``/``start_failed`` when the
     host cannot listen (the caller's cleanup stops what did start)."""
-    forwarder = PortForwarder(address)
+    forwarder = ports.PortForwarder(address)  # through its module: one seam to replace
     try:
         return forwarder, forwarder.start(bindings)
     except SbxError:

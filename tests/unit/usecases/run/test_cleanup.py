@@ -36,7 +36,7 @@ from sbx.domain.egress import plan as egress_plan
 from sbx.seams import ports
 from sbx.seams import transports as transports_module
 from sbx.seams.host import firewall
-from sbx.seams.ports import PublishedPort
+from sbx.seams.ports import Binding, PublishedPort
 from tests.conftest import CliResult, run_cli
 from tests.support.fakeengine import Call, FakeEngine, image_info, tar_of
 from tests.support.kits import capabilities, network_policy, port, volume, write_kit
@@ -108,9 +108,12 @@ def install_host(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> Host:
         target_ip: str
         published: list[PublishedPort] = field(default_factory=list)
 
-        def start(self, wanted: Sequence[int]) -> list[PublishedPort]:
-            host.record("forwarder.start", self.target_ip, tuple(wanted))
-            self.published = [PublishedPort(p, "tcp", "127.0.0.1", 50_000 + p) for p in wanted]
+        def start(self, wanted: Sequence[Binding]) -> list[PublishedPort]:
+            host.record("forwarder.start", self.target_ip,
+                        tuple(b.container_port for b in wanted))
+            self.published = [PublishedPort(b.container_port, "tcp", b.host,
+                                            b.host_port or 50_000 + b.container_port, b.source)
+                              for b in wanted]
             return list(self.published)
 
         def stop(self) -> None:
