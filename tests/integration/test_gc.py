@@ -569,25 +569,31 @@ def test_a_sigkilled_run_with_a_port_and_a_create_step_leaves_nothing_after_gc(
         # What the killed run left: its container, network, per-run image, rules, run dir.
         kinds = {o.kind for o in owned(engine, state_home)}
         assert kinds == {"container", "network"}, kinds
-        assert engine.image(f"sbx-run/{rid}:1") is not None
-        assert len(images_of(engine, state_home)) == 1
+        run_image = engine.image(f"sbx-run/{rid}:1")
+        assert run_image is not None
+        # The create step's result is the install cache's entry too, labelled for no home.
+        assert any(tag.startswith("sbx-installed/") for tag in run_image.tags), run_image.tags
+        assert images_of(engine, state_home) == []
         if IPTABLES is not None and os.geteuid() == 0:
             assert f"sbx-run-{rid}" in input_rules()
         assert (state_home / "runs" / rid).is_dir()
         deadline = int(sandbox.labels[label_keys.DEADLINE])
         wait_for("the run's deadline to pass", lambda: time.time() > deadline + 0.5,
                  timeout_s=15)
-        result = sbx_cli(["gc", "--grace", "0"], env=env)
+        # The install cache keeps its entry for [gc] image_idle_seconds; at 0 it goes now.
+        idle_now = state_home.parent / "gc-idle-now.toml"
+        idle_now.write_text("[gc]\nimage_idle_seconds = 0\n", encoding="utf-8")
+        result = sbx_cli(["gc", "--grace", "0"], env={**env, "SBX_CONFIG": str(idle_now)})
         assert (result.exit_code, result.stdout, result.stderr) == (0, "", ""), log.read_text()
         assert owned(engine, state_home) == []
-        assert images_of(engine, state_home) == []
+        assert engine.image(f"sbx-run/{rid}:1") is None  # the dead run's tag is gone
+        assert engine.image(run_image.id) is None  # and the unused cache entry with it
         if IPTABLES is not None and os.geteuid() == 0:
             assert f"sbx-run-{rid}" not in input_rules()
         assert list((state_home / "runs").iterdir()) == []
         events = [e for e in audit.read_events(state_home) if e["event_type"] == "gc_removed"]
         counts = events[-1]["details"]
-        assert (counts["container"], counts["network"], counts["image"], counts["run_dir"]) \
-            == (1, 1, 1, 1)
+        assert (counts["container"], counts["network"], counts["run_dir"]) == (1, 1, 1)
         if IPTABLES is not None and os.geteuid() == 0:
             assert counts["firewall_rule"] == 2  # established-accept and drop
     finally:
