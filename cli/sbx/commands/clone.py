@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
 from sbx.base.render import Envelope
-
-if TYPE_CHECKING:
-    from sbx.usecases.named import clone as clone_usecase
-else:  # imported on first use: `sbx --help` loads no use case
-    clone_usecase = deferred("sbx.usecases.named.clone")
+from sbx.usecases.named import clone as clone_usecase
 
 
 def diff(

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
-
-if TYPE_CHECKING:
-    from sbx.usecases import completion as completion_core
-else:  # imported on first use: `sbx --help` loads no use case
-    completion_core = deferred("sbx.usecases.completion")
+from sbx.usecases import completion as completion_core
 
 
 class Shell(enum.StrEnum):

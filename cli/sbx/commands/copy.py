@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
 from sbx.base.render import Envelope
 from sbx.domain.sandbox.limitflags import parse_size
-
-if TYPE_CHECKING:
-    from sbx.usecases.named import copy as copy_usecase
-else:  # imported on first use: `sbx --help` loads no use case
-    copy_usecase = deferred("sbx.usecases.named.copy")
+from sbx.usecases.named import copy as copy_usecase
 
 
 def cp(

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
+from sbx.usecases import kitpush
 from sbx.views import kit as kit_view
-
-if TYPE_CHECKING:
-    from sbx.usecases import kitpush
-else:  # imported on first use: `sbx --help` loads no use case
-    kitpush = deferred("sbx.usecases.kitpush")
 
 
 def push(

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
+from sbx.domain.kits import reference
 from sbx.views import kit as kit_view
-
-if TYPE_CHECKING:
-    from sbx.domain.kits import reference
-else:  # imported on first use: `sbx --help` loads no kit module
-    reference = deferred("sbx.domain.kits.reference")
 
 
 def ls(

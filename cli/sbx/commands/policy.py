@@ -8,17 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import durations
+from sbx.usecases import policylog, policyrules
 from sbx.views import policy as policy_view
-
-if TYPE_CHECKING:
-    from sbx.usecases import policylog, policyrules
-else:  # imported on first use: `sbx --help` loads no use case
-    policylog = deferred("sbx.usecases.policylog")
-    policyrules = deferred("sbx.usecases.policyrules")
 
 if TYPE_CHECKING:
     from sbx.domain.egress.userpolicy import UserRule

@@ -4,19 +4,13 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sbx.base.deferred import deferred
+from sbx.domain.credentials import secrets
+from sbx.usecases import secretops
 from sbx.views import secret as secret_view
-
-if TYPE_CHECKING:
-    from sbx.domain.credentials import secrets
-    from sbx.usecases import secretops
-else:  # imported on first use: `sbx --help` loads no use case
-    secrets = deferred("sbx.domain.credentials.secrets")
-    secretops = deferred("sbx.usecases.secretops")
 
 
 def import_secrets(

@@ -9,14 +9,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sbx.base.deferred import deferred
 from sbx.base.render import Envelope, Renderer, escape
 from sbx.domain.kits import surface
-
-if TYPE_CHECKING:
-    from sbx.usecases import policylog
-else:  # imported on first use: `sbx --help` loads no kit or policy module
-    policylog = deferred("sbx.usecases.policylog")
+from sbx.usecases import policylog
 
 if TYPE_CHECKING:
     from sbx.domain.egress.userpolicy import UserRule
