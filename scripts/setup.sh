@@ -86,7 +86,7 @@ if .venv/bin/python -m pip show -q sbx >/dev/null 2>&1; then
   .venv/bin/python -m pip uninstall -q -y sbx
   rm -f .venv/.sbx-installed
 fi
-if ! .venv/bin/python -c 'import sbx, pytest, hypothesis, mypy, hatchling, pipx, importlinter, pytest_cov, xdist, mcp' >/dev/null 2>&1 \
+if ! .venv/bin/python -c 'import sbx, pytest, hypothesis, mypy, hatchling, pipx, importlinter, pytest_cov, xdist, mcp, acp' >/dev/null 2>&1 \
     || [ pyproject.toml -nt .venv/.sbx-installed ]; then
   log "installing sbx and its development tools into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'

@@ -126,6 +126,9 @@ def run(
         help="Reopen the agent's session ID (`sbx sessions NAME` lists them).")] = None,
     continue_: Annotated[bool, typer.Option(
         "--continue", help="Reopen the agent's most recent session.")] = False,
+    acp: Annotated[bool, typer.Option(
+        "--acp", help="Run the agent's ACP adapter (acp@1) instead of the agent, speaking the "
+                      "Agent Client Protocol on stdio for an editor (no terminal).")] = False,
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
@@ -143,7 +146,7 @@ def run(
     workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     limits = limitflags.parse_flags(memory, cpus, pids)
-    session = run_request.session_ask(prompt, resume, continue_=continue_)
+    session = run_request.session_ask(prompt, resume, continue_=continue_, acp=acp)
     request = run_request.RunRequest(
         workload=workload,
         workspace=workspace,

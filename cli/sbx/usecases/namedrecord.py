@@ -21,6 +21,7 @@ from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.namedkits import fingerprint
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.run.sessionverbs import acp_facts
 
 if TYPE_CHECKING:
     from sbx.usecases.run.plan import RunPlan
@@ -99,7 +100,8 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
                  "runtime": plan.spec.runtime,  # checked against the engine at each start
                  "kits_state": fingerprint(kit_set, static_composition(kit_set)),
                  "sessions": session_record(plan.spec, composition,
-                                            kit_set.workload.reference)},
+                                            kit_set.workload.reference),
+                 "acp": acp_facts(composition, kit_set)},
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),
         home_volume=plan.home, tty=plan.mode.tty)

@@ -103,6 +103,7 @@ class Reason(enum.StrEnum):
     SESSIONS_UNSUPPORTED = "sessions_unsupported"
     SESSION_VERB_MISSING = "session_verb_missing"
     SESSION_ID_INVALID = "session_id_invalid"
+    ACP_UNAVAILABLE = "acp_unavailable"
     WORKSPACE_COPY_REFUSED = "workspace_copy_refused"
     NOT_A_REPOSITORY = "not_a_repository"
     HEAD_UNBORN = "head_unborn"

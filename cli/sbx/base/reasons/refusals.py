@@ -231,6 +231,16 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "its capabilities).",
         _E.REFUSED,
     ),
+    _R.ACP_UNAVAILABLE: ReasonInfo(
+        "No ACP adapter for the run's agent",
+        "--acp starts the Agent Client Protocol adapter a kit declares (acp@1) as the "
+        "sandbox's process, on stdio with no terminal, for an editor to drive; an adapter "
+        "serves only an agent the composed kits provide, and sbx picks the workload's own "
+        "agent's, else the only one there is.",
+        "Compose an adapter mixin for the agent (`sbx run KIT . --kit ADAPTER_KIT --acp`); "
+        "`sbx kit inspect KIT` shows what a kit provides and declares.",
+        _E.REFUSED,
+    ),
     _R.SESSION_VERB_MISSING: ReasonInfo(
         "The agent has no such session verb",
         "The workload's session capability does not declare the verb asked for (prompt, "

@@ -41,7 +41,7 @@ class SessionAsk:
     @property
     def flag(self) -> str:
         return {"prompt": "--prompt", "resume": "--resume", "continue": "--continue",
-                "list": "sbx sessions"}.get(self.verb, self.verb)
+                "list": "sbx sessions", "acp": "--acp"}.get(self.verb, self.verb)
 
 
 @dataclass(frozen=True)

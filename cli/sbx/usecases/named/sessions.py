@@ -15,6 +15,7 @@ from typing import Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.acp import Adapter, adapters_of, choose_adapter
 from sbx.domain.kits.sessions import SessionAsk, SessionVerbs, session_argv
 from sbx.domain.sandbox.records import SandboxRecord
 
@@ -47,10 +48,25 @@ def recorded_argv(record: SandboxRecord, ask: SessionAsk, *, terminal: bool) -> 
                         lifecycle_tail=[str(a) for a in tail] if isinstance(tail, list) else None)
 
 
+def recorded_adapter(record: SandboxRecord) -> Adapter:
+    """The ACP adapter `sbx run NAME --acp` starts, chosen from what the sandbox recorded."""
+    kept = record.request.get("acp")
+    if not isinstance(kept, Mapping):
+        raise SbxError(Reason.ACP_UNAVAILABLE,
+                       f"{record.name} was created before sbx kept its kits' ACP adapters",
+                       hint=f"sbx run --name {record.name} --recreate {record.workload}")
+    adapters = kept.get("adapters")
+    return choose_adapter(
+        adapters_of(a for a in adapters if isinstance(a, Mapping))
+        if isinstance(adapters, list) else (),
+        [str(p) for p in kept.get("provided") or ()],
+        [str(p) for p in kept.get("workload_provides") or ()], workload=record.workload)
+
+
 def _verbs(entry: Any) -> SessionVerbs | None:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("config"), Mapping):
         return None
     return SessionVerbs(str(entry.get("type")), entry["config"])
 
 
-__all__ = ["SessionList", "recorded_argv"]
+__all__ = ["SessionList", "recorded_adapter", "recorded_argv"]

@@ -27,7 +27,7 @@ from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
 from sbx.usecases.named.session import attach, exec_in
-from sbx.usecases.named.sessions import SessionList, recorded_argv
+from sbx.usecases.named.sessions import SessionList, recorded_adapter, recorded_argv
 from sbx.usecases.namedkits import follow
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
@@ -162,8 +162,13 @@ def run_verb_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSin
         tty = False  # headless: the output as the agent wrote it, byte for byte
     terminal = decide_mode(interactive=request.interactive, tty=tty, capture=False,
                            host=request.host).tty
-    argv = recorded_argv(record, ask, terminal=terminal)
-    return exec_in(ctx, name, argv, request.host, env=request.env,
+    env = request.env
+    if ask.verb == "acp":  # the adapter's variables pass the same admission as -e's
+        adapter = recorded_adapter(record)
+        argv, env = adapter.command, (*env, *(f"{k}={v}" for k, v in adapter.env.items()))
+    else:
+        argv = recorded_argv(record, ask, terminal=terminal)
+    return exec_in(ctx, name, argv, request.host, env=env,
                    interactive=request.interactive, tty=tty, on_output=on_output,
                    on_warning=on_warning, terminal_passthrough=request.terminal_passthrough)
 

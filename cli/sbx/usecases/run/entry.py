@@ -43,6 +43,8 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     if request.session is not None and request.name is None \
             and request.session.verb == "prompt" and request.tty is None:
         request = dataclasses.replace(request, tty=False)  # headless: the bytes as written
+    if request.session is not None and request.session.verb == "acp":
+        request = acp_request(request)
     if request.name is not None:
         # A named sandbox's start, kits followed again and recreation: not a one-shot run's.
         from sbx.usecases.named.start import run_named, run_verb_named
@@ -56,6 +58,20 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                          confirm_kits=confirm_kits, confirm_follow=confirm_follow)
     return run_new(ctx, request, on_output=on_output, progress=progress,
                    on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits)
+
+
+def acp_request(request: RunRequest) -> RunRequest:
+    """An ACP adapter speaks JSON-RPC on stdio: no terminal, and the caller's stdin open."""
+    if request.tty:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--acp speaks the protocol on stdio, which a "
+                       "terminal (-t) would rewrite", hint=f"Drop -t: sbx run {request.workload} "
+                       ". --acp")
+    if request.detach:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--acp serves the client on sbx's stdio, which "
+                       "-d would close", hint=f"Drop -d: sbx run {request.workload} . --acp")
+    return dataclasses.replace(request, tty=False, interactive=(
+        request.interactive if request.interactive is not None
+        else request.host.stdin_fd is not None))
 
 
 def _session_named(ctx: AppContext, request: RunRequest, code: int) -> RunResult:

@@ -50,7 +50,7 @@ from sbx.usecases.run.request import (
     copies_workspace,
     workload_request,
 )
-from sbx.usecases.run.sessionverbs import session_launch
+from sbx.usecases.run.sessionverbs import session_env, session_launch
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -236,7 +236,8 @@ class FromKits:
             user_warnings=tuple(admission.user_notes), owner=owner_key(admission.owner),
             timeout_s=self.timeout_s, limits=dataclasses.asdict(capabilities.limits),
             workspace_target=planned.workspace_target, command=command, entrypoint=entrypoint,
-            env={**planned.exports, **capabilities.env}, home=home, tmpfs=dict(capabilities.tmpfs),
+            env={**planned.exports, **session_env(request, planned.composition, self.kit_set),
+                 **capabilities.env}, home=home, tmpfs=dict(capabilities.tmpfs),
             detach_keys=self.loaded.detach_keys,
             runtime=runtime.name if runtime is not None else None,
             runtime_source=runtime.source if runtime is not None else "",
@@ -300,19 +301,20 @@ def _command(request: RunRequest, planned: WorkloadPlan, capabilities: Capabilit
     """(command, entrypoint) for the sandbox, always explicit; startup hooks wrap the argv.
 
     The workload's argv is the image's ENTRYPOINT + (ARGS after `--`, else its CMD), as with
-    `docker run`, plus a session verb's tail (--prompt, --resume, --continue). It is passed
-    explicitly because a per-run image committed by the create step would otherwise inherit
-    the create step's keepalive entrypoint.
+    `docker run`, plus a session verb's tail (--prompt, --resume, --continue), or the ACP
+    adapter's command (--acp). It is passed explicitly because a per-run image committed by the
+    create step would otherwise inherit the create step's keepalive entrypoint.
     """
     image = planned.image
-    if request.command is None and not image.entrypoint and not image.cmd:
+    acp = request.session is not None and request.session.verb == "acp"
+    if request.command is None and not image.entrypoint and not image.cmd and not acp:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"{kit_set.workload.reference}'s image has no ENTRYPOINT or CMD and no "
                        "command was given after `--`",
                        hint="Add CMD to the dockerfile, or pass `-- CMD...`.")
     argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
     if request.session is not None:
-        argv = session_launch(request, planned.composition, kit_set.workload.reference, argv)
+        argv = session_launch(request, planned.composition, kit_set, argv)
     if capabilities.lifecycle.startup:
         return argv, ("/bin/sh", STARTUP_SCRIPT)
     return argv[1:], argv[:1]

@@ -70,15 +70,18 @@ class RunRequest:
 
 
 def session_ask(prompt: str | None, resume: str | None, *,
-                continue_: bool) -> SessionAsk | None:
-    """The session verb the flags ask for (at most one: the spec defines no combination)."""
+                continue_: bool, acp: bool = False) -> SessionAsk | None:
+    """The session verb the flags ask for (at most one: the spec defines no combination);
+    ``--acp`` (the agent's ACP adapter instead of the agent) is one of them."""
     given = [ask for ask in (SessionAsk("prompt", prompt) if prompt is not None else None,
                              SessionAsk("resume", resume) if resume is not None else None,
-                             SessionAsk("continue") if continue_ else None) if ask is not None]
+                             SessionAsk("continue") if continue_ else None,
+                             SessionAsk("acp") if acp else None) if ask is not None]
     if len(given) > 1:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        " and ".join(a.flag for a in given) + " cannot be combined: each is "
-                       "its own session verb", hint="Give one of --prompt, --resume, --continue.")
+                       "its own session verb",
+                       hint="Give one of --prompt, --resume, --continue, --acp.")
     return given[0] if given else None
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 class AcpType(Handler):
     types = (ACP,)
-    refusal = ("sbx does not start ACP adapters yet")
+    implemented = True  # sbx run --acp (sbx.domain.kits.acp)
     on_surface = False
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,

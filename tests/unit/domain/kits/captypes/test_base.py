@@ -64,7 +64,7 @@ def test_usb_device_is_refused_for_the_reason_the_engine_gives() -> None:
 
 
 def test_a_group_member_s_reason_is_its_type_s() -> None:
-    mount = "com.docker.sandbox/acp@1"
+    mount = "com.docker.sandbox/kit-registry@1"
     group = {"group": {"name": "g", "capabilities": [{"type": mount}]}}
     with pytest.raises(SbxError) as caught:
         refuse_unsupported(select("kit", [group], SUPPORTED))
