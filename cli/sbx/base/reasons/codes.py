@@ -104,6 +104,7 @@ class Reason(enum.StrEnum):
     SESSION_VERB_MISSING = "session_verb_missing"
     SESSION_ID_INVALID = "session_id_invalid"
     ACP_UNAVAILABLE = "acp_unavailable"
+    PLATFORM_UNMET = "platform_unmet"
     WORKSPACE_COPY_REFUSED = "workspace_copy_refused"
     NOT_A_REPOSITORY = "not_a_repository"
     HEAD_UNBORN = "head_unborn"

@@ -226,6 +226,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Ho
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'limit_over_bound' -d 'A resource limit beyond its bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'sessions_unsupported' -d 'No session verbs in the composition'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'acp_unavailable' -d 'No ACP adapter for the run\'s agent'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'platform_unmet' -d 'The image does not meet the sbx@1 platform contract'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_verb_missing' -d 'The agent has no such session verb'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'session_id_invalid' -d 'A session id sbx will not pass'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'copy_refused' -d 'A copy sbx will not make'

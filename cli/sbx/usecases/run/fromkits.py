@@ -31,6 +31,7 @@ from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.domain.sandbox.limitflags import bounds_of
 from sbx.domain.sandbox.mountedfiles import with_mounted_files
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
+from sbx.domain.sandbox.platform import agent_launch, check_platform_image, declares_platform
 from sbx.domain.sandbox.publish import parse_publishes
 from sbx.domain.sandbox.sources import staging_available
 from sbx.seams.engine import ImageInfo
@@ -315,6 +316,9 @@ def _command(request: RunRequest, planned: WorkloadPlan, capabilities: Capabilit
     argv = (*(image.entrypoint or ()), *(request.command or image.cmd or ()))
     if request.session is not None:
         argv = session_launch(request, planned.composition, kit_set, argv)
+    if declares_platform(planned.composition, kit_set.workload.reference):
+        check_platform_image(image.user, kit_set.workload.reference)
+        argv = agent_launch(argv)
     if capabilities.lifecycle.startup:
         return argv, ("/bin/sh", STARTUP_SCRIPT)
     return argv[1:], argv[:1]

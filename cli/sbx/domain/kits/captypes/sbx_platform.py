@@ -1,4 +1,5 @@
-"""``sbx@1``: the workload targets the sandbox agent platform (the host launches the agent).
+"""``sbx@1``: the workload targets the sandbox agent platform (the host launches the agent:
+:mod:`sbx.domain.sandbox.platform`).
 
 A config-less, workload-only singleton (a mixin's image config never becomes the composed
 image's); not on the surface.
@@ -14,8 +15,7 @@ from sbx.domain.kits.types import SBX
 
 class SbxPlatform(Handler):
     types = (SBX,)
-    refusal = ("sbx runs the workload's own entrypoint; it does not launch agents into a "
-               "waiting sandbox")
+    implemented = True  # the launch under bash as the image's user (sbx.domain.sandbox.platform)
     singleton = True
     configless = True
     on_surface = False
