@@ -81,6 +81,14 @@ def state_home(tmp_path: Path, engine: SdkEngine) -> Iterator[Path]:
 
 
 @pytest.fixture
+def env(state_home: Path) -> dict[str, str]:
+    """The environment of an `sbx` a test runs: its own state home, no user config, no colour
+    (a module with other needs defines its own ``env``)."""
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
+            "NO_COLOR": "1"}
+
+
+@pytest.fixture
 def cleanup(env: dict[str, str]) -> Iterator[list[str]]:
     """Named sandboxes a test appends here are removed after it (``env`` is the module's)."""
     names: list[str] = []

@@ -9,9 +9,7 @@ and the refusals (no adapter for a composed agent, a terminal)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -102,19 +100,6 @@ def kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"workload": workload, "adapter": adapter, "stranger": stranger}
 
 
-@pytest.fixture
-def env(state_home: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
-            "NO_COLOR": "1"}
-
-
-@pytest.fixture
-def named(env: dict[str, str]) -> Iterator[str]:
-    name = f"acp-{uuid.uuid4().hex[:10]}"
-    yield name
-    run_sbx(["rm", "-f", name], env=env, timeout=120)
-
-
 async def _session(argv: list[str], env: dict[str, str], prompt: str) -> tuple[list[str], Any]:
     collector = Collector()
     client = cast(acp.Client, collector)  # the protocol's methods this agent never calls
@@ -145,7 +130,9 @@ def test_an_acp_client_drives_the_adapter_in_a_one_shot_sandbox(
 
 
 def test_an_acp_client_drives_the_adapter_of_a_named_sandbox(
-        kits: dict[str, Path], env: dict[str, str], named: str) -> None:
+        kits: dict[str, Path], env: dict[str, str], cleanup: list[str]) -> None:
+    named = f"acp-{uuid.uuid4().hex[:10]}"
+    cleanup.append(named)
     argv = ["run", "--name", named, str(kits["workload"]), "--kit", str(kits["adapter"]),
             "--acp"]
     chunks, code = asyncio.run(_session(argv, env, "hi"))

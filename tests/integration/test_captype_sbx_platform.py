@@ -4,7 +4,6 @@ verbs land after the launch; an image without a USER is refused before anything 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,6 @@ DOCKERFILE = ("FROM sbx-base/agent:1\n"
               "ENV BASH_ENV=/etc/sbx-platform-env.sh\n"
               "USER agent\nWORKDIR /home/agent/project\n"
               'ENTRYPOINT ["sh", "/usr/local/lib/probe.sh"]\n')
-
-
-@pytest.fixture
-def env(state_home: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
-            "NO_COLOR": "1"}
 
 
 def _kit(root: Path, name: str, dockerfile: str) -> Path:

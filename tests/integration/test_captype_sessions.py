@@ -7,7 +7,6 @@ argv element whatever the prompt holds, bytes as written, the exit status passed
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,12 +65,6 @@ def kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "none": _kit(root, "agentnone", None),
             "prompt_only": _kit(root, "agentprompt", {"prompt": ["-p", "{{.Prompt}}"]}),
             "mixin": mixin}
-
-
-@pytest.fixture
-def env(state_home: Path) -> dict[str, str]:
-    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": os.devnull,
-            "NO_COLOR": "1"}
 
 
 @pytest.fixture
