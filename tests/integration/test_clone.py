@@ -221,3 +221,57 @@ def test_run_clone_detached_then_fetch(env: dict[str, str], git_kit: Path, repo:
     assert data["branch"] == f"sbx/{name}" and data["base"] == _git(repo, "rev-parse", "main"
                                                                      ).strip()
     assert _git(repo, "log", "-1", "--format=%s", f"sbx/{name}").strip() == "from run"
+
+
+def _status(env: dict[str, str], name: str) -> str:
+    listed = run_sbx(["ls", "--json"], env=env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["data"]["sandboxes"]
+    return str(next(r["status"] for r in rows if r["name"] == name))
+
+
+def test_clone_survives_stop_and_stopped_diff_and_fetch_match_running(
+        env: dict[str, str], git_kit: Path, repo: Path, names: list[str]) -> None:
+    name = f"cl-vol-{uuid.uuid4().hex[:6]}"
+    names.append(name)
+    made = run_sbx(["create", "--clone", "--name", name, str(git_kit), str(repo)], env=env,
+                   timeout=300)
+    assert made.returncode == 0, made.stderr
+    done = _sh(env, name, "set -e; cd /workspace; git config user.email a@example.invalid; "
+               "git config user.name a; echo kept > kept.txt; git add kept.txt; "
+               "git commit -q -m kept; echo dirty >> README; echo u > untracked.txt; "
+               "git rev-parse HEAD")
+    assert done.returncode == 0, done.stderr
+    commit = done.stdout.decode().split()[-1]
+    running = run_sbx(["diff", name], env=env, timeout=120)
+    assert running.returncode == 0, running.stderr
+    assert b"+kept" in running.stdout and b"+dirty" in running.stdout
+    assert b"untracked.txt" in running.stdout
+
+    stopped = run_sbx(["stop", name], env=env, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    before = _status(env, name)
+    assert before != "running"
+    # stopped: the same diff and the same fetch, through a helper; the sandbox stays stopped
+    shown = run_sbx(["diff", name], env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == running.stdout
+    fetched = run_sbx(["fetch", "--json", name], env=env, timeout=120)
+    assert fetched.returncode == 0, fetched.stderr
+    assert json.loads(fetched.stdout)["data"]["commit"] == commit
+    assert _git(repo, "rev-parse", f"sbx/{name}").strip() == commit
+    assert _git(repo, "show", f"sbx/{name}:kept.txt") == "kept\n"
+    assert _status(env, name) == before
+
+    started = run_sbx(["start", name], env=env, timeout=300)
+    assert started.returncode == 0, started.stderr
+    after = _sh(env, name, "cd /workspace && git rev-parse HEAD && cat untracked.txt && "
+                "git status --porcelain")
+    assert after.returncode == 0, after.stderr
+    lines = after.stdout.decode().splitlines()
+    assert lines[:2] == [commit, "u"]  # the commit and the untracked file kept their stop
+    # the diffs used an index of their own: the sandbox's still has untracked.txt untracked
+    assert sorted(lines[2:]) == [" M README", "?? untracked.txt"]
+    again = run_sbx(["fetch", "--json", name], env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["data"]["commit"] == commit

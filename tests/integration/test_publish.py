@@ -156,11 +156,23 @@ def test_named_sandbox_ports_are_reachable_with_no_cli_and_across_stop_start(
         table = _sbx(env, "ports", name)
         assert table.returncode == 0 and f"127.0.0.1:{fixed}" in table.stdout
         assert "kit" in table.stdout and "publish" in table.stdout
+        # `sbx explain NAME` shows the same ports, from the same record
+        told = _sbx(env, "explain", name)
+        assert told.returncode == 0, told.stderr
+        for port in live:
+            assert f"8080/tcp  127.0.0.1:{port}  (" in told.stdout, told.stdout
+        told_json = _sbx(env, "explain", "--json", name)
+        assert told_json.returncode == 0, told_json.stderr
+        assert json.loads(told_json.stdout.strip().splitlines()[-1])["data"]["ports"] == \
+            _ports(env, name)
 
         stopped = _sbx(env, "stop", name)
         assert stopped.returncode == 0, stopped.stderr
         assert [p["host_port"] for p in _ports(env, name)] == [None, None, None]
         assert all(_refused(port) for port in live), "ports outlived the stopped sandbox"
+        told = _sbx(env, "explain", name)
+        assert told.returncode == 0 and told.stdout.count("8080/tcp  - (stopped)") == 3, \
+            told.stdout
 
         started = _sbx(env, "start", name)
         assert started.returncode == 0, started.stderr

@@ -208,6 +208,7 @@ class SandboxFiles:
     user: str
     read_only_root: bool
     mounts: tuple[SandboxMount, ...]
+    image: str = ""  # the image's id (a helper of a stopped sandbox's runs it)
 
 
 class Files(Protocol):
@@ -366,7 +367,8 @@ def sandbox_files(attrs: Mapping[str, Any]) -> SandboxFiles:
     mounts += [SandboxMount(str(target), "ro" not in str(options).split(","), "tmpfs")
                for target, options in (host.get("Tmpfs") or {}).items()]
     return SandboxFiles(user=str((attrs.get("Config") or {}).get("User") or ""),
-                        read_only_root=bool(host.get("ReadonlyRootfs")), mounts=tuple(mounts))
+                        read_only_root=bool(host.get("ReadonlyRootfs")), mounts=tuple(mounts),
+                        image=str(attrs.get("Image") or ""))
 
 
 def unix_mode(go_mode: int) -> int | None:

@@ -27,6 +27,7 @@ from sbx.usecases import enginefit, explainrequest, explainsandbox, pipeline
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
+from sbx.usecases.named.ports import PortRow, sandbox_ports
 from sbx.usecases.policyrules import named_sandbox
 
 if TYPE_CHECKING:
@@ -121,11 +122,13 @@ class NamedAnswer:
     network: dict[str, tuple[explainsandbox.Item, ...]] | None  # None: it has no network
     request: RequestExplanation | None
     notes: tuple[str, ...] = ()
+    ports: tuple[PortRow, ...] = ()  # its kits' and -p ports, as `sbx ports` reads them
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "workload": self.workload, "kits": list(self.kits),
                 "network": None if self.network is None else {
                     p: [i.as_dict() for i in items] for p, items in self.network.items()},
+                "ports": [r.as_dict() for r in self.ports],
                 "notes": list(self.notes)}
 
 
@@ -146,10 +149,11 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
     kits = (record.workload, *record.kits)
     user_rules = PolicyStore(ctx.state_home).load()
     said = notes(name) if notes is not None else ()
+    ports = tuple(sandbox_ports(ctx, name)[1])
     if named.proxy_config is None:
         request = None if target is None else judge_request(None, kits, target, phase,
                                                             sandbox=name)
-        return NamedAnswer(name, record.workload, kits, None, request, said)
+        return NamedAnswer(name, record.workload, kits, None, request, said, ports)
     proxy = ProxyConfig.load(named.proxy_config)
     merged = overlay(proxy.network, user_rules, sandbox=name, now=time.time())
     network: dict[str, tuple[explainsandbox.Item, ...]] = {}
@@ -164,7 +168,7 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
         request = judge_request(proxy.network, kits, target, phase, user_rules=user_rules,
                                 sandbox=name, upstream=upstream, answers=answers,
                                 kit_files=proxy.kit_files)
-    return NamedAnswer(name, record.workload, kits, network, request, said)
+    return NamedAnswer(name, record.workload, kits, network, request, said, ports)
 
 
 __all__ = ["NamedAnswer", "WorkloadAnswer", "explain_named", "explain_workload", "is_named"]

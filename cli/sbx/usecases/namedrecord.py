@@ -37,7 +37,7 @@ CREATION_OPTIONS: Final = {
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
     "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
     "publish": "--publish",
-    "clone": "--clone",
+    "clone": "--clone", "clone_volume": "--clone",
 }
 
 
@@ -86,6 +86,8 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
         request={"workspace_target": plan.workspace_target, "bridge": plan.bridge,
                  # --workspace-mode copy: the directory it was copied from (nothing is bound)
                  "workspace_copy": plan.workspace_copy,
+                 # its workspace volume (copied, or --clone's checkout): what a helper mounts
+                 "workspace_volume": plan.workspace_volume,
                  "proxy": plan.egress is not None, "user": plan.spec.user,
                  "pins": [{"path": p.source.path, "target": p.target,
                            "read_only": p.read_only} for p in plan.host_mounts.pins],

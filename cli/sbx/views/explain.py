@@ -133,6 +133,9 @@ def explain_named(renderer: Renderer, result: NamedAnswer) -> None:
                            + ("" if items else " nothing allowed"))
             for item in items:
                 renderer.plain(f"  {item.value:<5} {item.name}")
+    renderer.plain("ports (as `sbx ports` shows them):" + ("" if result.ports else " none"))
+    for row in result.ports:
+        renderer.plain(f"  {row.container}/tcp  {row.where()}  ({row.source})")
     for note in result.notes:
         renderer.plain(f"note: {note}")
     renderer.plain(f"judge a request: sbx explain {result.name} [METHOD] URL|HOST[:PORT]")

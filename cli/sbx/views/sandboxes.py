@@ -37,10 +37,7 @@ def port_list(renderer: Renderer, name: str, rows: Sequence[Any]) -> None:
         renderer.note(f"{name} publishes no ports")
         return
     table = [("CONTAINER", "HOST", "SOURCE")]
-    for row in rows:
-        host = f"[{row.host}]" if ":" in row.host else row.host
-        where = f"{host}:{row.host_port}" if row.host_port is not None else "- (stopped)"
-        table.append((f"{row.container}/tcp", where, row.source))
+    table += [(f"{row.container}/tcp", row.where(), row.source) for row in rows]
     _table(renderer, table)
 
 

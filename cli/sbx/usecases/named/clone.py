@@ -9,22 +9,21 @@ tree untouched.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.clonegit import branch_of, bundle_commit, start_commit
 from sbx.domain.sandbox.copyin import archive_of
-from sbx.domain.sandbox.copyout import extract
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.seams.host.git import CommandTimeout, host_git
 from sbx.seams.host.processes import Finished
 from sbx.usecases.context import AppContext
+from sbx.usecases.named.clonehelper import git_container
 from sbx.usecases.named.listing import load_named
 
 GIT_TIMEOUT_S = 120
@@ -57,7 +56,7 @@ def seed(ctx: AppContext, name: str, root: str, base: str) -> None:
     record = store.load(name)
     if record is None:
         raise SbxError(Reason.STATE_CORRUPT, f"{name} has no record after its creation")
-    _require_git(ctx, record)
+    _require_git(ctx, record, str(record.container_id))
     home, target = _home(record), str(record.request.get("workspace_target") or "/workspace")
     with tempfile.TemporaryDirectory(prefix="sbx-clone-") as tmp:
         bundle = Path(tmp) / "seed.bundle"
@@ -75,8 +74,8 @@ def seed(ctx: AppContext, name: str, root: str, base: str) -> None:
     script = ('set -e; git clone -q --no-checkout "$1" "$2/.sbx-clone"; '
               'mv "$2/.sbx-clone/.git" "$2/.git"; rmdir "$2/.sbx-clone"; cd "$2"; '
               'git checkout -q -b "$3" "$4"; git remote remove origin; rm -f "$1"')
-    code, _out, err = _in_sandbox(ctx, record, ["sh", "-c", script, "sh", inside, target,
-                                                branch, base])
+    code, _out, err = _in_sandbox(ctx, record, str(record.container_id),
+                                  ["sh", "-c", script, "sh", inside, target, branch, base])
     if code != 0:
         raise SbxError(Reason.START_FAILED, f"cloning into {name} failed: {err.strip()}",
                        hint=f"sbx rm -f {name}, then create it again")
@@ -86,11 +85,20 @@ def seed(ctx: AppContext, name: str, root: str, base: str) -> None:
 
 
 def diff(ctx: AppContext, name: str) -> bytes:
-    """The sandbox's changes, committed and not (untracked files too), against its base."""
+    """The sandbox's changes, committed and not (untracked files too), against its base; a
+    stopped one's through a helper (sbx.usecases.named.clonehelper)."""
     record, clone = _clone_of(ctx, name)
-    script = 'set -e; cd "$1"; git add -A -N .; git diff --no-ext-diff "$2"'
-    code, out, err = _in_sandbox(ctx, record, ["sh", "-c", script, "sh", clone["path"],
-                                               clone["base"]])
+    # A throwaway index and object store (on /tmp, the clone's objects read through them):
+    # untracked files show, the sandbox's own index is untouched and a read-only clone works.
+    script = ('set -e; cd "$1"; t="$(mktemp -d)"; trap \'rm -rf "$t"\' EXIT; '
+              'mkdir "$t/objects"; ! [ -f .git/index ] || cp .git/index "$t/index"; '
+              'export GIT_INDEX_FILE="$t/index" GIT_OBJECT_DIRECTORY="$t/objects" '
+              'GIT_ALTERNATE_OBJECT_DIRECTORIES="$PWD/.git/objects"; '
+              'git add -A -N .; git diff --no-ext-diff "$2"')
+    with git_container(ctx, record) as container:
+        _require_git(ctx, record, container)
+        code, out, err = _in_sandbox(ctx, record, container, [
+            "sh", "-c", script, "sh", clone["path"], clone["base"]])
     if code != 0:
         raise SbxError(Reason.START_FAILED, f"git diff in {name} failed: {err.strip()}")
     return out
@@ -100,21 +108,17 @@ def fetch(ctx: AppContext, name: str, *, force: bool = False) -> dict[str, Any]:
     """The sandbox's ``sbx/NAME`` as the host repository's branch of that name."""
     record, clone = _clone_of(ctx, name)
     branch, root = clone["branch"], clone["repository"]
-    home = _home(record)
-    inside = f"{home}/.sbx-fetch.bundle"
-    code, _out, err = _in_sandbox(ctx, record, [
-        "sh", "-c", 'cd "$1" && git bundle create -q "$2" "refs/heads/$3"', "sh",
-        clone["path"], inside, branch])
-    if code != 0:
-        raise SbxError(Reason.START_FAILED, f"git bundle in {name} failed: {err.strip()}",
-                       hint=f"sbx exec {name} -- git -C {clone['path']} log -1 {branch}")
     with tempfile.TemporaryDirectory(prefix="sbx-fetch-") as tmp:
-        chunks = ctx.driver.archive_read(str(record.container_id), inside)
-        with contextlib.closing(chunks):  # type: ignore[type-var]
-            copied = extract(chunks, Path(tmp) / "fetch.bundle", max_bytes=MAX_BUNDLE_BYTES,
-                             source_name=".sbx-fetch.bundle")
-        bundle = copied.path
-        _in_sandbox(ctx, record, ["rm", "-f", inside])
+        bundle = str(Path(tmp) / "fetch.bundle")
+        # The bundle comes out on git's stdout, into a file of the host's, bounded.
+        with git_container(ctx, record) as container, open(bundle, "wb") as sink:
+            _require_git(ctx, record, container)
+            code, _out, err = _in_sandbox(ctx, record, container, [
+                "sh", "-c", 'cd "$1" && git bundle create -q - "refs/heads/$2"', "sh",
+                clone["path"], branch], sink=sink)
+        if code != 0:
+            raise SbxError(Reason.START_FAILED, f"git bundle in {name} failed: {err.strip()}",
+                           hint=f"sbx exec {name} -- git -C {clone['path']} log -1 {branch}")
         verified = _host_git([*SAFE_GIT, "-C", root, "bundle", "verify", "-q", bundle])
         if verified.returncode != 0:
             raise SbxError(Reason.COPY_REFUSED, f"the bundle from {name} does not verify "
@@ -154,12 +158,11 @@ def _clone_of(ctx: AppContext, name: str) -> tuple[SandboxRecord, dict[str, str]
     if not isinstance(clone, dict):
         raise SbxError(Reason.NOT_A_CLONE, f"{record.name} was not created with --clone",
                        hint=f"sbx create --clone --name {record.name}-clone KIT REPO")
-    _require_git(ctx, record)
     return record, {k: str(v) for k, v in clone.items()}
 
 
-def _require_git(ctx: AppContext, record: SandboxRecord) -> None:
-    code, _out, _err = _in_sandbox(ctx, record, ["sh", "-c", "command -v git"])
+def _require_git(ctx: AppContext, record: SandboxRecord, container: str) -> None:
+    code, _out, _err = _in_sandbox(ctx, record, container, ["sh", "-c", "command -v git"])
     if code != 0:
         raise SbxError(Reason.GIT_MISSING, f"{record.name}'s image has no git",
                        hint=f"sbx rm -f {record.name}; use a kit whose image installs git")
@@ -172,19 +175,27 @@ def _home(record: SandboxRecord) -> str:
     return record.home_volume
 
 
-def _in_sandbox(ctx: AppContext, record: SandboxRecord,
-                argv: Sequence[str]) -> tuple[int, bytes, str]:
-    """Run as the sandbox's workload user; output bounded."""
+def _in_sandbox(ctx: AppContext, record: SandboxRecord, container: str,
+                argv: Sequence[str], *, sink: IO[bytes] | None = None) -> tuple[int, bytes, str]:
+    """Run in ``container`` as the sandbox's workload user; output bounded (stdout into
+    ``sink`` when given, up to a bundle's bound)."""
     user = str(record.request.get("user") or "")
-    chunks, status = ctx.driver.exec_stream(str(record.container_id), argv, user=user,
-                                            workdir=None)
+    chunks, status = ctx.driver.exec_stream(container, argv, user=user, workdir=None)
     out, err = bytearray(), bytearray()
+    written = 0
     for stream, data in chunks:
-        sink = err if stream == "stderr" else out
-        if len(sink) + len(data) > MAX_OUTPUT_BYTES:
+        if stream != "stderr" and sink is not None:
+            written += len(data)
+            if written > MAX_BUNDLE_BYTES:
+                raise SbxError(Reason.COPY_REFUSED, f"the bundle from {record.name} is over "
+                               f"{MAX_BUNDLE_BYTES} bytes")
+            sink.write(data)
+            continue
+        kept = err if stream == "stderr" else out
+        if len(kept) + len(data) > MAX_OUTPUT_BYTES:
             raise SbxError(Reason.COPY_REFUSED, f"git in {record.name} wrote more than "
                            f"{MAX_OUTPUT_BYTES} bytes")
-        sink += data
+        kept += data
     return status(), bytes(out), err.decode(errors="replace")
 
 

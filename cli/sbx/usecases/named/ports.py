@@ -26,6 +26,11 @@ class PortRow:
         return {"container": self.container, "transport": "tcp", "source": self.source,
                 "host": self.host, "host_port": self.host_port, "asked_host_port": self.asked}
 
+    def where(self) -> str:
+        """Where it is reachable now, as `sbx ports` and `sbx explain NAME` spell it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.host_port}" if self.host_port is not None else "- (stopped)"
+
 
 def sandbox_ports(ctx: AppContext, word: str) -> tuple[str, list[PortRow]]:
     """(name, its ports): what it was created with, matched with what its keeper publishes."""

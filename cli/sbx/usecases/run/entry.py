@@ -100,7 +100,8 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
         from sbx.usecases.named import clone  # git and bundles: only for a --clone
 
         clone_of = clone.host_repository(ctx, request.workspace)
-        request = dataclasses.replace(request, access="none", clone=False)  # never mounted
+        # never mounted: the checkout goes into a volume of its own, kept across a stop
+        request = dataclasses.replace(request, access="none", clone=False, clone_volume=True)
     request = dataclasses.replace(request, keep=True if request.name is None else None,
                                   detach=True)
     request = kept_request(ctx, request, lambda _text: None)

@@ -331,9 +331,9 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
     """
     raise_if_interrupted()  # a signal whose KeyboardInterrupt a library swallowed
     copied = None
-    if plan.workspace_copy is not None and not plan.recreate:  # a recreation keeps its volume
-        # Only a copied workspace loads its module; archived first, so a workspace over its
-        # bound is refused before anything exists.
+    if plan.workspace_volume is not None and not plan.recreate:  # a recreation keeps it
+        # Only a workspace volume (copied, or --clone's) loads its module; archived first, so
+        # a workspace over its bound is refused before anything exists.
         from sbx.usecases.run import workspacecopy
 
         copied = workspacecopy.workspace_archive(plan)

@@ -48,7 +48,7 @@ from sbx.usecases.run.request import (
     ProgressFactory,
     RunRequest,
     access_of,
-    copies_workspace,
+    has_workspace_volume,
     workload_request,
 )
 from sbx.usecases.run.sessionverbs import session_env, session_launch
@@ -222,8 +222,8 @@ class FromKits:
             network=f"sbx-{run_id[:16]}" if networked else None,
             bridge=f"sbx{run_id[:12]}" if networked else None,
             credential_names=self.credential_names,
-            workspace_volume=(f"{volume_prefix}-ws" if copies_workspace(request)
-                              and access_of(request) != "none" else None)))
+            workspace_volume=(f"{volume_prefix}-ws" if has_workspace_volume(request)
+                              else None)))
 
     def _recipe(self, planned: WorkloadPlan, image: ImageInfo, admission: Admission,
                 capabilities: CapabilityPlan, *, home: str, command: tuple[str, ...] | None,

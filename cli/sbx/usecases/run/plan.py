@@ -103,7 +103,8 @@ class RunPlan:
     facts: PlanFacts = field(default_factory=PlanFacts)
     recipe: Recipe | None = None  # what the spec was assembled from (what the cache keeps)
     # --workspace-mode copy: the checked host directory copied at creation into the sandbox's
-    # own volume ``workspace_volume`` (mounted at the workspace target; nothing is bound)
+    # own volume ``workspace_volume`` (mounted at the workspace target; nothing is bound); a
+    # volume without a copy is --clone's, made empty for the checkout
     workspace_copy: str | None = None
     workspace_volume: str | None = None
 
@@ -262,9 +263,8 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         extra_binds += relay_binds(ctx, run_id, capabilities)
     network = full.network if full is not None else None
     workspace_volume = full.workspace_volume if full is not None else None
-    if (workspace_copy is None) != (workspace_volume is None):
-        raise SbxError(Reason.CREATE_FAILED,
-                       "internal: a copied workspace without its volume (or the reverse)")
+    if workspace_copy is not None and workspace_volume is None:
+        raise SbxError(Reason.CREATE_FAILED, "internal: a copied workspace without its volume")
     workspace_bind = BindMount(workspace_host, workspace_target, access == "ro") \
         if workspace_host else None
     if workspace_volume is not None:

@@ -55,6 +55,9 @@ class RunRequest:
     terminal_passthrough: bool = False
     recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
     clone: bool = False  # --clone: its own git checkout of WORKSPACE's repository
+    # set by --clone's creation: the workspace is a volume of the sandbox's own, as a copied
+    # one's, made empty (the checkout is cloned into it), so it survives a stop
+    clone_volume: bool = False
     # --keep True, --rm False, None: [sandbox] keep decides (sbx.domain.sandbox.keep)
     keep: bool | None = None
     # --memory/--cpus/--pids, parsed (sbx.domain.sandbox.limitflags); None: not given
@@ -99,6 +102,12 @@ def access_of(request: RunRequest) -> str:
     return request.access or "rw"
 
 
+def has_workspace_volume(request: RunRequest) -> bool:
+    """Whether the workspace is a volume the sandbox owns: copied in, or --clone's checkout."""
+    return request.clone_volume or (copies_workspace(request)
+                                    and access_of(request) != "none")
+
+
 def copies_workspace(request: RunRequest) -> bool:
     """Whether the workspace is copied in (``--workspace-mode copy``) instead of bound."""
     if request.workspace_mode not in WORKSPACE_MODES:
@@ -127,5 +136,6 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
 
 
 __all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "WORKSPACE_MODES", "OutputSink",
-           "ProgressFactory", "RunRequest", "access_of", "copies_workspace", "session_ask",
+           "ProgressFactory", "RunRequest", "access_of", "copies_workspace", "has_workspace_volume",
+           "session_ask",
            "workload_request"]

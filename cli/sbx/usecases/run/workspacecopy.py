@@ -11,10 +11,16 @@ Nothing is mounted back, so the workspace trust checks of a bound workspace (pin
 the after-run quarantine of planted host-exec files) do not apply: the sandbox never writes
 this disk. What leaves it does so through ``sbx cp NAME:PATH DEST``, whose extraction refuses
 links leading out, devices and setuid files.
+
+A ``--clone`` sandbox's workspace is the same kind of volume, made empty (its root the
+sandbox user's, mode 0755): the checkout is cloned into it after the start
+(sbx.usecases.named.clone), and it lives, is kept and removed as a copied one does.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import IO, Final
 
@@ -26,13 +32,19 @@ from sbx.usecases.run.plan import RunPlan
 
 # Where the helper container mounts the volume while it is filled (never in the sandbox).
 FILL_TARGET: Final = "/sbx-workspace-copy"
+EMPTY_MODE: Final = 0o755  # an empty (--clone) workspace's root
 
 
 def workspace_archive(plan: RunPlan) -> IO[bytes] | None:
-    """The copied workspace's archive, made before anything is created; None: not copied.
+    """The workspace volume's archive, made before anything is created; None: no volume.
     Refused (``workspace_copy_refused``) when it is over the bound or holds a special file."""
-    if plan.workspace_copy is None:
+    if plan.workspace_volume is None:
         return None
+    if plan.workspace_copy is None:  # --clone's: only the root, the checkout comes later
+        with tempfile.TemporaryDirectory(prefix="sbx-empty-") as empty:
+            os.chmod(empty, EMPTY_MODE)
+            return archive_of(Path(empty), FILL_TARGET.lstrip("/"), uid=plan.user.uid,
+                              gid=plan.user.gid, max_bytes=0)[0]
     config = plan.full()[1]
     bound = config.sandbox.workspace_copy_bytes
     try:

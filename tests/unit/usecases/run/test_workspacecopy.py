@@ -18,16 +18,27 @@ from sbx.base.reasons import Reason
 from sbx.usecases.run.workspacecopy import FILL_TARGET, workspace_archive
 
 
-def _plan(source: Path | None, bound: int) -> Any:
+def _plan(source: Path | None, bound: int, *, volume: str | None = "v-ws") -> Any:
     config = SimpleNamespace(sandbox=SimpleNamespace(
         workspace_copy_bytes=Sourced(bound, "/etc/sbx.toml:2")))
     return SimpleNamespace(workspace_copy=str(source) if source else None,
+                           workspace_volume=volume,
                            full=lambda: (None, config, None, None),
                            user=SimpleNamespace(uid=4321, gid=4322))
 
 
-def test_no_copy_no_archive() -> None:
-    assert workspace_archive(_plan(None, 10)) is None
+def test_no_volume_no_archive() -> None:
+    assert workspace_archive(_plan(None, 10, volume=None)) is None
+
+
+def test_a_clone_volume_is_made_empty_its_root_the_users() -> None:
+    """--clone's volume: no copy, only the root (the checkout is cloned into it later)."""
+    archive = workspace_archive(_plan(None, 0))
+    assert archive is not None
+    with archive, tarfile.open(fileobj=archive) as tar:
+        members = tar.getmembers()
+    assert [(m.name, m.isdir(), m.uid, m.gid, m.mode & 0o7777) for m in members] == [
+        (FILL_TARGET.lstrip("/"), True, 4321, 4322, 0o755)]
 
 
 def test_the_archive_keeps_links_as_links_and_gives_everything_to_the_user(
