@@ -16,7 +16,6 @@ skipped and recorded when optional.
 from __future__ import annotations
 
 import posixpath
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -38,13 +37,12 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.composed import Hook
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.selectionrecord import SelectionRecord
-from sbx.domain.kits.types import AGENT_SKILL, SKILLS_STAGING
+from sbx.domain.kits.types import AGENT_SKILL, SKILL_NAME, SKILLS_STAGING
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.composed import ComposedParts, MergedRequest, Origin
 
-SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 LINKS_TMPFS_BYTES: Final = 1024 * 1024  # symlinks only: a few hundred bytes each
 _NO_DESTINATION: Final = "no selected kit declares an agent-skills@1 directory to expose it in"
 
