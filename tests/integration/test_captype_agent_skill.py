@@ -94,3 +94,28 @@ def test_a_source_without_skill_md_stops_the_run_before_the_workload(
                       "ran"], env=env)
     assert result.exit_code != 0 and "ran" not in result.stdout
     assert "has no SKILL.md" in result.stderr
+
+
+def test_install_hooks_see_the_store_at_a_destination_that_takes_bundles(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    # Such a destination is a tmpfs of links made at start; the install step has the store
+    # mounted there itself, read-only.
+    kit = kit_factory("installer", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+  - type: {SKILL}
+    config: {{path: /usr/share/bundled/lint, name: house-lint}}
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      install:
+        - command: ["sh", "-c", "echo install-saw=$(cat {DEST}/mine/SKILL.md); touch {DEST}/x \
+2>/dev/null && echo install-write=done || echo install-write=refused"]
+""")
+    result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c",
+                      f"cat {DEST}/mine/SKILL.md {DEST}/house-lint/SKILL.md"], env=env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    assert "install-saw=# host mine" in result.stderr
+    assert "install-write=refused" in result.stderr
+    assert envelope["data"]["stdout"].splitlines() == ["# host mine", "# bundled lint"]
+    assert sorted(os.listdir(env["SBX_SKILLS"])) == ["mine", "review"]

@@ -18,6 +18,7 @@ from typing import Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.types import SKILLS_STAGING
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import BindMount, ContainerSpec, deadline_check
 from sbx.domain.sandbox.mountrules import SOURCE_CHANGED
@@ -220,8 +221,14 @@ def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[B
         return []
     if staging_available():
         staging = _staging(ctx, plan, created)
-        return [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
-    return [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+        binds = [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
+    else:
+        binds = [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+    # A destination that also takes bundled skills gets the store's skills as links at start;
+    # the install hooks see the store there directly (read-only, the same opened source).
+    bundles = plan.capabilities.bundle_paths if plan.capabilities is not None else ()
+    return binds + [BindMount(b.source, path, True) for b in binds if b.target == SKILLS_STAGING
+                    for path in bundles]
 
 
 def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,
