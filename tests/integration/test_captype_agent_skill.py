@@ -119,3 +119,30 @@ def test_install_hooks_see_the_store_at_a_destination_that_takes_bundles(
     assert "install-write=refused" in result.stderr
     assert envelope["data"]["stdout"].splitlines() == ["# host mine", "# bundled lint"]
     assert sorted(os.listdir(env["SBX_SKILLS"])) == ["mine", "review"]
+
+
+@pytest.mark.parametrize("volume", ["{path: %s, tmpfs: true, size: 8MiB}", "{path: %s}"])
+def test_a_volume_at_a_destination_keeps_its_mount_and_takes_the_skills(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], volume: str) -> None:
+    tmpfs = "tmpfs" in volume
+    bundle = f"  - type: {SKILL}\n    config: {{path: /usr/share/bundled/lint, name: house-lint}}\n"
+    kit = kit_factory("volumed", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/volume@1
+    config: {volume % DEST}
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+{bundle if tmpfs else ""}""")
+    probe = (f"grep ' {DEST} ' /proc/mounts | cut -d' ' -f3,4; cat {DEST}/mine/SKILL.md; "
+             f"ls {DEST}")
+    result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c", probe], env=env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    lines = envelope["data"]["stdout"].splitlines()
+    mounts = [line for line in lines if line.startswith(("tmpfs ", "ext4 ", "xfs ", "overlay "))
+              or "," in line]
+    assert len(mounts) == 1, lines  # one mount at the destination: the volume's
+    if tmpfs:
+        assert mounts[0].startswith("tmpfs ") and "size=8192k" in mounts[0], mounts
+    assert "# host mine" in lines
+    assert {"mine", "review"} <= set(lines)
+    assert ("house-lint" in lines) is tmpfs

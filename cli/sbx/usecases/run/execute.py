@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import posixpath
 import sys
 import threading
 import time
@@ -226,7 +227,12 @@ def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[B
         binds = [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
     # A destination that also takes bundled skills gets the store's skills as links at start;
     # the install hooks see the store there directly (read-only, the same opened source).
-    bundles = plan.capabilities.bundle_paths if plan.capabilities is not None else ()
+    # (Not where a kit's volume or host directory is mounted: the install step has that too.)
+    caps = plan.capabilities
+    storage = set() if caps is None else {posixpath.normpath(p) for p in (
+        *(v.path for v in caps.volumes), *(m.path for m in caps.host_mounts))}
+    bundles = [p for p in (caps.bundle_paths if caps is not None else ())
+               if posixpath.normpath(p) not in storage]
     return binds + [BindMount(b.source, path, True) for b in binds if b.target == SKILLS_STAGING
                     for path in bundles]
 
