@@ -95,7 +95,7 @@ def test_storage_at_a_destination_takes_the_store_as_links_without_bundles(
     assert all(size != MIB for size, _ in plan.tmpfs.values())  # no links tmpfs added
     (hook,) = [h for h in plan.lifecycle.startup if h.kit == "sbx"]
     script = str(hook.command)
-    assert f'link "$s" /d/one/' in script
+    assert 'link "$s" /d/one/' in script
     assert f"{SKILLS_STAGING}/*) rm -f" in script  # links to removed skills go
 
 
