@@ -146,3 +146,26 @@ def test_a_volume_at_a_destination_keeps_its_mount_and_takes_the_skills(
     assert "# host mine" in lines
     assert {"mine", "review"} <= set(lines)
     assert ("house-lint" in lines) is tmpfs
+
+
+def test_a_host_mount_at_a_destination_takes_links_and_loses_removed_ones(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], tmp_path: Path) -> None:
+    env = {**env, "SBX_HOST_MOUNTS": str(tmp_path / "host-mounts")}
+    kit = kit_factory("hostmounted", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/host-mount@1
+    config: {{path: {DEST}}}
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+""")
+    probe = f"touch {DEST}/own; ls {DEST}; cat {DEST}/mine/SKILL.md 2>/dev/null || echo mine=absent"
+
+    def seen() -> list[str]:
+        result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c", probe], env=env)
+        envelope = result.envelope()
+        assert envelope["status"] == "ok", (envelope, result.stderr)
+        return list(envelope["data"]["stdout"].splitlines())
+
+    assert seen() == ["mine", "own", "review", "# host mine"]
+    assert sbx_cli(["skills", "rm", "mine"], env=env).exit_code == 0
+    # The kit's own file stays in its host directory; the link to the removed skill goes.
+    assert seen() == ["own", "review", "mine=absent"]
