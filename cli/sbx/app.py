@@ -149,6 +149,19 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
             'them only here. SBX_HOST_MOUNTS chooses where they live (default\n'
             '$XDG_DATA_HOME/sbx/host-mounts or ~/.local/share/sbx/host-mounts).'),
     }),
+    "skills": Group(
+        "List, add and remove the skills in the host's skills store, which kits' "
+        "agent-skills@1 show in sandboxes.", {
+        "ls": Command("sbx.commands.skills:ls",
+            "List the skills in the host's skills store: name, description (SKILL.md's front\n"
+            "matter) and size."),
+        "add": Command("sbx.commands.skills:add",
+            'Copy a skill directory into the host\'s skills store (no link followed, at most 64\n'
+            'MiB); every sandbox whose kits declare agent-skills@1 sees it from its next start.'),
+        "rm": Command("sbx.commands.skills:rm",
+            "Remove a skill from the host's skills store; sandboxes stop seeing it from their\n"
+            "next start."),
+    }),
     "config": Group('Show where the config file is and every setting in effect.', {
         "path": Command("sbx.commands.config:path",
             'Print the path of the config file sbx reads (it need not exist).'),

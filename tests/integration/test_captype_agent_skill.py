@@ -94,3 +94,78 @@ def test_a_source_without_skill_md_stops_the_run_before_the_workload(
                       "ran"], env=env)
     assert result.exit_code != 0 and "ran" not in result.stdout
     assert "has no SKILL.md" in result.stderr
+
+
+def test_install_hooks_see_the_store_at_a_destination_that_takes_bundles(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str]) -> None:
+    # Such a destination is a tmpfs of links made at start; the install step has the store
+    # mounted there itself, read-only.
+    kit = kit_factory("installer", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+  - type: {SKILL}
+    config: {{path: /usr/share/bundled/lint, name: house-lint}}
+  - type: com.docker.sandbox/lifecycle@1
+    config:
+      install:
+        - command: ["sh", "-c", "echo install-saw=$(cat {DEST}/mine/SKILL.md); touch {DEST}/x \
+2>/dev/null && echo install-write=done || echo install-write=refused"]
+""")
+    result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c",
+                      f"cat {DEST}/mine/SKILL.md {DEST}/house-lint/SKILL.md"], env=env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    assert "install-saw=# host mine" in result.stderr
+    assert "install-write=refused" in result.stderr
+    assert envelope["data"]["stdout"].splitlines() == ["# host mine", "# bundled lint"]
+    assert sorted(os.listdir(env["SBX_SKILLS"])) == ["mine", "review"]
+
+
+@pytest.mark.parametrize("volume", ["{path: %s, tmpfs: true, size: 8MiB}", "{path: %s}"])
+def test_a_volume_at_a_destination_keeps_its_mount_and_takes_the_skills(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], volume: str) -> None:
+    tmpfs = "tmpfs" in volume
+    bundle = f"  - type: {SKILL}\n    config: {{path: /usr/share/bundled/lint, name: house-lint}}\n"
+    kit = kit_factory("volumed", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/volume@1
+    config: {volume % DEST}
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+{bundle if tmpfs else ""}""")
+    probe = (f"grep ' {DEST} ' /proc/mounts | cut -d' ' -f3,4; cat {DEST}/mine/SKILL.md; "
+             f"ls {DEST}")
+    result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c", probe], env=env)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    lines = envelope["data"]["stdout"].splitlines()
+    mounts = [line for line in lines if line.startswith(("tmpfs ", "ext4 ", "xfs ", "overlay "))
+              or "," in line]
+    assert len(mounts) == 1, lines  # one mount at the destination: the volume's
+    if tmpfs:
+        assert mounts[0].startswith("tmpfs ") and "size=8192k" in mounts[0], mounts
+    assert "# host mine" in lines
+    assert {"mine", "review"} <= set(lines)
+    assert ("house-lint" in lines) is tmpfs
+
+
+def test_a_host_mount_at_a_destination_takes_links_and_loses_removed_ones(
+        kit_factory: KitMaker, sbx_cli: Runner, env: dict[str, str], tmp_path: Path) -> None:
+    env = {**env, "SBX_HOST_MOUNTS": str(tmp_path / "host-mounts")}
+    kit = kit_factory("hostmounted", DOCKERFILE, f"""capabilities:
+  - type: com.docker.sandbox/host-mount@1
+    config: {{path: {DEST}}}
+  - type: com.docker.sandbox/agent-skills@1
+    config: {{path: {DEST}}}
+""")
+    probe = f"touch {DEST}/own; ls {DEST}; cat {DEST}/mine/SKILL.md 2>/dev/null || echo mine=absent"
+
+    def seen() -> list[str]:
+        result = sbx_cli(["run", "--json", str(kit), "--", "sh", "-c", probe], env=env)
+        envelope = result.envelope()
+        assert envelope["status"] == "ok", (envelope, result.stderr)
+        return list(envelope["data"]["stdout"].splitlines())
+
+    assert seen() == ["mine", "own", "review", "# host mine"]
+    assert sbx_cli(["skills", "rm", "mine"], env=env).exit_code == 0
+    # The kit's own file stays in its host directory; the link to the removed skill goes.
+    assert seen() == ["own", "review", "mine=absent"]

@@ -201,6 +201,52 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "agent-skill@1 entry optional: true.",
         _E.REFUSED,
     ),
+    _R.SKILL_NAME_INVALID: ReasonInfo(
+        "Not a valid skill name",
+        "A skill's name in the host's skills store is a directory name the agent sees: letters, "
+        "digits, '.', '_' and '-', starting with a letter or digit (no path separator, no "
+        "leading dot or dash), at most 255 bytes.",
+        "Name it explicitly: sbx skills add PATH --name my-skill (list the store's names with "
+        "sbx skills ls).",
+        _E.USAGE,
+    ),
+    _R.SKILL_EXISTS: ReasonInfo(
+        "A skill of that name is already in the store",
+        "sbx skills add never replaces a skill in the host's skills store unless asked to.",
+        "Replace it with sbx skills add PATH --force, or add it under another name with "
+        "sbx skills add PATH --name OTHER.",
+        _E.USAGE,
+    ),
+    _R.SKILL_NOT_FOUND: ReasonInfo(
+        "No skill of that name in the store",
+        "sbx skills rm names a skill the host's skills store does not hold.",
+        "List the store's skills with sbx skills ls and remove one by its NAME column.",
+        _E.USAGE,
+    ),
+    _R.SKILL_SOURCE_INVALID: ReasonInfo(
+        "Not a skill directory",
+        "sbx skills add copies a directory holding a SKILL.md at its root (a regular file); "
+        "the path given is missing, not a directory, or has no SKILL.md.",
+        "Point sbx skills add at the skill's own directory, the one with SKILL.md in it.",
+        _E.USAGE,
+    ),
+    _R.SKILL_SOURCE_UNSAFE: ReasonInfo(
+        "A skill directory sbx will not copy",
+        "sbx skills add never follows a link: a symlink naming something outside the skill "
+        "(or an absolute path, or nothing), a device, a FIFO or a socket in the directory "
+        "stops the copy, and nothing is written to the store.",
+        "Remove or replace the entry named in the message (copy a link's target into the "
+        "skill instead), then run sbx skills add again.",
+        _E.REFUSED,
+    ),
+    _R.SKILL_TOO_LARGE: ReasonInfo(
+        "A skill too large to copy",
+        "sbx skills add copies at most 64 MiB in at most 10000 entries nested at most 32 "
+        "directories deep; a skill is instructions and a few scripts, not a data set.",
+        "Leave the large files out of the skill directory (the agent can fetch data at run "
+        "time), then run sbx skills add again.",
+        _E.REFUSED,
+    ),
     _R.HOST_SERVICES_EXPOSED: ReasonInfo(
         "Host services reachable from sandbox networks",
         "A sandbox with a network (egress policy or published ports) can reach the host at its "

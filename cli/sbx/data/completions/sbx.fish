@@ -62,11 +62,13 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit config policy mcp
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit skills config policy mcp
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
             printf '%s\n' ls init validate inspect push mounts
+        case 'sbx skills'
+            printf '%s\n' ls add rm
         case 'sbx config'
             printf '%s\n' path show
         case 'sbx policy'
@@ -108,6 +110,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --arg
         case 'sbx kit mounts'
             printf '%s\n' --rm --path
+        case 'sbx skills add'
+            printf '%s\n' --name
         case 'sbx policy log'
             printf '%s\n' --since
         case 'sbx policy allow'
@@ -143,6 +147,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a fetch -d 'Bring a --clone sandbox\'s c
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a skills -d 'List, add and remove the skills in the host\'s skills store, which kits\' agent...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a policy -d 'See and steer egress: the request log, and your own allow and deny rules over...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a mcp -d 'Offer sbx\'s sandboxes to an orchestrating agent as MCP tools'
@@ -222,6 +227,12 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_missing' -d 'No SSH
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An ssh-agent@1 bound sbx cannot enforce'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_no_destination' -d 'A bundled skill with nowhere to go'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_name_invalid' -d 'Not a valid skill name'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_exists' -d 'A skill of that name is already in the store'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_not_found' -d 'No skill of that name in the store'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_source_invalid' -d 'Not a skill directory'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_source_unsafe' -d 'A skill directory sbx will not copy'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_too_large' -d 'A skill too large to copy'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'host_services_exposed' -d 'Host services reachable from sandbox networks'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'limit_over_bound' -d 'A resource limit beyond its bound'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'sessions_unsupported' -d 'No session verbs in the composition'
@@ -463,6 +474,28 @@ complete -c sbx -n '__sbx_in "sbx kit mounts"' -l rm -x -d 'Remove this kit\'s d
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -l path -x -d 'With --rm: only the directory of this sandbox path'
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -s h -l help -d 'Show this message and exit'
+
+# sbx skills
+complete -c sbx -n '__sbx_arg "sbx skills" 0' -a ls -d 'List the skills in the host\'s skills store: name, description (SKILL.md\'s fro...'
+complete -c sbx -n '__sbx_arg "sbx skills" 0' -a add -d 'Copy a skill directory into the host\'s skills store (no link followed, at mos...'
+complete -c sbx -n '__sbx_arg "sbx skills" 0' -a rm -d 'Remove a skill from the host\'s skills store; sandboxes stop seeing it from th...'
+complete -c sbx -n '__sbx_in "sbx skills"' -s h -l help -d 'Show this message and exit'
+
+# sbx skills ls
+complete -c sbx -n '__sbx_in "sbx skills ls"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx skills ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx skills add
+complete -c sbx -n '__sbx_in "sbx skills add"' -l name -x -d 'The skill\'s name in the store (default: the directory\'s name)'
+complete -c sbx -n '__sbx_in "sbx skills add"' -l force -d 'Replace a skill of the same name'
+complete -c sbx -n '__sbx_in "sbx skills add"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx skills add"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx skills add" 0' -F
+
+# sbx skills rm
+complete -c sbx -n '__sbx_in "sbx skills rm"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx skills rm"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx skills rm" 0' -a '(sbx ls -q 2>/dev/null)'
 
 # sbx config
 complete -c sbx -n '__sbx_arg "sbx config" 0' -a path -d 'Print the path of the config file sbx reads (it need not exist)'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 NS: Final = "com.docker.sandbox/"
@@ -32,6 +33,9 @@ STAGE_ROOT: Final = "/usr/share/sandbox/kit"
 # Where the host's skills store is mounted (read-only) for a destination that also takes
 # agent-skill@1 bundles: a read-only mount at the destination could not take their links.
 SKILLS_STAGING: Final = "/.sbx/skills-store"
+# A skill's name (agent-skill@1's, and the host store's directories): no separator, no leading
+# dot or dash, at most 255 bytes.
+SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 KNOWN_TYPES: Final = frozenset({
     NETWORK_V1, NETWORK_V2, CREDENTIAL, SSH_AGENT, VOLUME, HOST_MOUNT, PORT, USB_DEVICE,

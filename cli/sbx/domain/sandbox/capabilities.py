@@ -9,10 +9,13 @@ enforced at the egress proxy (sbx.domain.egress) and bound by sbx.domain.sandbox
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from sbx.base.errors import SbxError
+from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits import captypes
 from sbx.domain.kits.captypes.agent_context import (
     DEFAULT_PROFILE,
@@ -111,7 +114,19 @@ class _Planner:
         self.privileged = True
 
     def add_tmpfs(self, path: str, size: int, mode: int | None) -> None:
+        # One path holds one mount: a second one planned there would silently replace the
+        # first (its size, mode and memory budget), so it is refused by name instead.
+        if self.mount_at(path):
+            raise SbxError(Reason.KIT_INCOHERENT,
+                           f"two capabilities of the selected kits mount at {path}",
+                           hint=REGISTRY[Reason.KIT_INCOHERENT].fix, details={"path": path})
         self.tmpfs[path] = (size, mode)
+
+    def mount_at(self, path: str) -> bool:
+        """Whether a kit's tmpfs, volume@1 or host-mount@1 is already planned at ``path``."""
+        clean = posixpath.normpath(path)
+        return any(posixpath.normpath(p) == clean for p in (
+            *self.tmpfs, *(v.path for v in self.volumes), *(m.path for m in self.host_mounts)))
 
     def add_volume(self, path: str, mode: int | None, size: int | None) -> None:
         self.volumes.append(NamedVolume(path, mode, size))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import posixpath
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Final
 
 from sbx.base.errors import MountBlocked, SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.kits.types import SKILLS_STAGING
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import BindMount, ContainerSpec, deadline_check
 from sbx.domain.sandbox.mountrules import SOURCE_CHANGED
@@ -220,8 +222,19 @@ def _kit_mount_binds(ctx: AppContext, plan: RunPlan, created: Created) -> list[B
         return []
     if staging_available():
         staging = _staging(ctx, plan, created)
-        return [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
-    return [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+        binds = [BindMount(staging.stage(pin.source), pin.target, pin.read_only) for pin in pins]
+    else:
+        binds = [BindMount(pin.source.path, pin.target, pin.read_only) for pin in pins]
+    # A destination that also takes bundled skills gets the store's skills as links at start;
+    # the install hooks see the store there directly (read-only, the same opened source).
+    # (Not where a kit's volume or host directory is mounted: the install step has that too.)
+    caps = plan.capabilities
+    storage = set() if caps is None else {posixpath.normpath(p) for p in (
+        *(v.path for v in caps.volumes), *(m.path for m in caps.host_mounts))}
+    bundles = [p for p in (caps.bundle_paths if caps is not None else ())
+               if posixpath.normpath(p) not in storage]
+    return binds + [BindMount(b.source, path, True) for b in binds if b.target == SKILLS_STAGING
+                    for path in bundles]
 
 
 def _verify_mounts(driver: Driver, plan: RunPlan, container_id: str,

@@ -8,15 +8,16 @@ Planned as one startup step (the sandbox user's, before the workload): each dest
 small tmpfs (the image's file system is read-only in a sandbox); the host store's skills are
 linked into it from where sbx mounts the store for such a destination (read-only, at
 ``SKILLS_STAGING``), then each bundle is linked at ``<dest>/<name>`` unless a skill of that
-name is already there (never overwritten). A source without ``SKILL.md`` fails the step;
-nothing bundled is executed. No destination: refused (``skill_no_destination``) when required,
-skipped and recorded when optional.
+name is already there (never overwritten). A destination that is also a kit's ``volume@1`` or
+``host-mount@1`` keeps that mount (its size and mode) and takes the links in it, bundles or
+not; links left there by earlier starts to skills since removed are removed. A source
+without ``SKILL.md`` fails the step; nothing bundled is executed. No destination: refused
+(``skill_no_destination``) when required, skipped and recorded when optional.
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -38,13 +39,12 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.composed import Hook
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.selectionrecord import SelectionRecord
-from sbx.domain.kits.types import AGENT_SKILL, SKILLS_STAGING
+from sbx.domain.kits.types import AGENT_SKILL, SKILL_NAME, SKILLS_STAGING
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.composed import ComposedParts, MergedRequest, Origin
 
-SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 LINKS_TMPFS_BYTES: Final = 1024 * 1024  # symlinks only: a few hundred bytes each
 _NO_DESTINATION: Final = "no selected kit declares an agent-skills@1 directory to expose it in"
 
@@ -56,11 +56,12 @@ class AgentSkill(Handler):
 
     def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
         bundles = list(composition.bundled_skills)
-        if not bundles:
-            return
         destinations = list(dict.fromkeys(
             p for p in ((e.config or {}).get("path") for e in composition.skills)
             if isinstance(p, str)))
+        # A destination that is also a kit's volume@1 or host-mount@1 cannot take the store as
+        # a second mount there: the store is linked into that storage instead, bundles or not.
+        stored = [p for p in destinations if planner.mount_at(p)]
         kept: list[MergedRequest] = []
         for entry in bundles:
             if destinations:
@@ -76,14 +77,16 @@ class AgentSkill(Handler):
                            f"{_NO_DESTINATION}",
                            hint=REGISTRY[Reason.SKILL_NO_DESTINATION].fix,
                            details={"kit": origin.kit, "path": origin.path})
-        if not kept:
+        linked = destinations if kept else stored
+        if not linked:
             return
-        for path in destinations:
-            # The image's file system is read-only in a sandbox: the links live on a small
-            # tmpfs of the sandbox user's, made fresh at every start.
-            planner.add_tmpfs(path, LINKS_TMPFS_BYTES, 0o755)
+        for path in linked:
+            if path not in stored:
+                # The image's file system is read-only in a sandbox: the links live on a small
+                # tmpfs of the sandbox user's, made fresh at every start.
+                planner.add_tmpfs(path, LINKS_TMPFS_BYTES, 0o755)
             planner.add_bundle_destination(path)
-        planner.add_hooks((), (_expose_hook(destinations, kept),))
+        planner.add_hooks((), (_expose_hook(linked, kept),))
 
     def check(self, entry: CapabilityEntry, config: Mapping[str, Any], kind: str | None,
               out: Out) -> None:
@@ -143,6 +146,10 @@ def _expose_hook(destinations: list[str], bundles: list[MergedRequest]) -> Hook:
                      "exit 1; }")
     for dest in destinations:
         lines.append(f"mkdir -p {q(dest)}")
+        # Kept storage holds the links of earlier starts: one to a skill since removed from
+        # the store (or to a store no longer mounted) goes.
+        lines.append(f'for s in {q(dest)}/*; do [ -L "$s" ] && [ ! -e "$s" ] && case '
+                     f'"$(readlink "$s")" in {SKILLS_STAGING}/*) rm -f "$s";; esac; done; true')
         # The host store first: a skill already there is never overwritten by a bundle.
         lines.append(f"if [ -d {SKILLS_STAGING} ]; then for s in {SKILLS_STAGING}/*; do "
                      f'[ -e "$s" ] && link "$s" {q(dest)}/"${{s##*/}}"; done; fi')
@@ -150,7 +157,7 @@ def _expose_hook(destinations: list[str], bundles: list[MergedRequest]) -> Hook:
             source = str((entry.config or {}).get("path", "")).rstrip("/")
             lines.append(f"link {q(source)} {q(dest + '/' + skill_name(entry.config or {}))}")
     return Hook(stage="startup", command="\n".join(lines) + "\n", user=None, env=(),
-                background=False, description="sbx: expose the kits' bundled skills",
+                background=False, description="sbx: expose the skills",
                 config={}, kit="sbx", index=-1, position=0, declared_at=f"{AGENT_SKILL}")
 
 

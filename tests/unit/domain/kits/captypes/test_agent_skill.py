@@ -68,3 +68,51 @@ def test_quoting_keeps_a_strange_name_one_argument() -> None:
                  _bundle("/usr/share/s/a", name="it's"))
     (hook,) = plan.lifecycle.startup
     assert "'/d/one/it'\"'\"'s'" in str(hook.command)
+
+
+VOLUME = "com.docker.sandbox/volume@1"
+
+
+def test_a_tmpfs_volume_at_a_destination_keeps_its_size_and_mode() -> None:
+    plan = _plan({"type": VOLUME, "config": {"path": "/d/one", "tmpfs": True, "size": "8MiB",
+                                             "mode": "0750"}},
+                 {"type": SKILLS, "config": {"path": "/d/one"}},
+                 {"type": SKILLS, "config": {"path": "/d/two"}},
+                 _bundle("/usr/share/s/review"))
+    assert plan.tmpfs["/d/one"] == (8 * MIB, 0o750)  # the volume's, not the links' tmpfs
+    assert plan.tmpfs["/d/two"] == (1 * MIB, 0o755)
+    assert plan.bundle_paths == ("/d/one", "/d/two")
+
+
+@pytest.mark.parametrize("storage", [
+    {"type": VOLUME, "config": {"path": "/d/one"}},
+    {"type": VOLUME, "config": {"path": "/d/one/", "tmpfs": True}}])
+def test_storage_at_a_destination_takes_the_store_as_links_without_bundles(
+        storage: dict[str, Any]) -> None:
+    plan = _plan(storage, {"type": SKILLS, "config": {"path": "/d/one"}})
+    # No second mount at /d/one: the store goes to the staging mount and is linked in.
+    assert plan.bundle_paths == ("/d/one",)
+    assert all(size != MIB for size, _ in plan.tmpfs.values())  # no links tmpfs added
+    (hook,) = [h for h in plan.lifecycle.startup if h.kit == "sbx"]
+    script = str(hook.command)
+    assert 'link "$s" /d/one/' in script
+    assert f"{SKILLS_STAGING}/*) rm -f" in script  # links to removed skills go
+
+
+def test_a_destination_without_storage_or_bundles_plans_no_links() -> None:
+    plan = _plan({"type": SKILLS, "config": {"path": "/d/one"}},
+                 {"type": VOLUME, "config": {"path": "/d/other", "tmpfs": True}})
+    assert plan.bundle_paths == () and not [h for h in plan.lifecycle.startup if h.kit == "sbx"]
+
+
+def test_the_planner_refuses_a_second_mount_at_one_path() -> None:
+    from sbx.domain.sandbox.capabilities import _Planner
+
+    planner = _Planner(limits=LIMITS, allow_privileged=False,
+                                workspace_target="/workspace", volume_sizes_enforced=True,
+                                kits={}, host_git_identity=lambda: None,
+                                host_agent_missing=lambda: None)
+    planner.add_volume("/d/one", None, None)
+    with pytest.raises(SbxError) as caught:
+        planner.add_tmpfs("/d/one/", MIB, None)
+    assert caught.value.reason is Reason.KIT_INCOHERENT and "/d/one" in caught.value.message
