@@ -55,6 +55,8 @@ class RunRequest:
     terminal_passthrough: bool = False
     recreate: bool = False  # --recreate: a new container for a named sandbox, HOME kept
     clone: bool = False  # --clone: its own git checkout of WORKSPACE's repository
+    # --idle-stop: a named sandbox idle this long is stopped (else [sandbox] idle_stop)
+    idle_stop_s: float | None = None
     # --keep True, --rm False, None: [sandbox] keep decides (sbx.domain.sandbox.keep)
     keep: bool | None = None
     # --memory/--cpus/--pids, parsed (sbx.domain.sandbox.limitflags); None: not given
