@@ -1,0 +1,114 @@
+"""`[sandbox] idle_stop` on a real engine: an idle named sandbox stops by itself (its keeper,
+started for it even without egress or ports), one with an exec session is left running
+through the same window, `sbx ls` and `sbx explain NAME` say `stopped_idle`, and a start
+clears it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.sbxproc import SBX, Finished, run_sbx
+
+from .conftest import BUSYBOX, make_kit
+
+pytestmark = pytest.mark.docker
+
+IDLE_S = 4
+SESSION_S = 15  # longer than the idle one takes to stop
+WAIT_S = 40.0  # first sample, the period, the stop: well under this
+# PID 1 ends on SIGTERM at once, so a stop takes no grace.
+WORKLOAD = ("sh", "-c", 'trap "exit 0" TERM; sleep 600 & wait')
+
+
+@pytest.fixture
+def env(state_home: Path, tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "config.toml"
+    config.write_text(f"[sandbox]\nidle_stop = {IDLE_S}\n", encoding="utf-8")
+    return {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(config)}
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_kit(tmp_path_factory.mktemp("kits"), "idle",
+                    f"FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\nCMD [\"sh\"]\n")
+
+
+def sbx(env: dict[str, str], *args: str, timeout: float = 120) -> Finished:
+    return run_sbx(list(args), env=env, timeout=timeout)
+
+
+def ls(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    done = sbx(env, "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    envelope = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return {s["name"]: s for s in envelope["data"]["sandboxes"]}
+
+
+def wait_for(check: Callable[[], bool], limit_s: float = WAIT_S) -> float:
+    """Seconds until ``check`` held (polled, bounded); fails at ``limit_s``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.5)
+    pytest.fail(f"not within {limit_s} s")
+
+
+def test_idle_sandbox_stops_and_one_with_an_exec_session_does_not(
+        kit: Path, env: dict[str, str], cleanup: list[str], state_home: Path) -> None:
+    idle, busy = (f"i-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    cleanup.extend([idle, busy])
+    for name in (idle, busy):
+        done = sbx(env, "run", "--name", name, "-d", str(kit), "--", *WORKLOAD)
+        assert done.returncode == 0, done.stderr
+    # A session in `busy` that does nothing (no CPU, no egress): a client is enough. (An
+    # exec outlives a killed client in the engine, and still counts: it is let end by itself.)
+    with subprocess.Popen([str(SBX), "exec", busy, "--", "sleep", str(SESSION_S)],  # noqa: S603
+                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE) as session:
+        try:
+            took = wait_for(lambda: ls(env)[idle]["status"] == "exited")
+            assert took >= IDLE_S - 1  # not before the period (counted from its first sample)
+            time.sleep(2)  # the same window and then some: the session keeps it running
+            listed = ls(env)
+            assert listed[busy]["status"] == "running" and listed[busy]["reason"] is None
+            assert session.poll() is None
+            assert session.wait(timeout=SESSION_S + 30) == 0
+        finally:
+            if session.poll() is None:
+                session.kill()
+                session.wait(timeout=10)
+    # Its session over, `busy` is idle too and stops by itself, a period later.
+    ended = time.monotonic()
+    wait_for(lambda: ls(env)[busy]["status"] == "exited")
+    assert time.monotonic() - ended >= IDLE_S - 1
+    assert ls(env)[busy]["reason"] == "stopped_idle"
+    entry = ls(env)[idle]
+    assert entry["reason"] == "stopped_idle"
+    assert entry["stopped"]["idle_s"] == IDLE_S
+    table = sbx(env, "ls")
+    assert "exited (stopped_idle)" in table.stdout.decode()
+    # The stop went the normal way: the keeper (started for it: no egress, no ports) is gone.
+    assert not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists()
+    explained = sbx(env, "explain", idle)
+    assert explained.returncode == 0, explained.stderr
+    text = explained.stdout.decode()
+    assert "stopped (stopped_idle)" in text and f"sbx start {idle}" in text
+    reason = sbx(env, "explain", "stopped_idle")
+    assert reason.returncode == 0 and b"sbx start NAME" in reason.stdout
+    # A start clears the reason and the idle stop watches again.
+    started = sbx(env, "start", idle)
+    assert started.returncode == 0, started.stderr
+    entry = ls(env)[idle]
+    assert entry["status"] == "running" and entry["reason"] is None
+    wait_for(lambda: ls(env)[idle]["status"] == "exited")
+    assert ls(env)[idle]["reason"] == "stopped_idle"
