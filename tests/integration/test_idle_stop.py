@@ -72,7 +72,7 @@ def test_idle_sandbox_stops_and_one_with_an_exec_session_does_not(
         assert done.returncode == 0, done.stderr
     # A session in `busy` that does nothing (no CPU, no egress): a client is enough. (An
     # exec outlives a killed client in the engine, and still counts: it is let end by itself.)
-    with subprocess.Popen([str(SBX), "exec", busy, "--", "sleep", str(SESSION_S)],  # noqa: S603
+    with subprocess.Popen([str(SBX), "exec", busy, "--", "sleep", str(SESSION_S)],
                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE) as session:
         try:
@@ -112,3 +112,38 @@ def test_idle_sandbox_stops_and_one_with_an_exec_session_does_not(
     assert entry["status"] == "running" and entry["reason"] is None
     wait_for(lambda: ls(env)[idle]["status"] == "exited")
     assert ls(env)[idle]["reason"] == "stopped_idle"
+
+
+def test_an_attached_client_keeps_it_running_until_it_goes(
+        kit: Path, env: dict[str, str], cleanup: list[str]) -> None:
+    name = f"a-{uuid.uuid4().hex[:10]}"
+    cleanup.append(name)
+    done = sbx(env, "run", "--name", name, "-d", "--idle-stop", "3", str(kit), "--", *WORKLOAD)
+    assert done.returncode == 0, done.stderr
+    with subprocess.Popen([str(SBX), "attach", name], env=env,
+                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL) as client:
+        try:
+            time.sleep(3 + 5)  # the period (--idle-stop beats the config's) and then some
+            assert ls(env)[name]["status"] == "running"
+            assert client.poll() is None
+        finally:
+            client.kill()  # gone without a word: its lock goes with it
+            client.wait(timeout=10)
+            if client.stdin is not None:
+                client.stdin.close()
+    gone = time.monotonic()
+    wait_for(lambda: ls(env)[name]["status"] == "exited")
+    assert time.monotonic() - gone >= 3 - 1
+    entry = ls(env)[name]
+    assert entry["reason"] == "stopped_idle" and entry["stopped"]["idle_s"] == 3
+
+
+def test_idle_stop_is_refused_where_it_cannot_apply(kit: Path, env: dict[str, str]) -> None:
+    one_shot = sbx(env, "run", "--idle-stop", "5", str(kit), "--", "true")
+    assert one_shot.returncode == 2  # invalid_argument
+    assert b"--idle-stop applies to a named sandbox" in one_shot.stderr
+    assert b"sbx run --name NAME --idle-stop 30m" in one_shot.stderr
+    zero = sbx(env, "run", "--name", "never-made", "--idle-stop", "0", str(kit))
+    assert zero.returncode == 2 and b"--idle-stop must be longer than zero" in zero.stderr
+    assert "never-made" not in ls(env)
