@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.kits import capabilities, network_policy, rule
+from tests.support.origin import Internet
 from tests.support.sbxproc import SBX, Finished, run_sbx
 
 from .conftest import BUSYBOX, make_kit
@@ -147,3 +149,34 @@ def test_idle_stop_is_refused_where_it_cannot_apply(kit: Path, env: dict[str, st
     zero = sbx(env, "run", "--name", "never-made", "--idle-stop", "0", str(kit))
     assert zero.returncode == 2 and b"--idle-stop must be longer than zero" in zero.stderr
     assert "never-made" not in ls(env)
+
+
+def test_egress_through_its_proxy_keeps_it_running(
+        tmp_path: Path, state_home: Path, internet: Internet, cleanup: list[str],
+        kit_factory: Callable[..., Path]) -> None:
+    """Requests through the proxy (the local internet, a few ms of CPU each) keep a sandbox
+    with a keeper-owned proxy running; once they stop it is idle, and its proxy goes too."""
+    internet.origin.clear()
+    config = internet.sbx_config(tmp_path / "config.toml")
+    with config.open("a", encoding="utf-8") as handle:
+        handle.write(f"[sandbox]\nidle_stop = {IDLE_S}\n")
+    env = {**os.environ, "SBX_HOME": str(state_home), "SBX_CONFIG": str(config)}
+    kit = kit_factory("netidle", "FROM sbx-base/bookworm:1\nUSER agent\nWORKDIR /workspace\n"
+                      "CMD [\"bash\"]\n", capabilities(network_policy(
+                          version=2, runtime=[rule(["api.github.com"], methods=["GET"])])))
+    name = f"e-{uuid.uuid4().hex[:10]}"
+    cleanup.append(name)
+    calls = 12  # one every 2 s: longer than three periods
+    loop = (f'trap "exit 0" TERM; for i in $(seq {calls}); do curl -s -m 5 -o /dev/null '
+            'https://api.github.com/zen; sleep 2 & wait; done; sleep 600 & wait')
+    done = sbx(env, "run", "--name", name, "-d", str(kit), "--", "bash", "-c", loop)
+    assert done.returncode == 0, done.stderr
+    started = time.monotonic()
+    time.sleep(IDLE_S * 3)
+    assert ls(env)[name]["status"] == "running"  # requests every 2 s: never idle
+    wait_for(lambda: ls(env)[name]["status"] == "exited", limit_s=calls * 2 + WAIT_S)
+    assert time.monotonic() - started >= calls * 2 * 0.8  # not before the requests ended
+    assert len([r for r in internet.origin.requests() if r.path == "/zen"]) >= calls // 2
+    entry = ls(env)[name]
+    assert entry["reason"] == "stopped_idle"
+    assert not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists()
