@@ -23,7 +23,7 @@ SETTINGS = {
     "sandbox.memory_bytes", "sandbox.pids", "sandbox.cpu_millis", "sandbox.tmp_bytes",
     "sandbox.workspace_bytes", "sandbox.home_bytes", "sandbox.timeout_ms", "sandbox.user",
     "sandbox.root_workspace", "sandbox.detach_keys", "sandbox.terminal_passthrough",
-    "sandbox.runtime", "sandbox.keep", "sandbox.workspace_copy_bytes",
+    "sandbox.runtime", "sandbox.keep", "sandbox.workspace_copy_bytes", "sandbox.idle_stop",
     "network.upstream_proxy",
     "network.upstream_ca_file", "network.proxy_bind_host", "mounts.allowed_roots",
     "mounts.blocked", "gc.grace_seconds", "gc.batch_size", "gc.named_ttl",

@@ -419,6 +419,9 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self._call("container_pid", container_id)
         return None
 
+    def container_activity(self, container_id: str) -> None:
+        self._call("container_activity", container_id)
+
     def resize(self, container_id: str, *, rows: int, columns: int) -> None:
         self._call("resize", container_id, rows, columns)
 

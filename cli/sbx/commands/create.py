@@ -10,7 +10,7 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.commands import limit_options, publish_option
 from sbx.commands.run import WorkspaceModeOption
-from sbx.domain.sandbox import limitflags
+from sbx.domain.sandbox import durations, limitflags
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def create(
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
+    idle_stop: limit_options.IdleStopOption = None,
     publish: publish_option.PublishOption = None,
 ) -> int:
     """Create a kept sandbox and leave it running, without attaching; prints its name.
@@ -62,7 +63,8 @@ def create(
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
         workspace_mode=workspace_mode, publish=publish_option.publish_words(publish),
-        clone=clone)
+        clone=clone, idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
+        if idle_stop is not None else None)
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,
                           progress=renderer.progress, on_warning=renderer.warn,

@@ -16,5 +16,9 @@ CpusOption = Annotated[str | None, typer.Option(
     help="CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000.")]
 PidsOption = Annotated[str | None, typer.Option(
     "--pids", metavar="N", help="Process limit; at most [sandbox] pids.")]
+IdleStopOption = Annotated[str | None, typer.Option(
+    "--idle-stop", metavar="DURATION",
+    help="Stop the named sandbox once idle this long (no client, no egress request, almost "
+         "no CPU): 90, 90s, 30m or 2h (default [sandbox] idle_stop: never).")]
 
-__all__ = ["CpusOption", "MemoryOption", "PidsOption"]
+__all__ = ["CpusOption", "IdleStopOption", "MemoryOption", "PidsOption"]

@@ -132,6 +132,7 @@ def run(
     memory: limit_options.MemoryOption = None,
     cpus: limit_options.CpusOption = None,
     pids: limit_options.PidsOption = None,
+    idle_stop: limit_options.IdleStopOption = None,
     publish: publish_option.PublishOption = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
@@ -180,6 +181,8 @@ def run(
         host=app.streams,
         session=session,
         workspace_mode=workspace_mode,
+        idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
+        if idle_stop is not None else None,
     )
     renderer = app.renderer
     result = entry.run(app, request, on_output=renderer.workload_output,

@@ -10,8 +10,9 @@ port when the recorded one is taken; none without a config: a sandbox with ports
 on the sandbox's published ports (``ports.json``), writes its pid to ``keeper.pid``, prints
 ``SBX-KEEPER-READY <port> <proxy pid>`` (0 0 without a proxy) and closes its stdout; then it
 watches the sandbox's container once a second, points the forwarder at the container's address
-once it runs, and stops the proxy and the forwarder (and exits) when the container no longer
-runs, or exits when the proxy dies (fail closed).
+once it runs, stops it when its idle stop says so (:class:`_IdleStop`), and stops the proxy
+and the forwarder (and exits) when the container no longer runs, or exits when the proxy dies
+(fail closed).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from sbx.base.errors import SbxError
 from sbx.domain.credentials.secrets import decode_provided
 from sbx.domain.egress.plan import launch_proxy
 from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.idle import IdleWatch, Sample
 from sbx.seams import owned
 from sbx.seams.engine import Containers
 from sbx.seams.host.handshake import KEEPER
 from sbx.seams.ports import PortForwarder
 from sbx.seams.transports import open_engine
-from sbx.usecases import publishedports
+from sbx.usecases import idlestop, publishedports
 from sbx.usecases.keeper import MAX_CONFIG_BYTES, MOVED_CONFIG, PID_FILE
 
 POLL_S: Final = 1.0
@@ -101,11 +103,47 @@ class _Ports:
         publishedports.forget_published(self.run_dir)
 
 
+class _IdleStop:
+    """The sandbox's idle stop (``idle.json``, read once it runs): sampled once a second,
+    decided by :class:`IdleWatch`; when idle, stopped as `sbx stop` does (SIGTERM, the same
+    grace, then SIGKILL) after marking why (``stopped.json``)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.watch: IdleWatch | None = None
+        self.read = False
+
+    def check(self, driver: Containers, container: str) -> None:
+        if not self.read:
+            self.read = True
+            period = idlestop.read_settings(self.run_dir)
+            self.watch = IdleWatch(period) if period is not None else None
+        if self.watch is None:
+            return
+        try:
+            activity = driver.container_activity(container)
+        except SbxError:
+            activity = None  # the engine is busy: an unknown sample counts as activity
+        if activity is not None and not activity.running:
+            return  # it stopped: the watch loop sees it
+        sample = Sample(time.time(), (activity.execs if activity else 0)
+                        + idlestop.attached_count(self.run_dir),
+                        idlestop.last_request(self.run_dir),
+                        activity.cpu_ns if activity else None)
+        if not self.watch.observe(sample):
+            return
+        idlestop.mark_stopped(self.run_dir, self.watch.idle_s, sample.at)
+        sys.stderr.write(f"idle for {self.watch.idle_s:g} s: stopping the sandbox\n")
+        with contextlib.suppress(SbxError):  # not stopped: still idle, tried again next time
+            driver.stop(container, idlestop.STOP_TIMEOUT_S)
+
+
 def _watch(run_dir: Path, proxy: Any, ports: _Ports) -> int:
     """Until the sandbox stops (0) or its proxy dies (1: fail closed)."""
     driver: Containers = open_engine(dict(os.environ))
     started = time.monotonic()
     seen_running = False
+    idle = _IdleStop(run_dir)
     while proxy is None or proxy.alive():
         time.sleep(POLL_S)
         container = _container_id(run_dir)
@@ -118,6 +156,7 @@ def _watch(run_dir: Path, proxy: Any, ports: _Ports) -> int:
         if state == "running" and container is not None:
             seen_running = True
             ports.follow(driver, container)
+            idle.check(driver, container)
             continue
         if seen_running or (container is not None and state is None) \
                 or time.monotonic() - started > FIRST_START_WAIT_S:

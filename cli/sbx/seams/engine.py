@@ -113,6 +113,15 @@ class CachedImage:
 
 
 @dataclass(frozen=True)
+class ContainerActivity:
+    """What a running container shows of its use: its live exec sessions (the engine lists
+    only running ones) and its total CPU time (None: the engine's stats did not say)."""
+    running: bool
+    execs: int
+    cpu_ns: int | None
+
+
+@dataclass(frozen=True)
 class OwnedObject:
     kind: str  # container | network | volume
     id: str
@@ -174,6 +183,7 @@ class Containers(Protocol):
     def container_state(self, container_id: str) -> str | None: ...
     def container_finished_at(self, container_id: str) -> float | None: ...
     def container_pid(self, container_id: str) -> int | None: ...
+    def container_activity(self, container_id: str) -> ContainerActivity | None: ...
     def container_ip(self, container_id: str, network: str) -> str | None: ...
     def put_archive(self, container_id: str, path: str, tar: bytes) -> None: ...
     def path_exists(self, container_id: str, path: str) -> bool: ...

@@ -22,12 +22,14 @@ from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
-from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore
+from sbx.domain.sandbox import runrecord
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore
 from sbx.usecases import enginefit, explainrequest, explainsandbox, pipeline
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
 from sbx.usecases.named.ports import PortRow, sandbox_ports
+from sbx.usecases.idlestop import IdleStopped, stopped_mark
 from sbx.usecases.policyrules import named_sandbox
 
 if TYPE_CHECKING:
@@ -123,13 +125,15 @@ class NamedAnswer:
     request: RequestExplanation | None
     notes: tuple[str, ...] = ()
     ports: tuple[PortRow, ...] = ()  # its kits' and -p ports, as `sbx ports` reads them
+    stopped: IdleStopped | None = None  # its keeper stopped it for being idle
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "workload": self.workload, "kits": list(self.kits),
                 "network": None if self.network is None else {
                     p: [i.as_dict() for i in items] for p, items in self.network.items()},
                 "ports": [r.as_dict() for r in self.ports],
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                "stopped": None if self.stopped is None else self.stopped.as_dict()}
 
 
 def is_named(ctx: AppContext, subject: str) -> bool:
@@ -150,10 +154,11 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
     user_rules = PolicyStore(ctx.state_home).load()
     said = notes(name) if notes is not None else ()
     ports = tuple(sandbox_ports(ctx, name)[1])
+    stopped = _stopped(ctx, record) if target is None else None
     if named.proxy_config is None:
         request = None if target is None else judge_request(None, kits, target, phase,
                                                             sandbox=name)
-        return NamedAnswer(name, record.workload, kits, None, request, said, ports)
+        return NamedAnswer(name, record.workload, kits, None, request, said, ports, stopped)
     proxy = ProxyConfig.load(named.proxy_config)
     merged = overlay(proxy.network, user_rules, sandbox=name, now=time.time())
     network: dict[str, tuple[explainsandbox.Item, ...]] = {}
@@ -168,7 +173,19 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
         request = judge_request(proxy.network, kits, target, phase, user_rules=user_rules,
                                 sandbox=name, upstream=upstream, answers=answers,
                                 kit_files=proxy.kit_files)
-    return NamedAnswer(name, record.workload, kits, network, request, said, ports)
+    return NamedAnswer(name, record.workload, kits, network, request, said, ports, stopped)
+
+
+def _stopped(ctx: AppContext, record: SandboxRecord) -> IdleStopped | None:
+    """Its keeper's idle-stop mark, unless it runs again (the engine asked only then)."""
+    mark = stopped_mark(runrecord.run_dir(ctx.state_home, record.run_id))
+    if mark is None or record.container_id is None:
+        return mark
+    try:
+        state = ctx.driver.container_state(record.container_id)
+    except SbxError:
+        return mark  # the engine does not answer: the mark is what is known
+    return None if state == "running" else mark
 
 
 __all__ = ["NamedAnswer", "WorkloadAnswer", "explain_named", "explain_workload", "is_named"]

@@ -43,6 +43,7 @@ from sbx.domain.egress.plan import owner_line, write_proxy_config
 from sbx.seams import owned
 from sbx.seams.host import private, processes
 from sbx.seams.host.handshake import KEEPER
+from sbx.usecases import idlestop
 
 START_TIMEOUT_S: Final = 20.0
 STOP_WAIT_S: Final = 5.0  # a stopped keeper's ports are free within this (it polls each 0.2 s)
@@ -133,6 +134,30 @@ def start_port_keeper(run_dir: Path, run_id: str) -> KeptProxy:
     return KeptProxy(start_keeper(run_dir, run_id, "", None), run_dir, run_id)
 
 
+def ensure_idle_keeper(run_dir: Path, run_id: str) -> None:
+    """A named sandbox with an idle stop and no keeper (no egress, no ports) gets one that
+    runs no proxy: it is the keeper that watches for idleness (sbx.usecases.idlestop)."""
+    if idlestop.read_settings(run_dir) is None or keeper_alive(run_dir, run_id):
+        return
+    start_keeper(run_dir, run_id, "", None)
+
+
+def keeper_alive(run_dir: Path, run_id: str) -> bool:
+    return _keeper_pid(run_dir, run_id) is not None
+
+
+def _keeper_pid(run_dir: Path, run_id: str) -> int | None:
+    """The pid ``keeper.pid`` names, if it is alive and really this run's keeper."""
+    try:
+        raw = owned.read_bytes(run_dir / PID_FILE, max_bytes=MAX_SMALL_FILE_BYTES)
+        pid = int((raw or b"").strip())
+    except (OSError, ValueError, SbxError):
+        return None
+    cmdline = processes.cmdline(pid)
+    ok = cmdline is not None and run_id.encode() in cmdline and KEEPER.runs_as(cmdline)
+    return pid if ok else None
+
+
 def recorded_port(run_dir: Path) -> int | None:
     """The proxy port the sandbox's environment names (recorded at creation)."""
     try:
@@ -185,13 +210,8 @@ def stop_keeper(run_dir: Path, run_id: str, *, wait_s: float = 0.0) -> None:
     it; waiting up to ``wait_s`` for it to be gone (its ports free for the next start)."""
     import signal
 
-    try:
-        raw = owned.read_bytes(run_dir / PID_FILE, max_bytes=MAX_SMALL_FILE_BYTES)
-        pid = int((raw or b"").strip())
-    except (OSError, ValueError, SbxError):
-        return
-    cmdline = processes.cmdline(pid)
-    if cmdline is None or run_id.encode() not in cmdline or not KEEPER.runs_as(cmdline):
+    pid = _keeper_pid(run_dir, run_id)
+    if pid is None:
         return  # gone, or the pid was reused by another process: never signal it
     with contextlib.suppress(OSError):
         processes.send_signal(pid, signal.SIGTERM)
@@ -208,6 +228,7 @@ def _environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in keep}
 
 
-__all__ = ["MOVED_CONFIG", "PID_FILE", "KeeperHandle", "KeptProxy", "recorded_port",
+__all__ = ["MOVED_CONFIG", "PID_FILE", "KeeperHandle", "KeptProxy", "ensure_idle_keeper",
+           "keeper_alive", "recorded_port",
            "restart_kept_proxy", "start_kept_proxy", "start_keeper", "start_port_keeper",
            "stop_keeper"]

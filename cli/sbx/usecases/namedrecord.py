@@ -19,6 +19,7 @@ from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.usecases import workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
+from sbx.usecases.idlestop import STOP_TIMEOUT_S
 from sbx.usecases.namedkits import fingerprint
 from sbx.usecases.run.request import RunRequest
 from sbx.usecases.run.sessionverbs import acp_facts
@@ -26,7 +27,6 @@ from sbx.usecases.run.sessionverbs import acp_facts
 if TYPE_CHECKING:
     from sbx.usecases.run.plan import RunPlan
 
-STOP_TIMEOUT_S: Final = 10
 # Flags that shape a sandbox at its creation; given again for an existing one, they are
 # refused by name (RunRequest field -> the flag the user typed).
 CREATION_OPTIONS: Final = {
@@ -37,7 +37,7 @@ CREATION_OPTIONS: Final = {
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
     "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
     "publish": "--publish",
-    "clone": "--clone", "clone_volume": "--clone",
+    "clone": "--clone", "clone_volume": "--clone", "idle_stop_s": "--idle-stop",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.deferred import deferred
@@ -125,6 +126,13 @@ def explain_named(renderer: Renderer, result: NamedAnswer) -> None:
                                    data=result.as_dict()))
         return
     renderer.plain(f"sandbox {result.name}: {', '.join(result.kits)}")
+    if result.stopped is not None:
+        when = datetime.fromtimestamp(result.stopped.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        renderer.plain(f"state: stopped ({result.stopped.reason.value}): idle for "
+                       f"{result.stopped.idle_s:g} s (no client, no egress request, almost no "
+                       f"CPU), stopped by its keeper at {when}")
+        renderer.plain(f"  fix: sbx start {result.name}  (sbx explain "
+                       f"{result.stopped.reason.value} says more)")
     if result.network is None:
         renderer.plain("network: none (its kits declare no network-policy)")
     else:

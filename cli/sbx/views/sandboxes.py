@@ -22,8 +22,10 @@ def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = F
     for status in statuses:
         created = (datetime.fromtimestamp(status.created, UTC).strftime("%Y-%m-%d %H:%M")
                    if status.created else "-")
+        state = status.status if getattr(status, "stopped", None) is None \
+            else f"{status.status} ({status.stopped.reason.value})"  # e.g. stopped_idle
         rows.append((status.name, status.workload, ",".join(status.kits) or "-",
-                     status.status, status.workspace or "-", created))
+                     state, status.workspace or "-", created))
     _table(renderer, rows)
 
 

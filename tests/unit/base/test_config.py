@@ -43,6 +43,7 @@ INT_BOUNDS: dict[str, tuple[int, int | None]] = {
     "sandbox.workspace_bytes": (1, 16 * GiB),
     "sandbox.home_bytes": (1, 16 * GiB),
     "sandbox.workspace_copy_bytes": (1, 1024 * GiB),
+    "sandbox.idle_stop": (1, 31536000),
     "sandbox.timeout_ms": (1, 604_800_000),
     "sandbox.user": (1, 4_294_967_294),
     "gc.grace_seconds": (0, None),
@@ -120,6 +121,7 @@ def test_default_values_are_the_spec_values(tmp_path: Path) -> None:
         "sandbox.runtime": None,
         "sandbox.keep": "agents",
         "sandbox.workspace_copy_bytes": 1024 ** 3,
+        "sandbox.idle_stop": None,
         "network.upstream_proxy": None,
         "network.upstream_ca_file": None,
         "network.proxy_bind_host": "",
@@ -185,6 +187,7 @@ VALID_CASES: list[tuple[str, dict[str, object]]] = [
     ("[sandbox]\nkeep = \"always\"\n", {"sandbox.keep": "always"}),
     ("[sandbox]\nkeep = \"never\"\n", {"sandbox.keep": "never"}),
     ("[sandbox]\nworkspace_copy_bytes = 1\n", {"sandbox.workspace_copy_bytes": 1}),
+    ("[sandbox]\nidle_stop = 1800\n", {"sandbox.idle_stop": 1800}),
     ("[sandbox]\ntimeout_ms = 1\n", {"sandbox.timeout_ms": 1}),
     ("[sandbox]\ntimeout_ms = 604800000\n", {"sandbox.timeout_ms": 604_800_000}),
     ("[sandbox]\nuser = 1\n", {"sandbox.user": 1}),
@@ -354,11 +357,11 @@ UNKNOWN_CASES = [
      "unknown key; known keys: batch_size, grace_seconds, image_idle_seconds, named_ttl"),
     ("[gc]\nbatch = 1\n", "gc.batch", 2, "unknown key; did you mean 'batch_size'?"),
     ("[sandbox]\nzzz = 1\n", "sandbox.zzz", 2,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, idle_stop, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes, workspace_copy_bytes"),
     ("[sandbox]\n\"odd key\" = 1\n", 'sandbox."odd key"', 2,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, idle_stop, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes, workspace_copy_bytes"),
     ("[sandbx]\npids = 1\n", "sandbx", 1, "unknown section; did you mean 'sandbox'?"),
@@ -373,7 +376,7 @@ UNKNOWN_CASES = [
     ("qqq = 1\n", "qqq", 1,
      "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
-     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, keep, memory_bytes, "
+     "unknown key; known keys: cpu_millis, detach_keys, home_bytes, idle_stop, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
      "workspace_bytes, workspace_copy_bytes"),
 ]
@@ -841,8 +844,12 @@ def test_random_sandbox_tables_load_within_bounds_or_are_refused(
     assert set(table) <= set(SANDBOX_KEYS)
     sandbox = config.sandbox
     for key in INT_SANDBOX_KEYS:
-        sourced: Sourced[int] = getattr(sandbox, key)
+        sourced: Sourced[int | None] = getattr(sandbox, key)
         low, high = INT_BOUNDS[f"sandbox.{key}"]
+        if key not in table and DEFAULTS["sandbox"][key] is None:  # unset by default
+            assert sourced == Sourced(None, DEFAULT_SOURCE)
+            continue
+        assert isinstance(sourced.value, int)
         assert type(sourced.value) is int
         assert low <= sourced.value <= (high if high is not None else sourced.value)
         if key in table:

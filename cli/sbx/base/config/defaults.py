@@ -31,6 +31,7 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
         "runtime": None,  # the engine's default OCI runtime (usually runc)
         "keep": "agents",
         "workspace_copy_bytes": 1 * GiB,  # --workspace-mode copy: file data copied in, at most
+        "idle_stop": None,  # seconds idle before a named sandbox's keeper stops it; None: never
     }),
     "network": MappingProxyType({
         "upstream_proxy": None,

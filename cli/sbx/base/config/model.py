@@ -48,6 +48,8 @@ class SandboxSettings:
     keep: Sourced[str]
     # --workspace-mode copy: the most file data a workspace may hold to be copied in
     workspace_copy_bytes: Sourced[int]
+    # seconds a named sandbox may stay idle before its keeper stops it (sbx.domain.sandbox.idle)
+    idle_stop: Sourced[int | None]
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class Config:
         """
         names = [f.name for f in dataclasses.fields(SandboxSettings)
                  if f.name not in ("root_workspace", "detach_keys", "terminal_passthrough",
-                                   "runtime", "keep", "workspace_copy_bytes")]
+                                   "runtime", "keep", "workspace_copy_bytes",
+                                   "idle_stop")]
         if key not in names:
             raise ValueError(f"unknown sandbox setting {key!r}; expected one of {names}")
         override = Sourced(value, source)

@@ -87,6 +87,7 @@ class Reason(enum.StrEnum):
     REGISTRY_UNREACHABLE = "registry_unreachable"
     WORKSPACE_UNWRITABLE = "workspace_unwritable"
     DETACHED = "detached"
+    STOPPED_IDLE = "stopped_idle"
     OUTPUT_CLOSED = "output_closed"
     STATE_UNWRITABLE = "state_unwritable"
     STATE_CORRUPT = "state_corrupt"

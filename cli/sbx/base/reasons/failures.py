@@ -123,6 +123,16 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "Nothing to fix; to type the keys themselves in the sandbox, choose other detach keys.",
         _E.INTERRUPTED,
     ),
+    _R.STOPPED_IDLE: ReasonInfo(
+        "Stopped for being idle",
+        "The named sandbox's idle stop (`[sandbox] idle_stop` or `--idle-stop`) was set and "
+        "for that long it had no client (no `sbx run`/`attach`/`exec` session), sent no "
+        "request through its egress proxy and used almost no CPU, so its keeper stopped it "
+        "as `sbx stop` does. Its files, HOME and volumes are kept.",
+        "Start it again: `sbx start NAME` (or `sbx run --name NAME WORKLOAD`); to keep it "
+        "running, raise or unset `[sandbox] idle_stop` (`--idle-stop` at creation).",
+        _E.INTERRUPTED,
+    ),
     _R.ENGINE_LOST: ReasonInfo(
         "Lost the engine during a run",
         "The connection to the Docker engine broke after sbx had created the sandbox (the "

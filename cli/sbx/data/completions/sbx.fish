@@ -81,7 +81,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids -p --publish
+            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids --idle-stop -p --publish
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -89,7 +89,7 @@ function __sbx_value_options --argument-names node
         case 'sbx gc'
             printf '%s\n' --grace
         case 'sbx create'
-            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids -p --publish
+            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids --idle-stop -p --publish
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -188,6 +188,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l acp -d 'Run the agent\'s ACP adapter 
 complete -c sbx -n '__sbx_in "sbx run"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
+complete -c sbx -n '__sbx_in "sbx run"' -l idle-stop -x -d 'Stop the named sandbox once idle this long (no client, no egress request, alm...'
 complete -c sbx -n '__sbx_in "sbx run"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
@@ -262,6 +263,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'secret_store_unsafe' -d 'Secr
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'registry_unreachable' -d 'Registry unreachable'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'workspace_unwritable' -d 'Workspace not writable by the sandbox user'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'detached' -d 'Session ended from the host'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'stopped_idle' -d 'Stopped for being idle'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_lost' -d 'Lost the engine during a run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'output_closed' -d 'Output closed by its reader'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'state_unwritable' -d 'State home not writable'
@@ -326,6 +328,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -l clone -d 'Give it its own git chec
 complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'
 complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1.5); at most [sandbox] cpu_millis / 1000'
 complete -c sbx -n '__sbx_in "sbx create"' -l pids -x -d 'Process limit; at most [sandbox] pids'
+complete -c sbx -n '__sbx_in "sbx create"' -l idle-stop -x -d 'Stop the named sandbox once idle this long (no client, no egress request, alm...'
 complete -c sbx -n '__sbx_in "sbx create"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
 complete -c sbx -n '__sbx_in "sbx create"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx create" 0' -a '(__fish_complete_directories (commandline -ct))'

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
+    ContainerActivity,
     create_kwargs,
 )
 from sbx.seams.enginebounds import (
@@ -171,6 +172,24 @@ class SdkContainers(SdkClient):
             attrs = self._api.inspect_container(container_id)
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
         return pid or None
+
+    def container_activity(self, container_id: str) -> ContainerActivity | None:
+        """Its live exec sessions and CPU time so far (one-shot stats: no second sample's
+        wait); None when the container does not exist."""
+        import docker
+
+        with self._engine_errors("inspecting the sandbox", Reason.START_FAILED):
+            try:
+                attrs = self._api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+            running = (attrs.get("State") or {}).get("Status") == "running"
+            stats = self._api.stats(container_id, stream=False, one_shot=True) \
+                if running else {}
+        usage = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage") or {}
+        total = usage.get("total_usage")
+        cpu_ns = total if isinstance(total, int) and not isinstance(total, bool) else None
+        return ContainerActivity(running, len(attrs.get("ExecIDs") or ()), cpu_ns)
 
     def container_ip(self, container_id: str, network: str) -> str | None:
         """The container's address on ``network``; None once it has stopped (no address)."""

@@ -13,6 +13,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore, check_name
 from sbx.usecases.context import AppContext
+from sbx.usecases.idlestop import IdleStopped, stopped_mark
 
 if TYPE_CHECKING:
     from sbx.seams.engine import OwnedObject
@@ -26,12 +27,15 @@ class SandboxStatus:
     created: float
     home_bounded: bool
     run_id: str = ""  # accepted wherever a name is (full, or its first ID_PREFIX characters)
+    stopped: IdleStopped | None = None  # why it is stopped, when its keeper stopped it
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "workload": self.workload, "kits": self.kits,
                 "status": self.status, "workspace": self.workspace,
                 "created": round(self.created, 3), "home_bounded": self.home_bounded,
-                "run_id": self.run_id}
+                "run_id": self.run_id,
+                "reason": None if self.stopped is None else self.stopped.reason.value,
+                "stopped": None if self.stopped is None else self.stopped.as_dict()}
 
 
 def sandbox_names(ctx: AppContext) -> list[str]:
@@ -54,7 +58,8 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
         found.append(SandboxStatus(record.name, record.workload, record.kits, state,
                                    record.workspace or record.request.get("workspace_copy"),
                                    record.created,
-                                   bool(record.request.get("home_bounded")), record.run_id))
+                                   bool(record.request.get("home_bounded")), record.run_id,
+                                   stopped_why(ctx, record, state)))
     if include_runs:
         for obj in owned:
             # A dev.sbx.name label counts only on the container sbx recorded under it (an
@@ -69,6 +74,13 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
                                        obj.state, None, 0.0, True,
                                        obj.labels.get(label_keys.RUN, "")))
     return found
+
+
+def stopped_why(ctx: AppContext, record: SandboxRecord, state: str) -> IdleStopped | None:
+    """Why a stopped sandbox is stopped, when its keeper stopped it for being idle."""
+    if state == "running":
+        return None
+    return stopped_mark(runrecord.run_dir(ctx.state_home, record.run_id))
 
 
 ID_PREFIX: Final = 12  # the run id as `sbx ls --all` shows it

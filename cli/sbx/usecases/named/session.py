@@ -8,9 +8,11 @@ from typing import Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.sandbox import runrecord
 from sbx.seams.session.escape import DEFAULT_DETACH_KEYS
 from sbx.seams.session.mode import decide_mode
 from sbx.seams.session.pump import SessionEnd
+from sbx.usecases import idlestop
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named
@@ -54,7 +56,8 @@ def attach(ctx: AppContext, name: str, host: Any, *, on_output: OutputSink,
                             container_id, rows=rows, columns=columns))
     terminal.resize()
     session = terminal.session(stream, stdin=mode.stdin, sink=output.sink, detach_keys=keys)
-    with terminal.live(session), output:
+    with idlestop.attached(runrecord.run_dir(ctx.state_home, record.run_id)), \
+            terminal.live(session), output:  # a client: never idle while it lasts
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
         if end is SessionEnd.EOF:
             session.drain(OUTPUT_DRAIN_S)
@@ -101,7 +104,8 @@ def exec_in(ctx: AppContext, name: str, argv: Sequence[str], host: Any, *,
     session = terminal.session(stream, stdin=mode.stdin, sink=output.sink,
                                detach_keys=DEFAULT_DETACH_KEYS)
     terminal.resize()
-    with terminal.live(session), output:
+    with idlestop.attached(runrecord.run_dir(ctx.state_home, record.run_id)), \
+            terminal.live(session), output:
         end = session.pump(time.monotonic() + NO_DEADLINE_S)
     if end is SessionEnd.OUTPUT_CLOSED:
         raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away")

@@ -22,7 +22,7 @@ from sbx.seams import owned, ports
 from sbx.seams.host import firewall, procfs
 from sbx.seams.session.mode import decide_mode
 from sbx.seams.signals import deferred_interrupts
-from sbx.usecases import keeper, publishedports, workspace_check
+from sbx.usecases import idlestop, keeper, publishedports, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
@@ -248,9 +248,15 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
         follow(ctx, record, accept=accept, confirm=confirm, on_notice=on_notice,
                on_warning=on_warning)
         unstaged = _restage(ctx, record, admission)
+        run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
+        options = record.request.get("options")
+        idlestop.write_settings(run_dir, idlestop.effective(  # before its keeper watches
+            options.get("idle_stop_s") if isinstance(options, dict) else None,
+            ctx.load_config().sandbox.idle_stop.value))
         _network_again(ctx, record, on_warning)
         with deferred_interrupts():
             driver.start(record.container_id)
+        keeper.ensure_idle_keeper(run_dir, record.run_id)
         if unstaged:
             _verify(driver, record.container_id, unstaged)
     finally:

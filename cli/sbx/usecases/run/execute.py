@@ -30,6 +30,7 @@ from sbx.seams.host import procfs
 from sbx.seams.session.pump import Session, SessionEnd
 from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
+from sbx.usecases import idlestop, keeper
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.cleanup import Created, cleanup, created_ids
 from sbx.usecases.run.kitmounts import kit_mount_targets
@@ -69,7 +70,7 @@ def execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Outp
                             passthrough=plan.terminal_passthrough)
     on_output = output.sink
     sink: OutputSink = capture if capture is not None else on_output
-    run_dir = open_run_dir(ctx, plan)
+    run_dir = _open_run_dir(ctx, plan, request)
     created = Created()
     started = time.monotonic()
     cleanup_errors: list[str] = []
@@ -97,7 +98,7 @@ def execute(ctx: AppContext, plan: RunPlan, request: RunRequest, on_output: Outp
         session = terminal.session(stream, stdin=plan.mode.stdin, sink=sink,
                                    detach_keys=plan.detach_keys)
         exit_code, end = _session(driver, container_id, terminal, session, deadline,
-                                  keep=plan.name is not None)
+                                  client=run_dir if plan.name is not None else None)
         if exit_code is None and plan.name is not None and end is SessionEnd.DETACHED:
             on_notice(f"detached from {plan.name}; it keeps running (`sbx attach "
                       f"{plan.name}` to return, `sbx stop {plan.name}` to stop it)")
@@ -146,6 +147,20 @@ def _result(ctx: AppContext, plan: RunPlan, exit_code: int, started: float,
     return result
 
 
+def _open_run_dir(ctx: AppContext, plan: RunPlan, request: RunRequest) -> Path:
+    """The run's directory; a named sandbox's with its idle stop (its keeper reads it once
+    the container runs). ``--idle-stop`` without a name is refused first."""
+    if plan.name is None and request.idle_stop_s is not None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--idle-stop applies to a named sandbox: a "
+                       "one-shot run ends with its session (--timeout bounds it)",
+                       hint=f"sbx run --name NAME --idle-stop 30m {request.workload}")
+    run_dir = open_run_dir(ctx, plan)
+    if plan.name is not None:
+        idlestop.write_settings(run_dir, idlestop.effective(
+            request.idle_stop_s, ctx.load_config().sandbox.idle_stop.value))
+    return run_dir
+
+
 def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: Created,
                 container_id: str, on_notice: Callable[[str], None]) -> bool:
     """A named sandbox that started is the sandbox's from now on (recorded, never removed by
@@ -155,6 +170,7 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: Cr
 
     record_created(ctx, plan, created_ids(created, container_id), request)
     created.kept = True
+    keeper.ensure_idle_keeper(runrecord.run_dir(ctx.state_home, plan.run_id), plan.run_id)
     if not request.detach:
         return False
     _audit_started(ctx, plan)
@@ -295,11 +311,13 @@ def _check_workspace(ctx: AppContext, plan: RunPlan, created: Created,
 
 
 def _session(driver: Driver, container_id: str, terminal: Terminal, session: Session,
-             deadline: float, *, keep: bool = False) -> tuple[int | None, SessionEnd]:
+             deadline: float, *, client: Path | None = None) -> tuple[int | None, SessionEnd]:
     """Pump the session (the host terminal raw for its duration), then the exit status; None
-    when the workload had to be stopped (deadline, detach, output closed). A sandbox to
-    ``keep`` (a named one) is left running on a detach or a closed reader."""
-    with terminal.live(session):
+    when the workload had to be stopped (deadline, detach, output closed). A named sandbox
+    (``client``: its run directory, where this session counts as its client while it lasts:
+    never idle) is left running on a detach or a closed reader."""
+    keep = client is not None
+    with idlestop.attached(client), terminal.live(session):
         end = session.pump(deadline)
         exit_code = (driver.wait(container_id, max(deadline - time.monotonic(), 0.001))
                      if end is SessionEnd.EOF else None)

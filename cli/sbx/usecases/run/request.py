@@ -58,6 +58,8 @@ class RunRequest:
     # set by --clone's creation: the workspace is a volume of the sandbox's own, as a copied
     # one's, made empty (the checkout is cloned into it), so it survives a stop
     clone_volume: bool = False
+    # --idle-stop: a named sandbox idle this long is stopped (else [sandbox] idle_stop)
+    idle_stop_s: float | None = None
     # --keep True, --rm False, None: [sandbox] keep decides (sbx.domain.sandbox.keep)
     keep: bool | None = None
     # --memory/--cpus/--pids, parsed (sbx.domain.sandbox.limitflags); None: not given
