@@ -37,7 +37,7 @@ CREATION_OPTIONS: Final = {
     "detach_keys": "--detach-keys", "memory_bytes": "--memory", "cpu_millis": "--cpus",
     "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
     "publish": "--publish",
-    "clone": "--clone",
+    "clone": "--clone", "template": "--template",
 }
 
 

@@ -1,0 +1,281 @@
+"""Templates (`sbx save NAME TAG`, `--template TAG`): a named sandbox's image and HOME kept as a
+local image, and the decisions about one, without an engine.
+
+A template is the sandbox's per-run image (the kit set's image plus what its install hooks
+made) with HOME's content under :data:`HOME_DIR`, and nothing of the run's boundary: sbx's
+generated files (:data:`SCRUBBED`, the startup script holds the proxy URL and its token), the
+egress CA (the system bundle gets back the image's own certificates) and the credential files
+the start-up step put in HOME are left out. Its labels say it is one, which kits (by the
+digests of their descriptors and recipes) and which sbx made it; a run from it loads those
+kits again and refuses if they changed, so the policy it runs under is the recorded one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Final, cast
+
+from sbx.base import labels as label_keys
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.domain.sandbox.mountedfiles import STAGED_DIR
+
+TEMPLATE: Final = label_keys.TEMPLATE  # "1" on every template
+TEMPLATE_KITS: Final = f"{label_keys.PREFIX}.template.kits"  # the kits' fingerprint, JSON
+TEMPLATE_FROM: Final = f"{label_keys.PREFIX}.template.from"  # the sandbox it was saved from
+TEMPLATE_HOME: Final = f"{label_keys.PREFIX}.template.home"  # HOME's path in that sandbox
+TEMPLATE_CREATED: Final = f"{label_keys.PREFIX}.template.created"
+# HOME's saved content, in the image (copied into the new sandbox's HOME by its create step).
+HOME_DIR: Final = "/.sbx-template/home"
+# What sbx itself writes into a per-run image for one run: its generated startup script and
+# staged files (/.sbx) and the egress CA (/etc/sbx).
+SCRUBBED: Final = ("/.sbx", "/etc/sbx")
+# Repositories sbx names its own images in: a template there would be gc's or a cache's.
+OWN_REPOSITORIES: Final = ("sbx-run/", "sbx-kit", "sbx-assembled/", "sbx-prep/", "sbx-use/",
+                           "sbx-installed/")
+_TAG: Final = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                         r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+
+
+@dataclass(frozen=True)
+class Template:
+    """What a template's labels say."""
+
+    tag: str
+    image_id: str
+    kits: Mapping[str, Any]  # the fingerprint (sbx.usecases.namedkits.fingerprint)
+    version: str
+    source: str
+    home: str
+    created: str
+
+    @property
+    def workload(self) -> str:
+        return str(self.kits.get("workload", ""))
+
+    @property
+    def mixins(self) -> tuple[str, ...]:
+        return tuple(str(m) for m in self.kits.get("mixins") or ())
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "id": self.image_id, "workload": self.workload,
+                "kits": list(self.mixins), "sbx_version": self.version,
+                "saved_from": self.source, "created": self.created}
+
+
+def check_tag(tag: str) -> str:
+    """A tag a template may take: a plain local image reference, not one of sbx's own
+    repositories (gc and the caches own those)."""
+    if not _TAG.fullmatch(tag) or len(tag) > 255:
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{tag[:80]!r} is not an image tag sbx can save to: lower-case "
+                       "repository[:tag]", hint="e.g. sbx save NAME my-agent:v1")
+    if tag.startswith(OWN_REPOSITORIES):
+        raise SbxError(Reason.INVALID_ARGUMENT,
+                       f"{tag} is in one of sbx's own repositories ({', '.join(OWN_REPOSITORIES)}"
+                       "), which gc and its caches manage", hint="e.g. sbx save NAME my-agent:v1")
+    return tag if ":" in tag.rpartition("/")[2] else f"{tag}:latest"
+
+
+def template_labels(*, kits: Mapping[str, Any], version: str, source: str, home: str,
+                    created: float) -> dict[str, str]:
+    """A template's own labels; every run label of the image it came from is set empty by
+    the caller (:func:`sbx.base.labels.own_labels`), so gc never takes it for a run's."""
+    return {TEMPLATE: "1", TEMPLATE_KITS: json.dumps(dict(kits), sort_keys=True),
+            label_keys.VERSION: version, TEMPLATE_FROM: source, TEMPLATE_HOME: home,
+            TEMPLATE_CREATED: str(int(created))}
+
+
+def is_template(labels: Mapping[str, str]) -> bool:
+    return label_keys.value(labels, TEMPLATE) == "1"
+
+
+def read_template(tag: str, image_id: str, labels: Mapping[str, str]) -> Template:
+    """The template ``tag`` is, or refused (``not_a_template``) with what to do."""
+    if not is_template(labels):
+        raise not_a_template(tag, "it has no sbx template label")
+    try:
+        kits = json.loads(labels.get(TEMPLATE_KITS) or "")
+    except ValueError:
+        kits = None
+    if not isinstance(kits, dict) or not isinstance(kits.get("workload"), str) \
+            or not isinstance(kits.get("kits"), dict):
+        raise not_a_template(tag, f"its label {TEMPLATE_KITS} does not name a kit set")
+    return Template(tag, image_id, kits, labels.get(label_keys.VERSION, ""),
+                    labels.get(TEMPLATE_FROM, ""), labels.get(TEMPLATE_HOME, ""),
+                    labels.get(TEMPLATE_CREATED, ""))
+
+
+def not_a_template(tag: str, why: str) -> SbxError:
+    return SbxError(Reason.NOT_A_TEMPLATE, f"{tag} is not an sbx template: {why}",
+                    hint="`sbx template ls` lists the templates; make one with `sbx save NAME "
+                         "TAG` from a named sandbox.", details={"tag": tag})
+
+
+def kits_for(template: Template, workload: str | None,
+             mixins: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The kits a run from ``template`` loads: the recorded ones when none are given; given
+    ones are loaded as given and checked by :func:`check_kits` once resolved."""
+    if workload is None and not mixins:
+        return template.workload, template.mixins
+    if workload is None:
+        raise SbxError(Reason.TEMPLATE_MISMATCH,
+                       f"--kit without a WORKLOAD: {template.tag} was saved from "
+                       f"{template.workload}", hint=_mismatch_hint(template))
+    return workload, tuple(mixins)
+
+
+def check_kits(template: Template, loaded: Mapping[str, Any]) -> None:
+    """The kits loaded now (their fingerprint) must be the set the template recorded: the
+    same workload and mixins, each with the same descriptor and recipe digests, so the run
+    gets the hardening, admission and egress policy the template was made under."""
+    recorded = template.kits
+    problems: list[str] = []
+    if loaded.get("workload") != recorded.get("workload"):
+        problems.append(f"workload {loaded.get('workload')} (saved with "
+                        f"{recorded.get('workload')})")
+    now, then = sorted(loaded.get("mixins") or ()), sorted(recorded.get("mixins") or ())
+    if now != then:
+        problems.append(f"mixins {', '.join(now) or 'none'} (saved with "
+                        f"{', '.join(then) or 'none'})")
+    if not problems:
+        kits_now, kits_then = loaded.get("kits") or {}, recorded.get("kits") or {}
+        changed = [kit for kit in sorted(kits_then) if kits_now.get(kit) != kits_then[kit]]
+        if changed:
+            problems.append("changed since the save: " + ", ".join(changed))
+    if problems:
+        raise SbxError(Reason.TEMPLATE_MISMATCH,
+                       f"the kits do not match {template.tag}'s: " + "; ".join(problems),
+                       hint=_mismatch_hint(template), details={"tag": template.tag,
+                                                               "problems": problems})
+
+
+def _mismatch_hint(template: Template) -> str:
+    return (f"Leave out WORKLOAD and --kit (the template names its own: "
+            f"{' '.join([template.workload, *(f'--kit {m}' for m in template.mixins)])}); "
+            "if those kits changed since, save a new template from a sandbox of the kits as "
+            "they are now.")
+
+
+def staged_targets(startup_script: str) -> list[str]:
+    """The paths the start-up step of sbx.domain.sandbox.mountedfiles copies kit files to
+    (credential files among them), read from the generated startup script: each of its lines
+    is one quoted ``sh -c`` command, whose lines ``... cat /.sbx/files/N > TARGET && chmod``
+    name them."""
+    found: list[str] = []
+    for line in startup_script.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        for word in words:
+            if f"{STAGED_DIR}/" not in word:
+                continue
+            for inner in word.splitlines():
+                try:
+                    parts = shlex.split(inner)
+                except ValueError:
+                    continue
+                for at, part in enumerate(parts[:-1]):
+                    if part == ">" and at > 0 and parts[at - 1].startswith(f"{STAGED_DIR}/"):
+                        found.append(parts[at + 1])
+    return found
+
+
+def restored_bundle(bundle: bytes, ca_pem: bytes) -> bytes | None:
+    """The image's own CA bundle without what sbx's create step appended (its CA and any
+    upstream proxy CA: sbx.domain.egress.plan.trust_bundle); None when sbx appended nothing."""
+    if not ca_pem or not bundle.endswith(ca_pem):
+        return None
+    base = bundle[:-len(ca_pem)].rstrip(b"\n")
+    return base + b"\n" if base else b""
+
+
+def home_entries(source: IO[bytes], target: IO[bytes], *, home_name: str,
+                 leave_out: Iterable[str], max_bytes: int) -> int:
+    """HOME's archive (top entry ``home_name``, as the engine sends it) rewritten under
+    :data:`HOME_DIR`, without ``leave_out`` (paths relative to HOME); links kept as links,
+    devices dropped. Returns the bytes of file data; refused over ``max_bytes``."""
+    skip = {p.strip("/") for p in leave_out}
+    total = 0
+    parents = HOME_DIR.strip("/").split("/")
+    with tarfile.open(fileobj=source, mode="r|") as reader, \
+            tarfile.open(fileobj=target, mode="w|") as writer:
+        for index in range(1, len(parents)):
+            directory = tarfile.TarInfo("/".join(parents[:index]))
+            directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+            writer.addfile(directory)
+        for entry in reader:
+            first, _, rest = entry.name.partition("/")
+            if first != home_name or rest in skip:
+                continue
+            if not (entry.isfile() or entry.isdir() or entry.issym() or entry.islnk()):
+                continue
+            entry.name = HOME_DIR.strip("/") + (f"/{rest}" if rest else "")
+            if entry.islnk():
+                _, _, linked = entry.linkname.partition("/")
+                entry.linkname = HOME_DIR.strip("/") + f"/{linked}"
+            if entry.isfile():
+                total += entry.size
+                if total > max_bytes:
+                    raise SbxError(Reason.INVALID_ARGUMENT,
+                                   f"HOME holds more than {max_bytes} bytes of files",
+                                   hint="Remove what the template does not need from HOME "
+                                        "(`sbx exec NAME -- du -sh ~/*`), then save again.")
+                writer.addfile(entry, reader.extractfile(entry))
+            else:
+                writer.addfile(entry)
+    return total
+
+
+def find_needles(chunks: Iterable[bytes], needles: Sequence[bytes]) -> Iterator[str]:
+    """The names of the files in a tar stream (``chunks``) that hold one of ``needles``."""
+    wanted = [n for n in needles if n]
+    if not wanted:
+        return
+    longest = max(len(n) for n in wanted)
+    with tarfile.open(fileobj=cast(IO[bytes], _ChunkReader(iter(chunks))),
+                      mode="r|") as reader:
+        for entry in reader:
+            if not entry.isfile():
+                continue
+            data = reader.extractfile(entry)
+            if data is None:
+                continue
+            tail = b""
+            while block := data.read(1 << 20):
+                window = tail + block
+                if any(n in window for n in wanted):
+                    yield entry.name
+                    break
+                tail = window[-longest:]
+
+
+class _ChunkReader:
+    """A read()-able view of an iterator of byte chunks (the engine's export stream)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._buffer) < size:
+            try:
+                self._buffer += next(self._chunks)
+            except StopIteration:
+                break
+        if size < 0:
+            size = len(self._buffer)
+        out, self._buffer = self._buffer[:size], self._buffer[size:]
+        return out
+
+
+__all__ = ["HOME_DIR", "OWN_REPOSITORIES", "SCRUBBED", "TEMPLATE", "TEMPLATE_KITS", "Template",
+           "check_kits", "check_tag", "find_needles", "home_entries", "is_template",
+           "kits_for", "not_a_template", "read_template", "restored_bundle", "staged_targets",
+           "template_labels"]
