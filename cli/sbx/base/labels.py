@@ -68,5 +68,5 @@ def deadline_of(labels: Mapping[str, str]) -> int | None:
 
 
 __all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "NAME", "PREFIX", "ROLE", "ROLE_HELPER",
-           "ROLE_SANDBOX", "RUN", "TEMPLATE", "VERSION", "deadline_of", "home_selector", "object_labels",
-           "own_labels", "value"]
+           "ROLE_SANDBOX", "RUN", "TEMPLATE", "VERSION", "deadline_of", "home_selector",
+           "object_labels", "own_labels", "value"]

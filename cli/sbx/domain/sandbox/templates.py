@@ -164,26 +164,26 @@ def _mismatch_hint(template: Template) -> str:
 
 def staged_targets(startup_script: str) -> list[str]:
     """The paths the start-up step of sbx.domain.sandbox.mountedfiles copies kit files to
-    (credential files among them), read from the generated startup script: each of its lines
-    is one quoted ``sh -c`` command, whose lines ``... cat /.sbx/files/N > TARGET && chmod``
-    name them."""
+    (credential files among them), read from the generated startup script: that step is one
+    quoted ``sh -c`` word, whose lines ``... cat /.sbx/files/N > TARGET && chmod`` name them."""
+    lines = startup_script.splitlines()
+    while lines and lines[0].startswith("#"):  # its header (shebang, comment) only
+        lines.pop(0)
+    try:
+        words = shlex.split("\n".join(lines))
+    except ValueError:
+        return []
     found: list[str] = []
-    for line in startup_script.splitlines():
-        try:
-            words = shlex.split(line)
-        except ValueError:
+    for word in words:
+        if f"{STAGED_DIR}/" not in word:
             continue
-        for word in words:
-            if f"{STAGED_DIR}/" not in word:
+        for inner in word.splitlines():
+            try:
+                parts = shlex.split(inner)
+            except ValueError:
                 continue
-            for inner in word.splitlines():
-                try:
-                    parts = shlex.split(inner)
-                except ValueError:
-                    continue
-                for at, part in enumerate(parts[:-1]):
-                    if part == ">" and at > 0 and parts[at - 1].startswith(f"{STAGED_DIR}/"):
-                        found.append(parts[at + 1])
+            found.extend(parts[at + 1] for at in range(1, len(parts) - 1)
+                         if parts[at] == ">" and parts[at - 1].startswith(f"{STAGED_DIR}/"))
     return found
 
 
