@@ -172,6 +172,10 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
 
     listed_json = json.loads(sbx(env, "template", "ls", "--json").stdout)
     assert tag in [t["tag"] for t in listed_json["data"]["templates"]]
+    usage = json.loads(sbx(env, "df", "--json").stdout)["data"]
+    assert [u["detail"].split(",")[0] for u in usage["images"] if u["name"] == tag] == [
+        "template"]
+    assert tag not in [u["name"] for u in usage["reclaimable"]]
     assert sbx(env, "rm", "-f", second).returncode == 0
     names.remove(second)
     cleaned = sbx(env, "gc")
@@ -202,6 +206,11 @@ def test_what_is_not_a_template_or_not_its_kits_is_refused(
     mismatch = sbx(env, "create", "--template", tag, "--name", other, str(kits["other"]))
     assert mismatch.returncode == 125 and b"template_mismatch" in mismatch.stderr
     assert sbx(env, "explain", "template_mismatch").returncode == 0
+    # `sbx run` takes it as `sbx create` does (the template's kits, named explicitly here)
+    ran = sbx(env, "run", "--template", tag, "--name", other, "-d", str(kits["agent"]))
+    assert ran.returncode == 0, ran.stderr.decode()
+    again = sbx(env, "run", "--template", tag, "--name", other, "-d")  # the same: re-entered
+    assert again.returncode == 0, again.stderr.decode()
     one_shot = sbx(env, "run", "--rm", "--template", tag, str(kits["agent"]))
     assert one_shot.returncode == 2 and b"--template makes a kept or named" in one_shot.stderr
     own_repository = sbx(env, "save", name, "sbx-run/x:1")
