@@ -178,7 +178,10 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
     assert tag not in [u["name"] for u in usage["reclaimable"]]
     assert sbx(env, "rm", "-f", second).returncode == 0
     names.remove(second)
-    cleaned = sbx(env, "gc")
+    dry = json.loads(sbx(env, "gc", "--dry-run", "--grace", "0", "--json").stdout)["data"]
+    assert {"kind": "image", "why": "template"} in [
+        {"kind": k["kind"], "why": k["why"]} for k in dry["kept"] if k["id"] == image.id]
+    cleaned = sbx(env, "gc", "--grace", "0")
     assert cleaned.returncode == 0, cleaned.stderr.decode()
     assert engine.image(tag) is not None  # user data: gc never removes a template
     removed = sbx(env, "template", "rm", tag)
