@@ -201,6 +201,8 @@ def test_what_is_not_a_template_or_not_its_kits_is_refused(
     assert sbx(env, "secret", "set", "github", "--from-env", "SBX_TEST_GH_VALUE").returncode == 0
     made = sbx(env, "run", "--name", name, "-d", str(kits["agent"]), "--", "sleep", "600")
     assert made.returncode == 0, made.stderr.decode()
+    wrote = sbx(env, "exec", name, "--", "bash", "-c", "echo kept-while-stopped > ~/stopped.txt")
+    assert wrote.returncode == 0, wrote.stderr.decode()
     assert sbx(env, "stop", name).returncode == 0
     tag = f"sbx-test-template-{uuid.uuid4().hex[:8]}:1"
     tags.append(tag)
@@ -214,6 +216,8 @@ def test_what_is_not_a_template_or_not_its_kits_is_refused(
     assert ran.returncode == 0, ran.stderr.decode()
     again = sbx(env, "run", "--template", tag, "--name", other, "-d")  # the same: re-entered
     assert again.returncode == 0, again.stderr.decode()
+    seen = sbx(env, "exec", other, "--", "cat", "/home/sbx/stopped.txt")
+    assert seen.stdout == b"kept-while-stopped\n", seen.stderr.decode()  # HOME of a stopped one
     one_shot = sbx(env, "run", "--rm", "--template", tag, str(kits["agent"]))
     assert one_shot.returncode == 2 and b"--template makes a kept or named" in one_shot.stderr
     own_repository = sbx(env, "save", name, "sbx-run/x:1")
