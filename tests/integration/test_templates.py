@@ -146,6 +146,8 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
     assert ".sbx-template/home/note.txt" in listed and ".sbx-template/home/.cfg/y" in listed
     assert not any(n == ".sbx" or n.startswith((".sbx/", "etc/sbx")) for n in listed)
     assert all(token.decode() not in item for item in image.env)
+    assert not [item for item in image.env if item.startswith(("SBX_RUN_ID=", "HTTP_PROXY=",
+                                                               "HTTPS_PROXY=", "GH_TOKEN="))]
 
     assert sbx(env, "rm", "-f", first).returncode == 0
     names.remove(first)

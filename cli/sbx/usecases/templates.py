@@ -95,7 +95,16 @@ def save(ctx: AppContext, word: str, tag: str, *,
     with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as rewritten:
         chunks = driver.archive_read(str(record.container_id), home)
         with contextlib.closing(chunks):  # type: ignore[type-var]
+            size = 0
             for chunk in chunks:
+                size += len(chunk)
+                if size > MAX_HOME_BYTES + (64 << 20):  # file data plus the archive's headers
+                    raise SbxError(Reason.INVALID_ARGUMENT,
+                                   f"{record.name}'s HOME is larger than a template takes "
+                                   f"({MAX_HOME_BYTES} bytes)",
+                                   hint=f"Remove what the template does not need from HOME "
+                                        f"(`sbx exec {record.name} -- du -sh ~/*`), then save "
+                                        "again.")
                 raw.write(chunk)
         raw.seek(0)
         home_bytes = tpl.home_entries(raw, rewritten, home_name=posixpath.basename(home),
