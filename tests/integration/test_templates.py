@@ -9,8 +9,10 @@ hook run again; gc keeps the template; what is not a template, or other kits, ar
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import subprocess
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -146,6 +148,15 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
     assert ".sbx-template/home/note.txt" in listed and ".sbx-template/home/.cfg/y" in listed
     assert not any(n == ".sbx" or n.startswith((".sbx/", "etc/sbx")) for n in listed)
     assert all(token.decode() not in item for item in image.env)
+    # Not in a lower layer either: the template is one layer of its own (docker save: the
+    # image as it would leave this machine).
+    exported_image = subprocess.run(["docker", "save", tag], capture_output=True, check=True,
+                                    timeout=300).stdout
+    with tarfile.open(fileobj=io.BytesIO(exported_image)) as saved_tar:
+        layers = [n for n in saved_tar.getnames() if n.endswith("layer.tar")]
+        assert len(layers) == 1
+        blob = saved_tar.extractfile(layers[0])
+        assert blob is not None and token not in blob.read()
     assert not [item for item in image.env if item.startswith(("SBX_RUN_ID=", "HTTP_PROXY=",
                                                                "HTTPS_PROXY=", "GH_TOKEN="))]
 

@@ -2,11 +2,12 @@
 from (sbx.domain.sandbox.templates says what a template holds and leaves out).
 
 Saving reads the sandbox's HOME through the engine's archive endpoint, running or stopped (a
-running sandbox is not paused: HOME is taken as it is at that moment), and makes the template
-in a helper container of the sandbox's own image, never the sandbox's container: the helper
-removes sbx's per-run files, gives the system CA bundle back its own certificates, receives
-HOME under /.sbx-template/home and is committed. The committed image is then read back whole
-and refused (removed) if any file or its config holds the sandbox's proxy token.
+running sandbox is not paused: HOME is taken as it is at that moment), and the files of the
+sandbox's own image through an export of a helper container (never the sandbox's container).
+Both become one tar without sbx's per-run files, the CA bundle given back its own
+certificates, scanned for the sandbox's proxy token on the way (a file that holds it refuses
+the save before anything is made), and imported as a one-layer image: no lower layer keeps
+what was left out, as a commit on top of the sandbox's image would.
 """
 
 from __future__ import annotations
@@ -15,23 +16,20 @@ import contextlib
 import posixpath
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from sbx import __version__
 from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
-from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.domain.egress.plan import CA_FILE, SYSTEM_BUNDLES
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox import templates as tpl
-from sbx.domain.sandbox.hardening import Limits, build_create_step_spec
-from sbx.domain.sandbox.lifecycle import CREATE_STEP_CAP_DROP, KEEPALIVE, STARTUP_SCRIPT, _tar
+from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.seams import owned
 from sbx.seams.engine import ImageInfo
-from sbx.seams.signals import deferred_interrupts
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.named.listing import load_named
@@ -41,6 +39,7 @@ if TYPE_CHECKING:
     from sbx.domain.kits.kitset import KitSet
 
 MAX_HOME_BYTES: Final = 8 << 30
+MAX_IMAGE_BYTES: Final = 64 << 30
 HELPER_DEADLINE_S: Final = 3600
 TOKEN_FILE: Final = "proxy.token"  # noqa: S105 - sbx.usecases.keeper's file name, no secret
 
@@ -88,30 +87,39 @@ def save(ctx: AppContext, word: str, tag: str, *,
                  if path.startswith(home.rstrip("/") + "/")]
     template_labels = tpl.template_labels(kits=kits, version=__version__, source=record.name,
                                           home=home, created=time.time())
-    # Run labels of the sandbox's image (and the helper's, which a commit keeps) set empty:
-    # a template is no run's, and gc never removes it (sbx.usecases.gc.judging).
-    labels = own_labels({**base.labels, **helper}, {
-        **template_labels, label_keys.MANAGED: "true", label_keys.HOME: ctx.home_hash})
-    with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as rewritten:
-        chunks = driver.archive_read(str(record.container_id), home)
-        with contextlib.closing(chunks):  # type: ignore[type-var]
-            size = 0
-            for chunk in chunks:
-                size += len(chunk)
-                if size > MAX_HOME_BYTES + (64 << 20):  # file data plus the archive's headers
-                    raise SbxError(Reason.INVALID_ARGUMENT,
-                                   f"{record.name}'s HOME is larger than a template takes "
-                                   f"({MAX_HOME_BYTES} bytes)",
-                                   hint=f"Remove what the template does not need from HOME "
-                                        f"(`sbx exec {record.name} -- du -sh ~/*`), then save "
-                                        "again.")
-                raw.write(chunk)
-        raw.seek(0)
-        home_bytes = tpl.home_entries(raw, rewritten, home_name=posixpath.basename(home),
-                                      leave_out=leave_out, max_bytes=MAX_HOME_BYTES)
-        rewritten.seek(0)
-        made = _commit(ctx, base, tag, labels, helper, rewritten, read)
-    _refuse_leaks(ctx, record.run_id, made, helper)
+    # An imported image has only the labels given: the image's own (not sbx's run labels,
+    # so gc never takes it for a run's: sbx.usecases.gc.judging) and the template's.
+    labels = {**{k: v for k, v in base.labels.items()
+                 if not k.startswith(f"{label_keys.PREFIX}.")},
+              **template_labels, label_keys.MANAGED: "true", label_keys.HOME: ctx.home_hash}
+    ca_pem = read.get(CA_FILE) or b""
+    restored = {path: bundle for path in SYSTEM_BUNDLES
+                if (data := read.get(path)) is not None
+                and (bundle := tpl.restored_bundle(data, ca_pem)) is not None}
+    token = _token(ctx, record.run_id)
+    with tempfile.TemporaryFile() as raw_home, tempfile.TemporaryFile() as raw_image, \
+            tempfile.TemporaryFile() as tree:
+        _spool(driver.archive_read(str(record.container_id), home), raw_home,
+               MAX_HOME_BYTES + (64 << 20), f"{record.name}'s HOME")
+        _spool(driver.export_image(base.id, helper), raw_image, MAX_IMAGE_BYTES,
+               f"{record.name}'s image")
+        raw_home.seek(0)
+        raw_image.seek(0)
+        home_bytes, leaks = tpl.template_archive(
+            raw_image, raw_home, tree, home_name=posixpath.basename(home),
+            leave_out=leave_out, replace=restored, needles=[token] if token else [],
+            max_home_bytes=MAX_HOME_BYTES)
+        if token and any(token.decode("ascii", "replace") in item for item in base.env):
+            leaks.insert(0, "(the image's environment)")
+        if leaks:
+            raise SbxError(
+                Reason.TEMPLATE_LEAK,
+                "the sandbox's proxy token is in " + ", ".join(leaks[:10]) + "; no template "
+                "was made", hint=f"Remove those files from {record.name} (HOME's are listed "
+                f"under {tpl.HOME_DIR}: the same path in its HOME), then save again.",
+                details={"files": leaks[:50]})
+        tree.seek(0)
+        made = driver.import_image(tree, tag, labels, base)
     if existing is not None and existing.id != made.id:
         with contextlib.suppress(SbxError):  # the old template, now untagged, if unused
             driver.untag_image(existing.id)
@@ -120,71 +128,25 @@ def save(ctx: AppContext, word: str, tag: str, *,
     return Saved(tpl.read_template(tag, made.id, made.labels), home_bytes, state == "running")
 
 
-def _commit(ctx: AppContext, base: ImageInfo, tag: str, labels: dict[str, str],
-            helper: dict[str, str], home_tar: Any,
-            read: Mapping[str, bytes | None]) -> ImageInfo:
-    """The template, made in a helper container of the sandbox's image (no network, the
-    create step's shape): sbx's per-run files removed, the CA bundle restored, HOME added."""
-    driver = ctx.driver
-    config = ctx.load_config()
-    spec = build_create_step_spec(image=base.id, limits=Limits.from_sandbox(config.sandbox),
-                                  workdir="/", labels=helper, image_labels=base.labels,
-                                  keepalive=KEEPALIVE, cap_drop=CREATE_STEP_CAP_DROP)
-    container_id: str | None = None
-    try:
-        with deferred_interrupts():
-            container_id = driver.create(spec)
-        driver.start(container_id)
-        output, status = driver.exec_stream(
-            container_id, ["/bin/sh", "-c", 'rm -rf "$@"', "sh", *tpl.SCRUBBED,
-                           tpl.HOME_DIR.rsplit("/", 1)[0]], user="0:0", workdir=None)
-        for _stream, _chunk in output:
-            pass
-        if status() != 0:
-            raise SbxError(Reason.CREATE_FAILED, "removing sbx's per-run files from the "
-                           "template failed")
-        ca_pem = read.get(CA_FILE) or b""
-        bundles = [(path, tpl.restored_bundle(data, ca_pem)) for path in SYSTEM_BUNDLES
-                   if (data := read.get(path)) is not None]
-        restored = [(path, data, 0o644, 0, 0) for path, data in bundles if data is not None]
-        if restored:
-            driver.put_archive(container_id, "/", _tar(restored))
-        driver.archive_write(container_id, "/", home_tar)
-        driver.kill(container_id)
-        driver.wait(container_id, 30)
-        return driver.commit(container_id, tag, labels, base)
-    finally:
-        if container_id is not None:
-            with deferred_interrupts():
-                driver.remove_container(container_id)
-
-
-def _refuse_leaks(ctx: AppContext, run_id: str, made: ImageInfo,
-                  helper: dict[str, str]) -> None:
-    """The template's files and config must not hold the sandbox's proxy token; if one does,
-    the template is removed and the save refused, naming the files."""
-    run_dir = runrecord.run_dir(ctx.state_home, run_id)
-    token = owned.read_bytes(run_dir / TOKEN_FILE, max_bytes=4096)
-    if not token or not token.strip():
-        return
-    needle = token.strip()
-    found: list[str] = []
-    if any(needle.decode("ascii", "replace") in item for item in made.env):
-        found.append("(the image's environment)")
-    chunks = ctx.driver.export_image(made.id, helper)
+def _spool(chunks: Any, into: Any, bound: int, what: str) -> None:
+    """An engine stream into a temporary file, refused past ``bound`` bytes."""
     with contextlib.closing(chunks):
-        for name in tpl.find_needles(chunks, [needle]):
-            found.append("/" + name)
-            if len(found) >= 10:
-                break
-    if not found:
-        return
-    ctx.driver.remove_image(made.id)
-    raise SbxError(Reason.TEMPLATE_LEAK,
-                   "the sandbox's proxy token is in " + ", ".join(found) + "; no template "
-                   "was kept", hint="Remove those files from the sandbox (HOME's are under "
-                   f"{tpl.HOME_DIR} here: the same path in its HOME), then save again.",
-                   details={"files": found})
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if size > bound:
+                raise SbxError(Reason.INVALID_ARGUMENT,
+                               f"{what} is larger than a template takes ({bound} bytes)",
+                               hint="Remove what the template does not need (`sbx exec NAME "
+                                    "-- du -sh ~/*`), then save again.")
+            into.write(chunk)
+
+
+def _token(ctx: AppContext, run_id: str) -> bytes | None:
+    """The sandbox's proxy token (none without egress): what no template may hold."""
+    raw = owned.read_bytes(runrecord.run_dir(ctx.state_home, run_id) / TOKEN_FILE,
+                           max_bytes=4096)
+    return raw.strip() or None if raw else None
 
 
 def find(ctx: AppContext, tag: str) -> tpl.Template:

@@ -12,11 +12,12 @@ kits again and refuses if they changed, so the policy it runs under is the recor
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shlex
 import tarfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final, cast
 
@@ -35,6 +36,9 @@ HOME_DIR: Final = "/.sbx-template/home"
 # What sbx itself writes into a per-run image for one run: its generated startup script and
 # staged files (/.sbx) and the egress CA (/etc/sbx).
 SCRUBBED: Final = ("/.sbx", "/etc/sbx")
+# What the engine puts into every container (and so into an export of one), not the image's.
+ENGINE_ADDED: Final = (".dockerenv", "etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/mtab",
+                       "dev/console", "dev/pts", "dev/shm")
 # Repositories sbx names its own images in: a template there would be gc's or a cache's.
 OWN_REPOSITORIES: Final = ("sbx-run/", "sbx-kit", "sbx-assembled/", "sbx-prep/", "sbx-use/",
                            "sbx-installed/")
@@ -196,20 +200,60 @@ def restored_bundle(bundle: bytes, ca_pem: bytes) -> bytes | None:
     return base + b"\n" if base else b""
 
 
-def home_entries(source: IO[bytes], target: IO[bytes], *, home_name: str,
-                 leave_out: Iterable[str], max_bytes: int) -> int:
-    """HOME's archive (top entry ``home_name``, as the engine sends it) rewritten under
-    :data:`HOME_DIR`, without ``leave_out`` (paths relative to HOME); links kept as links,
-    devices dropped. Returns the bytes of file data; refused over ``max_bytes``."""
+def template_archive(image: IO[bytes], home: IO[bytes], target: IO[bytes], *, home_name: str,
+                     leave_out: Iterable[str], replace: Mapping[str, bytes],
+                     needles: Sequence[bytes], max_home_bytes: int) -> tuple[int, list[str]]:
+    """The template's whole file system as one tar (``target``), from the sandbox image's
+    export (``image``) without sbx's per-run files (:data:`SCRUBBED`) and what the engine adds
+    to every container, with ``replace``'s contents (the restored CA bundle), plus HOME's
+    archive (``home``, top entry ``home_name``) under :data:`HOME_DIR` without ``leave_out``
+    (relative to HOME). Returns HOME's bytes of file data and the names of the files that hold
+    one of ``needles`` (the proxy token); HOME over ``max_home_bytes`` is refused."""
+    leaks: list[str] = []
+    wanted = [n for n in needles if n]
+    with tarfile.open(fileobj=target, mode="w|") as writer:
+        _image_entries(image, writer, replace, wanted, leaks)
+        total = _home_entries(home, writer, home_name, leave_out, max_home_bytes, wanted, leaks)
+    return total, leaks
+
+
+def _dropped(name: str) -> bool:
+    name = name.strip("/").removeprefix("./")
+    cut = (*(p.strip("/") for p in SCRUBBED), HOME_DIR.strip("/").split("/")[0])
+    return name in ENGINE_ADDED or any(name == p or name.startswith(p + "/") for p in cut)
+
+
+def _image_entries(source: IO[bytes], writer: tarfile.TarFile, replace: Mapping[str, bytes],
+                   needles: Sequence[bytes], leaks: list[str]) -> None:
+    swapped = {k.strip("/"): v for k, v in replace.items()}
+    with tarfile.open(fileobj=source, mode="r|") as reader:
+        for entry in reader:
+            name = entry.name.strip("/").removeprefix("./")
+            if _dropped(name) or (entry.islnk() and _dropped(entry.linkname)):
+                continue
+            if entry.isfile() and name in swapped:
+                data = swapped[name]
+                entry.size = len(data)
+                _add(writer, entry, io.BytesIO(data), needles, leaks)
+            elif entry.isfile():
+                _add(writer, entry, reader.extractfile(entry), needles, leaks)
+            else:
+                writer.addfile(entry)
+
+
+def _home_entries(source: IO[bytes], writer: tarfile.TarFile, home_name: str,
+                  leave_out: Iterable[str], max_bytes: int, needles: Sequence[bytes],
+                  leaks: list[str]) -> int:
+    """HOME's entries renamed under :data:`HOME_DIR`; links kept as links, devices, FIFOs
+    and sockets dropped."""
     skip = {p.strip("/") for p in leave_out}
     total = 0
     parents = HOME_DIR.strip("/").split("/")
-    with tarfile.open(fileobj=source, mode="r|") as reader, \
-            tarfile.open(fileobj=target, mode="w|") as writer:
-        for index in range(1, len(parents)):
-            directory = tarfile.TarInfo("/".join(parents[:index]))
-            directory.type, directory.mode = tarfile.DIRTYPE, 0o755
-            writer.addfile(directory)
+    for index in range(1, len(parents)):
+        directory = tarfile.TarInfo("/".join(parents[:index]))
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+        writer.addfile(directory)
+    with tarfile.open(fileobj=source, mode="r|") as reader:
         for entry in reader:
             first, _, rest = entry.name.partition("/")
             if first != home_name or rest in skip:
@@ -227,55 +271,40 @@ def home_entries(source: IO[bytes], target: IO[bytes], *, home_name: str,
                                    f"HOME holds more than {max_bytes} bytes of files",
                                    hint="Remove what the template does not need from HOME "
                                         "(`sbx exec NAME -- du -sh ~/*`), then save again.")
-                writer.addfile(entry, reader.extractfile(entry))
+                _add(writer, entry, reader.extractfile(entry), needles, leaks)
             else:
                 writer.addfile(entry)
     return total
 
 
-def find_needles(chunks: Iterable[bytes], needles: Sequence[bytes]) -> Iterator[str]:
-    """The names of the files in a tar stream (``chunks``) that hold one of ``needles``."""
-    wanted = [n for n in needles if n]
-    if not wanted:
-        return
-    longest = max(len(n) for n in wanted)
-    with tarfile.open(fileobj=cast(IO[bytes], _ChunkReader(iter(chunks))),
-                      mode="r|") as reader:
-        for entry in reader:
-            if not entry.isfile():
-                continue
-            data = reader.extractfile(entry)
-            if data is None:
-                continue
-            tail = b""
-            while block := data.read(1 << 20):
-                window = tail + block
-                if any(n in window for n in wanted):
-                    yield entry.name
-                    break
-                tail = window[-longest:]
+def _add(writer: tarfile.TarFile, entry: tarfile.TarInfo, data: IO[bytes] | None,
+         needles: Sequence[bytes], leaks: list[str]) -> None:
+    scanning = _Scanning(data, needles)
+    writer.addfile(entry, cast(IO[bytes], scanning) if data is not None else None)
+    if scanning.found:
+        leaks.append("/" + entry.name.strip("/"))
 
 
-class _ChunkReader:
-    """A read()-able view of an iterator of byte chunks (the engine's export stream)."""
+class _Scanning:
+    """A file read through, noting whether it holds one of ``needles`` (across reads)."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buffer = b""
+    def __init__(self, data: IO[bytes] | None, needles: Sequence[bytes]) -> None:
+        self._data = data
+        self._needles = needles
+        self._keep = max((len(n) for n in needles), default=1) - 1
+        self._tail = b""
+        self.found = False
 
     def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self._buffer) < size:
-            try:
-                self._buffer += next(self._chunks)
-            except StopIteration:
-                break
-        if size < 0:
-            size = len(self._buffer)
-        out, self._buffer = self._buffer[:size], self._buffer[size:]
-        return out
+        block = self._data.read(size) if self._data is not None else b""
+        if self._needles and not self.found and block:
+            window = self._tail + block
+            self.found = any(n in window for n in self._needles)
+            self._tail = window[-self._keep:] if self._keep else b""
+        return block
 
 
 __all__ = ["HOME_DIR", "OWN_REPOSITORIES", "SCRUBBED", "TEMPLATE", "TEMPLATE_KITS", "Template",
-           "check_kits", "check_tag", "find_needles", "home_entries", "is_template",
-           "kits_for", "not_a_template", "read_template", "restored_bundle", "staged_targets",
+           "check_kits", "check_tag", "is_template", "kits_for", "not_a_template",
+           "read_template", "restored_bundle", "staged_targets", "template_archive",
            "template_labels"]

@@ -146,35 +146,82 @@ def _archive(entries: list[tuple[str, bytes | None]]) -> io.BytesIO:
     return buffer
 
 
-def test_home_is_rewritten_under_the_template_directory_without_what_was_left_out() -> None:
-    source = _archive([("sbx", None), ("sbx/note.txt", b"hello"), ("sbx/.claude", None),
-                       ("sbx/.claude/.credentials.json", b"sentinel")])
+def _image() -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, content in ((".dockerenv", b""), ("etc/hostname", b""),
+                              ("etc/ssl/certs/ca-certificates.crt", b"SYSTEM\nSBXCA\n"),
+                              ("etc/sbx/ca.pem", b"SBXCA\n"),
+                              (".sbx/startup.sh", b"HTTPS_PROXY=http://sbx:TOKEN123@gw"),
+                              ("opt/installed", b"from the install hook"),
+                              ("opt/leaky", b"proxy=http://sbx:TOKEN123@gw"),
+                              (".sbx-template/home/old", b"an older template's HOME")):
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+        link = tarfile.TarInfo("opt/to-startup")
+        link.type, link.linkname = tarfile.LNKTYPE, ".sbx/startup.sh"
+        archive.addfile(link)
+    buffer.seek(0)
+    return buffer
+
+
+def _built(home: io.BytesIO, leave_out: tuple[str, ...] = (),
+           needles: tuple[bytes, ...] = (b"TOKEN123",)) -> tuple[int, list[str], dict[str, Any]]:
     target = io.BytesIO()
-    total = tpl.home_entries(source, target, home_name="sbx",
-                             leave_out=[".claude/.credentials.json"], max_bytes=1 << 20)
+    total, leaks = tpl.template_archive(
+        _image(), home, target, home_name="sbx", leave_out=leave_out,
+        replace={"/etc/ssl/certs/ca-certificates.crt": b"SYSTEM\n"}, needles=needles,
+        max_home_bytes=1 << 20)
     target.seek(0)
     with tarfile.open(fileobj=target) as archive:
-        members = {m.name: m for m in archive.getmembers()}
-        assert archive.extractfile(members[".sbx-template/home/note.txt"]).read() == b"hello"  # type: ignore[union-attr]
-    assert total == 5
+        members: dict[str, Any] = {}
+        for member in archive.getmembers():
+            data = archive.extractfile(member) if member.isfile() else None
+            members[member.name] = (member, data.read() if data is not None else None)
+    return total, leaks, members
+
+
+def test_the_template_tree_leaves_out_sbx_files_the_engines_and_an_older_home() -> None:
+    total, leaks, members = _built(_archive([("sbx", None), ("sbx/note.txt", b"hello")]))
+    assert members["opt/installed"][1] == b"from the install hook"
+    assert members["etc/ssl/certs/ca-certificates.crt"][1] == b"SYSTEM\n"
+    for gone in (".dockerenv", "etc/hostname", "etc/sbx/ca.pem", ".sbx/startup.sh",
+                 ".sbx-template/home/old", "opt/to-startup"):
+        assert gone not in members, gone
+    assert members[".sbx-template/home/note.txt"][1] == b"hello" and total == 5
+    assert leaks == ["/opt/leaky"]  # what the install hook wrote: the save is refused
+    assert _built(_archive([("sbx", None)]), needles=())[1] == []
+
+
+def test_home_is_rewritten_under_the_template_directory_without_what_was_left_out() -> None:
+    source = _archive([("sbx", None), ("sbx/note.txt", b"hello"), ("sbx/.claude", None),
+                       ("sbx/.claude/.credentials.json", b"sentinel"),
+                       ("sbx/.npmrc", b"proxy=http://sbx:TOKEN123@gw")])
+    total, leaks, members = _built(source, leave_out=(".claude/.credentials.json",))
+    assert total == 5 + len(b"proxy=http://sbx:TOKEN123@gw")
     assert ".sbx-template/home/.claude/.credentials.json" not in members
-    assert members[".sbx-template/home/link"].linkname == "/etc/passwd"  # a link stays one
+    assert members[".sbx-template/home/link"][0].linkname == "/etc/passwd"  # a link stays one
     assert ".sbx-template/home/fifo" not in members
-    assert members[".sbx-template/home"].isdir() and members[".sbx-template"].isdir()
-    assert members[".sbx-template/home/note.txt"].uid == 1000
+    assert members[".sbx-template/home"][0].isdir() and members[".sbx-template"][0].isdir()
+    assert members[".sbx-template/home/note.txt"][0].uid == 1000
+    assert leaks == ["/opt/leaky", "/.sbx-template/home/.npmrc"]
 
 
 def test_home_over_the_bound_is_refused() -> None:
     source = _archive([("sbx", None), ("sbx/big", b"x" * 100)])
     with pytest.raises(SbxError) as caught:
-        tpl.home_entries(source, io.BytesIO(), home_name="sbx", leave_out=(), max_bytes=99)
+        tpl.template_archive(_image(), source, io.BytesIO(), home_name="sbx", leave_out=(),
+                             replace={}, needles=(), max_home_bytes=99)
     assert "more than 99 bytes" in caught.value.message
 
 
-def test_the_files_holding_a_needle_are_named_even_across_chunks() -> None:
-    buffer = _archive([("sbx", None), ("sbx/a", b"x" * 10 + b"TOKEN123" + b"y"),
-                       ("sbx/b", b"nothing here")])
-    data = buffer.getvalue()
-    chunks = [data[i:i + 7] for i in range(0, len(data), 7)]  # split everywhere
-    assert list(tpl.find_needles(chunks, [b"TOKEN123"])) == ["sbx/a"]
-    assert list(tpl.find_needles([data], [b""])) == []
+def test_a_needle_split_across_reads_is_found() -> None:
+    class Trickle(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            return super().read(3)
+
+    scanning = tpl._Scanning(Trickle(b"xxTOKEN123yy"), [b"TOKEN123"])
+    while scanning.read(1024):
+        pass
+    assert scanning.found
