@@ -115,8 +115,10 @@ def save(ctx: AppContext, word: str, tag: str, *,
             raise SbxError(
                 Reason.TEMPLATE_LEAK,
                 "the sandbox's proxy token is in " + ", ".join(leaks[:10]) + "; no template "
-                "was made", hint=f"Remove those files from {record.name} (HOME's are listed "
-                f"under {tpl.HOME_DIR}: the same path in its HOME), then save again.",
+                "was made", hint=f"HOME's files (listed under {tpl.HOME_DIR}): `sbx exec "
+                f"{record.name} -- rm ~/FILE`; the image's (an install hook wrote them): "
+                "change the kit's hook not to write the proxy URL, then `sbx run --name "
+                f"{record.name} --recreate`. Then save again.",
                 details={"files": leaks[:50]})
         tree.seek(0)
         made = driver.import_image(tree, tag, labels, base)

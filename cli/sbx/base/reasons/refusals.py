@@ -354,9 +354,11 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "`sbx save` keeps nothing of a run's boundary in a template. A file in the sandbox's "
         "HOME or image holds the sandbox's egress proxy token (its proxy URL, e.g. written "
         "into a tool's config from HTTP_PROXY), which would let anyone running the template "
-        "use this sandbox's proxy and credentials. No template was kept.",
-        "Remove the named files from the sandbox (`sbx exec NAME -- rm FILE`; let the tool "
-        "read HTTP_PROXY from the environment instead), then save again.",
+        "use this sandbox's proxy and credentials. Nothing was made.",
+        "A file in HOME: remove it (`sbx exec NAME -- rm FILE`; let the tool read HTTP_PROXY "
+        "from the environment instead). A file of the image (an install hook wrote it): change "
+        "the kit's hook not to write the proxy URL, then `sbx run --name NAME --recreate`. "
+        "Then save again.",
         _E.REFUSED,
     ),
 }
