@@ -12,6 +12,7 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
 from sbx.domain.egress.plan import trust_bundle
 from sbx.domain.kits.compose import Hook
 from sbx.domain.sandbox import templates as tpl
@@ -19,6 +20,7 @@ from sbx.domain.sandbox.capabilities import CapabilityPlan
 from sbx.domain.sandbox.hardening import Limits
 from sbx.domain.sandbox.lifecycle import Accounts, KitFile, LifecyclePlan, startup_script
 from sbx.domain.sandbox.mountedfiles import with_mounted_files
+from sbx.views import template as view
 
 KITS: dict[str, Any] = {"workload": "/kits/agent", "mixins": ["/kits/git"],
         "kits": {"/kits/agent": {"descriptor": "a" * 64, "recipe": "b" * 64},
@@ -225,3 +227,15 @@ def test_a_needle_split_across_reads_is_found() -> None:
     while scanning.read(1024):
         pass
     assert scanning.found
+
+
+def test_template_ls_prints_one_row_a_tag_and_the_envelope_with_json() -> None:
+    out = io.StringIO()
+    view.listing(Renderer(out, io.StringIO(), as_json=False, env={"NO_COLOR": "1"}, width=120),
+                 [_template()])
+    header, row = out.getvalue().splitlines()
+    assert header.split() == ["TAG", "WORKLOAD", "KITS", "SAVED", "FROM", "CREATED"]
+    assert row.split()[:4] == ["mine:1", "/kits/agent", "/kits/git", "dev"]
+    out = io.StringIO()
+    view.listing(Renderer(out, io.StringIO(), as_json=True, env={}, width=120), [_template()])
+    assert json.loads(out.getvalue())["data"]["templates"][0]["tag"] == "mine:1"
