@@ -3,7 +3,9 @@ sandbox with egress, a secret, an install hook and a startup hook is saved while
 template's files (read back through the engine's export) hold HOME's file and the install
 hook's result but neither the run's proxy token nor the secret; the sandbox is removed and a
 new one made from the template sees both files, with the kits' egress policy and no install
-hook run again; gc keeps the template; what is not a template, or other kits, are refused.
+hook run again; gc keeps the template; what is not a template, or other kits, are refused; a
+token an install hook wrote refuses the save; the OAuth credential file sbx writes into HOME is
+left out and written again by the new sandbox, the agent's own files beside it kept.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from sbx.domain.credentials.oauth import Tokens
+from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.sandbox import runrecord
 from sbx.seams.driver import SdkEngine
 from tests.support.kits import (
@@ -250,3 +254,64 @@ def test_a_token_written_into_the_image_refuses_the_save(
     assert refused.returncode == 125 and b"template_leak" in refused.stderr, refused.stderr
     assert b"/opt/install-env" in refused.stderr
     assert engine.image(tag) is None
+
+
+OAUTH_KIT = """
+capabilities:
+  - type: com.docker.sandbox/network-policy@1
+    config:
+      runtime:
+        allow: [api.anthropic.com, console.anthropic.com]
+  - type: com.docker.sandbox/credential@1
+    config:
+      service: anthropic
+      phase: runtime
+      oauth:
+        tokenEndpoint: {host: console.anthropic.com, path: /v1/oauth/token}
+        resourceHosts: [api.anthropic.com]
+        sentinels:
+          accessToken: sk-ant-oat01-proxy-managed
+          refreshToken: sk-ant-ort01-proxy-managed
+        credentialFile:
+          path: ~/.claude/.credentials.json
+          structure:
+            claudeAiOauth:
+              accessToken: "{{.AccessToken}}"
+              refreshToken: "{{.RefreshToken}}"
+"""
+REAL_ACCESS = "real-access-token-template-0123456789"
+
+
+def test_the_credential_file_sbx_puts_in_home_is_left_out_and_written_again(
+        env: dict[str, str], names: list[str], tags: list[str], engine: SdkEngine,
+        state_home: Path, tmp_path: Path) -> None:
+    kit = make_kit(tmp_path / "kits", "tploauth",
+                   "FROM sbx-base/bookworm:1\nUSER agent\nWORKDIR /workspace\nCMD [\"bash\"]\n",
+                   OAUTH_KIT)
+    OAuthStore(state_home).set("anthropic", Tokens(REAL_ACCESS, "real-refresh-token-tpl-0123"))
+    first, second = f"to-{uuid.uuid4().hex[:8]}", f"tu-{uuid.uuid4().hex[:8]}"
+    names.extend([first, second])
+    made = sbx(env, "run", "--name", first, "-d", str(kit), "--", "sleep", "600")
+    assert made.returncode == 0, made.stderr.decode()
+    shown = sbx(env, "exec", first, "--", "bash", "-c",
+                "cat ~/.claude/.credentials.json; echo mine > ~/.claude/settings.json")
+    assert b"sk-ant-oat01-proxy-managed" in shown.stdout, shown.stderr.decode()
+    tag = f"sbx-test-template-{uuid.uuid4().hex[:8]}:1"
+    tags.append(tag)
+    assert sbx(env, "save", first, tag).returncode == 0
+    image = engine.image(tag)
+    assert image is not None
+    exported = _files(engine, image.id, tmp_path)
+    with tarfile.open(exported) as archive:
+        listed = set(archive.getnames())
+    assert ".sbx-template/home/.claude/settings.json" in listed  # the agent's own file stays
+    assert ".sbx-template/home/.claude/.credentials.json" not in listed  # sbx's goes
+    assert _contains(exported, b"sk-ant-oat01-proxy-managed") == []
+    assert _contains(exported, REAL_ACCESS.encode()) == []
+    assert sbx(env, "rm", "-f", first).returncode == 0
+    names.remove(first)
+    again = sbx(env, "create", "--template", tag, "--name", second)
+    assert again.returncode == 0, again.stderr.decode()
+    seen = sbx(env, "exec", second, "--", "bash", "-c",
+               "cat ~/.claude/settings.json ~/.claude/.credentials.json")
+    assert seen.stdout.startswith(b"mine\n") and b"sk-ant-oat01-proxy-managed" in seen.stdout
