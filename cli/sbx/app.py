@@ -106,6 +106,15 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
         "from."),
     "fetch": Command("sbx.commands.clone:fetch",
         "Bring a --clone sandbox's commits into the host repository as branch sbx/NAME."),
+    "save": Command("sbx.commands.template:save",
+        "Save a named sandbox's image and HOME as a template image TAG on its engine."),
+    "template": Group("List and remove the templates `sbx save` made.", {
+        "ls": Command("sbx.commands.template:ls",
+            'List the templates on the engine: TAG, WORKLOAD, KITS, SAVED FROM, CREATED.'),
+        "rm": Command("sbx.commands.template:rm",
+            "Remove a template's tag (the image goes with its last tag); refuses an image that is\n"
+            "not an sbx template."),
+    }),
     "completion": Command("sbx.commands.completion:completion",
         'Print the shell completion script for SHELL (bash, zsh or fish).'),
     "secret": Group(

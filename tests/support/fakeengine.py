@@ -294,6 +294,15 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self.created.append(("image", tag))
         return derived
 
+    def import_image(self, tar: Any, tag: str, labels: Mapping[str, str],
+                     like: ImageInfo) -> ImageInfo:
+        self._call("import_image", tag, dict(labels))
+        image = replace(like, id="sha256:" + self._new_id("import"), tags=(tag,),
+                        labels=dict(labels))
+        self.images[tag] = self.images[image.id] = image
+        self.created.append(("image", tag))
+        return image
+
     def commit(self, container_id: str, tag: str, labels: Mapping[str, str],
                like: ImageInfo) -> ImageInfo:
         self._call("commit", container_id, tag, dict(labels))

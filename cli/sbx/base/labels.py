@@ -16,6 +16,7 @@ KITS: Final = f"{PREFIX}.kits"
 VERSION: Final = f"{PREFIX}.version"
 ROLE: Final = f"{PREFIX}.role"
 NAME: Final = f"{PREFIX}.name"  # on everything a named sandbox owns
+TEMPLATE: Final = f"{PREFIX}.template"  # "1" on a template `sbx save` made: user data
 
 # Roles: the sandbox itself, and short-lived helper containers (reading a file out of an image,
 # doctor's limit probe) that are removed right after use.
@@ -67,5 +68,5 @@ def deadline_of(labels: Mapping[str, str]) -> int | None:
 
 
 __all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "NAME", "PREFIX", "ROLE", "ROLE_HELPER",
-           "ROLE_SANDBOX", "RUN", "VERSION", "deadline_of", "home_selector", "object_labels",
-           "own_labels", "value"]
+           "ROLE_SANDBOX", "RUN", "TEMPLATE", "VERSION", "deadline_of", "home_selector",
+           "object_labels", "own_labels", "value"]

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
 from sbx.commands import limit_options, publish_option
-from sbx.commands.run import WorkspaceModeOption
+from sbx.commands.run import TemplateOption, WorkspaceModeOption
 from sbx.domain.sandbox import durations, limitflags
 from sbx.views import kit as kit_view
 
@@ -23,8 +25,9 @@ else:  # imported on first use: `sbx --help` loads no use case
 
 def create(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Argument(
-        help="The workload kit: a kit directory, a pinned kit, or an agent's short name.")],
+    workload: Annotated[str | None, typer.Argument(
+        help="The workload kit: a kit directory, a pinned kit, or an agent's short name "
+             "(with --template: the template's when left out).")] = None,
     workspace: Annotated[str | None, typer.Argument(
         help="Host directory to use as the workspace (needed without --name: the sandbox is "
              "kept per workspace).")] = None,
@@ -50,6 +53,7 @@ def create(
     pids: limit_options.PidsOption = None,
     idle_stop: limit_options.IdleStopOption = None,
     publish: publish_option.PublishOption = None,
+    template: TemplateOption = None,
 ) -> int:
     """Create a kept sandbox and leave it running, without attaching; prints its name.
 
@@ -58,12 +62,18 @@ def create(
     """
     app = ctx.obj
     limits = limitflags.parse_flags(memory, cpus, pids)
+    given, kits = entry.template_kits(app, template, workload, tuple(kit or ()))
+    if given is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "sbx create needs a WORKLOAD: a kit "
+                       "directory, a pinned kit, an agent's short name (or --template TAG)",
+                       hint="e.g. sbx create --name my-agent claude")
     request = run_request.RunRequest(
-        workload=workload, workspace=workspace, access=access, kits=tuple(kit or ()),
+        workload=given, workspace=workspace, access=access, kits=kits,
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
         workspace_mode=workspace_mode, publish=publish_option.publish_words(publish),
-        clone=clone, idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
+        clone=clone, template=template,
+        idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
         if idle_stop is not None else None)
     renderer = app.renderer
     result = entry.create(app, request, on_output=renderer.workload_output,

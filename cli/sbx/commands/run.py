@@ -27,6 +27,12 @@ WorkspaceModeOption = Annotated[str, typer.Option(
          "brings results out).")]
 
 
+TemplateOption = Annotated[str | None, typer.Option(
+    "--template", metavar="TAG",
+    help="Start the new sandbox from a template `sbx save` made: its image and HOME, under "
+         "the kits it was saved from (WORKLOAD and --kit may be left out).")]
+
+
 def run(
     ctx: typer.Context,
     workload: Annotated[str | None, typer.Argument(
@@ -134,6 +140,7 @@ def run(
     pids: limit_options.PidsOption = None,
     idle_stop: limit_options.IdleStopOption = None,
     publish: publish_option.PublishOption = None,
+    template: TemplateOption = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Capture the workload's output and print one JSON envelope.")] = False,
 ) -> int:
@@ -144,6 +151,7 @@ def run(
     Arguments after `--` replace the image's CMD.
     """
     app = ctx.obj
+    workload, kits = entry.template_kits(app, template, workload, tuple(kit or ()))
     workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
     limits = limitflags.parse_flags(memory, cpus, pids)
@@ -156,7 +164,7 @@ def run(
         timeout_s=durations.parse_duration(timeout) if timeout is not None else None,
         command=app.passthrough,
         capture_output=as_json,
-        kits=tuple(kit or ()),
+        kits=kits,
         args=tuple(arg or ()),
         allow_privileged=allow_privileged,
         interactive=interactive,
@@ -183,6 +191,7 @@ def run(
         workspace_mode=workspace_mode,
         idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
         if idle_stop is not None else None,
+        template=template,
     )
     renderer = app.renderer
     result = entry.run(app, request, on_output=renderer.workload_output,
@@ -192,4 +201,4 @@ def run(
     return run_cached.finish(renderer, result, as_json=as_json)
 
 
-__all__ = ["WorkspaceModeOption", "run"]
+__all__ = ["TemplateOption", "WorkspaceModeOption", "run"]

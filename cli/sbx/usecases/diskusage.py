@@ -68,9 +68,11 @@ def disk_usage(ctx: AppContext) -> DiskUsage:
               or marked_by(home, str(i.get("Id", "")), i.get("RepoTags") or ())}
     for ident, image in images.items():
         tags = [t for t in image.get("RepoTags") or () if t != "<none>:<none>"]
+        # a template (`sbx save`) is this home's too, and user data: said as such
+        template = label_keys.value(image.get("Labels") or {}, label_keys.TEMPLATE) == "1"
         usage.images.append(Usage("image", ident, tags[0] if tags else ident[:19],
-                                  _unique(image), f"{int(image.get('Containers') or 0)} "
-                                  "containers"))
+                                  _unique(image), ("template, " if template else "")
+                                  + f"{int(image.get('Containers') or 0)} containers"))
     containers = {str(c.get("Id", "")): c for c in raw.get("Containers") or () if _ours(c, home)}
     volumes = {str(v.get("Name", "")): v for v in raw.get("Volumes") or () if _ours(v, home)}
     for name, volume in volumes.items():

@@ -28,8 +28,8 @@ from sbx.usecases import enginefit, explainrequest, explainsandbox, pipeline
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
-from sbx.usecases.named.ports import PortRow, sandbox_ports
 from sbx.usecases.idlestop import IdleStopped, stopped_mark
+from sbx.usecases.named.ports import PortRow, sandbox_ports
 from sbx.usecases.policyrules import named_sandbox
 
 if TYPE_CHECKING:

@@ -38,6 +38,7 @@ CREATION_OPTIONS: Final = {
     "pids": "--pids", "runtime": "--runtime", "workspace_mode": "--workspace-mode",
     "publish": "--publish",
     "clone": "--clone", "clone_volume": "--clone", "idle_stop_s": "--idle-stop",
+    "template": "--template",
 }
 
 

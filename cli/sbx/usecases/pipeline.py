@@ -23,6 +23,7 @@ the command after ``--`` — is checked by :mod:`sbx.usecases.run.plan` around t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import uuid
@@ -78,6 +79,7 @@ class WorkloadRequest:
     detach_keys: str | None = None  # --detach-keys (run only), over [sandbox] detach_keys
     runtime: str | None = None  # --runtime (run only), over [sandbox] runtime
     named: bool | None = None  # --name (run, explain); None: not a run (kit inspect, doctor)
+    template: str | None = None  # --template TAG (run): the image the sandbox starts from
 
 
 @dataclass(frozen=True)
@@ -177,17 +179,24 @@ def detach_keys(flag: str | None, config: Config) -> str:
 
 def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: ProgressFactory,
          helper_labels: Mapping[str, str], resolve_secrets: bool,
-         gate: KitGate | None = None) -> WorkloadPlan:
+         gate: KitGate | None = None, template: ImageInfo | None = None) -> WorkloadPlan:
     """``resolve_secrets``: read keyring, variable and command secrets for the proxy (``sbx
     run`` only; explain and doctor never read a value). ``gate`` sees each kit's effective
     descriptor before any capability is planned or secret read (``sbx run``'s permission gate,
-    sbx.usecases.kitgate); it raises to refuse."""
+    sbx.usecases.kitgate); it raises to refuse. ``template``: the image the sandbox starts
+    from instead of the kits' (`--template`, checked to be of these kits): nothing is built,
+    and its install hooks ran when the template's sandbox was made, so none is planned."""
     driver: Inventory = ctx.driver
     engine = driver.info()
     check_engine(engine)
     check_runtime(engine, loaded.runtime)  # before any image is built
     kit_set = loaded.kit_set
-    image, image_tag, image_built, used = _kit_image(ctx, kit_set, progress, helper_labels)
+    used: tuple[ImageInfo, ...]
+    if template is not None:
+        image, image_tag, image_built, used = template, template.id, False, (template,)
+    else:
+        image, image_tag, image_built, used = _kit_image(ctx, kit_set, progress,
+                                                         helper_labels)
     workspace_target = image.workdir or DEFAULT_WORKSPACE
     exports = kit_set.env_exports
     container_env = final_environment(
@@ -205,6 +214,9 @@ def plan(ctx: AppContext, loaded: LoadedWorkload, *, run_id: str, progress: Prog
         git_identity=lambda: global_identity(ctx.env),
         ssh_agent_missing=lambda: host_agent(ctx.env)[1] or None,
         named=loaded.request.named)
+    if template is not None:  # before the egress plan: no install phase either
+        capabilities = dataclasses.replace(capabilities, lifecycle=dataclasses.replace(
+            capabilities.lifecycle, install=()))
     egress = bind_credentials(composition, capabilities, state_home=ctx.state_home, env=ctx.env,
                               resolve_values=resolve_secrets)
     return WorkloadPlan(loaded, engine, image, image_tag, image_built, used, workspace_target,

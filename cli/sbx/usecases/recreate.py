@@ -48,6 +48,8 @@ def creation_request(request: RunRequest, record: SandboxRecord) -> RunRequest:
     for field in CREATION_OPTIONS:
         if getattr(request, field) != getattr(defaults, field) or field not in recorded:
             continue
+        if field == "template":  # made again from its kits as they are now, HOME kept as is
+            continue
         if field in ("env", "env_files"):
             raise SbxError(Reason.INVALID_ARGUMENT,
                            f"{record.name} was made with {CREATION_OPTIONS[field]}, whose "

@@ -1471,3 +1471,9 @@ def test_a_cached_install_goes_with_the_run_tag_a_dead_reusing_run_left_and_firs
     installed = CacheDecision("i", ("sbx-installed/k:1",), "unused", "")
     prep = CacheDecision("p", ("sbx-prep/p:1",), "unused", "")
     assert [d.image_id for d in removal_order([prep, installed])] == ["i", "p"]
+
+
+def test_a_template_is_never_a_candidate_whatever_its_run_labels_say() -> None:
+    # untagged, its run over and its deadline long past: still user data
+    entry = ImageEntry("sha256:" + hex64(), (), RID, str(int(NOW) - 9999), template=True)
+    assert judge_image(entry, {RID: _run(RID, 2)}, CLOCK)[:2] == (False, "template")

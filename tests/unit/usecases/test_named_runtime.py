@@ -71,3 +71,14 @@ def test_a_running_sandbox_is_left_as_it_is(tmp_path: Path) -> None:
     named_start._start(_ctx(tmp_path, engine), _record("crun"), lambda _text: None)
     assert engine.names() == ["container_state"]
     assert DEFAULT_INFO.runtimes == ("runc",)
+
+
+def test_template_is_a_creation_option_that_a_recreation_does_not_replay() -> None:
+    assert creation_options(RunRequest(workload="./k", template="t:1")) == {"template": "t:1"}
+    made = _record(None, {"template": "t:1"})
+    named_start._refuse_creation_options(RunRequest(workload="./k", template="t:1"), made)
+    with pytest.raises(SbxError) as caught:
+        named_start._refuse_creation_options(RunRequest(workload="./k", template="u:1"), made)
+    assert "--template" in caught.value.message
+    # made again from its kits as they are now: HOME is kept, not seeded from the template
+    assert creation_request(RunRequest(workload="./k", recreate=True), made).template is None

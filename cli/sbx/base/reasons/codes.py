@@ -118,6 +118,9 @@ class Reason(enum.StrEnum):
     NOT_A_CLONE = "not_a_clone"
     BRANCH_DIVERGED = "branch_diverged"
     GIT_MISSING = "git_missing"
+    NOT_A_TEMPLATE = "not_a_template"
+    TEMPLATE_MISMATCH = "template_mismatch"
+    TEMPLATE_LEAK = "template_leak"
 
     @property
     def info(self) -> ReasonInfo:

@@ -375,6 +375,38 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "its Dockerfile), or run without --clone.",
         _E.REFUSED,
     ),
+    _R.NOT_A_TEMPLATE: ReasonInfo(
+        "The image is not an sbx template",
+        "`--template TAG` and `sbx template rm` take an image that `sbx save` made: it carries "
+        "the label dev.sbx.template=1 and the kit set it was saved from. This image does not "
+        "(or it is not on this engine), so sbx cannot know which kits, policy and HOME go "
+        "with it. A plain image is a kit's job (a kit's `image` or Dockerfile).",
+        "List the templates with `sbx template ls`; make one from a named sandbox with "
+        "`sbx save NAME TAG`; for a plain image, write a kit whose image it is.",
+        _E.REFUSED,
+    ),
+    _R.TEMPLATE_MISMATCH: ReasonInfo(
+        "The kits do not match the template's",
+        "A run from a template runs under the kit set it was saved from (hardening, admission, "
+        "egress policy). The WORKLOAD or --kit given name other kits, or those kits changed "
+        "since the save (their descriptor or recipe digests differ from the template's "
+        "label). Nothing was created.",
+        "Leave out WORKLOAD and --kit (the template names its own), restore the kits as they "
+        "were, or save a new template from a sandbox of the kits as they are now.",
+        _E.REFUSED,
+    ),
+    _R.TEMPLATE_LEAK: ReasonInfo(
+        "The sandbox holds its own proxy token",
+        "`sbx save` keeps nothing of a run's boundary in a template. A file in the sandbox's "
+        "HOME or image holds the sandbox's egress proxy token (its proxy URL, e.g. written "
+        "into a tool's config from HTTP_PROXY), which would let anyone running the template "
+        "use this sandbox's proxy and credentials. Nothing was made.",
+        "A file in HOME: remove it (`sbx exec NAME -- rm FILE`; let the tool read HTTP_PROXY "
+        "from the environment instead). A file of the image (an install hook wrote it): change "
+        "the kit's hook not to write the proxy URL, then `sbx run --name NAME --recreate`. "
+        "Then save again.",
+        _E.REFUSED,
+    ),
 }
 
 __all__ = ["ENTRIES"]

@@ -62,7 +62,9 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch completion secret kit skills config policy mcp
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch save template completion secret kit skills config policy mcp
+        case 'sbx template'
+            printf '%s\n' ls rm
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
@@ -81,7 +83,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids --idle-stop -p --publish
+            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids --idle-stop -p --publish --template
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -89,7 +91,7 @@ function __sbx_value_options --argument-names node
         case 'sbx gc'
             printf '%s\n' --grace
         case 'sbx create'
-            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids --idle-stop -p --publish
+            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids --idle-stop -p --publish --template
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -144,6 +146,8 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a df -d 'Show what this state home takes
 complete -c sbx -n '__sbx_arg "sbx" 0' -a sessions -d 'List the agent\'s resumable sessions in a named or kept sandbox, most recent f...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a diff -d 'Show a --clone sandbox\'s changes (committed and not) against the commit it st...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a fetch -d 'Bring a --clone sandbox\'s commits into the host repository as branch sbx/NAME'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a save -d 'Save a named sandbox\'s image and HOME as a template image TAG on its engine'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a template -d 'List and remove the templates `sbx save` made'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a completion -d 'Print the shell completion script for SHELL (bash, zsh or fish)'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a secret -d 'Store, list, import and remove the secrets (API keys, OAuth logins) that kits...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a kit -d 'Create, check, inspect and publish kits'
@@ -190,6 +194,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l cpus -x -d 'CPU limit in CPUs (0.5, 1
 complete -c sbx -n '__sbx_in "sbx run"' -l pids -x -d 'Process limit; at most [sandbox] pids'
 complete -c sbx -n '__sbx_in "sbx run"' -l idle-stop -x -d 'Stop the named sandbox once idle this long (no client, no egress request, alm...'
 complete -c sbx -n '__sbx_in "sbx run"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
+complete -c sbx -n '__sbx_in "sbx run"' -l template -x -d 'Start the new sandbox from a template `sbx save` made: its image and HOME, un...'
 complete -c sbx -n '__sbx_in "sbx run"' -l json -d 'Capture the workload\'s output and print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx run"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx run" 0' -a '(__fish_complete_directories (commandline -ct))'
@@ -248,6 +253,9 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'head_unborn' -d 'The reposito
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'not_a_clone' -d 'The sandbox has no clone'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'branch_diverged' -d 'The branch exists and would not fast-forward'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'git_missing' -d 'The sandbox image has no git'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'not_a_template' -d 'The image is not an sbx template'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'template_mismatch' -d 'The kits do not match the template\'s'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'template_leak' -d 'The sandbox holds its own proxy token'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'build_failed' -d 'Kit image build failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'hook_failed' -d 'Kit lifecycle hook failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'create_failed' -d 'Engine refused to create the container'
@@ -330,6 +338,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -l cpus -x -d 'CPU limit in CPUs (0.5
 complete -c sbx -n '__sbx_in "sbx create"' -l pids -x -d 'Process limit; at most [sandbox] pids'
 complete -c sbx -n '__sbx_in "sbx create"' -l idle-stop -x -d 'Stop the named sandbox once idle this long (no client, no egress request, alm...'
 complete -c sbx -n '__sbx_in "sbx create"' -s p -l publish -x -d 'Publish a container port on this machine\'s loopback (repeatable): 8080 (a fre...'
+complete -c sbx -n '__sbx_in "sbx create"' -l template -x -d 'Start the new sandbox from a template `sbx save` made: its image and HOME, un...'
 complete -c sbx -n '__sbx_in "sbx create"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx create" 0' -a '(__fish_complete_directories (commandline -ct))'
 complete -c sbx -n '__sbx_arg "sbx create" 1' -a '(__fish_complete_directories (commandline -ct))'
@@ -394,6 +403,23 @@ complete -c sbx -n '__sbx_in "sbx fetch"' -l force -d 'Overwrite the host\'s sbx
 complete -c sbx -n '__sbx_in "sbx fetch"' -l json -d 'Print one JSON envelope'
 complete -c sbx -n '__sbx_in "sbx fetch"' -s h -l help -d 'Show this message and exit'
 complete -c sbx -n '__sbx_arg "sbx fetch" 0' -a '(sbx ls -q 2>/dev/null)'
+
+# sbx save
+complete -c sbx -n '__sbx_in "sbx save"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx save"' -s h -l help -d 'Show this message and exit'
+complete -c sbx -n '__sbx_arg "sbx save" 0' -a '(sbx ls -q 2>/dev/null)'
+
+# sbx template
+complete -c sbx -n '__sbx_arg "sbx template" 0' -a ls -d 'List the templates on the engine: TAG, WORKLOAD, KITS, SAVED FROM, CREATED'
+complete -c sbx -n '__sbx_arg "sbx template" 0' -a rm -d 'Remove a template\'s tag (the image goes with its last tag); refuses an image...'
+complete -c sbx -n '__sbx_in "sbx template"' -s h -l help -d 'Show this message and exit'
+
+# sbx template ls
+complete -c sbx -n '__sbx_in "sbx template ls"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx template ls"' -s h -l help -d 'Show this message and exit'
+
+# sbx template rm
+complete -c sbx -n '__sbx_in "sbx template rm"' -s h -l help -d 'Show this message and exit'
 
 # sbx completion
 complete -c sbx -n '__sbx_in "sbx completion"' -s h -l help -d 'Show this message and exit'

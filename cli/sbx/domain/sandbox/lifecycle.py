@@ -183,6 +183,9 @@ class CreateStep:
     boundary_env: Mapping[str, str] = field(default_factory=dict)
     after_install: Callable[[], None] | None = None  # closes the install phase
     home: str | None = None  # the sandbox's HOME, which startup hooks see
+    # A template's saved HOME (sbx.domain.sandbox.templates.HOME_DIR): copied into the new
+    # HOME, given to the sandbox user, and removed from the image.
+    seed_home: str | None = None
 
 
 def run_create_step(step: CreateStep, plan: LifecyclePlan,
@@ -198,10 +201,12 @@ def run_create_step(step: CreateStep, plan: LifecyclePlan,
         with deferred_interrupts():  # created and recorded together (sbx.seams.signals)
             container_id = driver.create(step.spec)
         _write_files(step, container_id, plan)
-        if plan.install or owned_paths:
+        if plan.install or owned_paths or step.seed_home:
             driver.start(container_id)
             for path, mode in owned_paths:
                 _own_path(step, container_id, path, mode)
+            if step.seed_home is not None and step.home is not None:
+                _seed_home(step, container_id, step.seed_home, step.home)
             for hook in plan.install:
                 _run_install_hook(step, container_id, hook)
         if step.after_install is not None:
@@ -254,6 +259,19 @@ def _own_path(step: CreateStep, container_id: str, path: str, mode: int | None) 
     if status() != 0:
         raise SbxError(Reason.CREATE_FAILED, f"could not prepare volume {path} for the sandbox "
                        "user", details={"path": path})
+
+
+def _seed_home(step: CreateStep, container_id: str, source: str, home: str) -> None:
+    script = ('set -e; if [ -d "$1" ]; then cp -a "$1/." "$2/"; chown -R "$3" "$2"; fi; '
+              'rm -rf "$(dirname "$1")"')
+    output, status = step.driver.exec_stream(
+        container_id, ["/bin/sh", "-c", script, "sh", source, home, f"{step.uid}:{step.gid}"],
+        user="0:0", workdir=None)
+    for stream, chunk in output:
+        step.on_output(stream, chunk)
+    if status() != 0:
+        raise SbxError(Reason.CREATE_FAILED, f"could not copy the template's HOME into {home}",
+                       details={"path": home})
 
 
 def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:

@@ -222,6 +222,30 @@ class SdkImages(SdkContainers):
             raise SbxError(Reason.CREATE_FAILED, f"committing {tag} produced no image")
         return image
 
+    def import_image(self, tar: Any, tag: str, labels: Mapping[str, str],
+                     like: ImageInfo) -> ImageInfo:
+        """A one-layer image from the file system in ``tar`` (a file), with the run
+        configuration of ``like`` (its entrypoint, command, user, workdir and variables) and
+        ``labels``: what `sbx save` makes, so no lower layer holds what it left out."""
+        repository, _, version = tag.partition(":")
+        changes = [
+            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
+            f"CMD {json.dumps(list(like.cmd or []))}",
+            f"USER {like.user}" if like.user else "USER 0",
+            f"WORKDIR {like.workdir or '/'}",
+            *(f"ENV {key}={json.dumps(value)}" for key, _, value
+              in (item.partition("=") for item in like.env) if key),
+            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
+        ]
+        with deferred_interrupts(), self._engine_errors(
+                f"importing the files of {tag}", Reason.CREATE_FAILED, transfer(self._env)):
+            self._api.import_image(src=tar, repository=repository, tag=version or "latest",
+                                   changes=changes)
+        image = self.image(tag)
+        if image is None:
+            raise SbxError(Reason.CREATE_FAILED, f"importing {tag} produced no image")
+        return image
+
     def remove_image(self, ref: str) -> bool:
         import docker
 

@@ -140,7 +140,10 @@ def judge_image(entry: ImageEntry, runs: Mapping[str, RunDir],
                 clock: Clock) -> tuple[bool, str, str]:
     """``(candidate, why, detail)`` for an image of this home; a candidate is removed only when
     no container uses it. Only a run's own image qualifies: it names its run, and every tag it
-    has is that run's ``sbx-run/<run id>:...`` (or it has none)."""
+    has is that run's ``sbx-run/<run id>:...`` (or it has none). A template is user data."""
+    if entry.template:
+        return False, "template", ("an sbx template (user data); `sbx template rm TAG` "
+                                   "removes it")
     if entry.named:
         return False, *_NAMED
     if entry.run_id is None:

@@ -66,6 +66,7 @@ class ImageEntry:
     deadline_raw: str | None
     named: bool = False
     name: str | None = None
+    template: bool = False  # an `sbx save` template: user data, never gc's
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ def _parse_image(entry: object, home_hash: str) -> ImageEntry:
         raise ListingInvalid(f"image {short_id(ident)} has unreadable tags ({clip(tags)})")
     labels = _labels(entry, f"image {short_id(ident)}", home_hash)
     return ImageEntry(ident, tuple(tags), _run_label(labels), labels.get(label_keys.DEADLINE),
-                      name=label_keys.value(labels, label_keys.NAME))
+                      name=label_keys.value(labels, label_keys.NAME),
+                      template=label_keys.value(labels, label_keys.TEMPLATE) == "1")
 
 
 def _parse_volume(entry: object, home_hash: str) -> SharedEntry:

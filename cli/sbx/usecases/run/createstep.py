@@ -39,6 +39,7 @@ from sbx.domain.sandbox.lifecycle import (
     parse_accounts,
     run_create_step,
 )
+from sbx.domain.sandbox.templates import HOME_DIR
 from sbx.seams.engine import Driver
 from sbx.usecases.context import AppContext
 from sbx.usecases.keeper import KeptProxy
@@ -104,6 +105,7 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         workdir=plan.workspace_target,
         on_output=lambda _stream, chunk: on_output("stderr", chunk),
         boundary_env=boundary_env, home=plan.home,
+        seed_home=HOME_DIR if plan.from_template else None,
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))

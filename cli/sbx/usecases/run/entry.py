@@ -37,6 +37,14 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
+    if request.template is not None and request.name is None:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--template makes a kept or named sandbox: a "
+                       "one-shot sandbox has no HOME to start from the template's",
+                       hint=f"Give it a name: sbx run --template {request.template} --name NAME")
+    if request.template is not None and request.recreate:
+        raise SbxError(Reason.INVALID_ARGUMENT, "--recreate makes the container again from "
+                       "the kits; it does not take --template",
+                       hint="`sbx rm NAME`, then create it again from the template.")
     if request.recreate and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "--recreate needs --name: it makes a named "
                        "sandbox's container again", hint="sbx run --name NAME --recreate ...")
@@ -146,6 +154,17 @@ def _run_clone(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                on_notice=on_notice, confirm_kits=confirm_kits, confirm_follow=confirm_follow)
 
 
+def template_kits(ctx: AppContext, template: str | None, workload: str | None,
+                  kits: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """With --template, the WORKLOAD and --kit to load: the template's own when none are
+    given (sbx.domain.sandbox.templates.kits_for); without it, as given."""
+    if template is None:
+        return workload, kits
+    from sbx.usecases import templates  # only a run from a template reads its labels
+
+    return templates.kits_of(ctx, template, workload, kits)
+
+
 def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
     """The workload as given; without one, `sbx run --name N` re-enters N with the workload it
     was created with."""
@@ -163,4 +182,4 @@ def workload_of(ctx: AppContext, workload: str | None, name: str | None) -> str:
     return record.workload
 
 
-__all__ = ["create", "run", "workload_of"]
+__all__ = ["create", "run", "template_kits", "workload_of"]

@@ -128,8 +128,15 @@ class FromKits:
                             command=kitgate.accept_command(ctx.argv, ctx.passthrough),
                             run_id=run_id, on_notice=self.on_notice)
 
+        template = None
+        if request.template is not None:
+            # Only a run from a template reads one (the label, the kits' digests).
+            from sbx.usecases import templates
+
+            template = templates.image_for(ctx, request.template, self.kit_set)
         planned = pipeline.plan(ctx, self.loaded, run_id=run_id, progress=self.progress,
-                                helper_labels=labels, resolve_secrets=True, gate=gate)
+                                helper_labels=labels, resolve_secrets=True, gate=gate,
+                                template=template)
         self._planned, self._ctx, self._labels = planned, ctx, labels
         record_use(ctx.driver, ctx.home_hash, list(planned.images_used))  # for gc's marks
         if planned.egress is not None:

@@ -107,6 +107,7 @@ class RunPlan:
     # volume without a copy is --clone's, made empty for the checkout
     workspace_copy: str | None = None
     workspace_volume: str | None = None
+    from_template: bool = False  # --template: HOME starts with the template's (createstep)
 
     @property
     def references(self) -> list[str]:
@@ -333,7 +334,8 @@ def assemble(ctx: AppContext, request: RunRequest, run_id: str, decided: Decided
         facts=dataclasses.replace(recipe.facts, limits={
             "memory_bytes": limits.memory_bytes, "cpu_millis": limits.cpu_millis,
             "pids": limits.pids}) if flags.given() else recipe.facts,
-        recipe=recipe, workspace_copy=workspace_copy, workspace_volume=workspace_volume)
+        recipe=recipe, workspace_copy=workspace_copy, workspace_volume=workspace_volume,
+        from_template=planned is not None and planned.loaded.request.template is not None)
 
 
 def volume_binds(names: Sequence[str], volumes: Sequence[NamedVolume],

@@ -72,6 +72,7 @@ class RunRequest:
     # --prompt / --resume ID / --continue: the workload's session verb (sbx.domain.kits.sessions)
     session: SessionAsk | None = None
     workspace_mode: str = "bind"  # --workspace-mode (WORKSPACE_MODES)
+    template: str | None = None  # --template TAG: started from a template (`sbx save`)
 
 
 def session_ask(prompt: str | None, resume: str | None, *,
@@ -134,7 +135,8 @@ def workload_request(request: RunRequest) -> WorkloadRequest:
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
                            timeout_s=request.timeout_s, detach_keys=request.detach_keys,
-                           runtime=request.runtime, named=request.name is not None)
+                           runtime=request.runtime, named=request.name is not None,
+                           template=request.template)
 
 
 __all__ = ["ACCESS_MODES", "NO_DEADLINE_S", "NO_HOST_STREAMS", "WORKSPACE_MODES", "OutputSink",
