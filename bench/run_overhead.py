@@ -10,6 +10,8 @@ Part 1 runs one trivial workload (``true`` in a busybox image) four ways, interl
                   (what a user pays from the second run on)
     sbx_run_full  the same with ``SBX_PLAN_CACHE=0``: the full plan every time (what the first
                   run of a new kit set pays once its image is built)
+    sbx_first     the first run in a fresh state home (its image built beforehand): the full
+                  plan, and the image probe (its accounts and mount points) its cache lacks
     sbx_warm      the cached run inside this (warm) process: what a resident helper would pay
                   at best (no interpreter start, no imports), without its IPC
     docker_cli    ``docker run --rm`` of the same image tag with the same hardening flags
@@ -17,6 +19,9 @@ Part 1 runs one trivial workload (``true`` in a busybox image) four ways, interl
 
 The docker flags are derived from the ContainerSpec that sbx's own ``build_spec`` produces under
 the same (temporary, default) config, so both sides run the identical container shape.
+
+Each subprocess variant also reports the user + system CPU of its process and all it waited
+for (``RUSAGE_CHILDREN`` deltas; for docker run that is the CLI, not the engine's work).
 
 Part 2 times process start: ``python -c pass`` vs ``sbx --help`` (same venv interpreter), with
 ``import sbx.app`` and the ``sbx run`` import path as a breakdown.
@@ -36,6 +41,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -70,6 +76,8 @@ CACHED_RUN_IMPORTS: Final = (
 
 RATIO_TARGET: Final = 1.3  # sbx run (cached plan) median <= 1.3x docker run median
 FULL_RATIO_TARGET: Final = 2.0  # a first run (full plan, image built) <= 2x docker run
+FIRST_RATIO_TARGET: Final = 1.5  # a first run in a fresh state home <= 1.5x docker run
+CACHED_CPU_TARGET_S: Final = 0.08  # client CPU of one cached `sbx run`
 HELP_TARGET_MS: Final = 150.0  # sbx --help median
 MAX_RUNS: Final = 100  # hard bound on iterations, whatever the flags say
 CALL_TIMEOUT_S: Final = 120  # any single subprocess or engine call
@@ -90,6 +98,7 @@ class Series:
     name: str
     label: str
     samples_s: list[float]
+    cpu_s: list[float] = field(default_factory=list)  # subprocess variants only
 
     def ms(self) -> list[float]:
         return [s * 1000 for s in self.samples_s]
@@ -117,6 +126,8 @@ class Series:
             "p90_ms": round(self.p90_ms, 2),
             "min_ms": round(self.min_ms, 2),
             "samples_ms": [round(v, 2) for v in self.ms()],
+            **({"cpu_median_ms": round(statistics.median(self.cpu_s) * 1000, 2)}
+               if self.cpu_s else {}),
         }
 
 
@@ -126,9 +137,14 @@ def interleave(variants: Sequence[tuple[Series, Callable[[], None]]], rounds: in
     for index in range(rounds):
         shift = index % len(variants)
         for series, action in [*variants[shift:], *variants[:shift]]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             action()
             series.samples_s.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            if cpu > 0:  # in-process variants wait for no child
+                series.cpu_s.append(cpu)
         progress(f"{what}: round {index + 1}/{rounds}")
 
 
@@ -347,15 +363,34 @@ class WarmRunner:
             raise BenchError(f"in-process `sbx run` exited {status}")
 
 
+class FirstRunner:
+    """``sbx run`` in a state home of its own each time (mode 0700, as sbx makes one): nothing
+    cached but the kit image, which the warm-up built. The homes are kept for the cleanup."""
+
+    def __init__(self, setup: Setup, argv: Sequence[str]) -> None:
+        self.setup, self.argv = setup, list(argv)
+        self.root = setup.home.parent / "first-homes"
+        self.root.mkdir(mode=0o700)
+        self.homes: list[Path] = []
+
+    def __call__(self) -> None:
+        home = self.root / str(len(self.homes))
+        home.mkdir(mode=0o700)
+        self.homes.append(home)
+        must_succeed(self.argv, {**self.setup.env, "SBX_HOME": str(home)},
+                     "`sbx run` in a fresh state home")
+
+
 # -- leftovers -----------------------------------------------------------------------------
 
 
-def leftovers(setup: Setup) -> list[str]:
-    """Containers still present that this benchmark (or sbx under its temp home) created."""
+def leftovers(setup: Setup, homes: Sequence[Path] = ()) -> list[str]:
+    """Containers still present that this benchmark (or sbx under its temp homes) created."""
     from sbx.base.paths import home_hash
 
     found: list[str] = []
-    for label in (f"{HOME_LABEL}={home_hash(setup.home)}", f"{BENCH_LABEL}={setup.token}"):
+    for label in (*(f"{HOME_LABEL}={home_hash(h)}" for h in (setup.home, *homes)),
+                  f"{BENCH_LABEL}={setup.token}"):
         extra = ["--filter", f"label={MANAGED_LABEL}=true"] if label.startswith(HOME_LABEL) \
             else []
         done = call([setup.docker, "ps", "-a", *extra, "--filter", f"label={label}",
@@ -375,13 +410,31 @@ def remove_leftovers(setup: Setup, found: Sequence[str]) -> None:
         call([setup.docker, "rm", "-f", *ids], setup.env, "removing leftover containers")
 
 
-def clean_up(setup: Setup | None, run: Mapping[str, Any], *, keep_image: bool) -> list[str]:
-    """Check for (and remove) leftover containers; drop the kit image if the warm-up built it."""
+def use_tags(setup: Setup, homes: Sequence[Path]) -> list[str]:
+    """The image use tags (``sbx-use/<home hash>:…``, sbx's image cache) of these homes."""
+    from sbx.base.paths import home_hash
+    from sbx.domain.sandbox.imagecache import HOME_DIGITS, USE_REPOSITORY
+
+    tags: list[str] = []
+    for home in homes:
+        repository = f"{USE_REPOSITORY}{home_hash(home)[:HOME_DIGITS]}"
+        done = call([setup.docker, "image", "ls", repository, "--format",
+                     "{{.Repository}}:{{.Tag}}"], setup.env, "listing use tags")
+        tags += [line for line in done.stdout.split() if line.startswith(repository + ":")]
+    return tags
+
+
+def clean_up(setup: Setup | None, run: Mapping[str, Any], *, keep_image: bool,
+             homes: Sequence[Path] = ()) -> list[str]:
+    """Check for (and remove) leftover containers; untag what the homes' runs tagged; drop
+    the kit image if the warm-up built it."""
     if setup is None:
         return []
     try:
-        found = leftovers(setup)
+        found = leftovers(setup, homes)
         remove_leftovers(setup, found)
+        for tag in use_tags(setup, [setup.home, *homes]):
+            call([setup.docker, "image", "rm", tag], setup.env, "untagging an image")
         if run.get("image_built_by_warmup") and not keep_image:
             call([setup.docker, "image", "rm", str(run["image"])], setup.env,
                  "removing the kit image")
@@ -393,7 +446,7 @@ def clean_up(setup: Setup | None, run: Mapping[str, Any], *, keep_image: bool) -
 # -- the two parts -------------------------------------------------------------------------
 
 
-def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
+def bench_run(setup: Setup, runs: int, homes: list[Path]) -> dict[str, Any]:
     data = warm_up_sbx(setup)
     image = str(data["image"])
     spec = sandbox_spec(setup, image, str(data["user"]), str(data["workspace"]["target"]))
@@ -411,12 +464,15 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
                          "on its cached path")
     sdk = SdkRunner(setup.env, spec)
     warm = WarmRunner(setup)
+    first = FirstRunner(setup, sbx_argv)
     try:
         sdk()
         warm()  # imports everything once and writes the in-process request's own plan
+        first()
         series = [
             Series("sbx_run", "sbx run <kit> -- true (cached)", []),
             Series("sbx_run_full", "sbx run, SBX_PLAN_CACHE=0 (full)", []),
+            Series("sbx_first", "sbx run, fresh state home (first)", []),
             Series("sbx_warm", "sbx run, warm process (helper)", []),
             Series("docker_cli", "docker run --rm (CLI)", []),
             Series("docker_sdk", "docker SDK in-process", []),
@@ -424,15 +480,19 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
         interleave([
             (series[0], timed_ok(sbx_argv, setup.env, "`sbx run`")),
             (series[1], timed_ok(sbx_argv, full_env, "`sbx run` (full plan)")),
-            (series[2], warm),
-            (series[3], timed_ok(docker_argv, setup.env, "`docker run`")),
-            (series[4], sdk),
+            (series[2], first),
+            (series[3], warm),
+            (series[4], timed_ok(docker_argv, setup.env, "`docker run`")),
+            (series[5], sdk),
         ], runs, "sbx run vs docker run")
     finally:
         sdk.close()
-    sbx_s, full_s, warm_s, cli_s, sdk_s = series
+        homes.extend(first.homes)
+    sbx_s, full_s, first_s, warm_s, cli_s, sdk_s = series
     ratio = sbx_s.median_ms / cli_s.median_ms
     full_ratio = full_s.median_ms / cli_s.median_ms
+    first_ratio = first_s.median_ms / cli_s.median_ms
+    cached_cpu_s = statistics.median(sbx_s.cpu_s)
     return {
         "image": image,
         "image_built_by_warmup": bool(data.get("image_built")),
@@ -451,6 +511,12 @@ def bench_run(setup: Setup, runs: int) -> dict[str, Any]:
         "meets_target": ratio <= RATIO_TARGET,
         "full_target_ratio": FULL_RATIO_TARGET,
         "full_meets_target": full_ratio <= FULL_RATIO_TARGET,
+        "ratio_first_to_docker_cli": round(first_ratio, 3),
+        "first_target_ratio": FIRST_RATIO_TARGET,
+        "first_meets_target": first_ratio <= FIRST_RATIO_TARGET,
+        "cached_cpu_s": round(cached_cpu_s, 3),
+        "cached_cpu_target_s": CACHED_CPU_TARGET_S,
+        "cached_cpu_meets_target": cached_cpu_s <= CACHED_CPU_TARGET_S,
     }
 
 
@@ -488,8 +554,9 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
 
 
 def _row(variant: Mapping[str, Any]) -> str:
-    return (f"  {variant['label']:<32} {variant['median_ms']:>9.1f} {variant['p90_ms']:>9.1f} "
-            f"{variant['min_ms']:>9.1f}")
+    cpu = variant.get("cpu_median_ms")
+    return (f"  {variant['label']:<34} {variant['median_ms']:>9.1f} {variant['p90_ms']:>9.1f} "
+            f"{variant['min_ms']:>9.1f} {'' if cpu is None else f'{cpu:>9.1f}'}").rstrip()
 
 
 def _verdict(ok: bool) -> str:
@@ -498,7 +565,7 @@ def _verdict(ok: bool) -> str:
 
 def render_table(result: Mapping[str, Any]) -> str:
     run, start, checks = result["run"], result["startup"], result["checks"]
-    header = f"  {'variant':<32} {'median':>9} {'p90':>9} {'min':>9}   (ms)"
+    header = f"  {'variant':<34} {'median':>9} {'p90':>9} {'min':>9} {'cpu':>9}   (ms)"
     lines = [
         f"sbx {result['sbx_version']}, python {result['python_version']}, "
         f"engine {result['engine_version']}, image {run['image']}",
@@ -512,6 +579,11 @@ def render_table(result: Mapping[str, Any]) -> str:
         f"  sbx (full plan) / docker run median: {run['ratio_full_to_docker_cli']:.2f}x "
         f"(target <= {run['full_target_ratio']}x: {_verdict(run['full_meets_target'])}); "
         f"the plan cache saves {run['full_minus_cached_ms']:+.1f} ms",
+        f"  sbx (fresh state home) / docker run median: {run['ratio_first_to_docker_cli']:.2f}x "
+        f"(target <= {run['first_target_ratio']}x: {_verdict(run['first_meets_target'])})",
+        f"  client CPU of a cached sbx run (median): {run['cached_cpu_s'] * 1000:.0f} ms "
+        f"(target <= {run['cached_cpu_target_s'] * 1000:.0f} ms: "
+        f"{_verdict(run['cached_cpu_meets_target'])})",
         f"  a resident helper could save at most {run['cached_minus_warm_ms']:+.1f} ms "
         f"(warm process / docker run: {run['ratio_warm_to_docker_cli']:.2f}x)",
         f"  docker CLI process vs in-process SDK: {run['docker_cli_minus_sdk_ms']:+.1f} ms; "
@@ -557,16 +629,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sbx-bench-") as tmp:
         setup: Setup | None = None
         run: dict[str, Any] = {}
+        homes: list[Path] = []
         try:
             setup = make_setup(Path(tmp))
             engine = check_engine(setup)
-            run = bench_run(setup, args.runs)
+            run = bench_run(setup, args.runs, homes)
             startup = bench_startup(setup, args.startup_runs)
         except BenchError as error:
             print(f"bench: setup failed: {error}", file=sys.stderr)
             return 1
         finally:
-            found = clean_up(setup, run, keep_image=args.keep_image)
+            found = clean_up(setup, run, keep_image=args.keep_image, homes=homes)
     result = {
         "sbx_version": __version__,
         "python_version": platform.python_version(),

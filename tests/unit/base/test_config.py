@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
@@ -139,6 +141,28 @@ def test_empty_file_means_all_defaults(tmp_path: Path, text: str) -> None:
     config = load(tmp_path, text)
     assert config.exists is True
     assert all(source == DEFAULT_SOURCE for _, _, source in config.provenance())
+
+
+def test_an_empty_file_takes_the_parse_and_validation_it_skips(tmp_path: Path) -> None:
+    """No bytes are read as the parser and the schema would read them, without loading
+    either (the run path's first-run cost)."""
+    from sbx.base.config import check
+    from sbx.base.config import load as load_module
+
+    path = write(tmp_path, "")
+    assert tomlkit.parse("").unwrap() == {}
+    assert check.file_problems({}, {}) == []
+    skipped = load_module.load_config_file(path)
+    assert skipped == load_module._resolve(path, exists=True, data={}, lines={})
+    parsed = tmp_path / "parsed"
+    parsed.mkdir()
+    assert dataclasses.replace(load_config_file(write(parsed, "\n")), path=path) == skipped
+    probe = ("import sys\nfrom pathlib import Path\nfrom sbx.base.config import load_config_file\n"
+             "load_config_file(Path(sys.argv[1]))\n"
+             "print(sorted(m for m in ('tomlkit', 'jsonschema') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_load_config_reads_the_path_from_env(tmp_path: Path) -> None:
