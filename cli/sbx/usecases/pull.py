@@ -32,6 +32,7 @@ from sbx.domain.kits.lock import (
     gate,
     lock_path,
     parse_published,
+    published_surface,
     read_lock,
     store_descriptor,
     write_lock,
@@ -99,11 +100,19 @@ def preflight(reference: str, manifest: KitManifest, *,
     """(kind, surface) of a kit, None for a plain image; raise ``invalid_kit`` when the
     annotation does not hold a valid published descriptor. With ``state_home``, a verdict on
     this exact text under these exact rules is reused
-    (:func:`sbx.domain.kits.lock.parse_published`); the published-form rules and the surface are
-    computed every time."""
+    (:func:`sbx.domain.kits.lock.parse_published`), and so are the published-form check and the
+    surface (:func:`sbx.domain.kits.lock.published_surface`, keyed by the text and every source
+    they depend on); failures are never cached."""
     text = manifest.descriptor_text
     if text is None:
         return None
+    if state_home is None:
+        return _checked(reference, text, None)
+    return published_surface(text, state_home, lambda: _checked(reference, text, state_home))
+
+
+def _checked(reference: str, text: str, state_home: Path | None) -> tuple[str, Surface]:
+    """(kind, surface) of a published descriptor that passes every check, else raise."""
     file = f"{reference} (descriptor annotation)"
     try:
         descriptor = parse_descriptor_text(text, file, authored=False) if state_home is None \
@@ -209,8 +218,9 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
         if image is None:
             with progress(f"pulling {item.image}") as on_line:
                 image = engine.pull_image(item.image, on_line)
-        # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
-        if "@" not in item.reference:
+        # Also tag it as written, so a local kit can build FROM it and `docker` users see it
+        # (an image that already carries that tag, as the inspect says, needs no second call).
+        if "@" not in item.reference and item.reference not in image.tags:
             engine.tag_image(image.id, item.reference)
         done.append(PullItem(item.reference, item.digest, item.image, item.kind,
                              item.permissions, item.gate, item.previous_digest, image.id,
