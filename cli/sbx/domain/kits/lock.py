@@ -163,7 +163,8 @@ def parse_published(text: str, file: str, state_home: Path) -> Descriptor:
 # Sources beyond the validation fingerprint's that decide a published descriptor's surface and
 # its published-form problems (paths inside the sbx package): hashed into the surface cache key.
 SURFACE_SOURCES: Final = ("domain/kits/surface.py", "domain/kits/surfacetypes.py",
-                          "domain/kits/composed.py", "usecases/pull.py")
+                          "domain/kits/composed.py", "domain/kits/publishedform.py",
+                          "usecases/pull.py")
 
 
 def _surface_cache_path(text: str, state_home: Path) -> Path:
