@@ -28,7 +28,9 @@ would compile sbx's own modules from source on every run, a cost no user pays; s
 runs with ``PYTHONPYCACHEPREFIX`` pointing into the temporary directory and writes bytecode
 there during the warm-up.
 
-Prints medians and the ratio sbx/docker per scenario. Everything sbx writes goes to a temporary
+Prints medians of wall time and of the client's CPU (user + system of the child, from
+``os.wait4``: far less sensitive to a loaded machine than the wall time) and the ratio
+sbx/docker per scenario. Everything sbx writes goes to a temporary
 SBX_HOME; only loopback traffic. Exit 0 when results were printed, 1 when setup failed.
 """
 
@@ -67,6 +69,24 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
         raise SystemExit(f"bench: {' '.join(argv)} failed ({done.returncode}): "
                          f"{done.stderr.strip()[-500:]}")
     return done
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run: the CPU is the child's own user + system time (os.wait4),
+    which a loaded machine inflates far less than the wall time."""
+    started = time.perf_counter()
+    child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    err = child.stderr.read()  # small: a failure's message (its end is shown)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    child.stderr.close()
+    if child.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv)} failed ({child.returncode}): "
+                         f"{err.decode(errors='replace').strip()[-500:]}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -121,6 +141,29 @@ def python_env(work: Path) -> dict[str, str]:
     return env
 
 
+def report(times: dict[str, dict[str, list[float]]], cpu: dict[str, dict[str, list[float]]],
+           runs: int, *, as_json: bool) -> None:
+    medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
+               for scenario, by in times.items()}
+    ratios = {scenario: m["sbx"] / m["docker"] for scenario, m in medians.items()}
+    cpu_medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
+                   for scenario, by in cpu.items()}
+    load = os.getloadavg()[0]
+    if as_json:
+        print(json.dumps({"runs": runs, "median_s": medians, "ratio": ratios,
+                          "samples_s": times, "cpu_median_s": cpu_medians,
+                          "cpu_samples_s": cpu, "load_average": load}, sort_keys=True))
+    else:
+        for scenario in SCENARIOS:
+            m = medians[scenario]
+            print(f"{scenario:8s} sbx pull {m['sbx'] * 1000:7.1f} ms   docker pull "
+                  f"{m['docker'] * 1000:7.1f} ms   ratio {ratios[scenario]:5.2f}   "
+                  f"cpu sbx {cpu_medians[scenario]['sbx'] * 1000:6.1f} ms docker "
+                  f"{cpu_medians[scenario]['docker'] * 1000:6.1f} ms   "
+                  f"(median, n={runs})")
+        print(f"load average {load:.2f} (1 min, at the end)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, choices=range(1, 51), metavar="N")
@@ -143,6 +186,8 @@ def main() -> int:
         run(sbx_argv, env)  # warm-up: the lock, the verdict cache and the bytecode
         times: dict[str, dict[str, list[float]]] = {
             scenario: {"sbx": [], "docker": []} for scenario in SCENARIOS}
+        cpu: dict[str, dict[str, list[float]]] = {
+            scenario: {"sbx": [], "docker": []} for scenario in SCENARIOS}
         for round_ in range(options.runs):
             sides = ("sbx", "docker") if round_ % 2 == 0 else ("docker", "sbx")
             for scenario in SCENARIOS:
@@ -157,22 +202,11 @@ def main() -> int:
                         remove_local(host, built)
                     if scenario == "first" and side == "sbx":
                         side_env = {**env, "SBX_HOME": str(work / f"first-{round_}")}
-                    started = time.perf_counter()
-                    run(argv, side_env)
-                    times[scenario][side].append(time.perf_counter() - started)
+                    wall, used = timed(argv, side_env)
+                    times[scenario][side].append(wall)
+                    cpu[scenario][side].append(used)
         remove_local(host, built)
-        medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
-                   for scenario, by in times.items()}
-        ratios = {scenario: m["sbx"] / m["docker"] for scenario, m in medians.items()}
-        if options.json:
-            print(json.dumps({"runs": options.runs, "median_s": medians, "ratio": ratios,
-                              "samples_s": times}, sort_keys=True))
-        else:
-            for scenario in SCENARIOS:
-                m = medians[scenario]
-                print(f"{scenario:8s} sbx pull {m['sbx'] * 1000:7.1f} ms   docker pull "
-                      f"{m['docker'] * 1000:7.1f} ms   ratio {ratios[scenario]:5.2f}   "
-                      f"(median, n={options.runs})")
+        report(times, cpu, options.runs, as_json=options.json)
         return 0
     finally:
         process.terminate()

@@ -163,9 +163,10 @@ def test_a_pull_by_hand_imports_no_typer_requests_or_sdk(
                               stdin=subprocess.DEVNULL, check=False)
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout.splitlines()[-1])
-        # The kit asks for the network alone: only that type's handler (and their base) is
-        # loaded; no child process, credential helper or kit archive is needed.
-        assert result == {"status": 0, "heavy": [], "handlers": ["base", "network_policy"],
+        # The descriptor was checked by the first pull: its surface is read back from the
+        # cache, so no capability handler is loaded; no child process, credential helper or
+        # kit archive is needed.
+        assert result == {"status": 0, "heavy": [], "handlers": [],
                           "unneeded": []}, done.stderr
 
 

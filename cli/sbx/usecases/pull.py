@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sbx.base.errors import KitError, SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.kits.args import declarations
 from sbx.domain.kits.bundled import SHORT_NAMES
 from sbx.domain.kits.descriptor import parse_descriptor_text
 from sbx.domain.kits.lock import (
@@ -32,12 +31,12 @@ from sbx.domain.kits.lock import (
     gate,
     lock_path,
     parse_published,
+    published_surface,
     read_lock,
     store_descriptor,
     write_lock,
 )
 from sbx.domain.kits.pathcheck import looks_like_path, path_kind
-from sbx.domain.kits.placeholders import referenced_args
 from sbx.domain.kits.surface import (
     Surface,
     Widening,
@@ -45,7 +44,6 @@ from sbx.domain.kits.surface import (
     format_widenings,
     surface,
 )
-from sbx.domain.kits.versions import VersionError, parse_provide
 from sbx.seams import audit
 from sbx.seams.registry import KitManifest, fetch_kit_manifest, parse_reference
 from sbx.usecases.context import AppContext
@@ -99,11 +97,19 @@ def preflight(reference: str, manifest: KitManifest, *,
     """(kind, surface) of a kit, None for a plain image; raise ``invalid_kit`` when the
     annotation does not hold a valid published descriptor. With ``state_home``, a verdict on
     this exact text under these exact rules is reused
-    (:func:`sbx.domain.kits.lock.parse_published`); the published-form rules and the surface are
-    computed every time."""
+    (:func:`sbx.domain.kits.lock.parse_published`), and so are the published-form check and the
+    surface (:func:`sbx.domain.kits.lock.published_surface`, keyed by the text and every source
+    they depend on); failures are never cached."""
     text = manifest.descriptor_text
     if text is None:
         return None
+    if state_home is None:
+        return _checked(reference, text, None)
+    return published_surface(text, state_home, lambda: _checked(reference, text, state_home))
+
+
+def _checked(reference: str, text: str, state_home: Path | None) -> tuple[str, Surface]:
+    """(kind, surface) of a published descriptor that passes every check, else raise."""
     file = f"{reference} (descriptor annotation)"
     try:
         descriptor = parse_descriptor_text(text, file, authored=False) if state_home is None \
@@ -128,39 +134,12 @@ def preflight(reference: str, manifest: KitManifest, *,
 
 
 def published_form_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The rules a published descriptor meets beyond an authored one (KIT-SPEC-V3 §1.9):
-    never `kind: set`, no build-phase arg reference left, and every provide versioned."""
-    problems: list[tuple[str, str]] = []
-    if data.get("kind") == "set":
-        problems.append(("kind", "a published kit is never `kind: set` (sets are merged at "
-                                 "build time)"))
-    build_phase = {d.name for d in declarations(data).values() if d.build_arg}
+    """:func:`sbx.domain.kits.publishedform.published_form_problems` (kit push checks the
+    same rules)."""
+    # deferred: only a descriptor not seen before loads the arg and version grammar
+    from sbx.domain.kits import publishedform
 
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, str):
-            left = sorted(set(referenced_args(node)) & build_phase)
-            if left:
-                problems.append((path or "(root)", "still references build-phase arg(s) "
-                                 + ", ".join(left)))
-        elif isinstance(node, Mapping):
-            for key, value in node.items():
-                if key != "args":
-                    walk(value, f"{path}.{key}" if path else str(key))
-        elif isinstance(node, list):
-            for index, value in enumerate(node):
-                walk(value, f"{path}[{index}]")
-
-    walk(data, "")
-    fallback = data.get("version")
-    for index, text in enumerate(data.get("provides") or []):
-        try:
-            provide = parse_provide(str(text))
-        except VersionError:
-            continue  # reported by the grammar check already
-        if provide.version is None and not fallback:
-            problems.append((f"provides[{index}]", f"{text!r} has no version (neither "
-                             "`@version` nor the descriptor's `version:`)"))
-    return problems
+    return publishedform.published_form_problems(data)
 
 
 def pull(app: AppContext, references: Sequence[str], *, accept: bool,
@@ -209,8 +188,9 @@ def pull(app: AppContext, references: Sequence[str], *, accept: bool,
         if image is None:
             with progress(f"pulling {item.image}") as on_line:
                 image = engine.pull_image(item.image, on_line)
-        # Also tag it as written, so a local kit can build FROM it and `docker` users see it.
-        if "@" not in item.reference:
+        # Also tag it as written, so a local kit can build FROM it and `docker` users see it
+        # (an image that already carries that tag, as the inspect says, needs no second call).
+        if "@" not in item.reference and item.reference not in image.tags:
             engine.tag_image(image.id, item.reference)
         done.append(PullItem(item.reference, item.digest, item.image, item.kind,
                              item.permissions, item.gate, item.previous_digest, image.id,

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
@@ -159,6 +160,43 @@ def parse_published(text: str, file: str, state_home: Path) -> Descriptor:
     return descriptor
 
 
+# Sources beyond the validation fingerprint's that decide a published descriptor's surface and
+# its published-form problems (paths inside the sbx package): hashed into the surface cache key.
+SURFACE_SOURCES: Final = ("domain/kits/surface.py", "domain/kits/surfacetypes.py",
+                          "domain/kits/composed.py", "domain/kits/publishedform.py",
+                          "usecases/pull.py")
+
+
+def _surface_cache_path(text: str, state_home: Path) -> Path:
+    package = resources.files("sbx")
+    digest = hashlib.sha256(f"sbx-published-surface-v1\0{published_cache_key(text)}".encode())
+    for name in SURFACE_SOURCES:
+        digest.update(b"\0" + package.joinpath(*name.split("/")).read_bytes())
+    return state_home.joinpath(*VERDICTS_DIR, f"surface-{digest.hexdigest()}.json")
+
+
+def published_surface(text: str, state_home: Path,
+                      compute: Callable[[], tuple[str, Surface]]) -> tuple[str, Surface]:
+    """``compute()`` — (kind, surface) of a published descriptor that passed every check —
+    with its result cached by the exact text and every source it depends on, as
+    :func:`parse_published` caches a verdict: a re-pull then loads no capability handler.
+    A failure raises from ``compute`` and is never cached; a damaged entry is a miss."""
+    try:
+        entry = _surface_cache_path(text, state_home)
+    except OSError:  # pragma: no cover - a zipped install without sources: no cache
+        return compute()
+    cached = owned.read_cache(entry, max_bytes=MAX_DESCRIPTOR_BYTES * 4)  # this user's only
+    if isinstance(cached, dict) and isinstance(cached.get("kind"), str) \
+            and isinstance(cached.get("surface"), dict):
+        try:
+            return cached["kind"], Surface.from_json(cached["surface"])
+        except ValueError:
+            pass
+    kind, computed = compute()
+    owned.write_cache(entry, {"kind": kind, "surface": computed.to_json()})
+    return kind, computed
+
+
 def load_locked_kit(reference: str, state_home: Path) -> LocalKit | None:
     """The registry kit pinned in the lock under ``reference``, at its locked digest; None when
     the lock does not name it. Nothing here talks to a registry: a tag that moved there is not
@@ -257,5 +295,5 @@ def decide(granted: Surface | None, candidate: Surface, *, accept: bool,
 
 __all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "decide",
            "descriptor_path", "gate", "load_locked_kit", "lock_path", "parse_published",
-           "published_cache_key", "read_lock", "store_descriptor", "write_atomic",
-           "write_lock"]
+           "published_cache_key", "published_surface", "read_lock", "store_descriptor",
+           "write_atomic", "write_lock"]

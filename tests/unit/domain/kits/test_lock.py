@@ -27,6 +27,7 @@ from sbx.domain.kits.lock import (
     lock_path,
     parse_published,
     published_cache_key,
+    published_surface,
     read_lock,
     write_lock,
 )
@@ -404,3 +405,34 @@ def test_published_form_rules(data: dict[str, object], paths: list[str]) -> None
     from sbx.usecases.pull import published_form_problems
 
     assert [path for path, _ in published_form_problems(data)] == paths
+
+
+def test_published_surface_is_computed_once_per_text_and_never_for_a_failure(
+        tmp_path: Path) -> None:
+    calls: list[str] = []
+    asked = Surface(network_runtime_allow=("a.example.com",))
+
+    def compute() -> tuple[str, Surface]:
+        calls.append("computed")
+        return "workload", asked
+
+    home = tmp_path / "state"
+    assert published_surface("text one", home, compute) == ("workload", asked)
+    assert published_surface("text one", home, compute) == ("workload", asked)
+    assert calls == ["computed"]  # the second read is the cached entry
+    assert published_surface("text two", home, compute) == ("workload", asked)
+    assert calls == ["computed", "computed"]  # another text is another key
+
+    def failing() -> tuple[str, Surface]:
+        raise SbxError(Reason.INVALID_KIT, "bad")
+
+    for _ in range(2):  # a failure is reported every time, never cached
+        with pytest.raises(SbxError):
+            published_surface("text three", home, failing)
+    entries = sorted(p for p in home.joinpath("cache", "descriptors").iterdir()
+                     if p.name.startswith("surface-"))
+    assert len(entries) == 2
+    for entry in entries:  # a damaged entry is a miss, computed again
+        entry.write_text('{"kind": "workload", "surface": {"networkRuntimeAllow": "not a list"}}')
+    assert published_surface("text one", home, compute) == ("workload", asked)
+    assert calls == ["computed"] * 3
