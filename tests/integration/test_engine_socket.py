@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -64,3 +65,15 @@ def test_refusals_carry_the_same_reasons(drivers: tuple[SdkEngine, SdkEngine]) -
         socket.start(missing)
     assert raised.value.reason is Reason.START_FAILED
     assert "404" in raised.value.message
+
+
+def test_a_containers_state_reads_as_the_sdks(drivers: tuple[SdkEngine, SdkEngine]) -> None:
+    socket, sdk = drivers
+    made = subprocess.run(["docker", "create", BUSYBOX, "true"], capture_output=True,
+                          text=True, check=True, timeout=60).stdout.strip()
+    try:
+        assert socket.container_state(made) == sdk.container_state(made) == "created"
+    finally:
+        subprocess.run(["docker", "rm", "-f", made], capture_output=True, timeout=60,
+                       check=False)
+    assert socket.container_state(made) is None and sdk.container_state(made) is None

@@ -351,6 +351,19 @@ class SocketEngine(SdkEngine):
                 modes[path] = unix_mode(int(stat.get("mode", 0)))
         return ImageProbe(found, modes)
 
+    def container_state(self, container_id: str) -> str | None:
+        """As the SDK's (None: no such container), on the socket: a re-entry loads no SDK."""
+        status, attrs = self._json("GET", f"/containers/{container_id}/json",
+                                   action="inspecting the sandbox", reason=Reason.START_FAILED,
+                                   ok=(200, 404))
+        if status == 404:
+            return None
+        state = attrs.get("State") if isinstance(attrs, dict) else None
+        if not isinstance(state, dict):  # an answer with no state is no answer
+            raise SbxError(Reason.START_FAILED, "inspecting the sandbox: the engine's answer "
+                           "has no container state")
+        return str(state.get("Status") or "") or None
+
     def container_pid(self, container_id: str) -> int | None:
         _status, attrs = self._json("GET", f"/containers/{container_id}/json",
                                     action="inspecting the sandbox", reason=Reason.START_FAILED)
