@@ -100,7 +100,8 @@ def test_idle_sandbox_stops_and_one_with_an_exec_session_does_not(
     table = sbx(env, "ls")
     assert "exited (stopped_idle)" in table.stdout.decode()
     # The stop went the normal way: the keeper (started for it: no egress, no ports) is gone.
-    assert not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists()
+    # the keeper ends a moment after the container: its proxy and forwarder go first
+    wait_for(lambda: not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists())
     explained = sbx(env, "explain", idle)
     assert explained.returncode == 0, explained.stderr
     text = explained.stdout.decode()
@@ -179,4 +180,5 @@ def test_egress_through_its_proxy_keeps_it_running(
     assert len([r for r in internet.origin.requests() if r.path == "/zen"]) >= calls // 2
     entry = ls(env)[name]
     assert entry["reason"] == "stopped_idle"
-    assert not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists()
+    # the keeper ends a moment after the container: its proxy and forwarder go first
+    wait_for(lambda: not (state_home / "runs" / entry["run_id"] / "keeper.pid").exists())
