@@ -128,8 +128,8 @@ def test_a_fleet_places_lists_reaches_and_collects_across_engines(
         assert reach["far2"]["reachable"] is False and reach["far2"]["reason"]
         assert reach["far1"]["reachable"] is True
         assert {s["name"]: s["status"] for s in data["sandboxes"]} == {small: "unreachable"}
-        table = run_sbx(["ls"], env=env, timeout=120)
-        assert b"unreachable" in table.stdout and b"far2" in table.stderr
+        shown = run_sbx(["ls"], env=env, timeout=120)
+        assert b"unreachable" in shown.stdout and b"far2" in shown.stderr
 
         collected = run_sbx(["gc", "--grace", "0", "--json"], env=env, timeout=180)
         result = json.loads(collected.stdout)
