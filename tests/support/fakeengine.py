@@ -46,6 +46,7 @@ from sbx.seams.engine import (
     OwnedObject,
     PathStat,
     RawListing,
+    Reservation,
     SandboxFiles,
     Sessions,
 )
@@ -552,6 +553,21 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
                 "volume": self.volumes}[kind]
         key = "Name" if kind == "volume" else "Id"
         return {e[key] for e in pool if isinstance(e, dict)} & set(idents)
+
+    def reservations(self, labels: Mapping[str, str]) -> list[Reservation]:
+        """The running listed containers carrying ``labels``, with the limits of the spec
+        each was created from (none: 0)."""
+        self._call("reservations", dict(labels))
+        found = []
+        for entry in self.containers:
+            held = entry.get("Labels") or {}
+            if entry.get("State") != "running" or any(held.get(k) != v
+                                                      for k, v in labels.items()):
+                continue
+            spec = self.specs.get(entry["Id"])
+            found.append(Reservation(entry["Id"], spec.nano_cpus // 1_000_000 if spec else 0,
+                                     spec.memory_bytes if spec else 0))
+        return found
 
 
 # The fake must stay a Driver: mypy checks this assignment against the Protocol.

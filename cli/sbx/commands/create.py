@@ -10,7 +10,7 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.commands import limit_options, publish_option
+from sbx.commands import engine_option, limit_options, publish_option
 from sbx.commands.run import TemplateOption, WorkspaceModeOption
 from sbx.domain.sandbox import durations, limitflags
 from sbx.views import kit as kit_view
@@ -41,6 +41,7 @@ def create(
     access: Annotated[str | None, typer.Option(
         "--access", metavar="none|ro|rw", help="How it sees WORKSPACE (default rw).")] = None,
     workspace_mode: WorkspaceModeOption = "bind",
+    engine: engine_option.EngineOption = None,
     accept: Annotated[bool, typer.Option(
         "--accept", help="Approve what the kits ask for beyond their last approved run "
                          "without asking.")] = False,
@@ -72,7 +73,7 @@ def create(
         args=tuple(arg or ()), name=name, accept=accept, memory_bytes=limits.memory_bytes,
         cpu_millis=limits.cpu_millis, pids=limits.pids, host=app.streams,
         workspace_mode=workspace_mode, publish=publish_option.publish_words(publish),
-        clone=clone, template=template,
+        clone=clone, template=template, engine=engine,
         idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
         if idle_stop is not None else None)
     renderer = app.renderer

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
-from sbx.commands import limit_options, publish_option, run_cached
+from sbx.commands import engine_option, limit_options, publish_option, run_cached
 from sbx.domain.sandbox import durations, limitflags, runargs
 from sbx.views import kit as kit_view
 
@@ -55,6 +55,7 @@ def run(
         "--access", metavar="none|ro|rw",
         help="How the sandbox sees WORKSPACE (default rw when given).")] = None,
     workspace_mode: WorkspaceModeOption = "bind",
+    engine: engine_option.EngineOption = None,
     mount: Annotated[list[str] | None, typer.Option(
         "--mount", metavar="SRC:DST[:ro|rw]",
         help="Extra host mount, checked by the mount policy (repeatable).")] = None,
@@ -192,6 +193,7 @@ def run(
         idle_stop_s=durations.parse_duration(idle_stop, flag="--idle-stop")
         if idle_stop is not None else None,
         template=template,
+        engine=engine,
     )
     renderer = app.renderer
     result = entry.run(app, request, on_output=renderer.workload_output,

@@ -15,7 +15,8 @@ from sbx.views import kit as kit_view
 from sbx.views import sandboxes as sandboxes_view
 
 if TYPE_CHECKING:
-    from sbx.usecases.named import listing, removal, session
+    from sbx.usecases import fleet
+    from sbx.usecases.named import everywhere, listing, removal, session
     from sbx.usecases.named import ports as named_ports
     from sbx.usecases.named import start as starting
 else:  # imported on first use: `sbx --help` loads no use case
@@ -24,6 +25,9 @@ else:  # imported on first use: `sbx --help` loads no use case
     session = deferred("sbx.usecases.named.session")
     named_ports = deferred("sbx.usecases.named.ports")
     starting = deferred("sbx.usecases.named.start")
+    # the engine a sandbox lives on, and ls across engines: loaded with the use cases
+    fleet = deferred("sbx.usecases.fleet")
+    everywhere = deferred("sbx.usecases.named.everywhere")
 
 NameArgument = Annotated[str, typer.Argument(metavar="NAME",
                                              help="The sandbox's name (or its run id).")]
@@ -44,6 +48,9 @@ def ls(
 ) -> int:
     """List named sandboxes: NAME, WORKLOAD, KITS, STATUS, WORKSPACE, CREATED.
 
+    With [engines] configured: across every engine, with an ENGINE column; an engine that does
+    not answer is listed as unreachable, with why.
+
     `-q` alone reads only the state home (never the engine): the shell completions call it
     for sandbox names.
     """
@@ -52,8 +59,9 @@ def ls(
         for name in listing.sandbox_names(app):
             app.renderer.message(name)
         return 0
-    statuses = listing.list_sandboxes(app, include_runs=include_runs)
-    sandboxes_view.sandbox_list(app.renderer, statuses, quiet=quiet)
+    found = everywhere.list_everywhere(app, include_runs=include_runs)
+    sandboxes_view.sandbox_list(app.renderer, found.sandboxes, quiet=quiet,
+                                engines=found.engines if found.fleet else None)
     return 0
 
 
@@ -63,7 +71,7 @@ def ports(
 ) -> int:
     """List a named sandbox's published ports: CONTAINER, HOST (where it is reachable now),
     SOURCE (kit: a kit's port@1; publish: a -p given at its creation)."""
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     found, rows = named_ports.sandbox_ports(app, name)
     sandboxes_view.port_list(app.renderer, found, rows)
     return 0
@@ -76,7 +84,7 @@ def start(ctx: typer.Context, name: NameArgument) -> int:
     again (what they changed since is applied or named, as for `sbx run --name`). Prints the
     name; a running sandbox is left as it is.
     """
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     renderer = app.renderer
     started, did = starting.start_named(app, name, on_warning=renderer.warn,
                                         on_notice=renderer.note,
@@ -90,7 +98,7 @@ def start(ctx: typer.Context, name: NameArgument) -> int:
 def attach(ctx: typer.Context, name: NameArgument,
            terminal_passthrough: PassthroughOption = False) -> int:
     """Attach to a running named sandbox (the detach keys leave it running)."""
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     renderer = app.renderer
     return session.attach(app, name, app.streams, on_output=renderer.workload_output,
                         on_warning=renderer.warn, on_notice=renderer.note,
@@ -114,7 +122,7 @@ def exec_(
     The command comes after `--`. A stopped sandbox is started first (said on stderr), as
     `sbx start` starts it.
     """
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     renderer = app.renderer
     return starting.exec_started(app, name, app.passthrough or (), app.streams,
                                  env=tuple(env or ()), interactive=interactive, tty=tty,
@@ -133,7 +141,7 @@ def logs(
     terminal_passthrough: PassthroughOption = False,
 ) -> int:
     """Print a named sandbox's output (its engine log, bounded)."""
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     session.logs(app, name, app.streams, follow=follow, on_output=app.renderer.workload_output,
                  terminal_passthrough=terminal_passthrough, tail=tail)
     return 0
@@ -149,7 +157,7 @@ def sessions(
     Runs the list verb its workload kit declares (agent-sessions@1) in the sandbox, started
     if stopped; an id goes to `sbx run ... --resume ID`. Exit status: the list command's.
     """
-    app = ctx.obj
+    app = fleet.for_sandbox(ctx.obj, name)  # on the engine it lives on
     renderer = app.renderer
     listed = starting.list_sessions(app, name, on_output=renderer.workload_output,
                                     on_warning=renderer.warn, on_notice=renderer.note)
@@ -171,8 +179,10 @@ def stop(
     exit.
     """
     app = ctx.obj
-    for name in removal.stop(app, names, on_warning=app.renderer.warn, timeout_s=timeout):
-        app.renderer.message(name)
+    for word in names:  # each on the engine it lives on
+        on = fleet.for_sandbox(app, word)
+        for name in removal.stop(on, [word], on_warning=app.renderer.warn, timeout_s=timeout):
+            app.renderer.message(name)
     return 0
 
 
@@ -207,7 +217,10 @@ def rm(
         if not renderer.confirm(f"Remove {', '.join(names)} and everything it keeps "
                                 "(HOME, volumes)?"):
             return 1
-    sandboxes_view.removed(renderer, removal.remove(app, names, on_warning=renderer.warn))
+    removed = [gone for word in names  # each on the engine it lives on
+               for gone in removal.remove(fleet.for_sandbox(app, word), [word],
+                                          on_warning=renderer.warn)]
+    sandboxes_view.removed(renderer, removed)
     return 0
 
 

@@ -50,6 +50,9 @@ class EngineInfo:
     default_runtime: str = ""
     # Who answers the Docker API: "docker", or "podman" (its /info alone carries BuildahVersion).
     product: str = "docker"
+    # What the engine's host has (/info NCPU, MemTotal): where a fleet places a sandbox.
+    cpus: int = 0
+    memory_bytes: int = 0
 
 
 def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
@@ -68,7 +71,22 @@ def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
         if isinstance(runtimes, Mapping) else (),
         default_runtime=str(info.get("DefaultRuntime") or ""),
         product="podman" if "BuildahVersion" in info else "docker",
+        cpus=_count(info.get("NCPU")),
+        memory_bytes=_count(info.get("MemTotal")),
     )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What one running sandbox container holds of its engine: its limits (0: none set)."""
+
+    container_id: str
+    cpu_millis: int
+    memory_bytes: int
 
 
 @dataclass(frozen=True)
@@ -279,6 +297,7 @@ class Inventory(Protocol):
     def disk_usage(self) -> Mapping[str, Any]: ...
     def object_users(self, kind: str, ident: str) -> list[str]: ...
     def present(self, kind: str, idents: Sequence[str]) -> set[str]: ...
+    def reservations(self, labels: Mapping[str, str]) -> list[Reservation]: ...
 
 
 class Driver(Images, Distribution, Containers, Files, Sessions, Networks, Inventory, Protocol):

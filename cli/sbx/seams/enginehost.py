@@ -24,6 +24,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 
 DEFAULT_HOST: Final = "unix:///var/run/docker.sock"
+# Set beside DOCKER_HOST when sbx points a command at one of its [engines]: messages name it.
+ENGINE_NAME_ENV: Final = "SBX_ENGINE_NAME"
 MAX_META_BYTES: Final = 1024 * 1024
 
 
@@ -63,7 +65,8 @@ def resolve_endpoint(env: Mapping[str, str]) -> EngineEndpoint:
     """The engine ``env`` names (see the module's docstring for the order)."""
     host = env.get("DOCKER_HOST", "")
     if host:
-        return EngineEndpoint(host, "DOCKER_HOST", _env_tls(env))
+        named = env.get(ENGINE_NAME_ENV)
+        return EngineEndpoint(host, f"engine {named}" if named else "DOCKER_HOST", _env_tls(env))
     config_dir = docker_config_dir(env)
     name, source = env.get("DOCKER_CONTEXT", ""), "DOCKER_CONTEXT"
     if not name:
@@ -188,5 +191,5 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["DEFAULT_HOST", "EngineEndpoint", "SshTarget", "TlsFiles", "docker_config_dir",
-           "is_loopback", "resolve_endpoint", "ssh_target", "tcp_target"]
+__all__ = ["DEFAULT_HOST", "ENGINE_NAME_ENV", "EngineEndpoint", "SshTarget", "TlsFiles",
+           "docker_config_dir", "is_loopback", "resolve_endpoint", "ssh_target", "tcp_target"]

@@ -16,7 +16,7 @@ from sbx.base.errors import SbxError
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
-from sbx.usecases import workspace_check
+from sbx.usecases import fleet, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.idlestop import STOP_TIMEOUT_S
@@ -108,6 +108,7 @@ def record_created(ctx: AppContext, plan: RunPlan, ids: dict[str, Any],
         container_id=ids["container_id"], network=ids.get("network"),
         volumes=list(ids.get("volumes", [])), image=ids.get("image"),
         home_volume=plan.home, tty=plan.mode.tty)
+    record.engine, record.engine_host = fleet.current(ctx)
     store.save(record)
     release_creation(plan.name)  # created and recorded: others may use the name now
 

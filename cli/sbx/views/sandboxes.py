@@ -9,24 +9,40 @@ from typing import Any
 from sbx.base.render import Envelope, Renderer, escape
 
 
-def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = False) -> None:
+def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = False,
+                 engines: Sequence[Any] | None = None) -> None:
+    """``engines``: the engines a fleet listing covered (None: the one engine of today, no
+    ENGINE column); an unreachable one gets a row of its own and a warning with why."""
     if renderer.as_json:
-        renderer.envelope(Envelope(command="ls", status="ok", exit_code=0,
-                               data={"sandboxes": [s.as_dict() for s in statuses]}))
+        data: dict[str, Any] = {"sandboxes": [s.as_dict() for s in statuses]}
+        if engines is not None:
+            data["engines"] = [e.as_dict() for e in engines]
+        renderer.envelope(Envelope(command="ls", status="ok", exit_code=0, data=data))
         return
     if quiet:
         for status in statuses:
             renderer.line(renderer.out_file, escape(status.name), status.name)
         return
-    rows = [("NAME", "WORKLOAD", "KITS", "STATUS", "WORKSPACE", "CREATED")]
+    rows: list[tuple[str, ...]] = [("NAME", "WORKLOAD", "KITS", "STATUS", "WORKSPACE", "CREATED")]
+    if engines is not None:
+        rows = [(*rows[0], "ENGINE")]
     for status in statuses:
         created = (datetime.fromtimestamp(status.created, UTC).strftime("%Y-%m-%d %H:%M")
                    if status.created else "-")
         state = status.status if getattr(status, "stopped", None) is None \
             else f"{status.status} ({status.stopped.reason.value})"  # e.g. stopped_idle
-        rows.append((status.name, status.workload, ",".join(status.kits) or "-",
-                     state, status.workspace or "-", created))
+        row = (status.name, status.workload, ",".join(status.kits) or "-",
+               state, status.workspace or "-", created)
+        rows.append((*row, status.engine or "-") if engines is not None else row)
+    for engine in engines or ():
+        if engine.reason is not None:
+            rows.append(("-", "-", "-", "unreachable", "-", "-", engine.name or "-"))
     _table(renderer, rows)
+    for engine in engines or ():
+        if engine.reason is not None:
+            renderer.warn(f"engine {engine.name or engine.host} ({engine.host}) is unreachable: "
+                          f"{engine.message} ({engine.reason}); its sandboxes are listed as "
+                          "unreachable")
 
 
 def port_list(renderer: Renderer, name: str, rows: Sequence[Any]) -> None:

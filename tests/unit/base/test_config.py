@@ -33,6 +33,7 @@ from sbx.base.config import (
     load_config,
     load_config_file,
 )
+from sbx.base.config.defaults import NAMED_SECTIONS
 from sbx.base.errors import ConfigError, SbxError
 from sbx.base.reasons import ExitStatus, Reason
 
@@ -392,13 +393,15 @@ UNKNOWN_CASES = [
     ("[netwrok]\n", "netwrok", 1, "unknown section; did you mean 'network'?"),
     ("[mount]\n", "mount", 1, "unknown section; did you mean 'mounts'?"),
     ("[GC]\n", "GC", 1, "unknown section; did you mean 'gc'?"),
-    ("[zzz]\n", "zzz", 1, "unknown section; known sections: gc, mounts, network, sandbox"),
+    ("[zzz]\n", "zzz", 1, "unknown section; known sections: engines, gc, mounts, network, "
+     "sandbox"),
     ("\n\nsandbx.pids = 1\n", "sandbx", 3, "unknown section; did you mean 'sandbox'?"),
     ("memory_bytes = 1\n[sandbox]\n", "memory_bytes", 1,
      "settings belong in a section; did you mean 'sandbox.memory_bytes' (under [sandbox])?"),
     ("sandboxx = 1\n", "sandboxx", 1, "unknown section; did you mean 'sandbox'?"),
     ("qqq = 1\n", "qqq", 1,
-     "unknown top-level key; settings belong in one of [gc], [mounts], [network], [sandbox]"),
+     "unknown top-level key; settings belong in one of [engines], [gc], [mounts], [network], "
+     "[sandbox]"),
     ("[sandbox.limits]\npids = 1\n", "sandbox.limits", 1,
      "unknown key; known keys: cpu_millis, detach_keys, home_bytes, idle_stop, keep, memory_bytes, "
      "pids, root_workspace, runtime, terminal_passthrough, timeout_ms, tmp_bytes, user, "
@@ -465,7 +468,8 @@ def test_all_problems_are_collected_and_sorted(tmp_path: Path) -> None:
         ("network", "network.upstream_proxy", 12,
          "must be an http:// or https:// URL with a host"),
         ("mounts", "mounts.blocked", 15, "must be an array, not a string"),
-        ("extra", "extra", 17, "unknown section; known sections: gc, mounts, network, sandbox"),
+        ("extra", "extra", 17, "unknown section; known sections: engines, gc, mounts, network, "
+     "sandbox"),
     ]
     assert error.details["problems"] == [
         {"section": s, "key": k, "line": n, "message": m} for s, k, n, m in expected
@@ -787,9 +791,13 @@ def test_schema_is_valid_draft_2020_12() -> None:
 
 
 def test_schema_closes_every_object() -> None:
-    objects = [n for n in _walk(_schema()) if n.get("type") == "object"]
-    assert len(objects) == 5
-    assert all(n["additionalProperties"] is False for n in objects)
+    schema = _schema()
+    objects = [n for n in _walk(schema) if n.get("type") == "object"]
+    assert len(objects) == 6
+    # [engines] is keyed by the user's names: its values, not its keys, are closed.
+    engines = schema["properties"]["engines"]
+    assert all(n["additionalProperties"] is False for n in objects if n is not engines)
+    assert engines["additionalProperties"]["type"] == "string"
 
 
 def test_defaults_live_only_in_the_defaults_table() -> None:
@@ -798,7 +806,8 @@ def test_defaults_live_only_in_the_defaults_table() -> None:
 
 def test_schema_defaults_and_dataclasses_name_the_same_keys() -> None:
     properties = _schema()["properties"]
-    assert list(properties) == list(DEFAULTS) == list(SETTINGS_CLASSES)
+    assert list(properties) == [*DEFAULTS, *NAMED_SECTIONS]
+    assert list(DEFAULTS) == list(SETTINGS_CLASSES)
     for section, cls in SETTINGS_CLASSES.items():
         fields = [f.name for f in dataclasses.fields(cls)]
         assert list(properties[section]["properties"]) == list(DEFAULTS[section]) == fields

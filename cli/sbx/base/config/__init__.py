@@ -25,6 +25,7 @@ from sbx.base.config.defaults import DEFAULT_SOURCE, DEFAULTS, SCHEMA_RESOURCE, 
 from sbx.base.config.load import load_config, load_config_file
 from sbx.base.config.model import (
                                    Config,
+                                   EngineEntry,
                                    GcSettings,
                                    MountSettings,
                                    NetworkSettings,
@@ -36,6 +37,7 @@ __all__ = [
     "load_config",
     "load_config_file",
     "Config",
+    "EngineEntry",
     "Sourced",
     "SandboxSettings",
     "NetworkSettings",

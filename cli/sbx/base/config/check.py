@@ -17,6 +17,7 @@ from sbx.base.config.defaults import (
     CROSS_KEYS,
     DEFAULT_SOURCE,
     DEFAULTS,
+    NAMED_SECTIONS,
     SCHEMA_RESOURCE,
     GiB,
     KiB,
@@ -40,6 +41,10 @@ _PATTERN_MESSAGES: Final[Mapping[str, str]] = MappingProxyType({
     "mounts.blocked": "must be an absolute path",
     "sandbox.runtime": "must be an engine runtime name like runsc or crun (letters, digits, "
                        "and . _ + - after the first)",
+    "engines": "an engine's name is 1-63 letters, digits, '.', '_' or '-', starting with a "
+               "letter or digit",
+    "engines.*": "must be an engine address: \"ssh://[user@]host[:port]\", "
+                 "\"unix:///path\" or \"tcp://host[:port]\"",
     "sandbox.detach_keys": "must be keys like ctrl-p,ctrl-q (a character or ctrl-<letter>, "
                            "comma-separated, no spaces)",
 })
@@ -145,7 +150,7 @@ def file_problems(data: Mapping[str, Any], lines: Mapping[tuple[str, ...], int])
 
 def _unknown_keys(path: tuple[str | int, ...], error: ValidationError,
                   lines: Mapping[tuple[str, ...], int]) -> list[Problem]:
-    known = sorted(DEFAULTS[str(path[0])] if path else DEFAULTS)
+    known = sorted(DEFAULTS[str(path[0])] if path else [*DEFAULTS, *NAMED_SECTIONS])
     # additionalProperties only ever fails on a table.
     instance = cast(Mapping[str, Any], error.instance)
     problems = []
@@ -175,10 +180,11 @@ def _top_level_message(name: str) -> str:
     if sections:
         return (f"settings belong in a section; did you mean "
                 f"'{sections[0]}.{name.lower()}' (under [{sections[0]}])?")
-    match = difflib.get_close_matches(name.lower(), list(DEFAULTS), n=1)
+    sections = sorted([*DEFAULTS, *NAMED_SECTIONS])
+    match = difflib.get_close_matches(name.lower(), sections, n=1)
     if match:
         return f"unknown section; did you mean {match[0]!r}?"
-    return f"unknown top-level key; settings belong in one of [{'], ['.join(sorted(DEFAULTS))}]"
+    return f"unknown top-level key; settings belong in one of [{'], ['.join(sections)}]"
 
 
 def value_message(error: ValidationError, key: str, value: object) -> str:
@@ -192,7 +198,9 @@ def value_message(error: ValidationError, key: str, value: object) -> str:
     if validator == "maximum":
         return f"must be at most {bound}{_human_suffix(key, int(bound))}"
     if validator == "pattern":
-        return _PATTERN_MESSAGES.get(key, "has an invalid format")
+        named = key.split(".", 1)[0] + ".*" if key.split(".", 1)[0] in NAMED_SECTIONS \
+            and "." in key else key
+        return _PATTERN_MESSAGES.get(named, "has an invalid format")
     if validator == "minLength":
         return "must not be empty"
     if validator == "maxLength":

@@ -50,10 +50,15 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = MappingProxyType({
     }),
 })
 
+# Sections whose keys the user names (each [engines] key is an engine's name): no defaults,
+# so not in DEFAULTS; the schema alone bounds their values.
+NAMED_SECTIONS: Final = ("engines",)
+
 # The tmpfs mounts (/tmp, the workspace, HOME) are backed by memory and count against the
 # container's memory limit, so caps that add up to more than the limit would let a full /tmp
 # get the workload OOM-killed.
 CROSS_KEYS: Final = ("memory_bytes", "tmp_bytes", "workspace_bytes", "home_bytes")
 
 
-__all__ = ["CROSS_KEYS", "DEFAULTS", "DEFAULT_SOURCE", "GiB", "KiB", "MiB", "SCHEMA_RESOURCE"]
+__all__ = ["CROSS_KEYS", "DEFAULTS", "DEFAULT_SOURCE", "NAMED_SECTIONS", "SCHEMA_RESOURCE", "GiB",
+           "KiB", "MiB"]

@@ -14,6 +14,7 @@ from sbx.base.config.defaults import DEFAULT_SOURCE, DEFAULTS
 from sbx.base.config.lines import key_lines, line_of, repeat_line
 from sbx.base.config.model import (
     Config,
+    EngineEntry,
     GcSettings,
     MountSettings,
     NetworkSettings,
@@ -170,6 +171,8 @@ def _resolve(path: Path, *, exists: bool, data: Mapping[str, Any],
         network=build("network", NetworkSettings),
         mounts=build("mounts", MountSettings),
         gc=build("gc", GcSettings),
+        engines=tuple(EngineEntry(name, str(host), f"{path}:{line_of(lines, ('engines', name))}")
+                      for name, host in data.get("engines", {}).items()),
     )
 
 

@@ -74,6 +74,15 @@ class GcSettings:
 
 
 @dataclass(frozen=True)
+class EngineEntry:
+    """One ``[engines]`` entry: an engine sbx may place sandboxes on, by the name it is given."""
+
+    name: str
+    host: str  # DOCKER_HOST form: ssh://[user@]host[:port], unix:///path, tcp://host[:port]
+    source: str  # "<path>:<line>"
+
+
+@dataclass(frozen=True)
 class Config:
     """The resolved configuration; every value carries its :class:`Sourced` provenance."""
 
@@ -83,6 +92,10 @@ class Config:
     network: NetworkSettings
     mounts: MountSettings
     gc: GcSettings
+    engines: tuple[EngineEntry, ...] = ()  # in file order; empty: the one engine of today
+
+    def engine(self, name: str) -> EngineEntry | None:
+        return next((e for e in self.engines if e.name == name), None)
 
     def with_sandbox_override(self, key: str, value: int, source: str) -> Config:
         """Return a copy with ``sandbox.<key>`` set from a flag (flags beat the config file).
@@ -130,7 +143,9 @@ class Config:
             for field in dataclasses.fields(settings):
                 sourced: Sourced[object] = getattr(settings, field.name)
                 rows.append((f"{section}.{field.name}", sourced.value, sourced.source))
+        rows.extend((f"engines.{e.name}", e.host, e.source) for e in self.engines)
         return rows
 
 
-__all__ = ["Config", "GcSettings", "MountSettings", "NetworkSettings", "SandboxSettings", "Sourced"]
+__all__ = ["Config", "EngineEntry", "GcSettings", "MountSettings", "NetworkSettings",
+           "SandboxSettings", "Sourced"]

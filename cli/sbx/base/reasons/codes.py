@@ -104,6 +104,7 @@ class Reason(enum.StrEnum):
     ENGINE_PLAIN_TCP = "engine_plain_tcp"
     ENGINE_NOT_LOCAL = "engine_not_local"
     ENGINE_UNSUPPORTED = "engine_unsupported"
+    ENGINE_UNKNOWN = "engine_unknown"
     LIMIT_OVER_BOUND = "limit_over_bound"
     COPY_REFUSED = "copy_refused"
     RUNTIME_MISSING = "runtime_missing"

@@ -55,6 +55,16 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "`export SBX_ENGINE_PLAIN_TCP=allow`.",
         _E.REFUSED,
     ),
+    _R.ENGINE_UNKNOWN: ReasonInfo(
+        "No such engine",
+        "`--engine NAME` names an engine that is not in the [engines] table of sbx's config "
+        "file, or names one for a sandbox that lives on another engine (a sandbox stays on the "
+        "engine it was created on).",
+        "Pick a name the message lists (`sbx config` shows the [engines] table), or add it: "
+        "`NAME = \"ssh://USER@HOST\"` under [engines] in the config file; for an existing "
+        "sandbox leave --engine out.",
+        _E.REFUSED,
+    ),
     _R.ENGINE_NOT_LOCAL: ReasonInfo(
         "Needs an engine on this machine",
         "The engine is on another host (ssh://, or tcp:// to another address), and the run "

@@ -83,7 +83,7 @@ end
 function __sbx_value_options --argument-names node
     switch $node
         case 'sbx run'
-            printf '%s\n' -k --kit --arg --access --workspace-mode --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids --idle-stop -p --publish --template
+            printf '%s\n' -k --kit --arg --access --workspace-mode --engine --mount --timeout -e --env --env-file --user --runtime --detach-keys --name --prompt --resume -m --memory --cpus --pids --idle-stop -p --publish --template
         case 'sbx explain'
             printf '%s\n' -k --kit --arg --phase
         case 'sbx doctor'
@@ -91,7 +91,7 @@ function __sbx_value_options --argument-names node
         case 'sbx gc'
             printf '%s\n' --grace
         case 'sbx create'
-            printf '%s\n' --name -k --kit --arg --access --workspace-mode -m --memory --cpus --pids --idle-stop -p --publish --template
+            printf '%s\n' --name -k --kit --arg --access --workspace-mode --engine -m --memory --cpus --pids --idle-stop -p --publish --template
         case 'sbx exec'
             printf '%s\n' -e --env
         case 'sbx logs'
@@ -166,6 +166,7 @@ complete -c sbx -n '__sbx_in "sbx run"' -l arg -x -d 'A value for a kit arg, giv
 complete -c sbx -n '__sbx_in "sbx run"' -l allow-privileged -d 'Consent to run privileged when a kit requires privileged@1'
 complete -c sbx -n '__sbx_in "sbx run"' -l access -x -a 'none ro rw' -d 'How the sandbox sees WORKSPACE (default rw when given)'
 complete -c sbx -n '__sbx_in "sbx run"' -l workspace-mode -x -a 'bind copy' -d 'bind (default): mount WORKSPACE from this disk; copy: copy it into a volume o...'
+complete -c sbx -n '__sbx_in "sbx run"' -l engine -x -d 'Create it on this engine of the config\'s [engines] (default: the least-loaded...'
 complete -c sbx -n '__sbx_in "sbx run"' -l mount -r -F -d 'Extra host mount, checked by the mount policy (repeatable)'
 complete -c sbx -n '__sbx_in "sbx run"' -l timeout -x -d 'Kill the workload after this long: 90, 90s, 30m or 2h (exit 124)'
 complete -c sbx -n '__sbx_in "sbx run"' -s i -l interactive -d 'Forward stdin to the workload (default: when stdin is a pipe or a file, or in...'
@@ -286,6 +287,7 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'command_timeout' -d 'Host com
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login failed'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_host_key' -d 'Engine host\'s key not trusted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_plain_tcp' -d 'Unprotected engine connection'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_unknown' -d 'No such engine'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_not_local' -d 'Needs an engine on this machine'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_unsupported' -d 'Engine that sbx does not run sandboxes on'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'runtime_missing' -d 'Runtime not on the engine'
@@ -331,6 +333,7 @@ complete -c sbx -n '__sbx_in "sbx create"' -s k -l kit -x -a '(__fish_complete_d
 complete -c sbx -n '__sbx_in "sbx create"' -l arg -x -d 'A value for a kit arg (repeatable)'
 complete -c sbx -n '__sbx_in "sbx create"' -l access -x -a 'none ro rw' -d 'How it sees WORKSPACE (default rw)'
 complete -c sbx -n '__sbx_in "sbx create"' -l workspace-mode -x -a 'bind copy' -d 'bind (default): mount WORKSPACE from this disk; copy: copy it into a volume o...'
+complete -c sbx -n '__sbx_in "sbx create"' -l engine -x -d 'Create it on this engine of the config\'s [engines] (default: the least-loaded...'
 complete -c sbx -n '__sbx_in "sbx create"' -l accept -d 'Approve what the kits ask for beyond their last approved run without asking'
 complete -c sbx -n '__sbx_in "sbx create"' -l clone -d 'Give it its own git checkout of WORKSPACE\'s repository on branch sbx/NAME fro...'
 complete -c sbx -n '__sbx_in "sbx create"' -s m -l memory -x -d 'Memory limit in Docker\'s sizes (128m, 2g, or bytes); swap is the same'

@@ -62,6 +62,9 @@ class SandboxRecord:
     image: str | None = None  # the per-sandbox image the create step committed
     home_volume: str | None = None
     tty: bool = True
+    # The [engines] entry it was created on (None: the engine the environment names)
+    engine: str | None = None
+    engine_host: str | None = None
     version: int = RECORD_VERSION
 
     def as_json(self) -> str:

@@ -15,6 +15,7 @@ from sbx.seams.engine import (
     EngineLocation,
     OwnedObject,
     RawListing,
+    Reservation,
     engine_info,
 )
 from sbx.seams.enginebounds import timeout_s, waiting
@@ -191,6 +192,26 @@ class SdkInventory(SdkClient):
                 listing = self._api.volumes(filters={"name": sorted(wanted)}) or {}
                 names = {str(v.get("Name", "")) for v in listing.get("Volumes") or []}
         return wanted & names
+
+    def reservations(self, labels: Mapping[str, str]) -> list[Reservation]:
+        """The limits of the running containers carrying every given label (one inspect
+        each: a listing does not carry a container's HostConfig)."""
+        import docker
+
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()], "status": ["running"]}
+        found: list[Reservation] = []
+        with self._engine_errors("reading what sbx's sandboxes reserve",
+                                 Reason.DOCKER_UNREACHABLE):
+            for c in self._api.containers(filters=filters) or []:
+                try:
+                    config = self._api.inspect_container(str(c["Id"])).get("HostConfig") or {}
+                except docker.errors.NotFound:
+                    continue  # gone since the listing: it reserves nothing now
+                nano, memory = config.get("NanoCpus"), config.get("Memory")
+                found.append(Reservation(
+                    str(c["Id"]), nano // 1_000_000 if isinstance(nano, int) else 0,
+                    memory if isinstance(memory, int) else 0))
+        return found
 
 
 __all__ = ["SdkInventory"]

@@ -18,6 +18,8 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox.records import SandboxStore
 from sbx.domain.sandbox.runrecord import RUNS_DIR
 from sbx.seams import audit, owned
+from sbx.usecases import fleet
+from sbx.usecases.gc import everywhere
 from sbx.usecases.gc.collector import Collector
 from sbx.usecases.gc.result import GcFailure, GcItem, GcRequest, GcResult
 from sbx.usecases.gc.sweep import Firewall, Processes
@@ -69,15 +71,23 @@ def collect(ctx: AppContext, request: GcRequest, *, clock: Callable[[], float] =
     config = ctx.load_config()  # an invalid config refuses (invalid_config), never defaults
     grace = request.grace_s if request.grace_s is not None else config.gc.grace_seconds.value
     batch = config.gc.batch_size.value
+    def collector(on: AppContext) -> Collector:
+        return Collector(on, request, grace, batch, clock, procs, rules,
+                         image_idle_s=config.gc.image_idle_seconds.value)
+
+    def passes() -> GcResult:
+        engines = fleet.every_engine(ctx)
+        if len(engines) == 1 and engines[0][0] is None:  # one engine, as without [engines]
+            return collector(ctx).run()
+        return everywhere.run_everywhere(engines, collector)
+
     if request.dry_run:
-        return Collector(ctx, request, grace, batch, clock, procs, rules,
-                          image_idle_s=config.gc.image_idle_seconds.value).run()
+        return passes()
     with gc_lock(state_home) as acquired:
         if not acquired:
             return GcResult("locked", request.dry_run, grace,
                             note=f"another sbx gc holds {state_home / LOCK_FILE}; nothing done")
-        result = Collector(ctx, request, grace, batch, clock, procs, rules,
-                            image_idle_s=config.gc.image_idle_seconds.value).run()
+        result = passes()
         ttl = config.gc.named_ttl.value
         if result.outcome == "done" and (request.named or ttl is not None):
             _stopped_named(ctx, result, 0 if request.named or ttl is None else ttl, clock())
@@ -95,10 +105,11 @@ def _stopped_named(ctx: AppContext, result: GcResult, ttl: int, now: float) -> N
             record = store.load(name)
             if record is None or record.container_id is None:
                 continue
-            finished = ctx.driver.container_finished_at(record.container_id)
+            on = fleet.for_record(ctx, record)  # on the engine it lives on
+            finished = on.driver.container_finished_at(record.container_id)
             if finished is None or now - finished < ttl:
                 continue
-            remove(ctx, [name])
+            remove(on, [name])
         except SbxError as error:
             result.failed.append(GcFailure("named_remove_failed", error.reason,
                                            f"named sandbox {name}: {error.message}", name))

@@ -4,6 +4,7 @@ in batches, each confirmed gone by one listing; the host's part is :class:`Sweep
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from sbx.base import labels as label_keys
@@ -52,12 +53,34 @@ from sbx.usecases.gc.result import (
 from sbx.usecases.gc.sweep import Sweep, note_run
 
 
+@dataclass
+class EngineFound:
+    """What one engine's pass leaves for the host's part: the run directories it read, the
+    runs the engine holds objects of, and the runs whose objects stay."""
+
+    runs: list[RunDir]
+    known: dict[str, int | None]
+    remaining: set[str]
+
+    def merge(self, other: EngineFound) -> EngineFound:
+        known = {**other.known, **self.known}
+        return EngineFound(self.runs, known, self.remaining | other.remaining)
+
+
 class Collector(Sweep):
     @property
     def driver(self) -> GcEngine:
         return self.ctx.driver
 
     def run(self) -> GcResult:
+        found = self.engine_pass()
+        if found is not None and self.host_pass(found):
+            self.cached_images()
+        return self.result
+
+    def engine_pass(self) -> EngineFound | None:
+        """This engine's containers, networks, volumes and images; what the host's part
+        needs to know of it (None: the listing failed, every run directory is kept)."""
         runs_list = read_run_dirs(self.ctx.state_home, self.clock.now)
         selector = label_keys.home_selector(self.ctx.home_hash)
         try:
@@ -70,13 +93,13 @@ class Collector(Sweep):
             self._fail(kind, error.reason, f"listing this home's objects failed, nothing was "
                        f"removed: {error.message}")
             self._keep_all_run_dirs(runs_list, "listing_failed")
-            return self.result
+            return None
         except ListingInvalid as problem:
             self._fail(LIST_INVALID, Reason.CLEANUP_FAILED,
                        f"the engine's listing has an entry sbx cannot parse ({problem}); "
                        "nothing was removed")
             self._keep_all_run_dirs(runs_list, "listing_invalid")
-            return self.result
+            return None
         runs = {run.name: run for run in runs_list if run.real_dir}
         names = recorded_names(self.ctx.state_home, runs)
         listing = Listing(tuple(trust_names(c, names) for c in listing.containers),
@@ -90,14 +113,23 @@ class Collector(Sweep):
         # Images only once their containers are gone: whoever still uses one keeps it.
         gone = {item.id for item in self.result.removed if item.kind == "container"}
         self._remove("image", self._plan_images(images, runs, remaining, gone), remaining)
-        if not self._firewall_rules(runs, known_runs(listing, images), remaining):
-            self._keep_all_run_dirs(runs_list, "firewall_listing_failed",
+        return EngineFound(runs_list, dict(known_runs(listing, images)), remaining)
+
+    def host_pass(self, found: EngineFound) -> bool:
+        """This machine's part (firewall rules, run directories, staging points), judged by
+        what every engine keeps (``found``: their union); False when the rules could not be
+        listed (then no run directory is removed)."""
+        runs = {run.name: run for run in found.runs if run.real_dir}
+        if not self._firewall_rules(runs, found.known, found.remaining):
+            self._keep_all_run_dirs(found.runs, "firewall_listing_failed",
                                     "nothing shows which firewall rules are this home's")
-            return self.result
-        self._run_dirs(runs_list, remaining)
-        self._orphan_staging({run.name for run in runs_list}, remaining)
+            return False
+        self._run_dirs(found.runs, found.remaining)
+        self._orphan_staging({run.name for run in found.runs}, found.remaining)
+        return True
+
+    def cached_images(self) -> None:
         self._image_cache(self.image_idle_s)
-        return self.result
 
     def _image_cache(self, idle_s: int) -> None:
         """Cached images (kit builds, assemblies, prepared images) nobody used within the

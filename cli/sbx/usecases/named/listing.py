@@ -28,12 +28,13 @@ class SandboxStatus:
     home_bounded: bool
     run_id: str = ""  # accepted wherever a name is (full, or its first ID_PREFIX characters)
     stopped: IdleStopped | None = None  # why it is stopped, when its keeper stopped it
+    engine: str | None = None  # its [engines] entry (None: the environment's engine)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "workload": self.workload, "kits": self.kits,
                 "status": self.status, "workspace": self.workspace,
                 "created": round(self.created, 3), "home_bounded": self.home_bounded,
-                "run_id": self.run_id,
+                "run_id": self.run_id, "engine": self.engine,
                 "reason": None if self.stopped is None else self.stopped.reason.value,
                 "stopped": None if self.stopped is None else self.stopped.as_dict()}
 
@@ -45,21 +46,21 @@ def sandbox_names(ctx: AppContext) -> list[str]:
 
 def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus]:
     store = SandboxStore(ctx.state_home)
+    records = [r for r in (store.load(name) for name in store.names()) if r is not None]
+    return statuses(ctx, records, include_runs=include_runs)
+
+
+def statuses(ctx: AppContext, records: list[SandboxRecord], *, include_runs: bool,
+             engine: str | None = None) -> list[SandboxStatus]:
+    """``records`` with their state on ``ctx``'s engine (and its one-shot runs)."""
     owned = ctx.driver.list_owned(label_keys.home_selector(ctx.home_hash))
     states = {o.id: o.state for o in owned if o.kind == "container"}
     found = []
     sandboxes: dict[str, str] = {}  # container id -> the name sbx recorded for it
-    for name in store.names():
-        record = store.load(name)
-        if record is None:
-            continue
+    for record in records:
         sandboxes[record.container_id or ""] = record.name
         state = states.get(record.container_id or "", "missing")
-        found.append(SandboxStatus(record.name, record.workload, record.kits, state,
-                                   record.workspace or record.request.get("workspace_copy"),
-                                   record.created,
-                                   bool(record.request.get("home_bounded")), record.run_id,
-                                   stopped_why(ctx, record, state)))
+        found.append(status_of(ctx, record, state, engine))
     if include_runs:
         for obj in owned:
             # A dev.sbx.name label counts only on the container sbx recorded under it (an
@@ -72,7 +73,7 @@ def list_sandboxes(ctx: AppContext, *, include_runs: bool) -> list[SandboxStatus
                                        obj.labels.get(label_keys.KITS, "").split(",")[0],
                                        obj.labels.get(label_keys.KITS, "").split(",")[1:],
                                        obj.state, None, 0.0, True,
-                                       obj.labels.get(label_keys.RUN, "")))
+                                       obj.labels.get(label_keys.RUN, ""), engine=engine))
     return found
 
 
@@ -81,6 +82,14 @@ def stopped_why(ctx: AppContext, record: SandboxRecord, state: str) -> IdleStopp
     if state == "running":
         return None
     return stopped_mark(runrecord.run_dir(ctx.state_home, record.run_id))
+
+
+def status_of(ctx: AppContext, record: SandboxRecord, state: str,
+              engine: str | None) -> SandboxStatus:
+    return SandboxStatus(record.name, record.workload, record.kits, state,
+                         record.workspace or record.request.get("workspace_copy"),
+                         record.created, bool(record.request.get("home_bounded")),
+                         record.run_id, stopped_why(ctx, record, state), engine=engine)
 
 
 ID_PREFIX: Final = 12  # the run id as `sbx ls --all` shows it

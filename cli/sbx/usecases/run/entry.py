@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.records import SandboxStore, check_name
+from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
@@ -34,6 +35,7 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                           on_warning=on_warning, on_notice=on_notice, confirm_kits=confirm_kits,
                           confirm_follow=confirm_follow)
     request = kept_request(ctx, request, on_notice)
+    ctx = fleet.for_new(ctx, request)  # the engine it goes to, of [engines] when configured
     if request.detach and request.name is None:
         raise SbxError(Reason.INVALID_ARGUMENT, "-d/--detach needs --name: a one-shot sandbox "
                        "ends with its session", hint="Give it a name: sbx run --name NAME -d ...")
@@ -113,6 +115,7 @@ def create(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     request = dataclasses.replace(request, keep=True if request.name is None else None,
                                   detach=True)
     request = kept_request(ctx, request, lambda _text: None)
+    ctx = fleet.for_new(ctx, request)
     name = check_name(request.name or "")
     if SandboxStore(ctx.state_home).load(name) is not None:
         raise SbxError(Reason.INVALID_ARGUMENT, f"{name} exists already",

@@ -194,7 +194,8 @@ class FromKits:
             taken=[workspace_target, TMP_TARGET, *extra_targets,
                    *(v.path for v in capabilities.volumes), *capabilities.tmpfs])
         if named is not None:
-            capabilities = _with_home_volume(capabilities, home)
+            capabilities = _with_home_volume(capabilities, home,
+                                             local=ctx.driver.location().local)
         egress = planned.egress
         if egress is not None and "oauth" in egress.modes.values():
             lifecycle = capabilities.lifecycle
@@ -276,12 +277,14 @@ def timeout_of(request: RunRequest, config: Config) -> float:
     return float(config.sandbox.timeout_ms.value / 1000)
 
 
-def _with_home_volume(capabilities: CapabilityPlan, home: str) -> CapabilityPlan:
+def _with_home_volume(capabilities: CapabilityPlan, home: str, *,
+                      local: bool) -> CapabilityPlan:
     """A named sandbox's HOME persists across stop/start: a volume of its own, sized where
-    sbx can bound it."""
+    sbx can bound it (a sized one is staged on this machine: on an engine elsewhere it is the
+    engine's own volume, unsized, as where staging is unavailable here)."""
     return dataclasses.replace(capabilities, volumes=(
         *capabilities.volumes, NamedVolume(home, 0o700, capabilities.limits.home_bytes
-                                           if staging_available() else None)))
+                                           if local and staging_available() else None)))
 
 
 def _with_mounted_files(capabilities: CapabilityPlan, targets: Sequence[str]) -> CapabilityPlan:

@@ -73,6 +73,7 @@ class RunRequest:
     session: SessionAsk | None = None
     workspace_mode: str = "bind"  # --workspace-mode (WORKSPACE_MODES)
     template: str | None = None  # --template TAG: started from a template (`sbx save`)
+    engine: str | None = None  # --engine NAME: an [engines] entry (sbx.usecases.fleet)
 
 
 def session_ask(prompt: str | None, resume: str | None, *,

@@ -1,0 +1,69 @@
+"""`sbx ls` across every engine sandboxes live on: each engine's sandboxes with their state
+there, and an engine that does not answer named as unreachable with why (its sandboxes listed
+as ``unreachable``), never as one without sandboxes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sbx.base.errors import SbxError
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.usecases import fleet
+from sbx.usecases.context import AppContext
+from sbx.usecases.named.listing import SandboxStatus, status_of, statuses
+
+UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class EngineReach:
+    """One engine the listing covered: its entry name (None: the environment's), its host,
+    and why it did not answer (None: it did)."""
+
+    name: str | None
+    host: str
+    reason: str | None = None
+    message: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "reachable": self.reason is None,
+                "reason": self.reason, "message": self.message}
+
+
+@dataclass(frozen=True)
+class FleetListing:
+    sandboxes: list[SandboxStatus]
+    engines: list[EngineReach]
+    fleet: bool  # more than the environment's one engine: the ENGINE column is shown
+
+
+def list_everywhere(ctx: AppContext, *, include_runs: bool) -> FleetListing:
+    store = SandboxStore(ctx.state_home)
+    records = [r for r in (store.load(name) for name in store.names()) if r is not None]
+    engines = fleet.every_engine(ctx)
+    if len(engines) == 1 and engines[0][0] is None:  # one engine, as without [engines]
+        return FleetListing(statuses(ctx, records, include_runs=include_runs), [], fleet=False)
+    found: list[SandboxStatus] = []
+    reached: list[EngineReach] = []
+    for name, on in engines:
+        mine = [r for r in records if r.engine == name]
+        host = on.env.get("DOCKER_HOST", "") or "(the environment's engine)"
+        try:
+            found.extend(statuses(on, mine, include_runs=include_runs, engine=name))
+        except SbxError as error:
+            reached.append(EngineReach(name, host, error.reason.value, error.message))
+            found.extend(_unreachable(ctx, mine, name))
+            continue
+        reached.append(EngineReach(name, host))
+    order = {record.name: index for index, record in enumerate(records)}
+    found.sort(key=lambda s: (order.get(s.name, len(order)), s.name))
+    return FleetListing(found, reached, fleet=True)
+
+
+def _unreachable(ctx: AppContext, records: list[SandboxRecord],
+                 engine: str | None) -> list[SandboxStatus]:
+    return [status_of(ctx, record, UNREACHABLE, engine) for record in records]
+
+
+__all__ = ["UNREACHABLE", "EngineReach", "FleetListing", "list_everywhere"]

@@ -1,0 +1,133 @@
+"""Which engine a command speaks to with [engines]: the environment's when it names one,
+--engine's entry (an unknown one refused with the names), the least-loaded answering entry for
+a new sandbox, and a named sandbox's own recorded engine for everything after."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbx.base import labels
+from sbx.base.errors import SbxError
+from sbx.base.reasons import Reason
+from sbx.base.render import Renderer
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.seams.engine import EngineInfo
+from sbx.seams.enginehost import ENGINE_NAME_ENV
+from sbx.usecases import fleet
+from sbx.usecases.context import AppContext
+from sbx.usecases.named.everywhere import list_everywhere
+from sbx.usecases.run.request import RunRequest
+from tests.support.fakeengine import DEFAULT_INFO, FakeEngine
+
+GiB = 1024 ** 3
+HOSTS = {"one": "ssh://root@one", "two": "ssh://root@two"}
+
+
+def _info(cpus: int) -> EngineInfo:
+    return dataclasses.replace(DEFAULT_INFO, cpus=cpus, memory_bytes=16 * GiB)
+
+
+def _ctx(tmp_path: Path, engines: Mapping[str, FakeEngine], **env: str) -> AppContext:
+    config = tmp_path / "config.toml"
+    config.write_text("[engines]\n" + "".join(f'{n} = "{h}"\n' for n, h in HOSTS.items()))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "SBX_"))}
+    full = {**base, "SBX_HOME": str(tmp_path / "state"), "SBX_CONFIG": str(config), **env}
+
+    def factory(seen: Mapping[str, str]) -> FakeEngine:
+        name = seen.get(ENGINE_NAME_ENV)
+        if name is None:
+            return engines["env"]
+        assert seen["DOCKER_HOST"] == HOSTS[name]
+        return engines[name]
+
+    return AppContext(env=full, cwd=tmp_path, driver_factory=factory,
+                      renderer=Renderer(io.StringIO(), io.StringIO(), as_json=False))
+
+
+def _running(engine: FakeEngine, ident: str, home: str) -> None:
+    engine.containers.append({"Id": ident, "State": "running", "Labels": {
+        **labels.home_selector(home), labels.ROLE: labels.ROLE_SANDBOX}})
+
+
+def test_a_new_sandbox_goes_to_the_least_loaded_answering_engine(tmp_path: Path) -> None:
+    one, two = FakeEngine(info=_info(4)), FakeEngine(info=_info(4))
+    ctx = _ctx(tmp_path, {"one": one, "two": two, "env": FakeEngine()})
+    _running(one, "a" * 64, "elsewhere")  # any home's sandbox holds its engine's room
+    held: Any = type("Spec", (), {"nano_cpus": 3 * 10**9, "memory_bytes": GiB})()
+    one.specs["a" * 64] = held
+    placed = fleet.for_new(ctx, RunRequest(workload="k"))
+    assert placed.env[ENGINE_NAME_ENV] == "two" and placed.env["DOCKER_HOST"] == HOSTS["two"]
+    assert fleet.current(placed) == ("two", HOSTS["two"])
+
+
+def test_docker_host_in_the_environment_means_that_engine(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, {"env": FakeEngine()}, DOCKER_HOST="unix:///x.sock")
+    assert fleet.for_new(ctx, RunRequest(workload="k")) is ctx
+    assert fleet.current(ctx) == (None, None)
+
+
+def test_engine_flag_picks_an_entry_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, {"env": FakeEngine()}, DOCKER_HOST="unix:///x.sock")
+    chosen = fleet.for_new(ctx, RunRequest(workload="k", engine="one"))
+    assert chosen.env["DOCKER_HOST"] == HOSTS["one"] and "DOCKER_CONTEXT" not in chosen.env
+    with pytest.raises(SbxError) as caught:
+        fleet.for_new(ctx, RunRequest(workload="k", engine="three"))
+    assert caught.value.reason is Reason.ENGINE_UNKNOWN
+    assert "one, two" in caught.value.message
+
+
+def test_a_recorded_sandbox_is_reached_on_its_engine(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, {"env": FakeEngine()})
+    SandboxStore(ctx.state_home).save(SandboxRecord(
+        name="dev", run_id="ab" * 16, created=1.0, workload="./k", kits=[], workspace=None,
+        access="none", request={}, container_id="c" * 64, engine="two",
+        engine_host=HOSTS["two"]))
+    assert fleet.for_sandbox(ctx, "dev").env["DOCKER_HOST"] == HOSTS["two"]
+    assert fleet.for_sandbox(ctx, "ab" * 6).env["DOCKER_HOST"] == HOSTS["two"]
+    assert fleet.for_sandbox(ctx, "other") is ctx
+    with pytest.raises(SbxError) as caught:  # it stays where it was created
+        fleet.for_new(ctx, RunRequest(workload="k", name="dev", engine="one"))
+    assert caught.value.reason is Reason.ENGINE_UNKNOWN
+
+
+def test_no_engine_answering_refuses_the_placement(tmp_path: Path) -> None:
+    class Down(FakeEngine):
+        def info(self) -> EngineInfo:
+            raise SbxError(Reason.DOCKER_UNREACHABLE, "connecting: no route")
+
+    ctx = _ctx(tmp_path, {"one": Down(), "two": Down(), "env": FakeEngine()})
+    with pytest.raises(SbxError) as caught:
+        fleet.for_new(ctx, RunRequest(workload="k"))
+    assert caught.value.reason is Reason.DOCKER_UNREACHABLE
+    assert "one: connecting: no route" in caught.value.message
+
+
+def test_ls_names_an_unreachable_engine_and_lists_the_others(tmp_path: Path) -> None:
+    class Down(FakeEngine):
+        def list_owned(self, labels: Mapping[str, str]) -> list:  # type: ignore[type-arg]
+            raise SbxError(Reason.DOCKER_UNREACHABLE, "connecting: no route")
+
+    one = FakeEngine()
+    ctx = _ctx(tmp_path, {"one": one, "two": Down(), "env": FakeEngine()})
+    store = SandboxStore(ctx.state_home)
+    for name, engine in (("a1", "one"), ("b2", "two")):
+        store.save(SandboxRecord(name=name, run_id=name * 16, created=1.0, workload="./k",
+                                 kits=[], workspace=None, access="none", request={},
+                                 container_id=name * 32, engine=engine,
+                                 engine_host=HOSTS[engine]))
+    _running(one, "a1" * 32, ctx.home_hash)
+    found = list_everywhere(ctx, include_runs=False)
+    assert found.fleet
+    assert [(s.name, s.status, s.engine) for s in found.sandboxes] == [
+        ("a1", "running", "one"), ("b2", "unreachable", "two")]
+    reach = {e.name: e for e in found.engines}
+    assert reach["one"].reason is None
+    assert reach["two"].reason == "docker_unreachable" and "no route" in (reach["two"].message
+                                                                          or "")
