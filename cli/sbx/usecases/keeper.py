@@ -134,12 +134,12 @@ def start_port_keeper(run_dir: Path, run_id: str) -> KeptProxy:
     return KeptProxy(start_keeper(run_dir, run_id, "", None), run_dir, run_id)
 
 
-def ensure_idle_keeper(run_dir: Path, run_id: str) -> None:
+def ensure_idle_keeper(run_dir: Path, run_id: str, engine_env: Mapping[str, str]) -> None:
     """A named sandbox with an idle stop and no keeper (no egress, no ports) gets one that
     runs no proxy: it is the keeper that watches for idleness (sbx.usecases.idlestop)."""
     if idlestop.read_settings(run_dir) is None or keeper_alive(run_dir, run_id):
         return
-    start_keeper(run_dir, run_id, "", None)
+    start_keeper(run_dir, run_id, "", None, engine_env=engine_env)
 
 
 def keeper_alive(run_dir: Path, run_id: str) -> bool:
@@ -188,14 +188,16 @@ def _persist_for_restart(run_dir: Path, port: int) -> None:
 
 
 def start_keeper(run_dir: Path, run_id: str, token: str,
-                 secrets: Mapping[str, str] | None = None) -> KeeperHandle:
+                 secrets: Mapping[str, str] | None = None, *,
+                 engine_env: Mapping[str, str] | None = None) -> KeeperHandle:
     """Start a detached keeper for ``run_dir`` (its ``proxy.json`` written before) and wait
     for its ready line (bounded). Its stdin gets the proxy's owner line: the token, then the
     encoded secrets."""
     log = run_dir / "keeper.log"
     program = processes.start_program(
         KEEPER, (str(run_dir), run_id), owner_line=owner_line(token, secrets), log=log,
-        append_log=True, env=_environment(), ready_timeout=START_TIMEOUT_S,
+        append_log=True, env=keeper_environment(os.environ, engine_env),
+        ready_timeout=START_TIMEOUT_S,
         keep_owner_pipe=False)
     if program is None:
         raise SbxError(Reason.PROXY_FAILED,
@@ -222,13 +224,24 @@ def stop_keeper(run_dir: Path, run_id: str, *, wait_s: float = 0.0) -> None:
         time.sleep(0.05)
 
 
-def _environment() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "DOCKER_HOST", "DOCKER_CONFIG",
-            "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "SSL_CERT_FILE", "SSL_CERT_DIR")
-    return {k: v for k, v in os.environ.items() if k in keep}
+_PROCESS_KEYS: Final = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SSL_CERT_FILE", "SSL_CERT_DIR")
+# What names the engine a sandbox is on (and how to reach it); the command's own context
+# chose it (a fleet entry, --engine), which may differ from this process's environment.
+_ENGINE_KEYS: Final = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",
+                       "DOCKER_TLS_VERIFY", "XDG_RUNTIME_DIR")
+
+
+def keeper_environment(process: Mapping[str, str],
+                       engine_env: Mapping[str, str] | None) -> dict[str, str]:
+    """The keeper's environment: this process's basics, and the engine of the sandbox's
+    command (``engine_env``, else this process's) so it watches the engine the sandbox is on."""
+    engine = process if engine_env is None else engine_env
+    return {**{k: v for k, v in process.items() if k in _PROCESS_KEYS},
+            **{k: v for k, v in engine.items() if k in _ENGINE_KEYS}}
 
 
 __all__ = ["MOVED_CONFIG", "PID_FILE", "KeeperHandle", "KeptProxy", "ensure_idle_keeper",
+           "keeper_environment",
            "keeper_alive", "recorded_port",
            "restart_kept_proxy", "start_kept_proxy", "start_keeper", "start_port_keeper",
            "stop_keeper"]

@@ -256,7 +256,7 @@ def _start(ctx: AppContext, record: SandboxRecord, on_warning: Callable[[str], N
         _network_again(ctx, record, on_warning)
         with deferred_interrupts():
             driver.start(record.container_id)
-        keeper.ensure_idle_keeper(run_dir, record.run_id)
+        keeper.ensure_idle_keeper(run_dir, record.run_id, ctx.env)
         if unstaged:
             _verify(driver, record.container_id, unstaged)
     finally:

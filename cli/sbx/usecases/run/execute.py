@@ -170,7 +170,8 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: Cr
 
     record_created(ctx, plan, created_ids(created, container_id), request)
     created.kept = True
-    keeper.ensure_idle_keeper(runrecord.run_dir(ctx.state_home, plan.run_id), plan.run_id)
+    keeper.ensure_idle_keeper(runrecord.run_dir(ctx.state_home, plan.run_id), plan.run_id,
+                              ctx.env)
     if not request.detach:
         return False
     _audit_started(ctx, plan)
