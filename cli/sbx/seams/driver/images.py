@@ -204,13 +204,7 @@ class SdkImages(SdkContainers):
         """Commit the container's filesystem with the run config of ``like`` (not the
         container's own: the create step ran a keepalive as root)."""
         repository, _, version = tag.partition(":")
-        changes = [
-            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
-            f"CMD {json.dumps(list(like.cmd or []))}",
-            f"USER {like.user}" if like.user else "USER 0",
-            f"WORKDIR {like.workdir or '/'}",
-            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
-        ]
+        changes = run_config_changes(like, labels, env=False)
         # Held back from signals: the engine finishes a commit whose client went away, so an
         # interrupted request would leave an image the run's cleanup already looked for.
         with deferred_interrupts(), \
@@ -228,15 +222,7 @@ class SdkImages(SdkContainers):
         configuration of ``like`` (its entrypoint, command, user, workdir and variables) and
         ``labels``: what `sbx save` makes, so no lower layer holds what it left out."""
         repository, _, version = tag.partition(":")
-        changes = [
-            f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
-            f"CMD {json.dumps(list(like.cmd or []))}",
-            f"USER {like.user}" if like.user else "USER 0",
-            f"WORKDIR {like.workdir or '/'}",
-            *(f"ENV {key}={json.dumps(value)}" for key, _, value
-              in (item.partition("=") for item in like.env) if key),
-            *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
-        ]
+        changes = run_config_changes(like, labels, env=True)
         with deferred_interrupts(), self._engine_errors(
                 f"importing the files of {tag}", Reason.CREATE_FAILED, transfer(self._env)):
             self._api.import_image(src=tar, repository=repository, tag=version or "latest",
@@ -279,4 +265,19 @@ class SdkImages(SdkContainers):
             self._api.tag(image, repository, tag=tag, force=True)
 
 
-__all__ = ["SdkImages"]
+def run_config_changes(like: ImageInfo, labels: Mapping[str, str], *,
+                       env: bool) -> list[str]:
+    """The dockerfile changes that give a committed or imported image the run configuration
+    of ``like`` (with its variables when ``env``: an import starts from none) and ``labels``."""
+    return [
+        f"ENTRYPOINT {json.dumps(list(like.entrypoint or []))}",
+        f"CMD {json.dumps(list(like.cmd or []))}",
+        f"USER {like.user}" if like.user else "USER 0",
+        f"WORKDIR {like.workdir or '/'}",
+        *((f"ENV {key}={json.dumps(value)}" for key, _, value
+           in (item.partition("=") for item in like.env) if key) if env else ()),
+        *(f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items())),
+    ]
+
+
+__all__ = ["SdkImages", "run_config_changes"]
