@@ -30,7 +30,7 @@ from sbx.seams.host import procfs
 from sbx.seams.session.pump import Session, SessionEnd
 from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
-from sbx.usecases import idlestop, keeper
+from sbx.usecases import idlestop
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.cleanup import Created, cleanup, created_ids
 from sbx.usecases.run.kitmounts import kit_mount_targets
@@ -165,8 +165,10 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: Cr
                 container_id: str, on_notice: Callable[[str], None]) -> bool:
     """A named sandbox that started is the sandbox's from now on (recorded, never removed by
     this run); True when it was started detached (nothing to attach to here)."""
-    # Only a named sandbox records itself (with its kits' state): not a one-shot run's path.
-    from sbx.usecases.namedrecord import record_created
+    # Only a named sandbox records itself (with its kits' state) and has a keeper (whose proxy
+    # start loads the egress plan and kit composition): not a one-shot run's path.
+    from sbx.usecases import keeper
+    from sbx.usecases.namedrecord import record_created  # as above: a named sandbox only
 
     record_created(ctx, plan, created_ids(created, container_id), request)
     created.kept = True
