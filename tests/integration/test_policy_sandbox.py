@@ -24,7 +24,7 @@ import shlex
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +66,6 @@ def env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
 @pytest.fixture
 def kit(kit_factory: Callable[..., Path]) -> Path:
     return kit_factory("steer", RECIPE, KIT)
-
-
-@pytest.fixture
-def named(env: dict[str, str]) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    for each in names:
-        run_sbx(["rm", "-f", each], env=env, timeout=120)
 
 
 def sbx(env: dict[str, str], *args: str, timeout: float = 180) -> Finished:
@@ -158,9 +150,9 @@ def test_user_rules_reach_the_next_one_shot_run_deny_wins_and_never_beat_a_kit_d
 
 
 def test_named_sandbox_follows_policy_live_and_its_log_is_followed(
-        env: dict[str, str], kit: Path, named: list[str], state_home: Path) -> None:
+        env: dict[str, str], kit: Path, cleanup: list[str], state_home: Path) -> None:
     name = f"p-{uuid.uuid4().hex[:8]}"
-    named.append(name)
+    cleanup.append(name)
     ok(sbx(env, "run", "--name", name, "-d", str(kit)))
     follower = subprocess.Popen([str(SBX), "policy", "log", "-f", "--json", name],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -219,12 +211,12 @@ def test_named_sandbox_follows_policy_live_and_its_log_is_followed(
 
 
 def test_a_named_sandbox_follows_its_changed_kits_or_says_why_not(
-        env: dict[str, str], kit_factory: Callable[..., Path], named: list[str]) -> None:
+        env: dict[str, str], kit_factory: Callable[..., Path], cleanup: list[str]) -> None:
     kit = kit_factory("moving", RECIPE, capabilities(
         network_policy(version=2, runtime=["example.org"])))
     descriptor = next(kit.glob("*.yaml"))
     name = f"k-{uuid.uuid4().hex[:8]}"
-    named.append(name)
+    cleanup.append(name)
     ok(sbx(env, "run", "--name", name, "-d", str(kit)))
     ok(sbx(env, "exec", name, "--", "sh", "-c", 'echo kept > "$HOME/mark"'))
     probe = "; ".join([code("http://example.org/"), code("http://example.net/")])

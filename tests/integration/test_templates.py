@@ -73,14 +73,6 @@ def env(tmp_path: Path, state_home: Path, internet: Internet) -> dict[str, str]:
 
 
 @pytest.fixture
-def names(env: dict[str, str]) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        run_sbx(["rm", "-f", name], env=env, timeout=120)
-
-
-@pytest.fixture
 def tags(engine: SdkEngine) -> Iterator[list[str]]:
     made: list[str] = []
     yield made
@@ -114,11 +106,11 @@ def _contains(tar_path: Path, needle: bytes) -> list[str]:
 
 
 def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
-        kits: dict[str, Path], env: dict[str, str], names: list[str], tags: list[str],
+        kits: dict[str, Path], env: dict[str, str], cleanup: list[str], tags: list[str],
         engine: SdkEngine, state_home: Path, tmp_path: Path, internet: Internet) -> None:
     assert sbx(env, "secret", "set", "github", "--from-env", "SBX_TEST_GH_VALUE").returncode == 0
     first, second = f"tp-{uuid.uuid4().hex[:8]}", f"tq-{uuid.uuid4().hex[:8]}"
-    names.extend([first, second])
+    cleanup.extend([first, second])
     tag = f"sbx-test-template-{uuid.uuid4().hex[:8]}:1"
     tags.append(tag)
     made = sbx(env, "run", "--name", first, "-d", str(kits["agent"]), "--", "sleep", "600")
@@ -165,7 +157,7 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
                                                                "HTTPS_PROXY=", "GH_TOKEN="))]
 
     assert sbx(env, "rm", "-f", first).returncode == 0
-    names.remove(first)
+    cleanup.remove(first)
     # No kits named: the template's own; its install hook does not run again.
     again = sbx(env, "create", "--template", tag, "--name", second)
     assert again.returncode == 0, again.stderr.decode()
@@ -194,7 +186,7 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
         "template"]
     assert tag not in [u["name"] for u in usage["reclaimable"]]
     assert sbx(env, "rm", "-f", second).returncode == 0
-    names.remove(second)
+    cleanup.remove(second)
     dry = json.loads(sbx(env, "gc", "--dry-run", "--grace", "0", "--json").stdout)["data"]
     assert {"kind": "image", "why": "template"} in [
         {"kind": k["kind"], "why": k["why"]} for k in dry["kept"] if k["id"] == image.id]
@@ -207,10 +199,10 @@ def test_a_saved_sandbox_comes_back_from_its_template_without_its_boundary(
 
 
 def test_what_is_not_a_template_or_not_its_kits_is_refused(
-        kits: dict[str, Path], env: dict[str, str], names: list[str], tags: list[str],
+        kits: dict[str, Path], env: dict[str, str], cleanup: list[str], tags: list[str],
         engine: SdkEngine) -> None:
     name, other = f"tr-{uuid.uuid4().hex[:8]}", f"ts-{uuid.uuid4().hex[:8]}"
-    names.extend([name, other])
+    cleanup.extend([name, other])
     plain = sbx(env, "create", "--template", BUSYBOX, "--name", other)
     assert plain.returncode == 125 and b"not_a_template" in plain.stderr, plain.stderr
     assert sbx(env, "template", "rm", BUSYBOX).returncode == 125
@@ -242,10 +234,10 @@ def test_what_is_not_a_template_or_not_its_kits_is_refused(
 
 
 def test_a_token_written_into_the_image_refuses_the_save(
-        kits: dict[str, Path], env: dict[str, str], names: list[str], tags: list[str],
+        kits: dict[str, Path], env: dict[str, str], cleanup: list[str], tags: list[str],
         engine: SdkEngine) -> None:
     name = f"tl-{uuid.uuid4().hex[:8]}"
-    names.append(name)
+    cleanup.append(name)
     made = sbx(env, "run", "--name", name, "-d", str(kits["leaky"]), "--", "sleep", "600")
     assert made.returncode == 0, made.stderr.decode()
     tag = f"sbx-test-template-{uuid.uuid4().hex[:8]}:1"
@@ -283,14 +275,14 @@ REAL_ACCESS = "real-access-token-template-0123456789"
 
 
 def test_the_credential_file_sbx_puts_in_home_is_left_out_and_written_again(
-        env: dict[str, str], names: list[str], tags: list[str], engine: SdkEngine,
+        env: dict[str, str], cleanup: list[str], tags: list[str], engine: SdkEngine,
         state_home: Path, tmp_path: Path) -> None:
     kit = make_kit(tmp_path / "kits", "tploauth",
                    "FROM sbx-base/bookworm:1\nUSER agent\nWORKDIR /workspace\nCMD [\"bash\"]\n",
                    OAUTH_KIT)
     OAuthStore(state_home).set("anthropic", Tokens(REAL_ACCESS, "real-refresh-token-tpl-0123"))
     first, second = f"to-{uuid.uuid4().hex[:8]}", f"tu-{uuid.uuid4().hex[:8]}"
-    names.extend([first, second])
+    cleanup.extend([first, second])
     made = sbx(env, "run", "--name", first, "-d", str(kit), "--", "sleep", "600")
     assert made.returncode == 0, made.stderr.decode()
     shown = sbx(env, "exec", first, "--", "bash", "-c",
@@ -309,7 +301,7 @@ def test_the_credential_file_sbx_puts_in_home_is_left_out_and_written_again(
     assert _contains(exported, b"sk-ant-oat01-proxy-managed") == []
     assert _contains(exported, REAL_ACCESS.encode()) == []
     assert sbx(env, "rm", "-f", first).returncode == 0
-    names.remove(first)
+    cleanup.remove(first)
     again = sbx(env, "create", "--template", tag, "--name", second)
     assert again.returncode == 0, again.stderr.decode()
     seen = sbx(env, "exec", second, "--", "bash", "-c",
