@@ -6,6 +6,9 @@ every transport sends). No SDK and no socket here. Each consumer asks for the ro
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -400,6 +403,21 @@ def sandbox_files(attrs: Mapping[str, Any]) -> SandboxFiles:
     return SandboxFiles(user=str((attrs.get("Config") or {}).get("User") or ""),
                         read_only_root=bool(host.get("ReadonlyRootfs")), mounts=tuple(mounts),
                         image=str(attrs.get("Image") or ""))
+
+
+PATH_STAT_HEADER: Final = "x-docker-container-path-stat"  # lower case: how the socket keys it
+
+
+def header_path_stat(header: str | None) -> Mapping[str, Any] | None:
+    """The engine's path-stat header (base64 of a JSON object) decoded; None when it is absent
+    or not that shape, so every transport reads the same answer the same way."""
+    if not header:
+        return None
+    try:
+        raw = json.loads(base64.b64decode(header))
+    except (binascii.Error, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
 def unix_mode(go_mode: int) -> int | None:

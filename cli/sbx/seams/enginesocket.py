@@ -22,6 +22,7 @@ from sbx.base.reasons import Reason
 from sbx.seams.connectors import Connector, UnixConnector
 from sbx.seams.driver import SdkEngine
 from sbx.seams.engine import (
+    PATH_STAT_HEADER,
     EngineInfo,
     EngineLocation,
     ImageInfo,
@@ -31,6 +32,7 @@ from sbx.seams.engine import (
     create_body,
     engine_info,
     first_file_of_archive,
+    header_path_stat,
     image_info,
     path_stat,
     registry_chunk,
@@ -322,8 +324,6 @@ class SocketEngine(SdkEngine):
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
                     labels: Mapping[str, str]) -> ImageProbe:
-        import base64
-
         action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
         modes: dict[str, int | None] = {}
@@ -343,12 +343,9 @@ class SocketEngine(SdkEngine):
                 status, _data, response = self._call(
                     "HEAD", f"/containers/{cid}/archive", action=action,
                     reason=Reason.CREATE_FAILED, params={"path": path})
-                header = response.headers.get("x-docker-container-path-stat")
-                if status != 200 or not header:
-                    modes[path] = None
-                    continue
-                stat = json.loads(base64.b64decode(header))
-                modes[path] = unix_mode(int(stat.get("mode", 0)))
+                stat = header_path_stat(response.headers.get(PATH_STAT_HEADER))
+                modes[path] = (unix_mode(int(stat.get("mode", 0)))
+                               if status == 200 and stat is not None else None)
         return ImageProbe(found, modes)
 
     def container_state(self, container_id: str) -> str | None:
@@ -379,8 +376,6 @@ class SocketEngine(SdkEngine):
         return sandbox_files(attrs if isinstance(attrs, dict) else {})
 
     def archive_stat(self, container_id: str, path: str) -> PathStat | None:
-        import base64
-
         action = f"looking up {path} in the sandbox"
         status, data, response = self._call("HEAD", f"/containers/{container_id}/archive",
                                             action=action, reason=Reason.COPY_REFUSED,
@@ -389,9 +384,8 @@ class SocketEngine(SdkEngine):
             return None
         if status != 200:
             raise _refusal(action, Reason.COPY_REFUSED, status, _maybe_json(data), data)
-        header = response.headers.get("x-docker-container-path-stat")
-        raw = json.loads(base64.b64decode(header)) if header else None
-        return path_stat(raw) if isinstance(raw, dict) else None
+        raw = header_path_stat(response.headers.get(PATH_STAT_HEADER))
+        return path_stat(raw) if raw is not None else None
 
     def disk_usage(self) -> Mapping[str, Any]:
         _status, found = self._json("GET", "/system/df",

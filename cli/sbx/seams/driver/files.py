@@ -3,8 +3,6 @@ written to it (``GET``/``HEAD``/``PUT /containers/{id}/archive``)."""
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,8 +10,10 @@ from sbx.base.errors import EngineUnavailable
 from sbx.base.reasons import Reason
 from sbx.seams.driver.client import SdkClient
 from sbx.seams.engine import (
+    PATH_STAT_HEADER,
     PathStat,
     SandboxFiles,
+    header_path_stat,
     path_stat,
     sandbox_files,
     short_error,
@@ -21,7 +21,6 @@ from sbx.seams.engine import (
 )
 from sbx.seams.enginebounds import transfer
 
-STAT_HEADER = "X-Docker-Container-Path-Stat"
 CHUNK = 1024 * 1024
 
 
@@ -44,11 +43,8 @@ class SdkFiles(SdkClient):
             if response.status_code == 404:
                 return None
             self._api._raise_for_status(response)
-        header = response.headers.get(STAT_HEADER)
-        if not header:
-            return None
-        raw: Any = json.loads(base64.b64decode(header))
-        return path_stat(raw if isinstance(raw, dict) else {})
+        raw = header_path_stat(response.headers.get(PATH_STAT_HEADER))
+        return path_stat(raw) if raw is not None else None
 
     def archive_read(self, container_id: str, path: str) -> Iterator[bytes]:
         """The tar the engine makes of ``path``, in chunks, never silent for long (close the

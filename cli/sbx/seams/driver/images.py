@@ -13,9 +13,11 @@ from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.labels import own_labels
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
+    PATH_STAT_HEADER,
     ImageInfo,
     ImageProbe,
     first_file_of_archive,
+    header_path_stat,
     image_info,
     short_error,
     situation_hint,
@@ -99,8 +101,6 @@ class SdkImages(SdkContainers):
         """Files and directory modes of an image without starting anything: one container is
         created, each file copied out and each directory stat'ed (HEAD on the archive
         endpoint), and it is removed."""
-        import base64
-
         import docker
 
         action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
@@ -118,12 +118,9 @@ class SdkImages(SdkContainers):
             for path in dirs:
                 response = self._api.head(self._api._url("/containers/{0}/archive", cid),
                                           params={"path": path})
-                header = response.headers.get("X-Docker-Container-Path-Stat")
-                if response.status_code != 200 or not header:
-                    modes[path] = None
-                    continue
-                stat = json.loads(base64.b64decode(header))
-                modes[path] = unix_mode(int(stat.get("mode", 0)))
+                stat = header_path_stat(response.headers.get(PATH_STAT_HEADER))
+                modes[path] = (unix_mode(int(stat.get("mode", 0)))
+                               if response.status_code == 200 and stat is not None else None)
         return ImageProbe(found, modes)
 
     @contextmanager
