@@ -82,3 +82,10 @@ def test_every_detail_code_is_in_the_registry_and_explainable(tmp_path) -> None:
         assert "fix:" in done.stdout and "see:   sbx explain " in done.stdout
     listed = run_cli(["explain", "--list", "--json"], env=env, cwd=tmp_path).envelope()
     assert {d["code"] for d in listed["data"]["details"]} == {str(c) for c in DETAILS}
+
+
+def test_not_a_clone_explains_what_a_clone_is_and_how_to_make_one() -> None:
+    info = REGISTRY[Reason.NOT_A_CLONE]
+    assert "--clone" in info.cause and "sbx diff" in info.cause and "sbx fetch" in info.cause
+    # the same command the refusal's hint gives (sbx.usecases.named.clone)
+    assert "`sbx create --clone --name NAME-clone KIT REPO`" in info.fix

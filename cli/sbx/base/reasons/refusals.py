@@ -353,9 +353,12 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
     ),
     _R.NOT_A_CLONE: ReasonInfo(
         "The sandbox has no clone",
-        "`sbx diff` and `sbx fetch` work on a sandbox created with --clone; this one sees a "
-        "mounted workspace (or none), whose changes are on the host already.",
-        "Create one with its own checkout: `sbx create --clone --name NAME KIT REPO`.",
+        "A clone is a sandbox created with --clone: its own git checkout of the repository, "
+        "on a volume of its own, on branch sbx/NAME. `sbx diff` and `sbx fetch` read that "
+        "checkout; this sandbox sees a mounted workspace (or none), whose changes are on the "
+        "host already, so there is nothing to diff or fetch.",
+        "Create a clone of the repository: `sbx create --clone --name NAME-clone KIT REPO` "
+        "(e.g. `sbx create --clone --name a1 claude .`), then `sbx diff NAME-clone`.",
         _E.REFUSED,
     ),
     _R.BRANCH_DIVERGED: ReasonInfo(
