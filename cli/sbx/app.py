@@ -157,6 +157,11 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
             "every sandbox: sbx removes\n"
             'them only here. SBX_HOST_MOUNTS chooses where they live (default\n'
             '$XDG_DATA_HOME/sbx/host-mounts or ~/.local/share/sbx/host-mounts).'),
+        "registry": Command("sbx.commands.kit_registry:registry",
+            "List what sandboxes pushed to sbx's kit registry (NAME, TAG, DIGEST, SIZE), "
+            "or remove\n"
+            'a tag or repository. Only sandboxes whose kits declare kit-registry@1 reach it, as\n'
+            '$SBX_KIT_REGISTRY (kit-registry.sbx.internal), and only repositories under kits/.'),
     }),
     "skills": Group(
         "List, add and remove the skills in the host's skills store, which kits' "

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import h11
 
 from sbx.base.reasons import EgressCode, Reason
-from sbx.domain.egress import proxyauth
+from sbx.domain.egress import kitregistry, proxyauth
 from sbx.domain.egress.hosts import normalize_host
 from sbx.domain.egress.policy import Request, classify, decide
 from sbx.proxy.context import ConnState, ProxyContext
@@ -29,6 +29,7 @@ from sbx.proxy.refusals import (
     clean,
     client_refusal,
     failure,
+    kit_registry_refusal,
     refusal_for,
     refusal_response,
 )
@@ -153,6 +154,12 @@ class ClientHandler:
             raise failure(400, EgressCode.BAD_REQUEST, f"{clean(parsed[0])!r} is not a host name",
                           host=clean(parsed[0], 300), port=port)
         ctx = self.ctx
+        if host == kitregistry.HOST:  # the proxy answers it inside TLS, or refuses it
+            if self.forwarder.registry is None:
+                raise kit_registry_refusal(host=host, port=port)
+            await client.write(ESTABLISHED)
+            await self.interceptor.intercept(client, host, port, conn.trailing_data[0], state)
+            return
         phase = ctx.phase
         handling = classify(ctx.network, phase, host, port)
         if handling == "denied":

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import h11
 
 from sbx.base.reasons import EgressCode, Reason
-from sbx.domain.egress import oauth_intercept
+from sbx.domain.egress import kitregistry, oauth_intercept
 from sbx.domain.egress.encoding import BodyDecoder, CorruptBody
 from sbx.domain.egress.hosts import normalize_host
 from sbx.domain.egress.policy import Decision, Request, decide
@@ -24,12 +24,14 @@ from sbx.proxy.credentials import (
     masking_decoder,
 )
 from sbx.proxy.dialing import Dialer, Pool, Site, Upstream
+from sbx.proxy.kitregistry import KitRegistry
 from sbx.proxy.messages import head_size, parse_authority
 from sbx.proxy.recorder import Traffic, mark_start
 from sbx.proxy.refusals import (
     EgressRefusal,
     clean,
     failure,
+    kit_registry_refusal,
     proxy_refusal,
     refusal_for,
 )
@@ -42,11 +44,13 @@ METHOD_OVERRIDES: Final = (b"x-http-method-override", b"x-http-method", b"x-meth
 class Forwarder:
     """Judges, forwards and answers requests, one at a time, for any client connection."""
 
-    def __init__(self, ctx: ProxyContext, credentials: ProxyCredentials, dialer: Dialer) -> None:
+    def __init__(self, ctx: ProxyContext, credentials: ProxyCredentials, dialer: Dialer,
+                 registry: KitRegistry | None = None) -> None:
         self.ctx = ctx
         self.credentials = credentials
         self.dialer = dialer
         self.tokens = TokenExchange(ctx, credentials)
+        self.registry = registry  # kit-registry@1's, when granted
 
     async def exchange(self, conn: h11.Connection, client: Stream, request: h11.Request,
                        site: Site | None, pool: Pool) -> bool:
@@ -57,8 +61,9 @@ class Forwarder:
         target = request.target.decode("ascii", "replace")
         self._check_head(request, site, method)
         site, raw_path, query = self._locate(site, method, target, request.headers)
-        host, port = site.host, site.port
-        shown_path = raw_path
+        host, port, shown_path = site.host, site.port, raw_path
+        if host == kitregistry.HOST:  # answered here or refused, never by the policy
+            return await self._kit_registry(conn, client, request, site, method, raw_path, query)
         decision = self._authorize(site, method, raw_path, request.headers)
         path = decision.path if decision.path is not None else raw_path
         creds = self.credentials
@@ -113,6 +118,13 @@ class Forwarder:
         record(injected)
         pool.release(upstream)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _kit_registry(self, conn: h11.Connection, client: Stream, request: h11.Request,
+                            site: Site, method: str, path: str, query: str | None) -> bool:
+        if self.registry is None:
+            raise kit_registry_refusal(host=site.host, port=site.port, method=method, path=path,
+                                       scheme=site.scheme)
+        return await self.registry.answer(conn, client, request, site, method, path, query)
 
     def _check_head(self, request: h11.Request, site: Site | None, method: str) -> None:
         """Refuse a request head over the bounds, or framed two ways."""

@@ -11,7 +11,7 @@ import contextlib
 import shlex
 from typing import Any, Final
 
-from sbx.base.reasons import DETAILS, Reason
+from sbx.base.reasons import DETAILS, EgressCode, Reason
 from sbx.domain.egress import fixes, proxyauth
 from sbx.domain.egress.policy import Decision, describe_rule, rule_where
 from sbx.proxy.context import ProxyContext
@@ -51,6 +51,16 @@ def proxy_refusal(code: str, reason: str, *, host: str, port: int, method: str |
     rule = code.replace("_", "-")
     return EgressRefusal(status, code, reason, host, port, method, path, scheme, rule,
                          f"none: refused by the proxy ({code})", suggestion)
+
+
+def kit_registry_refusal(*, host: str, port: int, method: str | None = None,
+                         path: str | None = None, scheme: str = "https") -> EgressRefusal:
+    """The kit registry's name from a sandbox without the grant: refused at the boundary."""
+    return proxy_refusal(
+        EgressCode.KIT_REGISTRY_NOT_GRANTED, f"{host} is sbx's kit registry, and no kit of this "
+        "sandbox declares com.docker.sandbox/kit-registry@1", host=host, port=port,
+        method=method, path=path, scheme=scheme,
+        suggestion="declare com.docker.sandbox/kit-registry@1 in the kit's capabilities")
 
 
 def client_refusal(code: str, *, client: str, host: str = "-", port: int = 0,

@@ -20,12 +20,14 @@ from sbx.proxy.credentials import ProxyCredentials
 from sbx.proxy.dialing import Dialer, Resolver
 from sbx.proxy.exchange import Forwarder
 from sbx.proxy.intercept import Interceptor
+from sbx.proxy.kitregistry import KitRegistry
 from sbx.proxy.recorder import Recorder
 from sbx.proxy.refusals import Refuser
 from sbx.proxy.relay import Tunnel
 from sbx.proxy.sshrelay import SSHAgentRelay
 from sbx.proxy.streams import READ_SIZE
 from sbx.proxy.userrules import UserRules
+from sbx.seams.kitstore import KitStore
 
 
 def write_stderr(message: str) -> None:
@@ -63,7 +65,10 @@ class EgressProxy:
         ctx.recorder = Recorder(ctx, sink, self._never_logged)
         refuser = Refuser(ctx)
         dialer = Dialer(ctx, resolver=resolver)
-        forwarder = Forwarder(ctx, self.credentials, dialer)
+        self.kit_registry = (KitRegistry(ctx, KitStore(
+            config.kit_registry, max_bytes=config.limits.kit_registry_bytes))
+                             if config.kit_registry is not None else None)
+        forwarder = Forwarder(ctx, self.credentials, dialer, self.kit_registry)
         self.handler = ClientHandler(
             ctx, client_token=client_token, credentials=self.credentials, dialer=dialer,
             forwarder=forwarder, tunnel=Tunnel(ctx, refuser, use_splice=use_splice),
@@ -153,6 +158,8 @@ class EgressProxy:
             with contextlib.suppress(asyncio.TimeoutError):
                 async with asyncio.timeout(self.limits.shutdown_timeout):
                     await self._server.wait_closed()
+        if self.kit_registry is not None:
+            self.kit_registry.close()
         self.ctx.recorder.sink.close()
 
     def _write_phase_file(self) -> None:

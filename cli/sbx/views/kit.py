@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sbx.domain.kits.reference import ShortName
     from sbx.domain.kits.surface import Widening
     from sbx.domain.sandbox.hostmounts import StoredMount
+    from sbx.seams.kitstore import TagInfo
     from sbx.usecases.kitinit import KitInitResult
     from sbx.usecases.kitpush import PushResult
     from sbx.usecases.kitvalidate import KitValidation
@@ -84,6 +85,28 @@ def host_mounts(renderer: Renderer, mounts: Sequence[StoredMount], *,
         return
     renderer.table(("kit", "path", "directory"),
                    [(escape(r["kit"]), escape(r["path"]), escape(r["directory"])) for r in rows])
+
+
+def kit_registry(renderer: Renderer, tags: Sequence[TagInfo], *, host: str,
+                 removed: bool = False) -> None:
+    """The kit registry's tags (or what was just removed)."""
+    rows = [{"name": t.name, "tag": t.tag or None, "digest": t.digest, "size": t.size,
+             "reference": f"{host}/{t.name}" + (f":{t.tag}" if t.tag else "")} for t in tags]
+    if renderer.as_json:
+        renderer.envelope(Envelope(command="kit registry", status="ok", exit_code=0,
+                                   data={"action": "rm" if removed else "ls", "tags": rows}))
+        return
+    if removed:
+        for row in rows:
+            text = f"removed {row['reference']}"
+            renderer.line(renderer.out_file, escape(text), text)
+        return
+    if not rows:
+        renderer.note("the kit registry is empty")
+        return
+    renderer.table(("name", "tag", "digest", "size"),
+                   [(escape(str(r["name"])), escape(str(r["tag"])), escape(str(r["digest"])),
+                     str(r["size"])) for r in rows])
 
 
 def short_names(renderer: Renderer, names: Sequence[ShortName]) -> None:

@@ -130,7 +130,7 @@ def test_validate_warns_about_what_sbx_will_not_give(tmp_path: Path, sbx_cli: An
     (kit / "wants.yaml").write_text(
         "# syntax=docker/sandbox-kit:3\nschemaVersion: \"3\"\nkind: sandbox\n"
         "capabilities:\n"
-        "  - type: com.docker.sandbox/kit-registry@1\n    optional: true\n"
+        "  - type: com.example/thing@1\n    optional: true\n"
         "  - type: com.docker.sandbox/usb-device@1\n"
         "    config: {vendorId: \"1234\", productId: \"5678\"}\n",
         encoding="utf-8")
@@ -140,7 +140,7 @@ def test_validate_warns_about_what_sbx_will_not_give(tmp_path: Path, sbx_cli: An
     assert done.exit_code == 0 and data["valid"] and data["kind"] == "workload"
     warnings = "\n".join(data["warnings"])
     assert "`sandbox` is the old spelling" in warnings
-    assert "capabilities[0] (com.docker.sandbox/kit-registry@1) is optional" in warnings
+    assert "capabilities[0] (com.example/thing@1) is optional" in warnings
     assert "capabilities[1] (com.docker.sandbox/usb-device@1) is required" in warnings
 
 

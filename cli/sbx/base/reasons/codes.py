@@ -150,6 +150,7 @@ class EgressCode(enum.StrEnum):
     NOT_HTTP = "not_http"
     CREDENTIAL_NEEDS_TLS = "credential_needs_tls"
     METHOD_OVERRIDE = "method_override"
+    KIT_REGISTRY_NOT_GRANTED = "kit_registry_not_granted"
     # a credential sbx did not issue (under credential_not_issued)
     FOREIGN_CREDENTIAL = "foreign_credential"
     # an answer the proxy cannot mask (under response_unmaskable)

@@ -102,6 +102,15 @@ DETAILS: Final[dict[str, DetailInfo]] = {
         "An X-HTTP-Method-Override (or similar) header asks the origin to treat the request "
         "as a method the policy refuses.",
         "Send the request with the method itself, if the policy allows it.", _DENIED),
+    EgressCode.KIT_REGISTRY_NOT_GRANTED: _D(
+        "The kit registry is not granted to this sandbox",
+        "kit-registry.sbx.internal is sbx's kit registry, answered by the proxy itself; only a "
+        "sandbox whose kits declare com.docker.sandbox/kit-registry@1 (and whose grant was "
+        "approved at the pull gate) is routed to it. A network rule allowing the name does "
+        "not open it.",
+        "Declare `- type: com.docker.sandbox/kit-registry@1` in the kit's capabilities "
+        "(`sbx kit validate KIT` checks it), then run the sandbox again; a named sandbox is "
+        "created again to take it (`sbx rm -f NAME`, then `sbx create`).", _DENIED),
     EgressCode.FOREIGN_CREDENTIAL: _D(
         "A credential sbx did not issue",
         "A request to a host of an OAuth credential sbx manages carried a token that is not "

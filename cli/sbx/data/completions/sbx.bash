@@ -171,7 +171,7 @@ __sbx_node() {
             __sbx_variadic=1
             ;;
         'sbx kit')
-            __sbx_subcommands='ls init validate inspect push mounts'
+            __sbx_subcommands='ls init validate inspect push mounts registry'
             __sbx_options='-h --help'
             ;;
         'sbx kit ls')
@@ -199,6 +199,10 @@ __sbx_node() {
         'sbx kit mounts')
             __sbx_options='--rm --path --json -h --help'
             __sbx_value_options='--rm --path'
+            ;;
+        'sbx kit registry')
+            __sbx_options='--rm --json -h --help'
+            __sbx_value_options='--rm'
             ;;
         'sbx skills')
             __sbx_subcommands='ls add rm'

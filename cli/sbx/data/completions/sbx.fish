@@ -68,7 +68,7 @@ function __sbx_subcommands --argument-names node
         case 'sbx secret'
             printf '%s\n' set login ls rm import
         case 'sbx kit'
-            printf '%s\n' ls init validate inspect push mounts
+            printf '%s\n' ls init validate inspect push mounts registry
         case 'sbx skills'
             printf '%s\n' ls add rm
         case 'sbx config'
@@ -112,6 +112,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --arg
         case 'sbx kit mounts'
             printf '%s\n' --rm --path
+        case 'sbx kit registry'
+            printf '%s\n' --rm
         case 'sbx skills add'
             printf '%s\n' --name
         case 'sbx policy log'
@@ -473,6 +475,7 @@ complete -c sbx -n '__sbx_arg "sbx kit" 0' -a validate -d 'Check one kit with th
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a inspect -d 'Show the effective composition: what `sbx run WORKLOAD --kit MIXIN...` would get'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a push -d 'Build a local kit\'s image as `sbx run` does, push it as REF, and annotate it'
 complete -c sbx -n '__sbx_arg "sbx kit" 0' -a mounts -d 'List the host directories kits keep with host-mount@1 (kit identity, path in...'
+complete -c sbx -n '__sbx_arg "sbx kit" 0' -a registry -d 'List what sandboxes pushed to sbx\'s kit registry (NAME, TAG, DIGEST, SIZE), o...'
 complete -c sbx -n '__sbx_in "sbx kit"' -s h -l help -d 'Show this message and exit'
 
 # sbx kit ls
@@ -506,6 +509,11 @@ complete -c sbx -n '__sbx_in "sbx kit mounts"' -l rm -x -d 'Remove this kit\'s d
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -l path -x -d 'With --rm: only the directory of this sandbox path'
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -l json -d 'Print a JSON envelope'
 complete -c sbx -n '__sbx_in "sbx kit mounts"' -s h -l help -d 'Show this message and exit'
+
+# sbx kit registry
+complete -c sbx -n '__sbx_in "sbx kit registry"' -l rm -x -d 'Remove this tag (or, without :TAG, the whole repository); blobs nothing else...'
+complete -c sbx -n '__sbx_in "sbx kit registry"' -l json -d 'Print a JSON envelope'
+complete -c sbx -n '__sbx_in "sbx kit registry"' -s h -l help -d 'Show this message and exit'
 
 # sbx skills
 complete -c sbx -n '__sbx_arg "sbx skills" 0' -a ls -d 'List the skills in the host\'s skills store: name, description (SKILL.md\'s fro...'

@@ -80,15 +80,17 @@ def plan_egress(composition: Composition, *, has_install_hooks: bool,
                 secret_available: Mapping[str, bool],
                 provided: Mapping[str, str] | None = None,
                 oauth_available: Mapping[str, bool] | None = None,
-                ssh_agent_phases: Sequence[str] = ()) -> EgressPlan | None:
-    """None without a network policy or an SSH agent relay (the sandbox then has no network
-    at all); a relay without a policy gets a proxy that allows nothing.
+                ssh_agent_phases: Sequence[str] = (),
+                kit_registry: bool = False) -> EgressPlan | None:
+    """None without a network policy, an SSH agent relay or the kit registry (the sandbox
+    then has no network at all); either of those without a policy gets a proxy that allows
+    nothing else.
 
     Each credential is bound in one mode (:func:`sbx.domain.credentials.oauth.credential_mode`):
     ``oauth`` when it
     declares an OAuth half and ``oauth_available`` says tokens are stored, else ``apikey`` when
     it declares an API key and ``secret_available`` says one is stored."""
-    if composition.network is None and not ssh_agent_phases:
+    if composition.network is None and not ssh_agent_phases and not kit_registry:
         return None
     unbound_required: list[str] = []
     hints: list[str] = []

@@ -42,6 +42,7 @@ from sbx.domain.egress.configfields import (
     read_str,
     read_strs,
 )
+from sbx.domain.egress.kitregistry import MAX_STORE_BYTES
 from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.egress.sshagent import RelayConfig
 from sbx.domain.kits.compose import PHASES, Network, NetworkPhase, Origin, Phase, Rule
@@ -68,6 +69,7 @@ class ProxyLimits:
     head_timeout: float = 30.0  # to receive a complete request or response head
     idle_timeout: float = 300.0  # no byte in either direction
     shutdown_timeout: float = 3.0  # SIGTERM: how long open connections may take to close
+    kit_registry_bytes: int = MAX_STORE_BYTES  # the kit store, every sandbox's pushes together
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -171,6 +173,8 @@ class ProxyConfig:
     kit_files: Mapping[str, str] = field(default_factory=dict)
     # The SSH agent relay this process serves beside the proxy (ssh-agent@1), if any.
     ssh_agent: RelayConfig | None = None
+    # The kit store this proxy answers as the kit registry (kit-registry@1; None: refused).
+    kit_registry: Path | None = None
 
     def __post_init__(self) -> None:
         if self.sandbox is not None and (not self.sandbox
@@ -233,6 +237,7 @@ class ProxyConfig:
             "user_policy": None if self.user_policy is None else str(self.user_policy),
             "kit_files": dict(self.kit_files),
             "ssh_agent": None if self.ssh_agent is None else self.ssh_agent.as_dict(),
+            "kit_registry": None if self.kit_registry is None else str(self.kit_registry),
         }
 
     def to_json(self) -> str:
@@ -244,7 +249,7 @@ class ProxyConfig:
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
                      "peer_network", "login_dir", "sandbox", "request_log", "user_policy",
-                     "kit_files", "ssh_agent"}, "config")
+                     "kit_files", "ssh_agent", "kit_registry"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -262,6 +267,7 @@ class ProxyConfig:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in kit_files.items()):
             raise ProxyConfigError("kit_files must map kit references to file paths")
         relay = data.get("ssh_agent")
+        kit_registry = read_opt_str(data, "kit_registry")
         try:
             ssh_agent = None if relay is None else RelayConfig.from_dict(as_map(relay, "ssh_agent"))
         except ValueError as error:
@@ -288,6 +294,7 @@ class ProxyConfig:
             user_policy=None if user_policy is None else Path(user_policy),
             kit_files=dict(kit_files),
             ssh_agent=ssh_agent,
+            kit_registry=None if kit_registry is None else Path(kit_registry),
         )
 
     @classmethod

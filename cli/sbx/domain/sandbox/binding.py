@@ -25,7 +25,7 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
     """The egress plan (None without a network policy); raises ``credential_unbound`` for a
     required credential with nothing to bind."""
     relay_phases = tuple(phase for phase, _, _ in capabilities.ssh_agent)
-    if composition.network is None and not relay_phases:
+    if composition.network is None and not relay_phases and not capabilities.kit_registry:
         return None
     store = SecretStore(state_home)
     provided: Mapping[str, str] = {}
@@ -42,7 +42,7 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
              if "oauth" in c.config}
     return plan_egress(composition, has_install_hooks=bool(capabilities.lifecycle.install),
                        secret_available=available, provided=provided, oauth_available=oauth,
-                       ssh_agent_phases=relay_phases)
+                       ssh_agent_phases=relay_phases, kit_registry=capabilities.kit_registry)
 
 
 __all__ = ["bind_credentials"]

@@ -67,6 +67,7 @@ class CapabilityPlan:
     published: tuple[PublishSpec, ...] = ()  # -p/--publish (sbx.domain.sandbox.publish)
     # ssh-agent@1 per phase: (phase, unrestricted, SSHSIG namespaces a bounded grant signs)
     ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    kit_registry: bool = False  # kit-registry@1: the proxy answers the kit registry
     host_mounts: tuple[PlannedHostMount, ...] = ()
     skills_paths: tuple[str, ...] = ()  # agent-skills@1: where the host's store is shown
     # agent-skill@1 destinations: there the store is linked from SKILLS_STAGING, not mounted
@@ -102,6 +103,7 @@ class _Planner:
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    kit_registry: bool = False
     host_mounts: list[PlannedHostMount] = field(default_factory=list)
     skills_paths: list[str] = field(default_factory=list)
     bundle_paths: list[str] = field(default_factory=list)
@@ -165,6 +167,9 @@ class _Planner:
     def add_ssh_agent(self, grants: Sequence[tuple[str, bool, tuple[str, ...]]]) -> None:
         self.ssh_agent = tuple(grants)
 
+    def add_kit_registry(self) -> None:
+        self.kit_registry = True
+
     def skip(self, record: SelectionRecord) -> None:
         self.skipped.append(record)
 
@@ -179,6 +184,7 @@ class _Planner:
                                     files=tuple(self.files)),
             ports=tuple(sorted(set(self.ports))), skipped=tuple(self.skipped),
             notes=tuple(self.notes), env=dict(self.env), ssh_agent=self.ssh_agent,
+            kit_registry=self.kit_registry,
             host_mounts=tuple(self.host_mounts), skills_paths=tuple(self.skills_paths),
             bundle_paths=tuple(self.bundle_paths))
 

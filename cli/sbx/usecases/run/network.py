@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.domain.egress import kitregistry, requestlog
 from sbx.domain.egress import plan as egress_plan
-from sbx.domain.egress import requestlog
 from sbx.domain.egress.plan import ProxyProcess, credential_env, proxy_env
 from sbx.domain.egress.policystore import rules_path
 from sbx.domain.egress.proxyauth import new_token
@@ -94,7 +94,9 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
         user_policy=rules_path(ctx.state_home),
         kit_files={k.reference: str(k.local.descriptor_file.absolute())
                    for k in kit_set.kits if k.local.image is None},
-        ssh_agent=relay_config(ctx, run_dir, capabilities))
+        ssh_agent=relay_config(ctx, run_dir, capabilities),
+        kit_registry=(ctx.state_home / kitregistry.STORE_DIR
+                      if capabilities.kit_registry else None))
     token = new_token()
     proxy: ProxyProcess | KeptProxy
     if plan.name is not None:

@@ -1,23 +1,36 @@
-"""``kit-registry@1``: a route to the runtime's kit registry, which only this request opens.
+"""``kit-registry@1``: a route to sbx's kit registry, which only this request opens.
 
-A config-less singleton; on the surface as a service entry.
+A config-less singleton; on the surface as a service entry, so its arrival widens at the pull
+gate. The egress proxy answers the registry's name itself (:mod:`sbx.proxy.kitregistry`) for a
+sandbox granted it, over the state home's kit store and scoped to ``kits/``; for any other
+sandbox the name is refused at the boundary. The sandbox learns the name from ``SBX_KIT_REGISTRY``.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from sbx.domain.egress.kitregistry import ENV_NAME, HOST
 from sbx.domain.kits.captypes.base import Handler
 from sbx.domain.kits.types import KIT_REGISTRY
 
+if TYPE_CHECKING:
+    from sbx.domain.kits.captypes.base import SandboxPlanner
+    from sbx.domain.kits.composed import ComposedParts
 
-class KitRegistry(Handler):
+
+class KitRegistryType(Handler):
     types = (KIT_REGISTRY,)
-    refusal = ("sbx runs no kit registry a sandbox could be routed to")
     singleton = True
     configless = True
+    implemented = True
+
+    def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
+        if any(e.type == KIT_REGISTRY for e in composition.others):
+            planner.add_kit_registry()
+            planner.add_env(ENV_NAME, HOST)
 
 
-HANDLER: Final = KitRegistry()
+HANDLER: Final = KitRegistryType()
 
-__all__ = ["HANDLER", "KitRegistry"]
+__all__ = ["HANDLER", "KitRegistryType"]

@@ -64,8 +64,9 @@ def test_usb_device_is_refused_for_the_reason_the_engine_gives() -> None:
 
 
 def test_a_group_member_s_reason_is_its_type_s() -> None:
-    mount = "com.docker.sandbox/kit-registry@1"
-    group = {"group": {"name": "g", "capabilities": [{"type": mount}]}}
+    mount = USB_DEVICE
+    group = {"group": {"name": "g", "capabilities": [
+        {"type": mount, "config": {"vendorId": "1234", "productId": "5678"}}]}}
     with pytest.raises(SbxError) as caught:
         refuse_unsupported(select("kit", [group], SUPPORTED))
     assert f"({mount}): required, {why_not(mount)}" in (caught.value.body or "")
