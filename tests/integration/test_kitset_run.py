@@ -46,7 +46,8 @@ def pushed(env: dict[str, str], tmp_path: Path, registry: Registry, engine: SdkE
         registry.ref("kits/base", "1"): write_kit(tmp_path / "src", "base", "", BASE),
         registry.ref("kits/tool", "1"): write_kit(
             tmp_path / "src", "tool", "args:\n  greeting:\n    default: unset\n"
-                                      "    env: TOOL_GREETING\n", TOOL, kind="mixin"),
+                                      "    env: TOOL_GREETING\n" + _hook("tool"), TOOL,
+            kind="mixin"),
     }
     digests: dict[str, str] = {}
     for ref, kit in kits.items():
@@ -57,6 +58,11 @@ def pushed(env: dict[str, str], tmp_path: Path, registry: Registry, engine: SdkE
     assert pulled.returncode == 0, pulled.stderr
     yield digests
     remove_local(registry)
+
+
+def _hook(who: str) -> str:
+    return ("capabilities:\n  - type: com.docker.sandbox/lifecycle@1\n    config:\n"
+            f"      startup:\n        - command: echo {who} >> /tmp/hook-order\n")
 
 
 def team(root: Path, base: str, base_digest: str, tool: str) -> Path:
@@ -76,6 +82,8 @@ def team(root: Path, base: str, base_digest: str, tool: str) -> Path:
               files:
                 - path: /home/agent/set-note
                   content: written-by-the-set
+              startup:
+                - command: echo set >> /tmp/hook-order
         """, kind="set")
 
 
@@ -87,6 +95,10 @@ def test_a_set_runs_its_members_with_its_args_and_its_own_declarations(
     done = sbx(env, "run", str(kit), "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["tool-layer", "written-by-the-set", "from-the-set"]
+    # The set's own declarations compose after its members, although its path sorts first.
+    assert kit.as_posix() < tool
+    order = sbx(env, "run", str(kit), "--", "cat", "/tmp/hook-order")
+    assert order.returncode == 0 and order.stdout.split() == ["tool", "set"], order.stderr
     # The user's value for the set's arg reaches the member through the re-export.
     again = sbx(env, "run", "--arg", "greeting=from-the-user", str(kit), "--", "sh", "-c",
                 "echo $TOOL_GREETING")

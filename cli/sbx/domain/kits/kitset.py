@@ -111,8 +111,8 @@ def load_kit_set(workload: str, mixins: Sequence[str], arg_items: Sequence[str],
     selections = [select(local.reference, list(e.data.get("capabilities") or []), supported)
                   for local, e in zip(locals_, expanded, strict=True)]
     refuse_unsupported(selections)
-    resolution = resolve([KitInput.of(local.reference, e.data)
-                          for local, e in zip(locals_, expanded, strict=True)])
+    resolution = resolve([KitInput.of(m.kit.reference, e.data, last_among_equals=m.own_of_set)
+                          for m, e in zip(members, expanded, strict=True)])
     loaded = {local.reference: LoadedKit(local, values, e, s) for local, values, e, s
               in zip(locals_, per_kit, expanded, selections, strict=True)}
     return KitSet(tuple(loaded[k.reference] for k in resolution.ordered), resolution)

@@ -6,7 +6,8 @@ Each ``kits[]`` entry is a registry reference that ``sbx pull`` pinned in the lo
 ``args`` pin the member's create-phase args: a literal is fixed, a value that is itself
 ``${{ kit.args.x }}`` re-exports the set's arg ``x`` (the user's ``--arg x``, else the set's
 default). The set's own declarations (capabilities, provides, args) join as one declaration-only
-mixin, so they are one more contribution. A set naming a set is refused (one level, no cycles).
+mixin, so they are one more contribution, ordered last among equals. A set naming a set is
+refused (one level, no cycles).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Member:
     kit: LocalKit
     pinned: Mapping[str, str] = field(default_factory=dict)
     set_reference: str | None = None  # the set that named it, for messages
+    own_of_set: bool = False  # the set's own declarations: last among equals in the order
 
 
 def expand_sets(kits: Sequence[LocalKit], supplied: Mapping[str, str],
@@ -85,7 +87,8 @@ def _members(kit: LocalKit, supplied: Mapping[str, str],
         own["kind"] = "mixin"
         members.append(Member(LocalKit(
             reference=kit.reference, directory=kit.directory, stem=kit.stem,
-            descriptor=Descriptor(data=own, file=kit.descriptor.file), dockerfile_text=None)))
+            descriptor=Descriptor(data=own, file=kit.descriptor.file), dockerfile_text=None),
+            own_of_set=True))
     return members
 
 

@@ -7,7 +7,8 @@ is exactly one workload. Every problem is collected before failing, because the 
 set by hand and deserves the whole picture in one pass.
 
 The order is a pure function of the set (Kahn's algorithm, providers before requirers, ties broken
-by the lexicographically smallest reference), never of the order the kits were named in.
+by the lexicographically smallest reference, a set's own declarations after every kit they tie
+with), never of the order the kits were named in.
 
 Names, versions and constraints come from :mod:`sbx.domain.kits.versions`; this module adds only
 what a
@@ -52,10 +53,13 @@ class KitInput:
     reference: str
     descriptor: Mapping[str, Any]
     version_from_reference: str | None = None
+    # A kind: set's own declarations: after every kit they tie with (KIT-SPEC-V3 §4.3).
+    last_among_equals: bool = False
 
     @classmethod
-    def of(cls, reference: str, descriptor: Mapping[str, Any]) -> KitInput:
-        return cls(reference, descriptor, version_from_reference(reference))
+    def of(cls, reference: str, descriptor: Mapping[str, Any], *,
+           last_among_equals: bool = False) -> KitInput:
+        return cls(reference, descriptor, version_from_reference(reference), last_among_equals)
 
     @property
     def kind(self) -> str:
@@ -338,16 +342,19 @@ def _order(units: Sequence[KitInput],
         for dep in deps:
             dependents[dep].append(ref)
 
-    ready = [ref for ref, count in indegree.items() if count == 0]
+    def tie(ref: str) -> tuple[bool, str]:
+        return by_reference[ref].last_among_equals, ref
+
+    ready = [tie(ref) for ref, count in indegree.items() if count == 0]
     heapq.heapify(ready)
     ordered: list[KitInput] = []
     while ready:
-        ref = heapq.heappop(ready)
+        _, ref = heapq.heappop(ready)
         ordered.append(by_reference[ref])
         for dependent in dependents[ref]:
             indegree[dependent] -= 1
             if indegree[dependent] == 0:
-                heapq.heappush(ready, dependent)
+                heapq.heappush(ready, tie(dependent))
     if len(ordered) != len(units):
         stuck = {ref for ref, count in indegree.items() if count > 0}
         cycle = _find_cycle(stuck, dependencies)

@@ -46,3 +46,4 @@ def test_top_level_singletons_are_per_source_kit() -> None:
     with pytest.raises(KitError) as caught:
         parse_descriptor_text(REPUBLISHED % "base", "republished.yaml", authored=False)
     assert "is a singleton" in (caught.value.body or caught.value.message)
+

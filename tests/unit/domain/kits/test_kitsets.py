@@ -49,6 +49,7 @@ def test_a_set_expands_to_its_members_in_place() -> None:
     assert members[1].pinned == {"level": "2"}
     assert members[2].kit.descriptor.kind == "mixin"
     assert "kits" not in members[2].kit.descriptor.data
+    assert [m.own_of_set for m in members] == [False, False, True]
 
 
 def test_the_users_arg_reaches_a_reexported_member_arg() -> None:

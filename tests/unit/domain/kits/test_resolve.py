@@ -349,6 +349,21 @@ def test_ties_are_broken_by_reference_not_input_order() -> None:
     assert refs(resolve(kits).ordered) == ["b", "a", "c"]
 
 
+def test_a_sets_own_declarations_come_after_every_kit_they_tie_with() -> None:
+    own = KitInput.of("./a-team", {"schemaVersion": "3", "kind": "mixin"},
+                      last_among_equals=True)
+    resolution = resolve([own, workload("w"), kit("m")])
+    assert refs(resolution.topological) == ["m", "w", "./a-team"]
+    assert refs(resolution.ordered) == ["w", "m", "./a-team"]
+
+
+def test_a_sets_own_declarations_still_precede_a_kit_that_requires_them() -> None:
+    own = KitInput.of("./team", {"schemaVersion": "3", "kind": "mixin",
+                                 "provides": ["team-context@1"]}, last_among_equals=True)
+    resolution = resolve([own, workload("w", requires=["team-context"]), kit("z")])
+    assert refs(resolution.topological) == ["z", "./team", "w"]
+
+
 def test_workload_requiring_a_mixin_is_layered_first_but_declared_after() -> None:
     resolution = resolve([workload("shell", requires=["node"]),
                           kit("node", provides=["node@22"])])
