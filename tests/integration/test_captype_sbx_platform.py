@@ -50,3 +50,15 @@ def test_an_image_without_a_user_is_refused_before_anything_exists(
     kit = _kit(tmp_path, "nouser", DOCKERFILE.replace("USER agent\n", ""))
     done = run_sbx(["run", str(kit), "--json"], env=env, timeout=300)
     assert done.returncode != 0 and b'"platform_unmet"' in done.stdout, done.stdout
+
+
+def test_an_image_without_bash_is_refused_before_the_sandbox_starts(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    kit = _kit(tmp_path, "nobash", DOCKERFILE.replace(
+        "FROM sbx-base/agent:1\n", "FROM sbx-base/agent:1\nRUN rm /usr/bin/bash\n"))
+    done = run_sbx(["run", str(kit), "--json"], env=env, timeout=300)
+    assert done.returncode != 0 and b'"platform_unmet"' in done.stdout, done.stdout
+    assert b"/bin/bash" in done.stdout and b"127" not in done.stdout
+    # the image's answer is remembered: a second run refuses the same way
+    again = run_sbx(["run", str(kit), "--json"], env=env, timeout=300)
+    assert again.returncode == done.returncode and b'"platform_unmet"' in again.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import uuid
 from pathlib import Path
@@ -48,12 +49,16 @@ def test_probes_read_what_the_sdk_reads(drivers: tuple[SdkEngine, SdkEngine],
                                         role=labels.ROLE_HELPER)
     files = ["/etc/passwd", "/nonexistent", "/etc/group"]
     paths = ["/tmp", "/etc", "/nonexistent", "/etc/passwd"]
-    read = socket.probe_image(image.id, files=files, dirs=paths, labels=probe_labels)
+    read = socket.probe_image(image.id, files=files, dirs=paths, labels=probe_labels,
+                              paths=paths)
     passwd = read.files["/etc/passwd"]
     assert passwd is not None and b"agent" in passwd and read.files["/nonexistent"] is None
     assert read.files["/etc/group"] is not None
     assert read.modes["/tmp"] == 0o1777 and read.modes["/nonexistent"] is None
-    assert read == sdk.probe_image(image.id, files=files, dirs=paths, labels=probe_labels)
+    assert read.stats["/tmp"] == 0o41777 and read.stats["/nonexistent"] is None
+    assert stat.S_ISREG(read.stats["/etc/passwd"] or 0) and read.modes["/etc/passwd"] is None
+    assert read == sdk.probe_image(image.id, files=files, dirs=paths, labels=probe_labels,
+                                   paths=paths)
 
 
 def test_refusals_carry_the_same_reasons(drivers: tuple[SdkEngine, SdkEngine]) -> None:

@@ -121,6 +121,7 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self.sizes: dict[str, int] = {}  # local_images(): reference → bytes
         self.filesystems: dict[str, bytes] = {}  # image id → its filesystem as a tar
         self.path_modes: dict[str, int | None] = {"/tmp": 0o1777}  # probe_image()'s modes
+        self.path_stats: dict[str, int | None] = {"/bin/bash": 0o100755}  # and its stats
         self.cached: list[CachedImage] = []  # cached_images()
         self.untag_refused: set[str] = set()  # tags untag_image() keeps (an image in use)
         self.users: dict[str, list[str]] = {}  # object_users(): id → container ids
@@ -252,11 +253,12 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         return [(ref, size) for ref, size in self.sizes.items() if ref in self.images]
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe:
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         self._call("probe_image", image_id, tuple(files), tuple(dirs), dict(labels))
         data = self.filesystems.get(image_id)
         return ImageProbe({p: None if data is None else _member(data, p) for p in files},
-                          {p: self.path_modes.get(p) for p in dirs})
+                          {p: self.path_modes.get(p) for p in dirs},
+                          {p: self.path_stats.get(p) for p in paths})
 
     def export_image(self, image_id: str,
                      labels: Mapping[str, str]) -> Generator[bytes, None, None]:

@@ -10,7 +10,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbx.base.errors import SbxError
@@ -104,12 +104,14 @@ class EngineLocation:
 
 @dataclass(frozen=True)
 class ImageProbe:
-    """What one probe container showed of an image: file contents and directory modes (the
-    permission bits with setuid/setgid/sticky, as in ``stat``); None: absent, or for a mode,
-    not a directory."""
+    """What one probe container showed of an image: file contents, directory modes (the
+    permission bits with setuid/setgid/sticky, as in ``stat``) and, for ``stats``, any path's
+    type and permission bits (``st_mode``, the last component not followed); None: absent, or
+    for a mode, not a directory."""
 
     files: Mapping[str, bytes | None]
     modes: Mapping[str, int | None]
+    stats: Mapping[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ class Images(Protocol):
               on_line: Callable[[str], None],
               build_args: Mapping[str, str] | None = None) -> ImageInfo: ...
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe: ...
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe: ...
     def derive_image(self, image: ImageInfo, tar: bytes, tag: str, *,
                      image_labels: Mapping[str, str],
                      helper_labels: Mapping[str, str]) -> ImageInfo: ...
@@ -388,6 +390,8 @@ def path_stat(raw: Mapping[str, Any]) -> PathStat:
         mode |= stat.S_ISUID
     if go_mode & (1 << 22):
         mode |= stat.S_ISGID
+    if go_mode & (1 << 20):  # ModeSticky
+        mode |= stat.S_ISVTX
     return PathStat(name=str(raw.get("name", "")), size=int(raw.get("size", 0)), mode=mode,
                     link_target=str(raw.get("linkTarget", "")))
 
@@ -418,6 +422,19 @@ def header_path_stat(header: str | None) -> Mapping[str, Any] | None:
     except (binascii.Error, ValueError):
         return None
     return raw if isinstance(raw, dict) else None
+
+
+def probed_path(ok: bool, header: str | None) -> tuple[int | None, int | None]:
+    """A probed path's (directory mode, ``st_mode``) from the engine's HEAD answer, the same
+    on every transport; (None, None) when it is absent or the answer is not a stat."""
+    stat = header_path_stat(header) if ok else None
+    try:
+        go_mode = int(stat["mode"]) if stat is not None else None
+    except (KeyError, TypeError, ValueError):
+        go_mode = None
+    if stat is None or go_mode is None:
+        return None, None
+    return unix_mode(go_mode), path_stat({**stat, "mode": go_mode}).mode
 
 
 def unix_mode(go_mode: int) -> int | None:

@@ -35,12 +35,12 @@ from sbx.seams.engine import (
     header_path_stat,
     image_info,
     path_stat,
+    probed_path,
     registry_chunk,
     sandbox_files,
     short_error,
     situation_hint,
     split_tag,
-    unix_mode,
 )
 from sbx.seams.enginebounds import (
     AnswerBound,
@@ -323,10 +323,11 @@ class SocketEngine(SdkEngine):
                     self.remove_container(cid)
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe:
-        action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
+        action = f"reading {', '.join((*files, *dirs, *paths))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
         modes: dict[str, int | None] = {}
+        stats: dict[str, int | None] = {}
         with self._probe(image_id, labels, action) as cid:
             for path in files:
                 status, data, _response = self._call(
@@ -339,14 +340,17 @@ class SocketEngine(SdkEngine):
                                    data)
                 else:
                     found[path] = first_file_of_archive(data)
-            for path in dirs:
+            for path in dict.fromkeys((*dirs, *paths)):
                 status, _data, response = self._call(
                     "HEAD", f"/containers/{cid}/archive", action=action,
                     reason=Reason.CREATE_FAILED, params={"path": path})
-                stat = header_path_stat(response.headers.get(PATH_STAT_HEADER))
-                modes[path] = (unix_mode(int(stat.get("mode", 0)))
-                               if status == 200 and stat is not None else None)
-        return ImageProbe(found, modes)
+                mode, st_mode = probed_path(status == 200,
+                                            response.headers.get(PATH_STAT_HEADER))
+                if path in dirs:
+                    modes[path] = mode
+                if path in paths:
+                    stats[path] = st_mode
+        return ImageProbe(found, modes, stats)
 
     def container_state(self, container_id: str) -> str | None:
         """As the SDK's (None: no such container), on the socket: a re-entry loads no SDK."""

@@ -291,9 +291,11 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "The image does not meet the sbx@1 platform contract",
         "A workload declaring com.docker.sandbox/sbx@1 has its agent launched under /bin/bash "
         "(so BASH_ENV is sourced) as the image's own USER, resolved in the image's "
-        "/etc/passwd; an image without a USER cannot say whom to run the agent as.",
-        "Add `USER agent` (an account of the image) to the workload's dockerfile, or drop "
-        "sbx@1 from its descriptor; `sbx kit inspect KIT` shows what it declares.",
+        "/etc/passwd; an image without a USER cannot say whom to run the agent as, and one "
+        "without an executable /bin/bash cannot launch it.",
+        "Add `USER agent` (an account of the image) or bash (`RUN apt-get install -y bash`), "
+        "whichever the message names, to the workload's dockerfile, or drop sbx@1 from its "
+        "descriptor; `sbx kit inspect KIT` shows what it declares.",
         _E.REFUSED,
     ),
     _R.SESSION_VERB_MISSING: ReasonInfo(

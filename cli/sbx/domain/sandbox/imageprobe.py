@@ -21,29 +21,34 @@ EVERY_RUN_DIRS: Final = ("/tmp", "/home/sbx")  # noqa: S108 - paths in the image
 
 
 def probed(driver: Images, image: ImageInfo, *, files: Sequence[str] = (),
-           dirs: Sequence[str] = (), cache_dir: Path,
+           dirs: Sequence[str] = (), paths: Sequence[str] = (), cache_dir: Path,
            helper_labels: Mapping[str, str]) -> ImageProbe:
-    """``files`` and ``dirs`` of ``image``: from the cache, or one probe for all it lacks."""
+    """``files``, ``dirs`` and ``paths`` of ``image``: from the cache, or one probe for all
+    it lacks."""
     cache = _entry(cache_dir, image)
-    known_files, known_modes = _cached(cache)
-    if any(p not in known_files for p in files) or any(p not in known_modes for p in dirs):
+    known_files, known_modes, known_stats = _cached(cache)
+    if any(p not in known_files for p in files) or any(p not in known_modes for p in dirs) \
+            or any(p not in known_stats for p in paths):
         found = driver.probe_image(
             image.id,
             files=[p for p in dict.fromkeys((*files, *EVERY_RUN_FILES)) if p not in known_files],
             dirs=[p for p in dict.fromkeys((*dirs, *EVERY_RUN_DIRS)) if p not in known_modes],
+            paths=[p for p in dict.fromkeys(paths) if p not in known_stats],
             labels=helper_labels)
         known_files.update(found.files)
         known_modes.update(found.modes)
+        known_stats.update(found.stats)
         owned.write_cache(cache, {  # best effort: a miss costs the probe next time
             "files": {p: None if data is None else base64.b64encode(data).decode()
                       for p, data in known_files.items()},
-            "modes": known_modes})
-    return ImageProbe({p: known_files[p] for p in files}, {p: known_modes[p] for p in dirs})
+            "modes": known_modes, "stats": known_stats})
+    return ImageProbe({p: known_files[p] for p in files}, {p: known_modes[p] for p in dirs},
+                      {p: known_stats[p] for p in paths})
 
 
 def cached(image: ImageInfo, *, files: Sequence[str], cache_dir: Path) -> ImageProbe | None:
     """``files`` of ``image`` if an earlier probe cached them all (nothing is probed)."""
-    known_files, _modes = _cached(_entry(cache_dir, image))
+    known_files, _modes, _stats = _cached(_entry(cache_dir, image))
     if any(p not in known_files for p in files):
         return None
     return ImageProbe({p: known_files[p] for p in files}, {})
@@ -53,12 +58,14 @@ def _entry(cache_dir: Path, image: ImageInfo) -> Path:
     return cache_dir / f"{image.id.replace(':', '-')}.json"
 
 
-def _cached(cache: Path) -> tuple[dict[str, bytes | None], dict[str, int | None]]:
+def _cached(cache: Path) -> tuple[dict[str, bytes | None], dict[str, int | None],
+                                  dict[str, int | None]]:
     loaded = owned.read_cache(cache)  # this user's own entry only
     files: dict[str, bytes | None] = {}
     modes: dict[str, int | None] = {}
+    stats: dict[str, int | None] = {}
     if not isinstance(loaded, dict):
-        return files, modes
+        return files, modes, stats
     stored_files, stored_modes = loaded.get("files"), loaded.get("modes")
     if isinstance(stored_files, dict):
         for path, text in stored_files.items():
@@ -74,7 +81,13 @@ def _cached(cache: Path) -> tuple[dict[str, bytes | None], dict[str, int | None]
             if mode is None or (isinstance(mode, int) and not isinstance(mode, bool)
                                 and 0 <= mode <= 0o7777):
                 modes[str(path)] = mode
-    return files, modes
+    stored_stats = loaded.get("stats")
+    if isinstance(stored_stats, dict):
+        for path, mode in stored_stats.items():
+            if mode is None or (isinstance(mode, int) and not isinstance(mode, bool)
+                                and 0 <= mode <= 0o177777):
+                stats[str(path)] = mode
+    return files, modes, stats
 
 
 __all__ = ["EVERY_RUN_DIRS", "EVERY_RUN_FILES", "cached", "probed"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -27,6 +28,21 @@ def agent_launch(argv: Sequence[str]) -> tuple[str, ...]:
     return (BASH, "-c", *_EXEC_ARGS, *argv)
 
 
+def check_platform_bash(st_mode: int | None, workload: str) -> None:
+    """The platform launches the agent with /bin/bash: an image without it would only fail
+    at start, with the shell's own exit 127."""
+    if st_mode is not None and (stat.S_ISLNK(st_mode) or (
+            stat.S_ISREG(st_mode) and st_mode & 0o111)):
+        return  # a link is taken on trust: following it would be a second probe
+    found = "has no /bin/bash" if st_mode is None else "has a /bin/bash that is not an " \
+        "executable file"
+    raise SbxError(Reason.PLATFORM_UNMET,
+                   f"{workload} declares {SBX}, whose agent is launched with {BASH}, and its "
+                   f"image {found}",
+                   hint=f"Install bash in {workload}'s dockerfile (e.g. `RUN apt-get install -y "
+                        f"bash`), or drop {SBX} from its descriptor.")
+
+
 def check_platform_image(image_user: str, workload: str) -> None:
     """The image's side of the contract sbx can see before anything starts: a named user."""
     if not image_user.strip():
@@ -37,4 +53,5 @@ def check_platform_image(image_user: str, workload: str) -> None:
                             f"{workload}'s dockerfile, or drop {SBX} from its descriptor.")
 
 
-__all__ = ["BASH", "agent_launch", "check_platform_image", "declares_platform"]
+__all__ = ["BASH", "agent_launch", "check_platform_bash", "check_platform_image",
+           "declares_platform"]

@@ -17,12 +17,11 @@ from sbx.seams.engine import (
     ImageInfo,
     ImageProbe,
     first_file_of_archive,
-    header_path_stat,
     image_info,
+    probed_path,
     short_error,
     situation_hint,
     split_tag,
-    unix_mode,
 )
 from sbx.seams.enginebounds import (
     json_lines,
@@ -97,15 +96,16 @@ class SdkImages(SdkContainers):
         return image
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe:
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         """Files and directory modes of an image without starting anything: one container is
         created, each file copied out and each directory stat'ed (HEAD on the archive
         endpoint), and it is removed."""
         import docker
 
-        action = f"reading {', '.join((*files, *dirs))} from image {image_id[:19]}"
+        action = f"reading {', '.join((*files, *dirs, *paths))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
         modes: dict[str, int | None] = {}
+        stats: dict[str, int | None] = {}
         with self._probe_container(image_id, labels, action) as cid, \
                 self._engine_errors(action):
             for path in files:
@@ -115,13 +115,16 @@ class SdkImages(SdkContainers):
                     found[path] = None
                     continue
                 found[path] = first_file_of_archive(b"".join(chunks))
-            for path in dirs:
+            for path in dict.fromkeys((*dirs, *paths)):
                 response = self._api.head(self._api._url("/containers/{0}/archive", cid),
                                           params={"path": path})
-                stat = header_path_stat(response.headers.get(PATH_STAT_HEADER))
-                modes[path] = (unix_mode(int(stat.get("mode", 0)))
-                               if response.status_code == 200 and stat is not None else None)
-        return ImageProbe(found, modes)
+                mode, st_mode = probed_path(response.status_code == 200,
+                                            response.headers.get(PATH_STAT_HEADER))
+                if path in dirs:
+                    modes[path] = mode
+                if path in paths:
+                    stats[path] = st_mode
+        return ImageProbe(found, modes, stats)
 
     @contextmanager
     def _probe_container(self, image_id: str, labels: Mapping[str, str],

@@ -19,6 +19,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.credentials.oauth import ACCESS_SENTINEL_PREFIX, REFRESH_SENTINEL_PREFIX
 from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.egress.proxycreds import SENTINEL_PREFIX
+from sbx.domain.sandbox import imageprobe
 from sbx.domain.sandbox.admission import Admission, HostPath, sentinel_names
 from sbx.domain.sandbox.capabilities import CapabilityPlan, NamedVolume
 from sbx.domain.sandbox.credfiles import credential_files
@@ -31,7 +32,13 @@ from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.domain.sandbox.limitflags import bounds_of
 from sbx.domain.sandbox.mountedfiles import with_mounted_files
 from sbx.domain.sandbox.mountpoints import prepare_mountpoints
-from sbx.domain.sandbox.platform import agent_launch, check_platform_image, declares_platform
+from sbx.domain.sandbox.platform import (
+    BASH,
+    agent_launch,
+    check_platform_bash,
+    check_platform_image,
+    declares_platform,
+)
 from sbx.domain.sandbox.publish import parse_publishes
 from sbx.domain.sandbox.sources import staging_available
 from sbx.seams.engine import ImageInfo
@@ -208,6 +215,12 @@ class FromKits:
             TMP_TARGET, home, *capabilities.tmpfs,
             *((workspace_target,) if workspace is None else ())])
         command, entrypoint = _command(request, planned, capabilities, kit_set)
+        if declares_platform(planned.composition, kit_set.workload.reference):
+            # HOME's mode is asked in the same probe, so the mount points below cost none.
+            found = imageprobe.probed(ctx.driver, planned.image, paths=(BASH,), dirs=(home,),
+                                      cache_dir=ctx.state_home / "cache" / "images",
+                                      helper_labels=labels)
+            check_platform_bash(found.stats[BASH], kit_set.workload.reference)
         # The CA goes into the per-run image, so a network policy always takes the create step.
         needs_create_step = capabilities.needs_create_step or egress is not None
         volume_prefix = f"sbx-{ctx.home_hash[:8]}-{named}" if named else f"sbx-{run_id[:16]}"

@@ -19,12 +19,16 @@ class _Probes:
     def __init__(self, files: Mapping[str, bytes], modes: Mapping[str, int]) -> None:
         self.files, self.modes = dict(files), dict(modes)
         self.asked: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        self.stats = {"/bin/bash": 0o100755}
+        self.asked_paths: list[tuple[str, ...]] = []
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe:
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         self.asked.append((tuple(files), tuple(dirs)))
+        self.asked_paths.append(tuple(paths))
         return ImageProbe({p: self.files.get(p) for p in files},
-                          {p: self.modes.get(p) for p in dirs})
+                          {p: self.modes.get(p) for p in dirs},
+                          {p: self.stats.get(p) for p in paths})
 
 
 def _probes() -> _Probes:
@@ -75,3 +79,13 @@ def test_a_damaged_entry_is_probed_again(tmp_path: Path) -> None:
         assert again == ImageProbe({"/b": b"\x00\xffpem"}, {"/tmp": 0o1777})
     assert len(probes.asked) == 4  # the first, then one per damage
     assert imageprobe.__all__
+
+
+def test_a_paths_type_is_probed_once_and_remembered_absent_or_not(tmp_path: Path) -> None:
+    probes = _probes()
+    first = probed(probes, IMAGE, paths=("/bin/bash", "/bin/zsh"),  # type: ignore[arg-type]
+                   cache_dir=tmp_path, helper_labels={})
+    assert first.stats == {"/bin/bash": 0o100755, "/bin/zsh": None}
+    again = probed(probes, IMAGE, paths=("/bin/zsh", "/bin/bash"),  # type: ignore[arg-type]
+                   cache_dir=tmp_path, helper_labels={})
+    assert again.stats == first.stats and probes.asked_paths == [("/bin/bash", "/bin/zsh")]

@@ -41,10 +41,10 @@ class _Files:
         self.reads = 0
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
-                    labels: Mapping[str, str]) -> ImageProbe:
+                    labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         self.reads += 1  # one probe container, however many files
         return ImageProbe({path: self.files.get(path) for path in files},
-                          dict.fromkeys(dirs))
+                          dict.fromkeys(dirs), dict.fromkeys(paths))
 
 
 ACCOUNTS = "root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n" \

@@ -1,5 +1,6 @@
 """sbx@1's launch: the agent's argv through bash unchanged element by element, only for the
-workload's own declaration, and an image without a USER refused before anything starts."""
+workload's own declaration, and an image without a USER or a bash refused before anything
+starts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.types import SBX
-from sbx.domain.sandbox.platform import agent_launch, check_platform_image, declares_platform
+from sbx.domain.sandbox.platform import (
+    agent_launch,
+    check_platform_bash,
+    check_platform_image,
+    declares_platform,
+)
 
 
 @dataclass(frozen=True)
@@ -52,3 +58,13 @@ def test_an_image_without_a_user_is_refused() -> None:
             check_platform_image(user, "wl")
         assert caught.value.reason is Reason.PLATFORM_UNMET
         assert "USER agent" in (caught.value.hint or "")
+
+
+def test_an_image_without_an_executable_bash_is_refused() -> None:
+    for fine in (0o100755, 0o100500, 0o120777):  # a file with an x bit; a link, on trust
+        check_platform_bash(fine, "wl")
+    for bad in (None, 0o100644, 0o040755):  # absent, not executable, a directory
+        with pytest.raises(SbxError) as caught:
+            check_platform_bash(bad, "wl")
+        assert caught.value.reason is Reason.PLATFORM_UNMET
+        assert "/bin/bash" in caught.value.message and "bash" in (caught.value.hint or "")
