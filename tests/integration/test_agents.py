@@ -41,6 +41,7 @@ from tests.support.sbxproc import run_sbx
 
 from .conftest import owned
 from .registry import Registry, start_registry
+from .test_captype_ssh_agent import host_agent
 from .test_session_tty import Pane, poll, wait_for
 
 pytestmark = pytest.mark.docker
@@ -49,6 +50,8 @@ REPO = Path(__file__).resolve().parents[2]
 AGENTS = REPO / "examples" / "agents"
 VENV_BIN = Path(sys.executable).parent
 SBX = str(VENV_BIN / "sbx")
+__all__ = ["host_agent"]  # the fixture, re-exported for pytest
+
 SCRIPT = Script()
 RUN_TIMEOUT_S = 300.0  # one sbx run of an agent, install hook and all
 SCREEN_S = 90.0  # the bound of every wait for the agent's screen
@@ -179,6 +182,52 @@ def _crossed(agent: Agent, api: StandIn, internet: Internet, *outputs: str) -> N
 
 def _hosts(requests: list[Seen]) -> set[str]:
     return {(r.header("host") or "").rsplit(":", 1)[0] for r in requests}
+
+
+# -- the user's git identity and SSH agent -----------------------------------------------------
+
+# The user's name on commits, and a git signature from the host's key; a file-namespace
+# signature is outside the kits' grant.
+GIT_AND_SIGN = """\
+echo "name=$(git config user.name)"; echo "email=$(git config user.email)"
+echo "sock=${SSH_AUTH_SOCK:-none}"
+ssh-add -L > /tmp/key.pub 2>/dev/null || true
+for ns in git file; do
+  printf 'payload' > /tmp/msg-$ns
+  ssh-keygen -Y sign -q -f /tmp/key.pub -n $ns /tmp/msg-$ns >/dev/null 2>&1 \
+    && echo "sign_$ns=signed" || echo "sign_$ns=refused"
+done
+"""
+
+
+def _said(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@pytest.mark.parametrize("agent", ALL)
+def test_commits_carry_the_users_identity_and_sign_with_the_host_key(
+        agent: Agent, agent_versions: dict[str, str], host_agent: tuple[Path, str],
+        state_home: Path, tmp_path: Path) -> None:
+    sock, _fingerprint = host_agent
+    gitconfig = tmp_path / "host-gitconfig"
+    gitconfig.write_text("[user]\n\tname = Host Person\n\temail = host@example.test\n")
+    _bind(state_home, agent)
+    env = {**_env(state_home, os.devnull), "SSH_AUTH_SOCK": str(sock),
+           "GIT_CONFIG_GLOBAL": str(gitconfig)}
+    argv = ["run", str(agent.directory), "--arg", "source=staged", "--", "sh", "-c",
+            GIT_AND_SIGN]
+    done = run_sbx(argv, env=env, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    seen = _said(done.stdout.decode())
+    assert (seen["name"], seen["email"]) == ("Host Person", "host@example.test")
+    assert seen["sign_git"] == "signed" and seen["sign_file"] == "refused", seen
+    # Neither is required: with no agent and no identity the kit still runs, without both.
+    gitconfig.write_text("")
+    bare = {k: v for k, v in env.items() if k != "SSH_AUTH_SOCK"}
+    done = run_sbx(argv, env=bare, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    seen = _said(done.stdout.decode())
+    assert (seen["name"], seen["email"], seen["sock"]) == ("", "", "none"), seen
 
 
 # -- the release and the one-shot mode ---------------------------------------------------------
