@@ -89,3 +89,5 @@ def test_not_a_clone_explains_what_a_clone_is_and_how_to_make_one() -> None:
     assert "--clone" in info.cause and "sbx diff" in info.cause and "sbx fetch" in info.cause
     # the same command the refusal's hint gives (sbx.usecases.named.clone)
     assert "`sbx create --clone --name NAME-clone KIT REPO`" in info.fix
+    # and the other refusal's (sbx.usecases.named.clonehelper): a stopped clone with no checkout
+    assert "stopped" in info.cause and "`sbx rm -f NAME`" in info.fix

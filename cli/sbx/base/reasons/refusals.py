@@ -358,9 +358,11 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "A clone is a sandbox created with --clone: its own git checkout of the repository, "
         "on a volume of its own, on branch sbx/NAME. `sbx diff` and `sbx fetch` read that "
         "checkout; this sandbox sees a mounted workspace (or none), whose changes are on the "
-        "host already, so there is nothing to diff or fetch.",
+        "host already, so there is nothing to diff or fetch. A clone made by an older sbx "
+        "kept its checkout in the container's memory: once stopped, it is gone.",
         "Create a clone of the repository: `sbx create --clone --name NAME-clone KIT REPO` "
-        "(e.g. `sbx create --clone --name a1 claude .`), then `sbx diff NAME-clone`.",
+        "(e.g. `sbx create --clone --name a1 claude .`), then `sbx diff NAME-clone`; for a "
+        "stopped clone whose checkout is gone, `sbx rm -f NAME` first, then create it again.",
         _E.REFUSED,
     ),
     _R.BRANCH_DIVERGED: ReasonInfo(
