@@ -66,9 +66,7 @@ class RuntimePack:
 
 def runtime_pack() -> RuntimePack:
     """The files to pack for this interpreter and install (read, never written)."""
-    import sbx
-
-    package = Path(sbx.__file__).resolve().parent
+    package = Path(__file__).resolve().parents[2]  # sbx/seams/host/ -> sbx/
     python = Path(sys.executable)
     found: dict[str, None] = {}
     _add_executable(found, python)

@@ -129,3 +129,12 @@ def test_invalid_descriptor_fails_where_expected(path: Path) -> None:
     assert all(d["line"] > 0 for d in found), shown
     assert found == sorted(found, key=lambda d: (d["line"], d["col"], d["path"], d["message"]))
     assert error.body is not None and error.body.count(str(path)) == len(found)
+
+
+def test_each_valid_kit_has_exactly_one_source_row() -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", (DATA / "SOURCES.md").read_text(),
+                      flags=re.MULTILINE)
+    named = [name for name, _source in rows]
+    assert sorted(named) == sorted(p.name for p in (DATA / "valid").iterdir() if p.is_dir())
+    assert len(named) == len(set(named))
+    assert all(source.strip() for _name, source in rows)
