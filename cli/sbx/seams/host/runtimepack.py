@@ -68,8 +68,8 @@ def runtime_pack() -> RuntimePack:
     """The files to pack for this interpreter and install (read, never written)."""
     package = Path(__file__).resolve().parents[2]  # sbx/seams/host/ -> sbx/
     python = Path(sys.executable)
-    found: dict[str, None] = {}
-    _add_executable(found, python)
+    # The path as invoked (a venv's python is a link): placing it keeps the link.
+    found: dict[str, None] = {str(python): None}
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     _add_tree(found, stdlib, skip=_SKIP_STDLIB)
     platstdlib = Path(sysconfig.get_paths()["platstdlib"]).resolve()
@@ -93,8 +93,8 @@ def runtime_pack() -> RuntimePack:
     for bundle in _CA_BUNDLES:
         if Path(bundle).is_file():
             found[bundle] = None
-    for shared in [p for p in found if p.endswith(".so") or ".so." in p]:
-        _add_libraries(found, Path(shared))
+    loaded = [str(python.resolve()), *(p for p in found if p.endswith(".so") or ".so." in p)]
+    found.update(dict.fromkeys(_libraries(loaded)))
     if len(found) > _MAX_FILES:
         raise PackError(f"{len(found)} files to pack; more than {_MAX_FILES}")
     regular: dict[str, None] = {}
@@ -166,29 +166,19 @@ def _place(path: str, regular: dict[str, None], links: dict[str, str], depth: in
     regular[str(current)] = None
 
 
-def _add_executable(found: dict[str, None], path: Path) -> None:
-    # The path as invoked (a venv's python is a link): placing it keeps the link.
-    found[str(path)] = None
-    _add_libraries(found, path.resolve())
-
-
-def _add_libraries(found: dict[str, None], path: Path) -> None:
-    for library in _ldd(path):
-        found[library] = None
-
-
-def _ldd(path: Path) -> Iterator[str]:
-    try:
-        done = processes.run(["ldd", str(path)], timeout=30)
-    except (OSError, processes.SubprocessError) as error:
-        raise PackError(f"ldd {path}: {error}") from error
-    if done.returncode != 0:
-        # A static executable or a file ldd does not know: nothing to add.
-        return
-    for line in done.stdout.decode("utf-8", "replace").splitlines():
-        match = _LDD_LINE.search(line)
-        if match is not None:
-            yield match.group(1)
+def _libraries(paths: list[str]) -> Iterator[str]:
+    """The shared libraries the loader maps for ``paths``: one ``ldd`` for all of them (it
+    names each file's own, and exits non-zero when one of them is static, which adds none)."""
+    for start in range(0, len(paths), 256):
+        batch = paths[start:start + 256]
+        try:
+            done = processes.run(["ldd", *batch], timeout=60, max_output=16 * 1024 * 1024)
+        except (OSError, processes.SubprocessError) as error:
+            raise PackError(f"ldd: {error}") from error
+        for line in done.stdout.decode("utf-8", "replace").splitlines():
+            match = _LDD_LINE.search(line)
+            if match is not None:
+                yield match.group(1)
 
 
 def _add_tree(found: dict[str, None], root: Path, *, skip: frozenset[str]) -> None:
