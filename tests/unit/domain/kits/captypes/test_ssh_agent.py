@@ -108,7 +108,7 @@ def _plan(config: dict[str, Any], missing: str | None, optional: bool = False) -
 
 def test_a_grant_plans_the_relay_and_its_variable() -> None:
     plan = _plan({"phase": "runtime", "unrestricted": False, "sign": ["git"]}, None)
-    assert plan.ssh_agent == (("runtime", False, ("git",)),)
+    assert plan.ssh_agent == (("runtime", False, ("git",), ()),)
     assert plan.env == {"SSH_AUTH_SOCK": SANDBOX_SOCKET}
 
 
@@ -122,12 +122,11 @@ def test_no_host_agent_refuses_a_required_grant_and_skips_an_optional_one() -> N
     assert [s.type for s in plan.skipped] == [SSH]
 
 
-def test_a_login_bound_grant_is_refused_not_widened() -> None:
-    with pytest.raises(SbxError) as caught:
-        _plan({"phase": "runtime", "unrestricted": False, "authenticate": ["git@github.com"]},
-              None)
-    assert caught.value.reason is Reason.SSH_AGENT_UNBOUNDABLE
-    assert "git@github.com" in caught.value.message
+def test_a_login_bound_grant_plans_its_destinations_for_the_relay() -> None:
+    plan = _plan({"phase": "runtime", "unrestricted": False, "authenticate": ["git@github.com"]},
+                 None)
+    assert plan.ssh_agent == (("runtime", False, (), ("git@github.com",)),)
+    assert "ssh_agent_unboundable" not in {r.value for r in Reason}
 
 
 def test_the_host_agent_must_be_a_listening_socket(tmp_path: Path) -> None:
