@@ -318,7 +318,7 @@ def test_a_login_bound_grant_logs_in_and_pushes_only_where_granted(
     # The granted user at the granted, known host: a real login through the relay.
     assert seen["granted"] == "rc0 logged-in ", (seen, log)
     assert seen["granted_agent"] == "-"
-    assert f"Accepted publickey for git from 127.0.0.1" in log and fingerprint in log
+    assert "Accepted publickey for git from 127.0.0.1" in log and fingerprint in log
     # Another user at the same server: sshd took the key and asked for the signature, and the
     # relay refused to sign it; sshd never accepted that user.
     assert seen["other_user"].startswith("rc255"), seen

@@ -288,8 +288,8 @@ def test_known_hosts_files_are_the_users_then_the_machines() -> None:
     assert [str(p) for p in known_hosts_files("/home/u")] == [
         "/home/u/.ssh/known_hosts", "/home/u/.ssh/known_hosts2", "/etc/ssh/ssh_known_hosts",
         "/etc/ssh/ssh_known_hosts2"]
-    assert [str(p) for p in known_hosts_files(None)][0] == "/etc/ssh/ssh_known_hosts"
-    assert [str(p) for p in known_hosts_files("relative")][0] == "/etc/ssh/ssh_known_hosts"
+    assert str(known_hosts_files(None)[0]) == "/etc/ssh/ssh_known_hosts"
+    assert str(known_hosts_files("relative")[0]) == "/etc/ssh/ssh_known_hosts"
 
 
 def test_the_relay_config_carries_destinations_and_known_hosts() -> None:
