@@ -181,16 +181,160 @@ def test_optional_without_a_host_agent_runs_without_one_and_records_it(
     assert skipped and "SSH_AUTH_SOCK is not set" in skipped[0]["reason"]
 
 
-def test_a_login_bound_grant_is_refused_by_its_reason(
-        kit_factory: KitMaker, sbx_cli: Runner, state_home: Path,
-        host_agent: tuple[Path, str]) -> None:
+# A ProxyCommand for ssh inside the sandbox: one CONNECT through the sandbox's egress proxy
+# (HTTPS_PROXY, with its credentials), then bytes both ways.
+CONNECT = r"""
+import base64, os, select, socket, sys, urllib.parse
+host, port = sys.argv[1], sys.argv[2]
+proxy = urllib.parse.urlsplit(os.environ.get("HTTPS_PROXY") or os.environ["https_proxy"])
+sock = socket.create_connection((proxy.hostname, proxy.port or 80), timeout=30)
+head = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+if proxy.username:
+    pair = f"{urllib.parse.unquote(proxy.username)}:{urllib.parse.unquote(proxy.password or '')}"
+    head += f"Proxy-Authorization: Basic {base64.b64encode(pair.encode()).decode()}\r\n"
+sock.sendall((head + "\r\n").encode())
+data = b""
+while b"\r\n\r\n" not in data:
+    chunk = sock.recv(4096)
+    if not chunk:
+        sys.exit("the proxy closed the tunnel")
+    data += chunk
+status, _, rest = data.partition(b"\r\n\r\n")
+if status.split(b"\r\n")[0].split()[1:2] != [b"200"]:
+    sys.exit("the proxy refused: " + " | ".join(status.decode(errors="replace").splitlines()))
+sock.settimeout(None)
+if rest:
+    os.write(1, rest)
+sources = [0, sock]
+while True:
+    ready, _, _ = select.select(sources, [], [])
+    if 0 in ready:
+        data = os.read(0, 65536)
+        if data:
+            sock.sendall(data)
+        else:
+            sources.remove(0)
+            sock.shutdown(socket.SHUT_WR)
+    if sock in ready:
+        data = sock.recv(65536)
+        if not data:
+            break
+        os.write(1, data)
+"""
+
+LOGINS = r"""
+cat > /tmp/connect.py <<'PY'
+{connect}
+PY
+printf '%s\n' 'git.test {hostkey}' 'unknown.test {other_hostkey}' > /tmp/known_hosts
+SSH="ssh -F /dev/null -v -o BatchMode=yes -o ConnectTimeout=30 -o StrictHostKeyChecking=yes"
+SSH="$SSH -o UserKnownHostsFile=/tmp/known_hosts -o ProxyCommand='python3 /tmp/connect.py %h %p'"
+login() {{
+  eval "$SSH $1 echo logged-in" > /tmp/out 2> /tmp/err
+  echo "$2=rc$? $(tr '\n' ' ' < /tmp/out)"
+  grep -q 'agent refused operation' /tmp/err && echo "$2_agent=refused" || echo "$2_agent=-"
+  echo "$2_err=$(grep -v '^debug' /tmp/err | tail -3 | tr '\n' ' ')"
+}}
+login git@git.test granted
+login other@git.test other_user
+login git@unknown.test unknown_host
+cd /tmp && git init -q -b main work && cd work
+git -c user.name=t -c user.email=t@example.com commit -q --allow-empty -m pushed-from-sandbox
+GIT_SSH_COMMAND="$SSH -q" git push -q git@git.test:{repo} main 2>/tmp/push-err
+echo "push=rc$?"
+"""
+
+
+@pytest.fixture
+def sshd(tmp_path: Path, host_agent: tuple[Path, str]) -> Iterator[tuple[Any, Any]]:
+    """Two real sshds on loopback, each with its own host key, that take the host agent's key
+    for users git and other."""
+    from tests.support.sshd import TestSSHD
+
+    if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists():
+        pytest.skip("needs root and /usr/sbin/sshd (sshd switches to the login's user)")
     sock, _ = host_agent
-    kit = _kit(kit_factory, "phase: runtime\nunrestricted: false\nauthenticate: [git@example.com]")
-    result = sbx_cli(["run", str(kit), "--", "echo", "workload-ran"], env=_env(state_home, sock))
-    assert result.exit_code == 125, result.stderr
-    assert "(ssh_agent_unboundable)" in result.stderr and "git@example.com" in result.stderr
-    explained = sbx_cli(["explain", "ssh_agent_unboundable"], env=_env(state_home, None))
-    assert explained.exit_code == 0 and "authenticate" in explained.stdout
+    keys = _host_keys_public(sock)
+    with TestSSHD(tmp_path / "sshd", keys) as server, \
+            TestSSHD(tmp_path / "sshd-other", keys) as other:
+        yield server, other
+
+
+def _host_keys_public(sock: Path) -> str:
+    env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+    return subprocess.run(["ssh-add", "-L"], check=True, env=env, capture_output=True,
+                          text=True, timeout=30).stdout
+
+
+def _hashed(name: str) -> str:
+    import base64
+    import hashlib
+    import hmac
+
+    salt = os.urandom(20)
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+def test_a_login_bound_grant_logs_in_and_pushes_only_where_granted(
+        kit_factory: KitMaker, sbx_cli: Runner, state_home: Path, tmp_path: Path,
+        host_agent: tuple[Path, str], sshd: tuple[Any, Any], internet: Any) -> None:
+    from tests.support.kits import capabilities, network_policy
+
+    sock, fingerprint = host_agent
+    server, unknown = sshd
+    repo = tmp_path / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(repo)], check=True,
+                   timeout=30)
+    # The host user's known_hosts (hashed, as HashKnownHosts writes it) knows git.test's key
+    # only; the sandbox's own known_hosts (which sbx does not read) trusts both servers.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(f"{_hashed('git.test')} {server.host_key_line}\n")
+    internet.upstream.tunnel("git.test:22", server.port)
+    internet.upstream.tunnel("unknown.test:22", unknown.port)
+    kit = kit_factory("sshlogin", DOCKERFILE, capabilities(
+        network_policy(runtime=["git.test:22", "unknown.test:22"]), f"""
+- type: {SSH}
+  config:
+    phase: runtime
+    unrestricted: false
+    authenticate: [git@git.test, git@unknown.test]
+"""))
+    env = {**_env(state_home, sock), "HOME": str(home),
+           "SBX_CONFIG": str(internet.sbx_config(tmp_path / "config.toml"))}
+    script = LOGINS.format(connect=CONNECT.strip(), hostkey=server.host_key_line,
+                           other_hostkey=unknown.host_key_line, repo=repo)
+    try:
+        result = sbx_cli(["run", "--json", str(kit), "--timeout", "180", "--", "bash", "-c",
+                          script], env=env)
+    finally:
+        for name in ("git.test", "unknown.test"):
+            internet.upstream.tunnel(f"{name}:22", None)
+    envelope = result.envelope()
+    assert envelope["status"] == "ok", (envelope, result.stderr)
+    seen = _values(envelope["data"]["stdout"])
+    log = server.text()
+    # The granted user at the granted, known host: a real login through the relay.
+    assert seen["granted"] == "rc0 logged-in ", (seen, log)
+    assert seen["granted_agent"] == "-"
+    assert "Accepted publickey for git from 127.0.0.1" in log and fingerprint in log
+    # Another user at the same server: sshd took the key and asked for the signature, and the
+    # relay refused to sign it; sshd never accepted that user.
+    assert seen["other_user"].startswith("rc255"), seen
+    assert seen["other_user_agent"] == "refused", seen
+    assert "Postponed publickey for other" in log
+    assert "Accepted publickey for other" not in log
+    # A granted destination whose server's host key the host's known_hosts does not know.
+    assert seen["unknown_host"].startswith("rc255") and seen["unknown_host_agent"] == "refused"
+    assert "Postponed publickey for git" in unknown.text()
+    assert "Accepted publickey" not in unknown.text()
+    # git over ssh, through the egress proxy's CONNECT tunnel, into the server's bare repo.
+    assert seen["push"] == "rc0", seen
+    pushed = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "main"], check=True,
+                            capture_output=True, text=True, timeout=30).stdout
+    assert pushed == "pushed-from-sandbox\n"
+    assert len(_host_keys(sock).strip().splitlines()) == 1
 
 
 def test_a_named_sandbox_keeps_its_relay_without_the_cli_and_fails_closed(

@@ -532,11 +532,13 @@ class UpstreamRecord:
 
 
 class UpstreamProxy(_Server):
-    """Sends every CONNECT to the origin's HTTPS port and every absolute-form request to its
-    HTTP port, whatever host was asked for. Records what it was asked."""
+    """Sends every CONNECT to the origin's HTTPS port (or a loopback port routed for that
+    ``host:port`` by :meth:`tunnel`) and every absolute-form request to its HTTP port,
+    whatever host was asked for. Records what it was asked."""
 
     def __init__(self, origin: Origin, tls: ssl.SSLContext | None = None) -> None:
         self.origin = origin
+        self.tunnels: dict[str, int] = {}  # CONNECT target -> a loopback port
         self.tls = tls  # an https:// proxy: TLS first (the test PKI's leaf covers 127.0.0.1)
         self._records_lock = threading.Lock()
         self.records: list[UpstreamRecord] = []
@@ -549,6 +551,13 @@ class UpstreamProxy(_Server):
     def targets(self) -> list[str]:
         with self._records_lock:
             return [r.target for r in self.records]
+
+    def tunnel(self, target: str, port: int | None) -> None:
+        """CONNECT ``target`` (``host:port``) reaches 127.0.0.1:``port`` (None: the origin)."""
+        if port is None:
+            self.tunnels.pop(target, None)
+        else:
+            self.tunnels[target] = port
 
     def handle(self, conn: socket.socket) -> None:
         if self.tls is None:
@@ -577,8 +586,8 @@ class UpstreamProxy(_Server):
         with self._records_lock:
             self.records.append(UpstreamRecord(method, target, headers))
         if method == "CONNECT":
-            out = socket.create_connection(("127.0.0.1", self.origin.https_port),
-                                           timeout=SOCKET_TIMEOUT)
+            port = self.tunnels.get(target, self.origin.https_port)
+            out = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT)
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
             out = socket.create_connection(("127.0.0.1", self.origin.http_port),

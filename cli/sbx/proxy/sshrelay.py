@@ -1,6 +1,7 @@
 """The SSH agent relay: a socket in a directory mounted read-only into the sandbox, speaking
 the agent protocol to the host's agent one judged request at a time
-(:func:`sbx.domain.egress.sshagent.judge`).
+(:func:`sbx.domain.egress.sshagent.judge`). One sandbox connection is one upstream connection
+and carries at most one verified session binding (one ssh client, one server).
 
 It lives in the proxy process, so it has the proxy's owner and lifetime (the one-shot run, or
 a named sandbox's keeper) and its phase: when that process is gone the socket answers no one.
@@ -22,14 +23,18 @@ from sbx.domain.egress.sshagent import (
     FAILURE_MESSAGE,
     MAX_MESSAGE_BYTES,
     SOCKET_NAME,
+    Binding,
     RelayConfig,
     answer_allowed,
+    bind,
     judge,
 )
+from sbx.domain.egress.sshbind import SESSION_BIND, KnownHost, extension_name, parse_known_hosts
 from sbx.proxy.context import ProxyContext
 
 ANSWER_TIMEOUT_S: Final = 30.0  # a hardware key asking for a touch answers within this
 MAX_RELAY_CLIENTS: Final = 64
+MAX_KNOWN_HOSTS_BYTES: Final = 16 * 1024 * 1024  # a larger file is read only this far
 
 
 class SSHAgentRelay:
@@ -78,13 +83,18 @@ class SSHAgentRelay:
             return
         self._clients.add(task)
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        binding: Binding | None = None
         try:
             while True:
                 body = await _read_message(reader, self.ctx.limits.idle_timeout)
                 if body is None:
                     return
                 phase = self.ctx.phase
-                verdict = judge(body, self.config.grant(phase), phase)
+                grant = self.config.grant(phase)
+                if extension_name(body) == SESSION_BIND:
+                    verdict, binding = bind(body, grant, phase, binding, self._known_hosts())
+                else:
+                    verdict = judge(body, grant, phase, binding)
                 if not verdict.forward:
                     self.ctx.stderr(f"ssh-agent: refused {verdict.why}")
                     writer.write(FAILURE_MESSAGE)
@@ -113,6 +123,18 @@ class SSHAgentRelay:
             if upstream is not None:
                 _close(upstream[1])
             _close(writer)
+
+    def _known_hosts(self) -> list[KnownHost]:
+        """The host's known_hosts as they are now (a missing file is an empty one)."""
+        entries: list[KnownHost] = []
+        for path in self.config.known_hosts:
+            try:
+                with path.open("rb") as handle:
+                    text = handle.read(MAX_KNOWN_HOSTS_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            entries.extend(parse_known_hosts(text))
+        return entries
 
     async def _connect_upstream(self) -> tuple[asyncio.StreamReader,
                                                asyncio.StreamWriter] | None:

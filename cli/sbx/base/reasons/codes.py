@@ -62,7 +62,6 @@ class Reason(enum.StrEnum):
     CONSENT_REQUIRED = "consent_required"
     GIT_IDENTITY_MISSING = "git_identity_missing"
     SSH_AGENT_MISSING = "ssh_agent_missing"
-    SSH_AGENT_UNBOUNDABLE = "ssh_agent_unboundable"
     LONG_RUNNING_UNNAMED = "long_running_unnamed"
     SKILL_NO_DESTINATION = "skill_no_destination"
     SKILL_NAME_INVALID = "skill_name_invalid"

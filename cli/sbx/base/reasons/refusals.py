@@ -175,16 +175,6 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "capability optional).",
         _E.REFUSED,
     ),
-    _R.SSH_AGENT_UNBOUNDABLE: ReasonInfo(
-        "An ssh-agent@1 bound sbx cannot enforce",
-        "A kit bounds ssh-agent@1 to login destinations (authenticate), which needs a verified "
-        "session binding to tell which server a signature is for; sbx relays SSHSIG signing "
-        "bounded by namespace (sign) and unrestricted agents only, and never relays a bound it "
-        "cannot check.",
-        "Ask the kit's author for a sign-only bound, or for unrestricted: true if you accept "
-        "any signature from the agent (or mark the capability optional).",
-        _E.REFUSED,
-    ),
     _R.LONG_RUNNING_UNNAMED: ReasonInfo(
         "A long-running workload in a one-shot run",
         "The workload requires long-running@1 (it keeps running apart from any session), and a "

@@ -233,7 +233,6 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'permission_unapproved' -d 'Ki
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'consent_required' -d 'Explicit consent required'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'git_identity_missing' -d 'No git identity to give the sandbox'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_missing' -d 'No SSH agent to relay into the sandbox'
-complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'ssh_agent_unboundable' -d 'An ssh-agent@1 bound sbx cannot enforce'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'long_running_unnamed' -d 'A long-running workload in a one-shot run'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_no_destination' -d 'A bundled skill with nowhere to go'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'skill_name_invalid' -d 'Not a valid skill name'

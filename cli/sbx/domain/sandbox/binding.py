@@ -24,7 +24,7 @@ def bind_credentials(composition: Composition, capabilities: CapabilityPlan, *,
                      resolve_values: bool) -> EgressPlan | None:
     """The egress plan (None without a network policy); raises ``credential_unbound`` for a
     required credential with nothing to bind."""
-    relay_phases = tuple(phase for phase, _, _ in capabilities.ssh_agent)
+    relay_phases = tuple(grant[0] for grant in capabilities.ssh_agent)
     if composition.network is None and not relay_phases and not capabilities.kit_registry:
         return None
     store = SecretStore(state_home)

@@ -65,8 +65,9 @@ class CapabilityPlan:
     env: Mapping[str, str] = field(default_factory=dict)  # the sandbox's, hooks' included
     port_names: Mapping[int, str] = field(default_factory=dict)  # port@1 `name`s, by port
     published: tuple[PublishSpec, ...] = ()  # -p/--publish (sbx.domain.sandbox.publish)
-    # ssh-agent@1 per phase: (phase, unrestricted, SSHSIG namespaces a bounded grant signs)
-    ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    # ssh-agent@1 per phase: (phase, unrestricted, SSHSIG namespaces a bounded grant signs,
+    # the login destinations it allows)
+    ssh_agent: tuple[tuple[str, bool, tuple[str, ...], tuple[str, ...]], ...] = ()
     kit_registry: bool = False  # kit-registry@1: the proxy answers the kit registry
     host_mounts: tuple[PlannedHostMount, ...] = ()
     skills_paths: tuple[str, ...] = ()  # agent-skills@1: where the host's store is shown
@@ -102,7 +103,7 @@ class _Planner:
     skipped: list[SelectionRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    ssh_agent: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    ssh_agent: tuple[tuple[str, bool, tuple[str, ...], tuple[str, ...]], ...] = ()
     kit_registry: bool = False
     host_mounts: list[PlannedHostMount] = field(default_factory=list)
     skills_paths: list[str] = field(default_factory=list)
@@ -164,7 +165,8 @@ class _Planner:
     def ssh_agent_missing(self) -> str | None:
         return self.host_agent_missing()
 
-    def add_ssh_agent(self, grants: Sequence[tuple[str, bool, tuple[str, ...]]]) -> None:
+    def add_ssh_agent(
+            self, grants: Sequence[tuple[str, bool, tuple[str, ...], tuple[str, ...]]]) -> None:
         self.ssh_agent = tuple(grants)
 
     def add_kit_registry(self) -> None:

@@ -89,7 +89,7 @@ def relay_binds(ctx: AppContext, run_id: str, capabilities: CapabilityPlan,
     from sbx.domain.kits.captypes.ssh_agent import SANDBOX_DIR
 
     if not capabilities.ssh_agent or (
-            phase is not None and all(p != phase for p, _, _ in capabilities.ssh_agent)):
+            phase is not None and all(g[0] != phase for g in capabilities.ssh_agent)):
         return []
     return [BindMount(str(runrecord.run_dir(ctx.state_home, run_id) / RELAY_DIR), SANDBOX_DIR,
                       True)]
@@ -101,7 +101,7 @@ def relay_config(ctx: AppContext, run_dir: Path,
     if not capabilities.ssh_agent:
         return None
     # The SSH agent relay and the host agent: ssh-agent@1 runs only.
-    from sbx.domain.egress.sshagent import RelayConfig, grants_of
+    from sbx.domain.egress.sshagent import RelayConfig, grants_of, known_hosts_files
     from sbx.seams.host.agent import host_agent  # as above
 
     upstream, why = host_agent(ctx.env)
@@ -112,7 +112,8 @@ def relay_config(ctx: AppContext, run_dir: Path,
     socket_dir = run_dir / RELAY_DIR
     socket_dir.mkdir(mode=0o755, exist_ok=True)
     socket_dir.chmod(0o755)  # the sandbox's user must reach the socket inside
-    return RelayConfig(socket_dir, upstream, grants_of(capabilities.ssh_agent))
+    return RelayConfig(socket_dir, upstream, grants_of(capabilities.ssh_agent),
+                       known_hosts_files(ctx.env.get("HOME")))
 
 
 def _non_empty_directory(path: Path) -> bool:

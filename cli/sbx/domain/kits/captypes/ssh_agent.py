@@ -1,9 +1,10 @@
 """``ssh-agent@1``: the user's SSH agent, relayed into the sandbox per phase, keys kept outside.
 
 In the sandbox: ``SSH_AUTH_SOCK`` names the relay's socket (sbx.proxy.sshrelay),
-which forwards only list and sign requests allowed in the current phase. A grant bounded by
-``authenticate`` is refused (``ssh_agent_unboundable``); no agent on the host refuses a required
-grant (``ssh_agent_missing``) and skips an optional one (no ``SSH_AUTH_SOCK`` then).
+which forwards only list and sign requests allowed in the current phase (logins bounded by
+``authenticate`` through a verified session binding, sbx.domain.egress.sshbind); no agent on
+the host refuses a required grant (``ssh_agent_missing``) and skips an optional one (no
+``SSH_AUTH_SOCK`` then).
 
 Descriptor side: a bounded entry (``unrestricted: false``) needs ``sign`` or ``authenticate``
 and an unrestricted one states neither; destinations are DNS names. One entry per phase in a
@@ -53,29 +54,13 @@ class SSHAgent(Handler):
     implemented = True
 
     def plan(self, composition: ComposedParts, planner: SandboxPlanner) -> None:
-        granted = list(composition.ssh_agent)
-        if not granted:
-            return
-        kept: list[SSHAgentGrant] = []
-        for grant in granted:
-            origin = grant.origins[0]
-            if grant.unrestricted or not grant.authenticate:
-                kept.append(grant)
-                continue
-            why = (f"its {grant.phase} grant bounds logins to "
-                   + ", ".join(grant.authenticate) + ", which sbx cannot verify")
-            if grant.optional:
-                planner.skip(SelectionRecord(origin.kit, origin.path, SSH_AGENT, why))
-                continue
-            raise SbxError(Reason.SSH_AGENT_UNBOUNDABLE,
-                           f"refused: {origin.kit} {origin.path} ({SSH_AGENT}): {why}",
-                           hint=REGISTRY[Reason.SSH_AGENT_UNBOUNDABLE].fix,
-                           details={"kit": origin.kit, "path": origin.path})
+        kept = list(composition.ssh_agent)
         if not kept:
             return
         missing = planner.ssh_agent_missing()
         if missing is None:
-            planner.add_ssh_agent(tuple((g.phase, g.unrestricted, g.sign) for g in kept))
+            planner.add_ssh_agent(tuple((g.phase, g.unrestricted, g.sign, g.authenticate)
+                                        for g in kept))
             planner.add_env("SSH_AUTH_SOCK", SANDBOX_SOCKET)
             return
         required = [g for g in kept if not g.optional]

@@ -108,7 +108,7 @@ def _plan(config: dict[str, Any], missing: str | None, optional: bool = False) -
 
 def test_a_grant_plans_the_relay_and_its_variable() -> None:
     plan = _plan({"phase": "runtime", "unrestricted": False, "sign": ["git"]}, None)
-    assert plan.ssh_agent == (("runtime", False, ("git",)),)
+    assert plan.ssh_agent == (("runtime", False, ("git",), ()),)
     assert plan.env == {"SSH_AUTH_SOCK": SANDBOX_SOCKET}
 
 
@@ -122,12 +122,11 @@ def test_no_host_agent_refuses_a_required_grant_and_skips_an_optional_one() -> N
     assert [s.type for s in plan.skipped] == [SSH]
 
 
-def test_a_login_bound_grant_is_refused_not_widened() -> None:
-    with pytest.raises(SbxError) as caught:
-        _plan({"phase": "runtime", "unrestricted": False, "authenticate": ["git@github.com"]},
-              None)
-    assert caught.value.reason is Reason.SSH_AGENT_UNBOUNDABLE
-    assert "git@github.com" in caught.value.message
+def test_a_login_bound_grant_plans_its_destinations_for_the_relay() -> None:
+    plan = _plan({"phase": "runtime", "unrestricted": False, "authenticate": ["git@github.com"]},
+                 None)
+    assert plan.ssh_agent == (("runtime", False, (), ("git@github.com",)),)
+    assert "ssh_agent_unboundable" not in {r.value for r in Reason}
 
 
 def test_the_host_agent_must_be_a_listening_socket(tmp_path: Path) -> None:
@@ -192,3 +191,66 @@ def test_the_relay_answers_from_the_host_agent_and_refuses_the_rest(
                             env={**os.environ, "SSH_AUTH_SOCK": str(real_agent)}).stdout
     assert len(listed.strip().splitlines()) == 1  # remove-all never reached the agent
     assert not (socket_dir / "agent.sock").exists()  # closed with its process
+
+
+def _hashed(name: str) -> str:
+    import base64
+    import hashlib
+    import hmac
+
+    salt = os.urandom(20)
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+def test_the_relay_signs_logins_only_for_granted_users_of_known_servers(
+        real_agent: Path, tmp_path: Path) -> None:
+    """Real ssh on the host through the relay to two real sshds: the one the host's known_hosts
+    knows as git.test takes user git; user other and the unknown server get no signature."""
+    from tests.support.sshd import TestSSHD
+
+    if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists() or shutil.which("ssh") is None:
+        pytest.skip("needs root, ssh and /usr/sbin/sshd (sshd switches to the login's user)")
+    keys = subprocess.run(["ssh-add", "-L"], check=True, capture_output=True, text=True,
+                          timeout=30, env={**os.environ, "SSH_AUTH_SOCK": str(real_agent)}).stdout
+    socket_dir = tmp_path / "relay"
+    socket_dir.mkdir()
+    known = tmp_path / "known_hosts"
+    grant = PhaseGrant("runtime", False, (), ("git@git.test",))
+    relay_config = RelayConfig(socket_dir, real_agent, (grant,), (known, tmp_path / "missing"))
+    config = ProxyConfig(run_id="r1", state_home=tmp_path, audit_log=tmp_path / "a",
+                         network=None, ssh_agent=relay_config)
+    notes: list[str] = []
+    with TestSSHD(tmp_path / "git", keys) as server, \
+            TestSSHD(tmp_path / "elsewhere", keys) as unknown:
+        known.write_text(f"{_hashed('git.test')} {server.host_key_line}\n")
+        client_known = tmp_path / "client_known_hosts"
+        client_known.write_text(f"[127.0.0.1]:{server.port} {server.host_key_line}\n"
+                                f"[127.0.0.1]:{unknown.port} {unknown.host_key_line}\n")
+
+        async def login(user: str, port: int) -> int:
+            ssh = await asyncio.create_subprocess_exec(
+                "ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentityFile=none",
+                "-o", f"IdentityAgent={socket_dir / 'agent.sock'}",
+                "-o", f"UserKnownHostsFile={client_known}", "-p", str(port),
+                f"{user}@127.0.0.1", "true", stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return await ssh.wait()
+
+        async def scenario() -> list[int]:
+            relay = SSHAgentRelay(ProxyContext(config, "runtime", notes.append), relay_config)
+            await relay.start()
+            try:
+                return [await login("git", server.port), await login("other", server.port),
+                        await login("git", unknown.port)]
+            finally:
+                await relay.close()
+
+        assert asyncio.run(asyncio.wait_for(scenario(), 120)) == [0, 255, 255]
+        assert "Accepted publickey for git" in server.text()
+        assert "Accepted publickey for other" not in server.text()
+        assert "Accepted publickey" not in unknown.text()
+    refused = [n for n in notes if "refused" in n]
+    assert any("login as 'other'" in n and "only as git@git.test" in n for n in refused), notes
+    assert any("login as 'git'" in n and "knows for none of git.test" in n for n in refused)
+    assert len(refused) == 2, notes  # the bindings were verified; only those two signatures
