@@ -209,3 +209,35 @@ def test_explain_asks_a_stopped_sandboxs_own_engine_whether_it_runs(tmp_path: Pa
     assert answer.stopped is None  # running again on two: its stop mark is stale
     assert two.called("container_state") == [("d" * 64,)]
     assert here.calls == []
+
+
+def test_ls_lists_the_sandboxes_of_a_daemon_two_entries_reach_once(tmp_path: Path) -> None:
+    """one and two (and the environment's engine) are one daemon, as a `local` entry naming
+    the default socket is: each of its containers is one row, under the first name."""
+    same = FakeEngine(info=dataclasses.replace(DEFAULT_INFO, engine_id="DAEMON:A"))
+    ctx = _ctx(tmp_path, {"one": same, "two": same, "env": same})
+    store = SandboxStore(ctx.state_home)
+    for name, engine in (("a1", "one"), ("b2", "two"), ("c3", None)):
+        store.save(SandboxRecord(name=name, run_id=name * 16, created=1.0, workload="./k",
+                                 kits=[], workspace=None, access="none", request={},
+                                 container_id=name * 32, engine=engine,
+                                 engine_host=HOSTS[engine] if engine else None))
+        _running(same, name * 32, ctx.home_hash)
+        same.containers[-1]["Labels"][labels.NAME] = name
+    _running(same, "e" * 64, ctx.home_hash)  # a one-shot run
+    same.containers[-1]["Labels"][labels.RUN] = "ef" * 16
+    found = list_everywhere(ctx, include_runs=True)
+    assert sorted((s.name, s.engine) for s in found.sandboxes) == [
+        ("(run efefefefefef)", "one"), ("a1", "one"), ("b2", "one"), ("c3", "one")]
+    assert [(e.name, e.aliases) for e in found.engines] == [("one", ("two", None))]
+    assert found.engines[0].as_dict()["aliases"] == ["two", None]
+
+
+def test_engines_whose_info_gives_no_id_are_not_taken_for_one(tmp_path: Path) -> None:
+    one, two = FakeEngine(), FakeEngine()  # /info without an ID
+    ctx = _ctx(tmp_path, {"one": one, "two": two, "env": FakeEngine()})
+    _running(one, "a" * 64, ctx.home_hash)
+    _running(two, "b" * 64, ctx.home_hash)
+    found = list_everywhere(ctx, include_runs=True)
+    assert [(e.name, e.aliases) for e in found.engines] == [("one", ()), ("two", ())]
+    assert sorted(s.engine or "" for s in found.sandboxes) == ["one", "two"]
