@@ -56,6 +56,8 @@ class EngineInfo:
     # What the engine's host has (/info NCPU, MemTotal): where a fleet places a sandbox.
     cpus: int = 0
     memory_bytes: int = 0
+    # The daemon's own ID (/info "ID"): two hosts that reach one daemon answer the same one.
+    engine_id: str = ""
 
 
 def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
@@ -76,6 +78,7 @@ def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
         product="podman" if "BuildahVersion" in info else "docker",
         cpus=_count(info.get("NCPU")),
         memory_bytes=_count(info.get("MemTotal")),
+        engine_id=str(info.get("ID") or ""),
     )
 
 

@@ -24,7 +24,7 @@ from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore
-from sbx.usecases import enginefit, explainrequest, explainsandbox, pipeline
+from sbx.usecases import enginefit, explainrequest, explainsandbox, fleet, pipeline
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
 from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_request
@@ -148,6 +148,7 @@ def explain_named(ctx: AppContext, name: str, target: explainrequest.Target | No
     """A named sandbox judged by its name, with its real current rules."""
     import time
 
+    ctx = fleet.for_sandbox(ctx, name)  # its engine: whether it runs again
     named = named_sandbox(ctx, name)
     record = named.record
     kits = (record.workload, *record.kits)

@@ -182,6 +182,39 @@ def every_engine(ctx: AppContext) -> list[tuple[str | None, AppContext]]:
     return found
 
 
-__all__ = ["SANDBOXES", "Survey", "chooses", "configured", "current", "every_engine",
-           "for_new", "for_record", "for_sandbox", "named", "on_engine", "on_entry", "placed",
-           "survey"]
+@dataclass(frozen=True)
+class Daemon:
+    """The engines of a listing that reach one daemon: the first one's name and context, the
+    later names that reach it too, and why its /info did not answer (None: it did)."""
+
+    name: str | None
+    ctx: AppContext
+    aliases: tuple[str | None, ...] = ()
+    error: SbxError | None = None
+
+
+def distinct(engines: Sequence[tuple[str | None, AppContext]]) -> list[Daemon]:
+    """``engines`` by the daemon each reaches (its /info ID), in order: two entries naming one
+    daemon (``unix:///var/run/docker.sock`` and the default) would list its containers twice.
+    One whose /info fails or gives no ID stands alone."""
+    found: list[Daemon] = []
+    first: dict[str, int] = {}  # daemon ID -> its index in found
+    for name, on in engines:
+        try:
+            ident = on.driver.info().engine_id
+        except SbxError as error:
+            found.append(Daemon(name, on, error=error))
+            continue
+        if ident in first:
+            kept = found[first[ident]]
+            found[first[ident]] = dataclasses.replace(kept, aliases=(*kept.aliases, name))
+            continue
+        if ident:
+            first[ident] = len(found)
+        found.append(Daemon(name, on))
+    return found
+
+
+__all__ = ["SANDBOXES", "Daemon", "Survey", "chooses", "configured", "current", "distinct",
+           "every_engine", "for_new", "for_record", "for_sandbox", "named", "on_engine",
+           "on_entry", "placed", "survey"]

@@ -17,8 +17,9 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.seams import mcpwire
 from sbx.seams.mcpwire import Tool
+from sbx.usecases import fleet
 from sbx.usecases.context import NO_STREAMS, AppContext
-from sbx.usecases.named import clone, copy, listing, removal, start
+from sbx.usecases.named import clone, copy, everywhere, removal, start
 from sbx.usecases.run import entry
 from sbx.usecases.run.request import RunRequest
 
@@ -125,8 +126,9 @@ def _create(app: AppContext, arguments: Mapping[str, Any],
 
 
 def _exec(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
+    name = _string(arguments, "name", required=True) or ""
     exit_code = start.exec_started(
-        app, _string(arguments, "name", required=True) or "",
+        fleet.for_sandbox(app, name), name,  # on the engine it lives on, as `sbx exec`
         _strings(arguments, "command", required=True), NO_STREAMS, env=(),
         interactive=False, tty=False, on_output=collected.on_output,
         on_warning=collected.warnings.append, on_notice=collected.notices.append)
@@ -135,17 +137,19 @@ def _exec(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) 
 
 def _stop(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
     names = [_string(arguments, "name", required=True) or ""]
-    return {"stopped": removal.stop(app, names, on_warning=collected.warnings.append)}
+    return {"stopped": removal.stop(fleet.for_sandbox(app, names[0]), names,
+                                    on_warning=collected.warnings.append)}
 
 
 def _rm(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
     names = [_string(arguments, "name", required=True) or ""]
-    return {"removed": removal.remove(app, names, on_warning=collected.warnings.append)}
+    return {"removed": removal.remove(fleet.for_sandbox(app, names[0]), names,
+                                      on_warning=collected.warnings.append)}
 
 
 def _ls(app: AppContext, arguments: Mapping[str, Any], collected: _Collected) -> dict[str, Any]:
-    return {"sandboxes": [status.as_dict()
-                          for status in listing.list_sandboxes(app, include_runs=False)]}
+    return {"sandboxes": [status.as_dict() for status in
+                          everywhere.list_everywhere(app, include_runs=False).sandboxes]}
 
 
 def _flag(arguments: Mapping[str, Any], key: str) -> bool:

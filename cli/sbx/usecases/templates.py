@@ -30,6 +30,7 @@ from sbx.domain.sandbox import templates as tpl
 from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
 from sbx.seams import owned
 from sbx.seams.engine import ImageInfo
+from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.named.listing import load_named
@@ -58,6 +59,7 @@ class Saved:
 def save(ctx: AppContext, word: str, tag: str, *,
          on_notice: Callable[[str], None] = lambda _text: None) -> Saved:
     tag = tpl.check_tag(tag)
+    ctx = fleet.for_sandbox(ctx, word)  # the sandbox's engine, where the template goes
     record = load_named(ctx, word, command="sbx save")
     driver = ctx.driver
     existing = driver.image(tag)

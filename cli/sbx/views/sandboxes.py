@@ -43,6 +43,10 @@ def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = F
             renderer.warn(f"engine {engine.name or engine.host} ({engine.host}) is unreachable: "
                           f"{engine.message} ({engine.reason}); its sandboxes are listed as "
                           "unreachable")
+        if engine.aliases:  # names reaching one daemon: its sandboxes are listed once
+            others = ", ".join(a or "the environment's engine" for a in engine.aliases)
+            renderer.note(f"{others} reach the same engine as {engine.name or 'the environment'}"
+                          f" ({engine.host}): listed once, as {engine.name or '-'}")
 
 
 def port_list(renderer: Renderer, name: str, rows: Sequence[Any]) -> None:

@@ -17,3 +17,9 @@ def test_docker_is_docker() -> None:
 def test_podman_is_told_apart_by_its_buildah_version() -> None:
     info = engine_info(PODMAN_INFO, "1.41")
     assert info.product == "podman" and info.version == "4.3.1"
+
+
+def test_the_daemons_own_id_tells_two_hosts_of_one_daemon() -> None:
+    ident = "ZQ3M:KX7A:2MUX:Y3NE:3LQZ:4HTB:SFYG:XWMR:4CXH:YV4O:3R5I:JJXS"
+    assert engine_info({**DOCKER_INFO, "ID": ident}, "1.41").engine_id == ident
+    assert engine_info(DOCKER_INFO, "1.41").engine_id == ""  # none given: told apart by none

@@ -22,6 +22,7 @@ from sbx.domain.sandbox.copyin import archive_of
 from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
 from sbx.seams.host.git import CommandTimeout, host_git
 from sbx.seams.host.processes import Finished
+from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.clonehelper import git_container
 from sbx.usecases.named.listing import load_named
@@ -87,6 +88,7 @@ def seed(ctx: AppContext, name: str, root: str, base: str) -> None:
 def diff(ctx: AppContext, name: str) -> bytes:
     """The sandbox's changes, committed and not (untracked files too), against its base; a
     stopped one's through a helper (sbx.usecases.named.clonehelper)."""
+    ctx = fleet.for_sandbox(ctx, name)  # on the engine it lives on
     record, clone = _clone_of(ctx, name)
     # A throwaway index and object store (on /tmp, the clone's objects read through them):
     # untracked files show, the sandbox's own index is untouched and a read-only clone works.
@@ -106,6 +108,7 @@ def diff(ctx: AppContext, name: str) -> bytes:
 
 def fetch(ctx: AppContext, name: str, *, force: bool = False) -> dict[str, Any]:
     """The sandbox's ``sbx/NAME`` as the host repository's branch of that name."""
+    ctx = fleet.for_sandbox(ctx, name)  # on the engine it lives on
     record, clone = _clone_of(ctx, name)
     branch, root = clone["branch"], clone["repository"]
     with tempfile.TemporaryDirectory(prefix="sbx-fetch-") as tmp:

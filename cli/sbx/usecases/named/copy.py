@@ -25,6 +25,7 @@ from sbx.domain.sandbox.copyout import extract, refuse
 from sbx.domain.sandbox.mountpolicy import MountPolicy, check_inside_blocked
 from sbx.domain.sandbox.mounts import check_source
 from sbx.seams.engine import Files, PathStat, SandboxFiles
+from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.listing import load_named
 
@@ -47,6 +48,7 @@ class CopyResult:
 
 def copy(ctx: AppContext, source: str, destination: str, *, max_bytes: int) -> CopyResult:
     args = parse_copy_args(source, destination)
+    ctx = fleet.for_sandbox(ctx, args.name)  # on the engine it lives on
     record = load_named(ctx, args.name)
     container_id = str(record.container_id)
     policy = MountPolicy.for_host(ctx.env, state_home=ctx.state_home)

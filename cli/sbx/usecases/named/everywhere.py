@@ -1,6 +1,7 @@
 """`sbx ls` across every engine sandboxes live on: each engine's sandboxes with their state
 there, and an engine that does not answer named as unreachable with why (its sandboxes listed
-as ``unreachable``), never as one without sandboxes."""
+as ``unreachable``), never as one without sandboxes. Names that reach one daemon (its /info
+ID) are listed once, under the first; the others are its aliases."""
 
 from __future__ import annotations
 
@@ -19,16 +20,17 @@ UNREACHABLE = "unreachable"
 @dataclass(frozen=True)
 class EngineReach:
     """One engine the listing covered: its entry name (None: the environment's), its host,
-    and why it did not answer (None: it did)."""
+    why it did not answer (None: it did), and the later names that reach the same daemon."""
 
     name: str | None
     host: str
     reason: str | None = None
     message: str | None = None
+    aliases: tuple[str | None, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "host": self.host, "reachable": self.reason is None,
-                "reason": self.reason, "message": self.message}
+                "reason": self.reason, "message": self.message, "aliases": list(self.aliases)}
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,22 @@ def list_everywhere(ctx: AppContext, *, include_runs: bool) -> FleetListing:
         return FleetListing(statuses(ctx, records, include_runs=include_runs), [], fleet=False)
     found: list[SandboxStatus] = []
     reached: list[EngineReach] = []
-    for name, on in engines:
-        mine = [r for r in records if r.engine == name]
+    for daemon in fleet.distinct(engines):
+        name, on, aliases = daemon.name, daemon.ctx, daemon.aliases
+        # its aliases' sandboxes too: else each would show again as a one-shot run of it
+        mine = [r for r in records if r.engine == name or r.engine in aliases]
         host = on.env.get("DOCKER_HOST", "") or "(the environment's engine)"
-        try:
-            found.extend(statuses(on, mine, include_runs=include_runs, engine=name))
-        except SbxError as error:
-            reached.append(EngineReach(name, host, error.reason.value, error.message))
+        error = daemon.error
+        if error is None:
+            try:
+                found.extend(statuses(on, mine, include_runs=include_runs, engine=name))
+            except SbxError as failed:
+                error = failed
+        if error is not None:
+            reached.append(EngineReach(name, host, error.reason.value, error.message, aliases))
             found.extend(_unreachable(ctx, mine, name))
             continue
-        reached.append(EngineReach(name, host))
+        reached.append(EngineReach(name, host, aliases=aliases))
     order = {record.name: index for index, record in enumerate(records)}
     found.sort(key=lambda s: (order.get(s.name, len(order)), s.name))
     return FleetListing(found, reached, fleet=True)
