@@ -1,9 +1,11 @@
-"""A fleet of engines: two second engine hosts (tests/support/enginehost.py, each in its own
+"""A fleet of engines: second engine hosts (tests/support/enginehost.py, each in its own
 network namespace with dockerd and sshd) and this machine's engine, named in ``[engines]``.
 
 A new sandbox goes to the emptier far engine; ``sbx ls`` lists both with their ENGINE; ``stop``
 and ``rm`` reach each on its own engine without --engine; with one far host gone, ``ls`` names
-it unreachable and ``gc`` still cleans the other.
+it unreachable and ``gc`` still cleans the other. Every other command taking a NAME (cp, diff,
+fetch, save, exec, ...) reaches the sandbox's engine too, and names it when it does not
+answer; two entries reaching this machine's one daemon list its sandboxes once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +30,7 @@ from .conftest import BUSYBOX, FarHost, owned, ssh_wrapper, started_far_host
 pytestmark = pytest.mark.docker
 
 KIT = f'FROM {BUSYBOX}\nUSER agent\nWORKDIR /workspace\nCMD ["sleep", "600"]\n'
+BOOKWORM = "sbx-base/bookworm:1"  # scripts/build-images.sh: has git, for a --clone sandbox
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def kit(kit_factory: Callable[..., Path]) -> Path:
     return kit_factory("fleet", KIT)
 
 
-def _env(hosts: tuple[FarHost, FarHost], state_home: Path, config: Path,
+def _env(hosts: tuple[FarHost, ...], state_home: Path, config: Path,
          root: Path) -> dict[str, str]:
     """sbx's environment with no engine of its own: [engines] names them. One ssh config for
     both far hosts (each host's own file names only itself)."""
@@ -146,3 +150,101 @@ def test_a_fleet_places_lists_reaches_and_collects_across_engines(
         for far in two_far_hosts:
             if far.host.netns:
                 far.host.docker("rm", "-f", *(far.containers(state_home) or ["-"]))
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True,
+                          timeout=60)
+    return done.stdout.decode()
+
+
+def _repo(path: Path) -> Path:
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "main")
+    _git(path, "config", "user.email", "host@example.invalid")
+    _git(path, "config", "user.name", "host")
+    (path / "README").write_text("base\n", encoding="utf-8")
+    _git(path, "add", "README")
+    _git(path, "commit", "-q", "-m", "base")
+    return path
+
+
+def test_every_command_taking_a_name_reaches_its_engine_and_names_it_when_gone(
+        kit_factory: Callable[..., Path], kit: Path, state_home: Path, engine: SdkEngine,
+        tmp_path: Path) -> None:
+    git_kit = kit_factory("fleetgit", f"FROM {BOOKWORM}\nUSER agent\nWORKDIR /workspace\n"
+                                      'CMD ["sleep", "600"]\n')
+    repo = _repo(tmp_path / "repo")
+    with started_far_host() as far:
+        far.host.load_image(BOOKWORM, timeout=300)
+        # `local` and `here` are this machine's one daemon (/var/run is /run here)
+        engines = {"local": "unix:///var/run/docker.sock", "here": "unix:///run/docker.sock",
+                   "far": far.host.ssh_host}
+        config = _config(tmp_path / "fleet.toml", engines)
+        env = _env((far,), state_home, config, tmp_path)
+        gone = _config(tmp_path / "gone.toml",  # far's entry now names no engine at all
+                       {**engines, "far": f"unix://{tmp_path / 'nothing.sock'}"})
+        clone, near = f"cl-{uuid.uuid4().hex[:6]}", f"near-{uuid.uuid4().hex[:6]}"
+        try:
+            made = run_sbx(["create", "--clone", "--name", clone, "--engine", "far",
+                            str(git_kit), str(repo)], env=env, timeout=300)
+            assert made.returncode == 0, made.stderr
+            made = run_sbx(["create", "--name", near, "--engine", "local", str(kit)], env=env,
+                           timeout=240)
+            assert made.returncode == 0, made.stderr
+            assert list(_states(far, state_home)) == [clone]
+            assert [o.kind for o in owned(engine, state_home)].count("container") == 1
+
+            # ls --all: near once (not again as a one-shot run of `here`), `here` an alias
+            listed = run_sbx(["ls", "--all", "--json"], env=env, timeout=120)
+            assert listed.returncode == 0, listed.stderr
+            data = json.loads(listed.stdout)["data"]
+            assert sorted((s["name"], s["engine"]) for s in data["sandboxes"]) == \
+                sorted([(clone, "far"), (near, "local")])
+            assert {e["name"]: e["aliases"] for e in data["engines"]} == \
+                {"local": ["here"], "far": []}
+
+            # each command finds the sandbox on far, with no --engine and no DOCKER_HOST
+            worked = run_sbx(["exec", clone, "--", "sh", "-c",
+                              "cd /workspace && echo far >> README && git -c user.name=a "
+                              "-c user.email=a@example.invalid commit -qam far"],
+                             env=env, timeout=120)
+            assert worked.returncode == 0, worked.stderr
+            (tmp_path / "in.txt").write_text("to far\n", encoding="utf-8")
+            into = run_sbx(["cp", str(tmp_path / "in.txt"), f"{clone}:/workspace/in.txt"],
+                           env=env, cwd=tmp_path, timeout=120)
+            assert into.returncode == 0, into.stderr
+            back = run_sbx(["cp", f"{clone}:/workspace/in.txt", str(tmp_path / "back.txt")],
+                           env=env, cwd=tmp_path, timeout=120)
+            assert back.returncode == 0, back.stderr
+            assert (tmp_path / "back.txt").read_text() == "to far\n"
+            shown = run_sbx(["diff", clone], env=env, timeout=120)
+            assert shown.returncode == 0, shown.stderr
+            assert b"+far" in shown.stdout and b"in.txt" in shown.stdout
+            fetched = run_sbx(["fetch", clone], env=env, timeout=120)
+            assert fetched.returncode == 0, fetched.stderr
+            assert _git(repo, "log", "-1", "--format=%s", f"sbx/{clone}").strip() == "far"
+            tag = f"sbx-test/fleet-tpl:{uuid.uuid4().hex[:6]}"
+            saved = run_sbx(["save", clone, tag], env=env, timeout=300)
+            assert saved.returncode == 0, saved.stderr
+            assert far.host.docker("image", "inspect", tag).returncode == 0  # on far
+            assert engine.image(tag) is None  # not on this machine's engine
+
+            # far's entry unreachable: each command names engine far, never "no sandbox"
+            env["SBX_CONFIG"] = str(gone)
+            for argv in (["cp", f"{clone}:/workspace/in.txt", str(tmp_path / "x")],
+                         ["cp", str(tmp_path / "in.txt"), f"{clone}:/workspace/"],
+                         ["diff", clone], ["fetch", clone], ["save", clone, tag + "b"],
+                         ["exec", clone, "--", "true"], ["logs", clone], ["start", clone],
+                         ["sessions", clone], ["stop", clone]):
+                refused = run_sbx(argv, env=env, cwd=tmp_path, timeout=120)
+                assert refused.returncode != 0, argv
+                assert b"(docker_unreachable)" in refused.stderr, (argv, refused.stderr)
+                assert b"engine far" in refused.stderr, (argv, refused.stderr)
+                assert b"no sandbox named" not in refused.stderr, argv
+            env["SBX_CONFIG"] = str(config)
+        finally:
+            env["SBX_CONFIG"] = str(config)
+            for name in (clone, near):
+                run_sbx(["rm", "-f", name], env=env, timeout=120)
+            far.host.docker("rm", "-f", *(far.containers(state_home) or ["-"]))

@@ -13,8 +13,9 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from sbx.base.errors import SbxError
+from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.enginehost import ENGINE_NAME_ENV
 
 if TYPE_CHECKING:
 
@@ -56,8 +57,13 @@ class EngineInfo:
     # What the engine's host has (/info NCPU, MemTotal): where a fleet places a sandbox.
     cpus: int = 0
     memory_bytes: int = 0
-    # The daemon's own ID (/info "ID"): two hosts that reach one daemon answer the same one.
+    # Which daemon answers (/info ID, Name, DockerRootDir): two hosts reaching one daemon
+    # answer the same. The ID alone is not enough: engine 20.10 derives it from
+    # /etc/docker/key.json, which daemons sharing an /etc (or cloned machines) share; two
+    # daemons on one host never share a data root.
     engine_id: str = ""
+    host_name: str = ""
+    data_root: str = ""
 
 
 def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
@@ -79,6 +85,8 @@ def engine_info(info: Mapping[str, Any], api_version: str) -> EngineInfo:
         cpus=_count(info.get("NCPU")),
         memory_bytes=_count(info.get("MemTotal")),
         engine_id=str(info.get("ID") or ""),
+        host_name=str(info.get("Name") or ""),
+        data_root=str(info.get("DockerRootDir") or ""),
     )
 
 
@@ -316,6 +324,10 @@ class Driver(Images, Distribution, Containers, Files, Sessions, Networks, Invent
 def situation_hint(env: Mapping[str, str], detail: str) -> str:
     """A hint that depends on what is actually wrong (STYLE item 9)."""
     host = env.get("DOCKER_HOST")
+    entry = env.get(ENGINE_NAME_ENV)
+    if host and entry:  # sbx.usecases.fleet set it from [engines], not the user
+        return (f"Engine {entry} of [engines] is {host!r}: check that an engine answers "
+                f"there (`docker -H {host} version`), or correct its entry.")
     if host:
         return (f"DOCKER_HOST is set to {host!r}: check that an engine listens there, or unset "
                 "it to use the local socket.")
@@ -327,6 +339,17 @@ def situation_hint(env: Mapping[str, str], detail: str) -> str:
         return ("No engine socket at /var/run/docker.sock: start the engine (`dockerd`, or "
                 "`systemctl start docker`).")
     return "Start the engine and check that `docker version` answers."
+
+
+def named_entry(env: Mapping[str, str], error: SbxError) -> SbxError:
+    """An unreachable engine's ``error`` naming its [engines] entry, when the command was
+    pointed at one (sbx.usecases.fleet): its host alone does not say which entry to check."""
+    entry = env.get(ENGINE_NAME_ENV)
+    if not entry or error.reason is not Reason.DOCKER_UNREACHABLE \
+            or error.message.startswith(f"engine {entry}: "):
+        return error
+    return EngineUnavailable(f"engine {entry}: {error.message}", hint=error.hint,
+                             details={**error.details, "engine": entry})
 
 
 def create_body(spec: ContainerSpec) -> dict[str, Any]:

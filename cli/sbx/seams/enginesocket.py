@@ -34,6 +34,7 @@ from sbx.seams.engine import (
     first_file_of_archive,
     header_path_stat,
     image_info,
+    named_entry,
     path_stat,
     probed_path,
     registry_chunk,
@@ -130,13 +131,13 @@ class SocketEngine(SdkEngine):
     def _unreachable(self, action: str, exc: BaseException) -> SbxError:
         detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
         told = self._connector.unreachable(action, detail, reached=self._reached)
-        if told is not None:
-            return told
-        if not self._reached:
-            return EngineUnavailable(f"cannot reach the Docker engine: {short_error(detail)}",
+        if told is None and not self._reached:
+            told = EngineUnavailable(f"cannot reach the Docker engine: {short_error(detail)}",
                                      hint=situation_hint(self._env, detail))
-        return EngineUnavailable(f"{action}: lost the Docker engine: {short_error(detail)}",
-                                 hint=situation_hint(self._env, detail))
+        elif told is None:
+            told = EngineUnavailable(f"{action}: lost the Docker engine: {short_error(detail)}",
+                                     hint=situation_hint(self._env, detail))
+        return named_entry(self._env, told)
 
     def _json(self, method: str, path: str, *, action: str, reason: Reason,
               params: Mapping[str, Any] | None = None, body: Any = None,

@@ -194,22 +194,24 @@ class Daemon:
 
 
 def distinct(engines: Sequence[tuple[str | None, AppContext]]) -> list[Daemon]:
-    """``engines`` by the daemon each reaches (its /info ID), in order: two entries naming one
-    daemon (``unix:///var/run/docker.sock`` and the default) would list its containers twice.
-    One whose /info fails or gives no ID stands alone."""
+    """``engines`` by the daemon each reaches (its /info ID, with its host name and data root:
+    see EngineInfo), in order: two entries naming one daemon (``unix:///var/run/docker.sock``
+    and the default) would list its containers twice. One whose /info fails or gives no ID
+    stands alone."""
     found: list[Daemon] = []
-    first: dict[str, int] = {}  # daemon ID -> its index in found
+    first: dict[tuple[str, str, str], int] = {}  # daemon -> its index in found
     for name, on in engines:
         try:
-            ident = on.driver.info().engine_id
+            info = on.driver.info()
         except SbxError as error:
             found.append(Daemon(name, on, error=error))
             continue
+        ident = (info.engine_id, info.host_name, info.data_root)
         if ident in first:
             kept = found[first[ident]]
             found[first[ident]] = dataclasses.replace(kept, aliases=(*kept.aliases, name))
             continue
-        if ident:
+        if info.engine_id:
             first[ident] = len(found)
         found.append(Daemon(name, on))
     return found

@@ -40,8 +40,9 @@ def sandbox_list(renderer: Renderer, statuses: Sequence[Any], *, quiet: bool = F
     _table(renderer, rows)
     for engine in engines or ():
         if engine.reason is not None:
+            said = (engine.message or "").removeprefix(f"engine {engine.name}: ")  # said here
             renderer.warn(f"engine {engine.name or engine.host} ({engine.host}) is unreachable: "
-                          f"{engine.message} ({engine.reason}); its sandboxes are listed as "
+                          f"{said} ({engine.reason}); its sandboxes are listed as "
                           "unreachable")
         if engine.aliases:  # names reaching one daemon: its sandboxes are listed once
             others = ", ".join(a or "the environment's engine" for a in engine.aliases)

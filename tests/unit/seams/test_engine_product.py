@@ -19,7 +19,9 @@ def test_podman_is_told_apart_by_its_buildah_version() -> None:
     assert info.product == "podman" and info.version == "4.3.1"
 
 
-def test_the_daemons_own_id_tells_two_hosts_of_one_daemon() -> None:
+def test_which_daemon_answers_is_its_id_host_and_data_root() -> None:
     ident = "ZQ3M:KX7A:2MUX:Y3NE:3LQZ:4HTB:SFYG:XWMR:4CXH:YV4O:3R5I:JJXS"
-    assert engine_info({**DOCKER_INFO, "ID": ident}, "1.41").engine_id == ident
+    info = engine_info({**DOCKER_INFO, "ID": ident, "Name": "vm",
+                        "DockerRootDir": "/var/lib/docker"}, "1.41")
+    assert (info.engine_id, info.host_name, info.data_root) == (ident, "vm", "/var/lib/docker")
     assert engine_info(DOCKER_INFO, "1.41").engine_id == ""  # none given: told apart by none

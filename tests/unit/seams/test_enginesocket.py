@@ -104,6 +104,27 @@ def test_an_absent_socket_is_engine_unreachable(tmp_path: Any) -> None:
     assert "cannot reach the Docker engine" in raised.value.message
 
 
+@pytest.mark.parametrize("transport", ["socket", "sdk"])
+def test_an_unreachable_engine_of_engines_is_named_by_its_entry(tmp_path: Any,
+                                                                 transport: str) -> None:
+    """sbx, not the user, set DOCKER_HOST from [engines]: the error names the entry, and
+    the hint says to check it, not to unset a variable the user never set."""
+    from sbx.base.errors import EngineUnavailable
+    from sbx.seams.driver import SdkEngine
+    from sbx.seams.enginehost import ENGINE_NAME_ENV
+
+    host = f"unix://{tmp_path / 'missing.sock'}"
+    env = {"HOME": "/nonexistent", "DOCKER_HOST": host, ENGINE_NAME_ENV: "far"}
+    driver = SocketEngine(env, str(tmp_path / "missing.sock")) if transport == "socket" \
+        else SdkEngine(env)
+    with pytest.raises(EngineUnavailable) as raised:
+        driver.info()
+    assert raised.value.message.startswith("engine far: ")
+    assert raised.value.details["engine"] == "far"
+    assert "Engine far of [engines]" in (raised.value.hint or "")
+    assert "unset" not in (raised.value.hint or "")
+
+
 # -- a pull's progress stream, from a canned engine on a unix socket ----------------------------
 
 def _canned_engine(path: str, answers: list[bytes]) -> tuple[Any, list[bytes]]:

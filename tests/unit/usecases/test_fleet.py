@@ -241,3 +241,16 @@ def test_engines_whose_info_gives_no_id_are_not_taken_for_one(tmp_path: Path) ->
     found = list_everywhere(ctx, include_runs=True)
     assert [(e.name, e.aliases) for e in found.engines] == [("one", ()), ("two", ())]
     assert sorted(s.engine or "" for s in found.sandboxes) == ["one", "two"]
+
+
+def test_two_daemons_of_one_key_file_are_told_apart_by_their_data_root(tmp_path: Path) -> None:
+    """A second dockerd on one host (or a cloned machine) has the first one's /info ID."""
+    shared = dataclasses.replace(DEFAULT_INFO, engine_id="DAEMON:A", host_name="vm")
+    one = FakeEngine(info=dataclasses.replace(shared, data_root="/var/lib/docker"))
+    two = FakeEngine(info=dataclasses.replace(shared, data_root="/srv/far/data"))
+    ctx = _ctx(tmp_path, {"one": one, "two": two, "env": FakeEngine()})
+    _running(one, "a" * 64, ctx.home_hash)
+    _running(two, "b" * 64, ctx.home_hash)
+    found = list_everywhere(ctx, include_runs=True)
+    assert [(e.name, e.aliases) for e in found.engines] == [("one", ()), ("two", ())]
+    assert sorted(s.engine or "" for s in found.sandboxes) == ["one", "two"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import EngineUnavailable, SbxError
 from sbx.base.reasons import Reason
 from sbx.seams.engine import (
+    named_entry,
     short_error,
     situation_hint,
 )
@@ -110,8 +111,8 @@ class SdkClient:
                 message, hint = short_error(exc), situation_hint(self._env, str(exc))
                 _collect_failed_client(exc)
                 told = self._told("cannot reach the Docker engine", str(exc), reached=False)
-                raise told or EngineUnavailable(f"cannot reach the Docker engine: {message}",
-                                                hint=hint) from exc
+                raise named_entry(self._env, told or EngineUnavailable(
+                    f"cannot reach the Docker engine: {message}", hint=hint)) from exc
             self._client_obj = client
         return self._client_obj
 
@@ -146,9 +147,9 @@ class SdkClient:
             raise SbxError(reason, f"{action}: the engine answered {short_error(exc)}") from exc
         except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
             told = self._told(action, str(exc), reached=True)
-            raise told or EngineUnavailable(
+            raise named_entry(self._env, told or EngineUnavailable(
                 f"{action}: lost the Docker engine: {short_error(exc)}",
-                hint=situation_hint(self._env, str(exc))) from exc
+                hint=situation_hint(self._env, str(exc)))) from exc
 
     def _told(self, action: str, detail: str, *, reached: bool) -> SbxError | None:
         connector = self._sdk_connector

@@ -47,7 +47,9 @@ def _merged(found: Sequence[tuple[str | None, Collector, EngineFound | None]]) -
                     continue
                 kept_dirs.add(item.id)
             result.kept.append(item)
+        # an unreachable engine's own error names its entry already (seams.engine.named_entry)
         result.failed.extend(dataclasses.replace(f, message=f"{where}: {f.message}")
+                             if not f.message.startswith(f"{where}: ") else f
                              for f in part.failed)
         result.deferred += part.deferred
         result.workspace_warnings.extend(part.workspace_warnings)
