@@ -23,7 +23,6 @@ from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Renderer
-from sbx.commands import run_cached
 from sbx.domain.sandbox import runargs
 from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
@@ -33,10 +32,11 @@ from sbx.usecases import context
 
 if TYPE_CHECKING:
     from sbx import app as cli_app
-    from sbx.commands import pull_fast
-else:  # imported on use: `sbx --help` loads no use case, a cached run not the CLI
+    from sbx.commands import pull_fast, run_cached
+else:  # deferred: each path loads its own (typer; the plan cache; a pull's core), no other
     cli_app = deferred("sbx.app")
     pull_fast = deferred("sbx.commands.pull_fast")
+    run_cached = deferred("sbx.commands.run_cached")
 
 
 @dataclass(frozen=True)
