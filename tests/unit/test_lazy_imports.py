@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # and the listing across engines, as for the other sandbox commands).
 # +1: only a named sandbox's start in the run's execution loads its keeper (the keeper's
 # proxy start brings the egress plan and the kit composition, which a cached run never needs).
-BUDGET = 65
+BUDGET = 61
 
 
 @functools.cache
