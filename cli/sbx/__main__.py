@@ -23,6 +23,7 @@ from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Renderer
+from sbx.commands import help_fast
 from sbx.domain.sandbox import runargs
 from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
@@ -165,8 +166,12 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 
 def _invoke(launch: Launch, head: list[str]) -> Any:
     """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache), and so
-    does a pull with plain flags (sbx.commands.pull_fast); every other command line goes
-    through typer."""
+    do a pull with plain flags (sbx.commands.pull_fast) and `sbx --help` on a terminal of 80
+    columns or more (sbx.commands.help_fast); every other command line goes through typer."""
+    page = help_fast.page(head)
+    if page is not None:
+        launch.renderer().page(page)
+        return 0
     verb = next((word for word in head if not word.startswith("-")), None)
     if verb == "run":
         status = run_cached.run_from_cache(launch)
