@@ -70,8 +70,8 @@ class AppContext:
         return paths.home_hash(self.state_home)
 
     def load_config(self) -> Config:
-        # deferred: the config loader (jsonschema); `sbx --help` and a cached run load none.
         # Read afresh by every command (no daemon), so an edit applies to the next run.
+        # deferred: the config loader (jsonschema); `sbx --help` and a cached run load none
         from sbx.base.config import load_config
 
         return load_config(self.env)
