@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the committed completion scripts and man page from the command tree, and the
-# README's layout map from the package tree.
+# Regenerate the committed completion scripts, man page and root help page from the command
+# tree, and the README's layout map from the package tree.
 # Run after changing any command, option, reason code or exit status; the drift tests
 # (tests/unit/test_generated_docs.py) fail until you do. Pass --check to only compare.
 set -uo pipefail
@@ -10,5 +10,6 @@ python="${PYTHON:-.venv/bin/python}"
 status=0
 "$python" scripts/gen_completions.py "$@" || status=1
 "$python" scripts/gen_man.py "$@" || status=1
+"$python" scripts/gen_help.py "$@" || status=1
 "$python" scripts/gen_layout.py "$@" || status=1
 exit "$status"

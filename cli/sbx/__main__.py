@@ -23,7 +23,7 @@ from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import ExitStatus, Reason
 from sbx.base.render import Renderer
-from sbx.commands import run_cached
+from sbx.commands import help_fast
 from sbx.domain.sandbox import runargs
 from sbx.seams import state
 from sbx.seams.session.mode import HostStreams
@@ -33,10 +33,11 @@ from sbx.usecases import context
 
 if TYPE_CHECKING:
     from sbx import app as cli_app
-    from sbx.commands import pull_fast
-else:  # imported on use: `sbx --help` loads no use case, a cached run not the CLI
+    from sbx.commands import pull_fast, run_cached
+else:  # deferred: each path loads its own (typer; the plan cache; a pull's core), no other
     cli_app = deferred("sbx.app")
     pull_fast = deferred("sbx.commands.pull_fast")
+    run_cached = deferred("sbx.commands.run_cached")
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,12 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 
 def _invoke(launch: Launch, head: list[str]) -> Any:
     """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache), and so
-    does a pull with plain flags (sbx.commands.pull_fast); every other command line goes
-    through typer."""
+    do a pull with plain flags (sbx.commands.pull_fast) and `sbx --help` on a terminal of 80
+    columns or more (sbx.commands.help_fast); every other command line goes through typer."""
+    page = help_fast.page(head)
+    if page is not None:
+        launch.renderer().page(page)
+        return 0
     verb = next((word for word in head if not word.startswith("-")), None)
     if verb == "run":
         status = run_cached.run_from_cache(launch)

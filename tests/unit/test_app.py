@@ -57,8 +57,8 @@ def _command_modules_loaded(*argv: str) -> list[str]:
     return done.stdout.splitlines()[-1].split()  # the help itself is printed first
 
 
-# sbx.__main__ imports the cached run's entry itself (a cached run skips the CLI)
-ENTRY = ["sbx.commands.run_cached"]
+# sbx.__main__ imports the root help page's reader itself (`sbx --help` skips the CLI)
+ENTRY = ["sbx.commands.help_fast"]
 
 
 def test_help_imports_no_command_module() -> None:
@@ -69,3 +69,5 @@ def test_help_imports_no_command_module() -> None:
 def test_a_command_imports_its_own_module_only() -> None:
     assert _command_modules_loaded("version") == sorted([*ENTRY, "sbx.commands.version"])
     assert _command_modules_loaded("config", "path") == sorted([*ENTRY, "sbx.commands.config"])
+    # the plan cache's entry is the run's: `sbx run` looks its plan up before any parsing
+    assert "sbx.commands.run_cached" in _command_modules_loaded("run", "--help")

@@ -51,6 +51,7 @@ def _load(name: str) -> ModuleType:
 
 gen_completions = _load("gen_completions")
 gen_man = _load("gen_man")
+gen_help = _load("gen_help")
 
 
 def _fail_with_diff(committed: str, generated: str, name: str, script: str) -> None:
@@ -94,8 +95,16 @@ def test_manpage_matches_the_command_tree(tmp_path: Path) -> None:
                         "gen_man.py")
 
 
+def test_help_page_matches_the_command_tree() -> None:
+    """`sbx --help` prints the committed page without typer (sbx.commands.help_fast)."""
+    committed = _committed(gen_help.OUTPUT, "gen_help.py")
+    generated = gen_help.render_help(app)
+    if generated != committed:
+        _fail_with_diff(committed, generated, "data/help.txt", "gen_help.py")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["gen_completions.py", "gen_man.py"])
+@pytest.mark.parametrize("script", ["gen_completions.py", "gen_man.py", "gen_help.py"])
 def test_check_flag_passes_on_the_committed_files(script: str) -> None:
     done = subprocess.run([sys.executable, str(SCRIPTS / script), "--check"], cwd=ROOT,
                           capture_output=True, text=True, check=False)

@@ -22,7 +22,6 @@ user named them explicitly.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,6 +144,8 @@ def home_hash(state_home: Path) -> str:
     Canonical = absolute with symlinks resolved (as far as the path exists), so two spellings of
     one directory label resources identically and ``sbx gc`` from either finds them.
     """
+    import hashlib  # OpenSSL's library: not loaded by `sbx --help`, which imports this module
+
     canonical = Path(os.path.abspath(state_home)).resolve()
     # fsencode keeps non-UTF-8 path bytes (surrogate-escaped by Python) hashable and stable.
     return hashlib.sha256(os.fsencode(canonical)).hexdigest()[:HOME_HASH_LENGTH]

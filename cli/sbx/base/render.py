@@ -287,6 +287,11 @@ class Renderer:
     def plain(self, text: str) -> None:
         self.line(self.out_file, escape(text), text)
 
+    def page(self, text: str) -> None:
+        """A help page as the CLI parser prints it (wrapped already): written as it is."""
+        self.out_file.write(text)
+        self.out_file.flush()
+
     # -- kits and config (sbx kit init|validate, sbx config path|show) ------------------------
 
     # -- doctor ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from sbx.views import config as config_output
 
 if TYPE_CHECKING:
     from sbx.usecases import configview
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the config loader and its schema; `sbx config show --help` loads none
     configview = deferred("sbx.usecases.configview")
 
 

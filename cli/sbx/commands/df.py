@@ -11,7 +11,7 @@ from sbx.views import diskusage as df_view
 
 if TYPE_CHECKING:
     from sbx.usecases import diskusage
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the engine client and every store; `sbx df --help` loads none
     diskusage = deferred("sbx.usecases.diskusage")
 
 

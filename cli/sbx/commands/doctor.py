@@ -11,7 +11,7 @@ from sbx.views import doctor as doctor_view
 
 if TYPE_CHECKING:
     from sbx.usecases.doctor import diagnose, model
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the checks load the engine client and the pipeline; `--help` none
     diagnose = deferred("sbx.usecases.doctor.diagnose")
     model = deferred("sbx.usecases.doctor.model")
 

@@ -27,17 +27,17 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import DETAILS, ExitStatus, Reason
+from sbx.usecases.workload import WorkloadRequest
 from sbx.views import explain as explain_view
 
 if TYPE_CHECKING:
     from sbx.usecases import explain as core
-    from sbx.usecases import explainplan, explainrun, namedkits, pipeline
-else:  # imported on first use: `sbx --help` loads no use case
+    from sbx.usecases import explainplan, explainrun, namedkits
+else:  # deferred: each answer loads its own (kits, policy, the engine); `--help` loads none
     core = deferred("sbx.usecases.explain")
     explainplan = deferred("sbx.usecases.explainplan")
     explainrun = deferred("sbx.usecases.explainrun")
     namedkits = deferred("sbx.usecases.namedkits")
-    pipeline = deferred("sbx.usecases.pipeline")
 
 if TYPE_CHECKING:
     from sbx.domain.kits.compose import Phase
@@ -111,7 +111,7 @@ def explain(
         explain_view.explain_named(renderer, named)
         return 0 if named.request is None or named.request.allowed else int(ExitStatus.DENIED)
     answer = explainplan.explain_workload(
-        app, pipeline.WorkloadRequest(workload=subject, kits=tuple(kit or ()),
+        app, WorkloadRequest(workload=subject, kits=tuple(kit or ()),
                                       args=tuple(arg or ()), allow_privileged=allow_privileged),
         target, judged_phase, resolve=resolve, progress=renderer.progress)
     if answer.request is None:

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sbx.base.deferred import deferred
+from sbx.usecases.gc import result as gc_result
 from sbx.views import gc as gc_view
 
 if TYPE_CHECKING:
     from sbx.usecases.gc import collect
-    from sbx.usecases.gc import result as gc_result
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the collector loads the engine client and every store; `sbx gc --help` none
     collect = deferred("sbx.usecases.gc.collect")
-    gc_result = deferred("sbx.usecases.gc.result")
 
 
 def gc(

@@ -17,7 +17,7 @@ from sbx.views import kit as kit_view
 if TYPE_CHECKING:
     from sbx.usecases import explain as explain_core
     from sbx.usecases import explainsandbox, kitvalidate
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the kit loaders and the pipeline; `sbx kit init --help` none
     explain_core = deferred("sbx.usecases.explain")
     explainsandbox = deferred("sbx.usecases.explainsandbox")
     kitvalidate = deferred("sbx.usecases.kitvalidate")

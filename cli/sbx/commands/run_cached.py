@@ -14,15 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sbx.base.deferred import deferred
 from sbx.base.render import Envelope
 from sbx.domain.sandbox import runargs
+from sbx.usecases import plancache
+from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
-    from sbx.usecases import plancache
     from sbx.usecases.run import start
-    from sbx.views import kit as kit_view
-else:  # imported on use: a miss loads none of the run, a hit none of the CLI
-    plancache = deferred("sbx.usecases.plancache")
+else:  # deferred: the run itself (the engine client); a miss, and `sbx run --help`, load none
     start = deferred("sbx.usecases.run.start")
-    kit_view = deferred("sbx.views.kit")
 
 if TYPE_CHECKING:
     from sbx.base.render import Renderer

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sbx.usecases.named import everywhere, listing, removal, session
     from sbx.usecases.named import ports as named_ports
     from sbx.usecases.named import start as starting
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: each command loads its own use case; `--help` loads none
     listing = deferred("sbx.usecases.named.listing")
     removal = deferred("sbx.usecases.named.removal")
     session = deferred("sbx.usecases.named.session")

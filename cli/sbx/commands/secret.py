@@ -23,7 +23,7 @@ from sbx.views import secret as secret_view
 if TYPE_CHECKING:
     from sbx.domain.credentials import agentlogins, secrets
     from sbx.usecases import oauthlogin, secretops
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the stores and the OAuth flows; `sbx secret ... --help` none
     agentlogins = deferred("sbx.domain.credentials.agentlogins")
     secrets = deferred("sbx.domain.credentials.secrets")
     oauthlogin = deferred("sbx.usecases.oauthlogin")

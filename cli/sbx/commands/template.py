@@ -12,7 +12,7 @@ from sbx.views import template as template_view
 
 if TYPE_CHECKING:
     from sbx.usecases import templates
-else:  # imported on first use: `sbx --help` loads no use case
+else:  # deferred: the pipeline (the kits' fingerprint); `--help` loads none
     templates = deferred("sbx.usecases.templates")
 
 TagArgument = Annotated[str, typer.Argument(

@@ -16,6 +16,7 @@ from sbx.base import paths
 from sbx.seams import owned
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.state import check_home
+from sbx.seams.tracing import TracingDriver
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -49,8 +50,6 @@ class AppContext:
     def driver(self) -> Driver:
         driver = self.driver_factory(self.env)
         if self.verbose >= 2:  # -vv: every engine call (-v alone is sbx's own detail)
-            from sbx.seams.tracing import TracingDriver  # -vv only: not on a run's path
-
             traced: Driver = TracingDriver(driver, self.renderer.trace)
             return traced
         return driver
@@ -72,6 +71,7 @@ class AppContext:
 
     def load_config(self) -> Config:
         # Read afresh by every command (no daemon), so an edit applies to the next run.
+        # deferred: the config loader (jsonschema); `sbx --help` and a cached run load none
         from sbx.base.config import load_config
 
         return load_config(self.env)

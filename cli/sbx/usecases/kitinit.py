@@ -119,7 +119,7 @@ def init_kit(directory: str, *, cwd: Path, mixin: bool, base_image: str | None) 
                        hint="Choose a new directory, or move those files away first.",
                        details={"existing": [str(p) for p in existing]})
     _write(target, contents)
-    # The descriptor loader (and its YAML parser): `sbx --help` imports this module.
+    # deferred: the descriptor loader and its YAML parser (the kit commands' --help import this)
     from sbx.domain.kits.local import load_local_kit
 
     load_local_kit(str(target), cwd=cwd)  # the strict loader: what we wrote must validate

@@ -49,6 +49,7 @@ from sbx.domain.sandbox.sources import staging_available
 from sbx.seams.host.agent import host_agent
 from sbx.seams.host.git import global_identity
 from sbx.seams.session.escape import parse_detach_keys
+from sbx.usecases.workload import WorkloadRequest
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -65,21 +66,6 @@ KitGate = Callable[[KitSet, Mapping[str, Mapping[str, Any]]], None]
 # How long the helper objects of a plan (a build's or an assembly's) may live before gc
 # treats them as left behind by a crash.
 HELPER_DEADLINE_S: Final = 3600
-
-
-@dataclass(frozen=True)
-class WorkloadRequest:
-    """What the three commands share: the kits, their args, and what changes the config."""
-
-    workload: str
-    kits: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
-    allow_privileged: bool = False
-    timeout_s: float | None = None  # --timeout (run only), over [sandbox] timeout_ms
-    detach_keys: str | None = None  # --detach-keys (run only), over [sandbox] detach_keys
-    runtime: str | None = None  # --runtime (run only), over [sandbox] runtime
-    named: bool | None = None  # --name (run, explain); None: not a run (kit inspect, doctor)
-    template: str | None = None  # --template TAG (run): the image the sandbox starts from
 
 
 @dataclass(frozen=True)

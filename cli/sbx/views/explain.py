@@ -14,7 +14,7 @@ from sbx.views.values import setting
 if TYPE_CHECKING:
     from sbx.domain.egress import fixes
     from sbx.domain.egress import policy as egress_policy
-else:  # imported on first use: `sbx --help` loads no kit or policy module
+else:  # deferred: the policy's matcher; `sbx explain REASON` and `--help` load none
     egress_policy = deferred("sbx.domain.egress.policy")
     fixes = deferred("sbx.domain.egress.fixes")
 

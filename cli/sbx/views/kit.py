@@ -6,19 +6,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from sbx.base.deferred import deferred
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Envelope, Renderer, escape
-
-if TYPE_CHECKING:
-    from sbx.domain.kits import surface
-else:  # imported on first use: `sbx --help` loads no kit or policy module
-    surface = deferred("sbx.domain.kits.surface")
+from sbx.domain.kits.surfacetypes import format_widenings
 
 if TYPE_CHECKING:
     from sbx.domain.kits.reference import ShortName
-    from sbx.domain.kits.surface import Widening
+    from sbx.domain.kits.surfacetypes import Widening
     from sbx.domain.sandbox.hostmounts import StoredMount
     from sbx.seams.kitstore import TagInfo
     from sbx.usecases.kitinit import KitInitResult
@@ -151,7 +146,7 @@ def confirm_widenings(renderer: Renderer, reference: str, widenings: Sequence[Wi
     what = ("it changed since its last approved run and now asks for more" if local
             else "asks for these permissions" if first
             else "the new version asks for more than you approved")
-    text = f"{reference}: {what}:\n{surface.format_widenings(widenings)}"
+    text = f"{reference}: {what}:\n{format_widenings(widenings)}"
     renderer.line(renderer.err_file, escape(text), text)
     renderer.err_file.write("Accept these permissions? [y/N] ")
     renderer.err_file.flush()
@@ -177,7 +172,7 @@ def named_confirmation(renderer: Renderer) -> Callable[[str, Sequence[Widening]]
         return None
 
     def ask(what: str, widenings: Sequence[Widening]) -> bool:
-        text = f"{what}:\n{surface.format_widenings(widenings)}"
+        text = f"{what}:\n{format_widenings(widenings)}"
         renderer.line(renderer.err_file, escape(text), text)
         return renderer.confirm("Accept these permissions?")
 

@@ -25,7 +25,13 @@ from dataclasses import fields
 from typing import Any, Final, Protocol
 
 from sbx.domain.kits import captypes
-from sbx.domain.kits.surfacetypes import CATEGORIES, JSON_FIELDS, Surface, Widening
+from sbx.domain.kits.surfacetypes import (
+    CATEGORIES,
+    JSON_FIELDS,
+    Surface,
+    Widening,
+    format_widenings,
+)
 
 # compose's (a unit test holds them equal), here so that the lock and the gate — a pull, a
 # run of a locked kit — do not import the composer (~15 ms of dataclasses).
@@ -137,11 +143,6 @@ def diff_widenings(granted: Surface, candidate: Surface) -> list[Widening]:
     """
     return [w for handler in captypes.WIDENING_ORDER
             for w in handler.widenings(granted, candidate)]
-
-
-def format_widenings(widenings: Iterable[Widening]) -> str:
-    """Render widenings for an approval prompt: one ``  + <category>: <detail>`` line each."""
-    return "\n".join(f"  + {w}" for w in widenings)
 
 
 def format_surface(granted: Surface, indent: str = "  ") -> str:

@@ -5,7 +5,7 @@ can name them without importing it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -141,4 +141,9 @@ class Widening:
         return {"category": self.category, "detail": self.detail}
 
 
-__all__ = ["CATEGORIES", "JSON_FIELDS", "Surface", "Widening"]
+def format_widenings(widenings: Iterable[Widening]) -> str:
+    """Render widenings for an approval prompt: one ``  + <category>: <detail>`` line each."""
+    return "\n".join(f"  + {w}" for w in widenings)
+
+
+__all__ = ["CATEGORIES", "JSON_FIELDS", "Surface", "Widening", "format_widenings"]

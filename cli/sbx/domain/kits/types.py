@@ -33,6 +33,9 @@ STAGE_ROOT: Final = "/usr/share/sandbox/kit"
 # Where the host's skills store is mounted (read-only) for a destination that also takes
 # agent-skill@1 bundles: a read-only mount at the destination could not take their links.
 SKILLS_STAGING: Final = "/.sbx/skills-store"
+# ssh-agent@1's relay directory inside the sandbox (mounted read-only) and its socket there.
+SSH_AGENT_DIR: Final = "/run/sbx-ssh-agent"
+SSH_AGENT_SOCKET: Final = f"{SSH_AGENT_DIR}/agent.sock"
 # A skill's name (agent-skill@1's, and the host store's directories): no separator, no leading
 # dot or dash, at most 255 bytes.
 SKILL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
@@ -45,5 +48,5 @@ KNOWN_TYPES: Final = frozenset({
 __all__ = ["ACP", "AGENT_CONTEXT", "AGENT_SESSIONS", "AGENT_SKILL", "AGENT_SKILLS",
            "CREDENTIAL", "GIT_IDENTITY", "HOST_MOUNT", "INTERACTIVE_SESSIONS", "KIT_REGISTRY",
            "KNOWN_TYPES", "LIFECYCLE", "LONG_RUNNING", "NETWORK_V1", "NETWORK_V2", "NS", "PORT",
-           "PRIVILEGED", "RESOURCES", "SBX", "SKILLS_STAGING", "SSH_AGENT", "STAGE_ROOT",
-           "USB_DEVICE", "VOLUME"]
+           "PRIVILEGED", "RESOURCES", "SBX", "SKILLS_STAGING", "SSH_AGENT", "SSH_AGENT_DIR",
+           "SSH_AGENT_SOCKET", "STAGE_ROOT", "USB_DEVICE", "VOLUME"]

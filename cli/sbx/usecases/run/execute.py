@@ -23,6 +23,7 @@ from sbx.domain.kits.types import SKILLS_STAGING
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import BindMount, ContainerSpec, deadline_check
 from sbx.domain.sandbox.mountrules import SOURCE_CHANGED
+from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import audit
 from sbx.seams.engine import Driver
@@ -30,7 +31,7 @@ from sbx.seams.host import procfs
 from sbx.seams.session.pump import Session, SessionEnd
 from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
-from sbx.usecases import idlestop
+from sbx.usecases import idlestop, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.cleanup import Created, cleanup, created_ids
 from sbx.usecases.run.kitmounts import kit_mount_targets
@@ -294,9 +295,6 @@ def _check_workspace(ctx: AppContext, plan: RunPlan, created: Created,
         with contextlib.suppress(SbxError):
             if ctx.driver.container_state(created.container) == "running":
                 return  # checked when a later session with it ends, or at its stop
-    # Baselines exist only for a writable workspace: not on every run's path.
-    from sbx.usecases import workspace_check
-
     try:
         outcome = workspace_check.check(ctx, plan.workspace_baselines, run_id=plan.run_id,
                                         on_warning=on_warning)
@@ -454,9 +452,8 @@ def _start_ports(driver: Driver, plan: RunPlan, created: Created, container_id: 
     already does (sbx.usecases.publishedports), and what it published is announced."""
     if plan.capabilities is None or plan.network is None:
         return
-    # The port forwarder and the browser observer: only a run that publishes ports.
-    from sbx.domain.sandbox.observer import OBSERVER_PORT, observer_token, observer_url
-    from sbx.usecases import publishedports  # the port forwarder: as above
+    # deferred: the port forwarder (the engine's proxy), for a run that publishes ports only
+    from sbx.usecases import publishedports
 
     bindings = publishedports.bindings_of(plan.capabilities)
     if not bindings:

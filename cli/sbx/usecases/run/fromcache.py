@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sbx.domain.kits.surfacetypes import Surface
 from sbx.domain.sandbox.admission import Admission, HostPath
 from sbx.domain.sandbox.identity import WorkspaceOwner
 from sbx.domain.sandbox.imagecache import record_use, use_tag
@@ -119,9 +120,8 @@ def recipe_approved(state_home: Path, recipe: Recipe) -> bool:
     to the cached kit is then a widening that must be asked for)."""
     if not any(kit.get("permissions") for kit in recipe.kit_surfaces):
         return True  # they ask for nothing (an empty surface has no fields)
-    # Approvals and surfaces read kit permissions: only for kits that ask for some.
+    # deferred: the approvals store and the surfaces' comparison, for kits that ask for some
     from sbx.domain.kits.approvals import covered
-    from sbx.domain.kits.surface import Surface  # as above
 
     return covered(state_home, [(str(kit["path"]), str(kit["descriptor"]),
                                  Surface.from_json(kit["permissions"]))

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Final
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
-from sbx.domain.kits.types import SKILLS_STAGING
+from sbx.domain.kits.types import SKILLS_STAGING, SSH_AGENT_DIR
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.admission import Admission, HostPath
 from sbx.domain.sandbox.hardening import BindMount
+from sbx.domain.sandbox.hostmounts import HostMountStore
+from sbx.seams.host.agent import host_agent
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ def kit_host_mounts(ctx: AppContext, capabilities: CapabilityPlan, taken: Sequen
             out.append(HostPath(str(store_dir), SKILLS_STAGING, True))
     if not capabilities.host_mounts:
         return out, set()
-    from sbx.domain.sandbox.hostmounts import HostMountStore  # host-mount@1 kits only
-
     store = HostMountStore(paths.host_mounts_home(ctx.env))
     made: set[str] = set()
     for mount in capabilities.host_mounts:
@@ -65,7 +65,8 @@ def own_made_mounts(admission: Admission, made: set[str]) -> None:
     opened directory itself, so what is chowned is what is mounted)."""
     if not made or os.geteuid() != 0:
         return
-    from sbx.seams.host.mounts import chown_descriptor  # as root, made mounts only
+    # deferred: the mount helpers load subprocess; as root, for made mounts only
+    from sbx.seams.host.mounts import chown_descriptor
 
     user = admission.user
     for pin in admission.mounts.pins:
@@ -85,13 +86,10 @@ def relay_binds(ctx: AppContext, run_id: str, capabilities: CapabilityPlan,
                 phase: str | None = None) -> list[BindMount]:
     """The SSH agent relay's directory, read-only (its socket is the proxy process's); for
     the install step only when the install phase is granted."""
-    # The capability types' package: a cached run without capabilities never loads it.
-    from sbx.domain.kits.captypes.ssh_agent import SANDBOX_DIR
-
     if not capabilities.ssh_agent or (
             phase is not None and all(g[0] != phase for g in capabilities.ssh_agent)):
         return []
-    return [BindMount(str(runrecord.run_dir(ctx.state_home, run_id) / RELAY_DIR), SANDBOX_DIR,
+    return [BindMount(str(runrecord.run_dir(ctx.state_home, run_id) / RELAY_DIR), SSH_AGENT_DIR,
                       True)]
 
 
@@ -100,9 +98,8 @@ def relay_config(ctx: AppContext, run_dir: Path,
     """The SSH agent relay the proxy process serves, on the host agent as it is now."""
     if not capabilities.ssh_agent:
         return None
-    # The SSH agent relay and the host agent: ssh-agent@1 runs only.
+    # deferred: the relay's protocol and the kits' grants, for ssh-agent@1 runs only
     from sbx.domain.egress.sshagent import RelayConfig, grants_of, known_hosts_files
-    from sbx.seams.host.agent import host_agent  # as above
 
     upstream, why = host_agent(ctx.env)
     if upstream is None:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams.session.mode import HostStreams
-
-if TYPE_CHECKING:
-    from sbx.usecases.pipeline import WorkloadRequest
+from sbx.usecases.workload import WorkloadRequest
 
 ACCESS_MODES: Final = ("none", "ro", "rw")
 # bind: the host directory is mounted; copy: copied into a volume of the sandbox at creation
@@ -129,10 +127,7 @@ def copies_workspace(request: RunRequest) -> bool:
 
 
 def workload_request(request: RunRequest) -> WorkloadRequest:
-    """The part of a run request that explain and doctor share (sbx.usecases.pipeline)."""
-    # The pipeline decodes config and kits: a run from the plan cache never imports it.
-    from sbx.usecases.pipeline import WorkloadRequest
-
+    """The part of a run request that explain and doctor share (sbx.usecases.workload)."""
     return WorkloadRequest(workload=request.workload, kits=request.kits, args=request.args,
                            allow_privileged=request.allow_privileged,
                            timeout_s=request.timeout_s, detach_keys=request.detach_keys,

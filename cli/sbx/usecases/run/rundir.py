@@ -13,6 +13,7 @@ from typing import Any
 
 from sbx.domain.sandbox import runrecord
 from sbx.seams import audit
+from sbx.usecases import workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.enginefit import refuse_local_only
 from sbx.usecases.run.plan import RunPlan
@@ -51,9 +52,6 @@ def open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
         refuse_local_only(ctx.driver.location(), plan)
         run_dir = _write_run_dir(ctx, plan)
         if plan.workspace_baselines:
-            # Baselines exist only for a writable workspace: not on every run's path.
-            from sbx.usecases import workspace_check
-
             workspace_check.save(run_dir, plan.workspace_baselines)
     except BaseException:
         unclaim(ctx, plan.run_id, again=plan.recreate)

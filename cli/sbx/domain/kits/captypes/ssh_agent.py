@@ -37,16 +37,16 @@ from sbx.domain.kits.composed import SSHAgentGrant
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.surfacetypes import Widening
-from sbx.domain.kits.types import SSH_AGENT
+from sbx.domain.kits.types import SSH_AGENT, SSH_AGENT_DIR, SSH_AGENT_SOCKET
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
     from sbx.domain.kits.composed import ComposedParts, Origin, SSHAgentGrant
     from sbx.domain.kits.surfacetypes import Surface, Widening
 
-# The relay's directory inside the sandbox (mounted read-only) and its socket there.
-SANDBOX_DIR: Final = "/run/sbx-ssh-agent"
-SANDBOX_SOCKET: Final = f"{SANDBOX_DIR}/agent.sock"
+# The relay's directory inside the sandbox (sbx.domain.kits.types, for the light run path).
+SANDBOX_DIR: Final = SSH_AGENT_DIR
+SANDBOX_SOCKET: Final = SSH_AGENT_SOCKET
 
 
 class SSHAgent(Handler):
