@@ -1,13 +1,19 @@
 """Mounts sbx makes on the host for staging (as root): bind mounts of opened descriptors,
 their release, and sized volume file systems (``mkfs.ext4`` in a sparse file, loop-mounted).
 libc's ``mount``/``umount2`` through ctypes, imported only when something is staged (a run
-without host mounts does not pay for it); the tools through :mod:`sbx.seams.host.processes`.
+without host mounts does not pay for it); ``mkfs.ext4`` through
+:mod:`sbx.seams.host.processes`. The loop device is set up here with the kernel's own loop
+ioctls, as mount(8) does, without a child process: a named sandbox's volume is mounted again
+on every start.
 What to stage and what a failure means is :mod:`sbx.domain.sandbox.sources`'s."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import functools
 import os
+import struct
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,6 +25,19 @@ _MS_BIND: Final = 4096
 _MS_REC: Final = 16384
 _MS_PRIVATE: Final = 1 << 18
 _MNT_DETACH: Final = 2
+_MS_NOSUID: Final = 2
+_MS_NODEV: Final = 4
+# <linux/loop.h>
+_LOOP_SET_FD: Final = 0x4C00
+_LOOP_CLR_FD: Final = 0x4C01
+_LOOP_SET_STATUS64: Final = 0x4C04
+_LOOP_CTL_GET_FREE: Final = 0x4C82
+_LO_FLAGS_AUTOCLEAR: Final = 4
+_LO_NAME_SIZE: Final = 64
+# struct loop_info64: device, inode, rdevice, offset, sizelimit; number, encrypt type, key
+# size, flags; file name, crypt name, key; init[2]
+_LOOP_INFO64: Final = struct.Struct("=5Q4I64s64s32s2Q")
+_LOOP_TRIES: Final = 16  # another process may take the free device between the two calls
 
 
 class ToolFailed(OSError):
@@ -34,7 +53,8 @@ def _libc() -> Any:
     import ctypes
     import ctypes.util
 
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # the interpreter's own libc: find_library("c") would run ldconfig as a child process
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _errno() -> int:
@@ -75,9 +95,61 @@ def make_ext4(image: Path, *, uid: int, gid: int) -> None:
 
 
 def loop_mount(image: Path, point: Path) -> None:
-    """Mount the file system in ``image`` on ``point`` (loop, ``nosuid,nodev``; the loop
-    device goes with the unmount); raises :class:`ToolFailed`, OSError or SubprocessError."""
-    _tool(["mount", "-o", "loop,nosuid,nodev", str(image), str(point)])
+    """Mount the ext4 file system in ``image`` on ``point`` (loop, ``nosuid,nodev``; the loop
+    device goes with the unmount: autoclear); raises :class:`ToolFailed` (what failed and
+    why) or OSError."""
+    try:
+        backing = os.open(image, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ToolFailed("mount", f"{image}: {exc.strerror}") from None
+    try:
+        device, loop = _attach_loop(backing, image)
+    finally:
+        os.close(backing)
+    try:
+        if _libc().mount(device.encode(), str(point).encode(), b"ext4",
+                         _MS_NOSUID | _MS_NODEV, None) != 0:
+            code = _errno()
+            _clear(loop)
+            raise ToolFailed("mount", f"{image} on {point}: {os.strerror(code)}")
+    finally:
+        os.close(loop)  # autoclear: the device is freed with the unmount (or just now)
+
+
+def _attach_loop(backing: int, image: Path) -> tuple[str, int]:
+    """A free loop device bound to ``backing`` with autoclear: its path and an open fd."""
+    control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(_LOOP_TRIES):
+            number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
+            device = f"/dev/loop{number}"
+            loop = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(loop, _LOOP_SET_FD, backing)
+            except OSError as exc:
+                os.close(loop)
+                if exc.errno == errno.EBUSY:
+                    continue  # taken meanwhile: ask for another
+                raise ToolFailed("mount", f"{image}: loop device: {exc.strerror}") from None
+            name = os.fsencode(str(image))[:_LO_NAME_SIZE - 1]
+            try:
+                fcntl.ioctl(loop, _LOOP_SET_STATUS64, _LOOP_INFO64.pack(
+                    0, 0, 0, 0, 0, 0, 0, 0, _LO_FLAGS_AUTOCLEAR, name, b"", b"", 0, 0))
+            except OSError as exc:
+                _clear(loop)
+                os.close(loop)
+                raise ToolFailed("mount", f"{image}: loop device: {exc.strerror}") from None
+            return device, loop
+    finally:
+        os.close(control)
+    raise ToolFailed("mount", f"{image}: no free loop device after {_LOOP_TRIES} tries")
+
+
+def _clear(loop: int) -> None:
+    try:
+        fcntl.ioctl(loop, _LOOP_CLR_FD)
+    except OSError:
+        return
 
 
 def _tool(argv: list[str]) -> None:
