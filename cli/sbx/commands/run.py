@@ -10,14 +10,15 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.commands import engine_option, limit_options, publish_option, run_cached
 from sbx.domain.sandbox import durations, limitflags, runargs
+
+# The request is light, and `sbx run` imported it already (the plan cache's lookup reads one).
+from sbx.usecases.run import request as run_request
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
     from sbx.usecases.run import entry
-    from sbx.usecases.run import request as run_request
 else:  # imported on first use: `sbx --help` loads no use case
     entry = deferred("sbx.usecases.run.entry")
-    run_request = deferred("sbx.usecases.run.request")
 
 
 WorkspaceModeOption = Annotated[str, typer.Option(

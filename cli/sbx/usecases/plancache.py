@@ -209,7 +209,8 @@ def tree_digest(directory: Path) -> str | None:
     return digest.hexdigest()
 
 
-def _config_dependency(env: Mapping[str, str]) -> list[str | None]:
+def config_dependency(env: Mapping[str, str]) -> list[str | None]:
+    """The config file as a plan depends on it: its path, where it leads, its bytes' digest."""
     path = paths.config_path(env)
     return [str(path), os.path.realpath(path), file_digest(path)]
 
@@ -268,7 +269,7 @@ def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence
             kits.append([str(directory), tree])
         entry = {
             "format": FORMAT, "key": key,
-            "deps": {"config": _config_dependency(env), "kits": kits},
+            "deps": {"config": config_dependency(env), "kits": kits},
             "request": _request_json(request),
             "verbose": verbose, "traceback": traceback,
             "recipe": recipe.to_json(),
@@ -312,7 +313,7 @@ def lookup(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
         if entry.get("format") != FORMAT or entry.get("key") != key:
             return None
         deps = entry["deps"]
-        if list(deps["config"]) != _config_dependency(env):
+        if list(deps["config"]) != config_dependency(env):
             return None
         for directory, tree in deps["kits"]:
             if tree_digest(Path(directory)) != tree:
@@ -380,5 +381,6 @@ def _opt_int(value: object) -> int | None:
     return None if value is None else as_int(value)
 
 
-__all__ = ["FORMAT", "SWITCH_ENV", "Hit", "cacheable", "code_fingerprint",
-           "file_digest", "forget", "lookup", "remember", "request_key", "store", "tree_digest"]
+__all__ = ["FORMAT", "SWITCH_ENV", "VOLATILE_ENV", "Hit", "cacheable", "code_fingerprint",
+           "config_dependency", "file_digest", "forget", "lookup", "remember", "request_key",
+           "store", "tree_digest"]

@@ -28,14 +28,13 @@ from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
 from sbx.usecases.named.session import attach, exec_in
 from sbx.usecases.named.sessions import SessionList, recorded_adapter, recorded_argv
-from sbx.usecases.namedkits import follow
+from sbx.usecases.namedfollow import follow
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
     creation_options,
     hold_creation,
     release_creation,
 )
-from sbx.usecases.recreate import recreate
 from sbx.usecases.run.request import NO_HOST_STREAMS, OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
@@ -69,6 +68,9 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                            on_warning=on_warning, on_notice=on_notice,
                            confirm_kits=confirm_kits)
         if request.recreate:
+            # The kits decoded and composed again: only --recreate makes a container anew.
+            from sbx.usecases.recreate import recreate
+
             return recreate(ctx, record, request, on_output=on_output, progress=progress,
                             on_warning=on_warning, on_notice=on_notice,
                             confirm_kits=confirm_kits)
