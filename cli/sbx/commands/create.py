@@ -13,14 +13,15 @@ from sbx.base.reasons import Reason
 from sbx.commands import engine_option, limit_options, publish_option
 from sbx.commands.run import TemplateOption, WorkspaceModeOption
 from sbx.domain.sandbox import durations, limitflags
+
+# light, and imported already by sbx.commands.run (the options shared with `sbx run`)
+from sbx.usecases.run import request as run_request
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
     from sbx.usecases.run import entry
-    from sbx.usecases.run import request as run_request
 else:  # imported on first use: `sbx --help` loads no use case
     entry = deferred("sbx.usecases.run.entry")
-    run_request = deferred("sbx.usecases.run.request")
 
 
 def create(

@@ -1,4 +1,5 @@
-"""`sbx run` from a cached plan: the same request as last time, without the CLI parser.
+"""`sbx run` from a cached plan: the same request as last time, without the CLI parser (a
+named sandbox's start: the same request, run by the same entry as the parsed one).
 
 :func:`sbx.usecases.plancache.lookup` finds the plan of exactly these words, this directory and
 this environment; the request (as typer parsed it the first time) comes with it. What the
@@ -17,11 +18,12 @@ from sbx.domain.sandbox import runargs
 
 if TYPE_CHECKING:
     from sbx.usecases import plancache
-    from sbx.usecases.run import start
+    from sbx.usecases.run import entry, start
     from sbx.views import kit as kit_view
 else:  # imported on use: a miss loads none of the run, a hit none of the CLI
     plancache = deferred("sbx.usecases.plancache")
     start = deferred("sbx.usecases.run.start")
+    entry = deferred("sbx.usecases.run.entry")
     kit_view = deferred("sbx.views.kit")
 
 if TYPE_CHECKING:
@@ -58,10 +60,17 @@ def run_from_cache(launch: Launch) -> int | None:
     request = hit.request
     runargs.check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
     renderer = app.renderer
-    result = start.run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
-                              progress=renderer.progress, on_warning=renderer.warn,
-                              on_notice=renderer.note,
-                              confirm_kits=kit_view.kit_confirmation(renderer))
+    if hit.recipe is None:  # a named sandbox's start: the run's own entry, as typer calls it
+        result = entry.run(app, request, on_output=renderer.workload_output,
+                           progress=renderer.progress, on_warning=renderer.warn,
+                           on_notice=renderer.note,
+                           confirm_kits=kit_view.kit_confirmation(renderer),
+                           confirm_follow=kit_view.named_confirmation(renderer))
+    else:
+        result = start.run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
+                                  progress=renderer.progress, on_warning=renderer.warn,
+                                  on_notice=renderer.note,
+                                  confirm_kits=kit_view.kit_confirmation(renderer))
     return finish(renderer, result, as_json=request.capture_output)
 
 
