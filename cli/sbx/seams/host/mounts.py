@@ -31,8 +31,10 @@ _MS_NODEV: Final = 4
 _LOOP_SET_FD: Final = 0x4C00
 _LOOP_CLR_FD: Final = 0x4C01
 _LOOP_SET_STATUS64: Final = 0x4C04
+_LOOP_GET_STATUS64: Final = 0x4C05
 _LOOP_CTL_GET_FREE: Final = 0x4C82
 _LO_FLAGS_AUTOCLEAR: Final = 4
+_LOOP_MAJOR: Final = 7
 _LO_NAME_SIZE: Final = 64
 # struct loop_info64: device, inode, rdevice, offset, sizelimit; number, encrypt type, key
 # size, flags; file name, crypt name, key; init[2]
@@ -145,6 +147,55 @@ def _attach_loop(backing: int, image: Path) -> tuple[str, int]:
     raise ToolFailed("mount", f"{image}: no free loop device after {_LOOP_TRIES} tries")
 
 
+def mounted_image(point: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the file whose loop device is mounted at ``point`` as
+    :func:`loop_mount` mounts it (the only mount there, its root, ext4, ``nosuid,nodev``);
+    None when anything else, or nothing, is mounted there."""
+    target = str(point)
+    found = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            for line in info:
+                fields = line.split()
+                if len(fields) > 4 and _unescape(fields[4]) == target:
+                    found.append(fields)
+    except OSError:
+        return None
+    if len(found) != 1:
+        return None
+    fields = found[0]
+    try:
+        tail = fields[fields.index("-") + 1:]
+    except ValueError:
+        return None
+    options = set(fields[5].split(","))
+    if fields[3] != "/" or len(tail) < 2 or tail[0] != "ext4" \
+            or not {"nosuid", "nodev"} <= options or not tail[1].startswith("/dev/loop"):
+        return None
+    try:
+        loop = os.open(tail[1], os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        rdev = os.fstat(loop).st_rdev  # the very device the mount is of, and a loop device
+        if os.major(rdev) != _LOOP_MAJOR or f"{os.major(rdev)}:{os.minor(rdev)}" != fields[2]:
+            return None
+        status = fcntl.ioctl(loop, _LOOP_GET_STATUS64, bytes(_LOOP_INFO64.size))
+    except OSError:
+        return None
+    finally:
+        os.close(loop)
+    device, inode, _rdevice, offset, limit = _LOOP_INFO64.unpack(status)[:5]
+    return (device, inode) if offset == 0 and limit == 0 else None
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are octal escapes there."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field
+
+
 def _clear(loop: int) -> None:
     try:
         fcntl.ioctl(loop, _LOOP_CLR_FD)
@@ -160,4 +211,4 @@ def _tool(argv: list[str]) -> None:
 
 
 __all__ = ["SubprocessError", "ToolFailed", "bind_descriptor", "detach", "loop_mount",
-           "make_ext4"]
+           "make_ext4", "mounted_image"]

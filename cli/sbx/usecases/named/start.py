@@ -278,12 +278,14 @@ def _restage(ctx: AppContext, record: SandboxRecord,
     if not log or not staging_available():
         return [(pin.target, pin.source) for pin in pins]
     staging = Staging.for_named(ctx.home_hash, record.name)
-    problems = staging.release()
+    held = staging.mounted_filesystems(log)  # a volume still mounted from its file stays
+    problems = staging.release(keep=held)
     if problems:
         raise SbxError(Reason.CREATE_FAILED, "; ".join(problems))
-    for entry in log:
+    for index, entry in enumerate(log):
         if entry.get("kind") == "fs":
-            staging.remount_filesystem(Path(str(entry["image"])))
+            staging.remount_filesystem(Path(str(entry["image"])),
+                                       held=staging.directory / str(index) in held)
         else:
             staged = by_path.get(str(entry.get("path")))
             if staged is None:
