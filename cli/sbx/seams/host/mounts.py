@@ -53,7 +53,6 @@ class ToolFailed(OSError):
 @functools.cache
 def _libc() -> Any:
     import ctypes
-    import ctypes.util
 
     # the interpreter's own libc: find_library("c") would run ldconfig as a child process
     return ctypes.CDLL(None, use_errno=True)
