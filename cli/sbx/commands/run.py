@@ -10,6 +10,7 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.commands import engine_option, limit_options, publish_option, run_cached
 from sbx.domain.sandbox import durations, limitflags, runargs
+from sbx.usecases import plancache
 from sbx.usecases.run import request as run_request
 from sbx.views import kit as kit_view
 
@@ -151,6 +152,7 @@ def run(
     Arguments after `--` replace the image's CMD.
     """
     app = ctx.obj
+    workload_given = workload is not None  # else the record names it: read on every start
     workload, kits = entry.template_kits(app, template, workload, tuple(kit or ()))
     workload = entry.workload_of(app, workload, name)
     runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
@@ -199,6 +201,9 @@ def run(
                        progress=renderer.progress, on_warning=renderer.warn,
                        on_notice=renderer.note, confirm_kits=kit_view.kit_confirmation(renderer),
                        confirm_follow=kit_view.named_confirmation(renderer))
+    if workload_given and template is None and not clone and not recreate \
+            and result.plan is None and result.name is not None:
+        plancache.remember_start(app, request)  # an existing sandbox: only the parse to keep
     return run_cached.finish(renderer, result, as_json=as_json)
 
 

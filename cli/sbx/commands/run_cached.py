@@ -1,4 +1,5 @@
-"""`sbx run` from a cached plan: the same request as last time, without the CLI parser.
+"""`sbx run` from a cached plan: the same request as last time, without the CLI parser (a
+named sandbox's start: the same request, run by the same entry as the parsed one).
 
 :func:`sbx.usecases.plancache.lookup` finds the plan of exactly these words, this directory and
 this environment; the request (as typer parsed it the first time) comes with it. What the
@@ -18,9 +19,10 @@ from sbx.usecases import plancache
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
-    from sbx.usecases.run import start
+    from sbx.usecases.run import entry, start
 else:  # deferred: the run itself (the engine client); a miss, and `sbx run --help`, load none
     start = deferred("sbx.usecases.run.start")
+    entry = deferred("sbx.usecases.run.entry")
 
 if TYPE_CHECKING:
     from sbx.base.render import Renderer
@@ -56,10 +58,17 @@ def run_from_cache(launch: Launch) -> int | None:
     request = hit.request
     runargs.check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
     renderer = app.renderer
-    result = start.run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
-                              progress=renderer.progress, on_warning=renderer.warn,
-                              on_notice=renderer.note,
-                              confirm_kits=kit_view.kit_confirmation(renderer))
+    if hit.recipe is None:  # a named sandbox's start: the run's own entry, as typer calls it
+        result = entry.run(app, request, on_output=renderer.workload_output,
+                           progress=renderer.progress, on_warning=renderer.warn,
+                           on_notice=renderer.note,
+                           confirm_kits=kit_view.kit_confirmation(renderer),
+                           confirm_follow=kit_view.named_confirmation(renderer))
+    else:
+        result = start.run_cached(app, request, hit.recipe, on_output=renderer.workload_output,
+                                  progress=renderer.progress, on_warning=renderer.warn,
+                                  on_notice=renderer.note,
+                                  confirm_kits=kit_view.kit_confirmation(renderer))
     return finish(renderer, result, as_json=request.capture_output)
 
 

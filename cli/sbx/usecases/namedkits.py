@@ -35,7 +35,7 @@ from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.kits.compose import PHASES, Network, NetworkPhase
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings, format_widenings, surface
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, kit_words
 from sbx.seams import audit
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
@@ -88,16 +88,6 @@ def fingerprint(kit_set: KitSet, composition: Composition) -> dict[str, Any]:
             "volume_paths": [v.path for v in composition.volumes],
             "workload": kit_argument(kit_set.workload),
             "mixins": [kit_argument(k) for k in kit_set.mixins]}
-
-
-def kit_words(record: SandboxRecord) -> tuple[str, tuple[str, ...]]:
-    """The workload and mixins as they can be found from anywhere (absolute paths, registry
-    references), as recorded at creation; else as they were given."""
-    state = record.request.get("kits_state")
-    if isinstance(state, Mapping) and isinstance(state.get("workload"), str) \
-            and isinstance(state.get("mixins"), list):
-        return state["workload"], tuple(str(m) for m in state["mixins"])
-    return record.workload, tuple(record.kits)
 
 
 def compare(ctx: AppContext, record: SandboxRecord) -> KitsChange | None:
@@ -232,16 +222,19 @@ def _surface(network: Network | None) -> Any:
 
 
 def follow(ctx: AppContext, record: SandboxRecord, *, accept: bool, confirm: Confirm | None,
-           on_notice: Callable[[str], None], on_warning: Callable[[str], None]) -> None:
-    """Apply what can be applied before the start, ask about widenings, warn about the rest."""
+           on_notice: Callable[[str], None], on_warning: Callable[[str], None]) -> bool:
+    """Apply what can be applied before the start, ask about widenings, warn about the rest;
+    True when the kits are as the sandbox runs with (nothing applied, asked or warned)."""
     try:
         change = compare(ctx, record)
     except SbxError as error:
         on_warning(f"{record.name}: its kits cannot be read now ({error.message}); it starts "
                    "as it was made")
-        return
-    if change is None or (change.empty and not change.kits):
-        return
+        return False
+    if change is None:
+        return False
+    if change.empty and not change.kits:
+        return True
     name = record.name
     if change.widenings:
         what = (f"{name}: its kits ({', '.join(change.kits) or record.workload}) now ask for "
@@ -274,6 +267,7 @@ def follow(ctx: AppContext, record: SandboxRecord, *, accept: bool, confirm: Con
     if not change.unapplied:
         request["kits_state"] = dict(change.fingerprint)
     SandboxStore(ctx.state_home).save(replace(record, request=request))
+    return False
 
 
 def pending_notes(ctx: AppContext, name: str) -> tuple[str, ...]:

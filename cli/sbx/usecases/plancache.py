@@ -34,6 +34,12 @@ engine for every time. What must be checked on every run is not cached: see
 
 A missing, stale, unreadable or corrupt entry is a miss (the full path runs and writes a new
 one); only an entry or home that is not this user's own raises (``state_unsafe``).
+**A named sandbox's start** has no plan to cache (its container exists; the record, the
+admission and the kits' follow-up decide each start): only the request the parser made is
+kept (:func:`remember_start`), so the same command line skips the parser and runs the same
+entry as `sbx run` (:func:`sbx.usecases.run.entry.run`). That entry depends on the command
+line alone, which is the key.
+
 ``SBX_PLAN_CACHE=0`` turns the cache off.
 
 This module is imported on the cached path: it must stay light (no config, kit, YAML, schema or
@@ -77,7 +83,7 @@ if TYPE_CHECKING:
     from sbx.usecases.context import AppContext
     from sbx.usecases.run.plan import RunPlan
 
-FORMAT: Final = 4
+FORMAT: Final = 5
 SWITCH_ENV: Final = "SBX_PLAN_CACHE"  # "0": never read or write the plan cache
 # Shell bookkeeping that changes between identical commands and never reaches a plan.
 VOLATILE_ENV: Final = frozenset({"_", "OLDPWD", "SHLVL"})
@@ -91,7 +97,7 @@ MAX_ENTRY_BYTES: Final = 4 * 1024 * 1024
 @dataclass(frozen=True)
 class Hit:
     request: RunRequest
-    recipe: Recipe
+    recipe: Recipe | None  # None: the request of a named sandbox's start (no plan to cache)
     verbose: int
     traceback: bool
 
@@ -209,7 +215,8 @@ def tree_digest(directory: Path) -> str | None:
     return digest.hexdigest()
 
 
-def _config_dependency(env: Mapping[str, str]) -> list[str | None]:
+def config_dependency(env: Mapping[str, str]) -> list[str | None]:
+    """The config file as a plan depends on it: its path, where it leads, its bytes' digest."""
     path = paths.config_path(env)
     return [str(path), os.path.realpath(path), file_digest(path)]
 
@@ -237,6 +244,18 @@ def cacheable(plan: RunPlan) -> bool:
             and all(k.local.image is None and not k.local.bundled for k in kit_set.kits))
 
 
+def remember_start(ctx: AppContext, request: RunRequest) -> None:
+    """Store the request of a run that started (or attached) an existing named sandbox: the
+    next identical command line skips the parser and runs the same entry
+    (sbx.usecases.run.entry.run), which reads the record and admits the sandbox afresh.
+    Nothing the start decided is stored."""
+    if ctx.argv is None or not enabled(ctx.env):
+        return
+    store(state_home=ctx.state_home, env=ctx.env, cwd=ctx.cwd, argv=ctx.argv,
+          passthrough=ctx.passthrough, streams=ctx.streams, request=request, recipe=None,
+          kit_dirs=[], verbose=ctx.verbose, traceback=ctx.traceback)
+
+
 def remember(ctx: AppContext, request: RunRequest, plan: RunPlan, recipe: Recipe, *,
              cacheable: bool) -> None:
     """Store the recipe for this request (or drop a stale one when the plan is not
@@ -254,10 +273,11 @@ def remember(ctx: AppContext, request: RunRequest, plan: RunPlan, recipe: Recipe
 
 def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence[str],
           passthrough: Sequence[str] | None, streams: HostStreams, request: RunRequest,
-          recipe: Recipe, kit_dirs: Sequence[Path], verbose: int = 0,
+          recipe: Recipe | None, kit_dirs: Sequence[Path], verbose: int = 0,
           traceback: bool = False) -> bool:
     """Write the entry for this request; False when it could not be (or a kit directory is
-    too large to be worth hashing)."""
+    too large to be worth hashing). Without a recipe only the request is kept: it depends on
+    the command line alone (the key), not on the config or any kit."""
     try:
         key = request_key(env, cwd, argv, passthrough, streams)
         kits = []
@@ -268,10 +288,11 @@ def store(*, state_home: Path, env: Mapping[str, str], cwd: Path, argv: Sequence
             kits.append([str(directory), tree])
         entry = {
             "format": FORMAT, "key": key,
-            "deps": {"config": _config_dependency(env), "kits": kits},
+            "deps": {"config": config_dependency(env) if recipe is not None else None,
+                     "kits": kits},
             "request": _request_json(request),
             "verbose": verbose, "traceback": traceback,
-            "recipe": recipe.to_json(),
+            "recipe": recipe.to_json() if recipe is not None else None,
         }
         directory = owned.ensure_directory(cache_dir(state_home))
         owned.write_file(directory / f"{key}.json", json.dumps(entry).encode("utf-8"),
@@ -311,8 +332,11 @@ def lookup(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
         entry = json.loads(raw)
         if entry.get("format") != FORMAT or entry.get("key") != key:
             return None
+        if entry["recipe"] is None:  # a named sandbox's start: the parsed request only
+            return Hit(_request_from_json(entry["request"], streams), None,
+                       as_int(entry["verbose"]), as_bool(entry["traceback"]))
         deps = entry["deps"]
-        if list(deps["config"]) != _config_dependency(env):
+        if list(deps["config"]) != config_dependency(env):
             return None
         for directory, tree in deps["kits"]:
             if tree_digest(Path(directory)) != tree:
@@ -365,7 +389,11 @@ def _request_from_json(data: Mapping[str, Any], streams: HostStreams) -> RunRequ
         recreate=as_bool(data["recreate"]), keep=as_opt_bool(data["keep"]),
         memory_bytes=_opt_int(data["memory_bytes"]), cpu_millis=_opt_int(data["cpu_millis"]),
         pids=_opt_int(data["pids"]), runtime=as_opt_str(data["runtime"]), host=streams,
-        session=_session(data["session"]))
+        session=_session(data["session"]), clone=as_bool(data["clone"]),
+        clone_volume=as_bool(data["clone_volume"]),
+        idle_stop_s=None if data["idle_stop_s"] is None else as_number(data["idle_stop_s"]),
+        publish=tuple(as_strs(data["publish"])), workspace_mode=as_str(data["workspace_mode"]),
+        template=as_opt_str(data["template"]), engine=as_opt_str(data["engine"]))
 
 
 def _session(value: object) -> SessionAsk | None:
@@ -380,5 +408,6 @@ def _opt_int(value: object) -> int | None:
     return None if value is None else as_int(value)
 
 
-__all__ = ["FORMAT", "SWITCH_ENV", "Hit", "cacheable", "code_fingerprint",
-           "file_digest", "forget", "lookup", "remember", "request_key", "store", "tree_digest"]
+__all__ = ["FORMAT", "SWITCH_ENV", "VOLATILE_ENV", "Hit", "cacheable", "code_fingerprint",
+           "config_dependency", "file_digest", "forget", "lookup", "remember", "remember_start",
+           "request_key", "store", "tree_digest"]

@@ -13,13 +13,15 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.capabilities import CapabilityPlan
 from sbx.seams import owned, ports
 from sbx.seams.ports import KIT, PUBLISH, Binding, PublishedPort, check_free
+
+if TYPE_CHECKING:
+    from sbx.domain.sandbox.capabilities import CapabilityPlan
 
 WANTED: Final = "ports.json"
 PUBLISHED: Final = "ports.published.json"

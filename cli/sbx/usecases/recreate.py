@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord
+from sbx.domain.sandbox.records import SandboxRecord, kit_words
 from sbx.domain.sandbox.sources import Staging
 from sbx.seams.host import firewall
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.keeper import stop_keeper
-from sbx.usecases.namedkits import kit_words
 from sbx.usecases.namedrecord import CREATION_OPTIONS, STOP_TIMEOUT_S, check_workspace
 from sbx.usecases.pipeline import load
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest, workload_request

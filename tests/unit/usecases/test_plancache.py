@@ -471,3 +471,34 @@ def test_a_session_verb_comes_back_with_the_request(setup: dict[str, Any],
         kit_dirs=[setup["kit"]])
     hit = _lookup(setup)
     assert hit is not None and hit.request.session == session
+
+
+# --- a named sandbox's start: the parsed request only -----------------------------------------
+
+
+def test_a_named_start_keeps_the_whole_request_and_no_plan(setup: dict[str, Any]) -> None:
+    """Every field the parser set comes back (the engine, ports, idle stop... a start passes
+    them on to its checks), and no recipe: the start's own entry decides everything else."""
+    request = RunRequest(workload=str(setup["kit"]), workspace=".", name="dev",
+                         keep=True, engine="far", publish=("8080:80",), idle_stop_s=90.0,
+                         workspace_mode="copy", accept=True, env=("A=1",),
+                         session=SessionAsk("resume", "id1"))
+    assert plancache.store(state_home=setup["home"], env=setup["env"], cwd=setup["cwd"],
+                           argv=setup["argv"], passthrough=setup["passthrough"],
+                           streams=STREAMS, request=request, recipe=None, kit_dirs=[])
+    hit = _lookup(setup)
+    assert hit is not None and hit.recipe is None
+    assert hit.request == dataclasses.replace(request, host=STREAMS)
+    assert _lookup(setup, argv=("run", "--keep", "./k")) is None  # other words: a miss
+
+
+def test_a_named_start_s_request_does_not_depend_on_the_config(setup: dict[str, Any]) -> None:
+    """The parse reads no config: an edited config still finds the request (the start reads
+    the config itself, afresh)."""
+    assert plancache.store(state_home=setup["home"], env=setup["env"], cwd=setup["cwd"],
+                           argv=setup["argv"], passthrough=setup["passthrough"],
+                           streams=STREAMS, request=RunRequest(workload="./k", name="dev"),
+                           recipe=None, kit_dirs=[])
+    setup["config"].write_text("[sandbox]\nkeep = \"never\"\n", encoding="utf-8")
+    hit = _lookup(setup)
+    assert hit is not None and hit.request.name == "dev"

@@ -8,7 +8,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -113,6 +112,10 @@ def _strict_validator_class() -> type[Validator]:
 
 @cache
 def config_schema() -> dict[str, Any]:
+    # stdlib, imported here: only a config file being checked reads the schema, and
+    # importlib.resources brings tempfile and shutil (a named sandbox's start reads no schema)
+    from importlib.resources import files
+
     text = files("sbx").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

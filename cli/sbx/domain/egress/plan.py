@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
@@ -42,13 +42,15 @@ from sbx.domain.credentials.oauth import (
 )
 from sbx.domain.credentials.secrets import encode_provided
 from sbx.domain.egress.proxyauth import proxy_url
-from sbx.domain.kits.compose import Composition
-from sbx.domain.kits.selection import SelectionRecord
+from sbx.domain.kits.selectionrecord import SelectionRecord
 from sbx.domain.kits.types import CREDENTIAL
 from sbx.seams import owned
 from sbx.seams.host import private, processes
 from sbx.seams.host.handshake import PROXY
 from sbx.seams.host.processes import Program
+
+if TYPE_CHECKING:
+    from sbx.domain.kits.compose import Composition
 
 START_TIMEOUT_S: Final = 15.0
 STOP_TIMEOUT_S: Final = 5.0

@@ -105,21 +105,27 @@ def absolute_path(path: str) -> str:
     return collapse_root(os.path.abspath(path))
 
 
-def canonical_path(path: str) -> str:
+def canonical_path(path: str, resolved: dict[str, str] | None = None) -> str:
     """Resolve symlinks through the deepest existing ancestor and re-append the missing tail.
 
     ``lexists`` (not ``exists``) stops at a dangling symlink, so realpath still follows it: a
-    link to a not-yet-existing ``~/.ssh/new`` is judged by where it points.
+    link to a not-yet-existing ``~/.ssh/new`` is judged by where it points. ``resolved``: the
+    real paths of the ancestors looked up so far in one pass over many paths (the homes'
+    credential names share them), each read from the file system once per pass.
     """
     head = path
     tail: list[str] = []
-    while not os.path.lexists(head):
+    while not (resolved is not None and head in resolved) and not os.path.lexists(head):
         parent = os.path.dirname(head)
         if parent == head:
             break
         tail.append(os.path.basename(head))
         head = parent
-    return absolute_path(os.path.join(os.path.realpath(head), *reversed(tail)))
+    if resolved is None:
+        real = os.path.realpath(head)
+    else:
+        real = resolved.get(head) or resolved.setdefault(head, os.path.realpath(head))
+    return absolute_path(os.path.join(real, *reversed(tail)))
 
 
 def within(path: str, root: str) -> bool:
@@ -163,12 +169,13 @@ def blocked_entries(policy: MountPolicy) -> list[_Blocked]:
     """
     entries: list[_Blocked] = []
     seen: set[str] = set()
+    resolved: dict[str, str] = {}
 
     def add(path: str, rule: str, label: str, *, tree: bool = True) -> None:
         lexical = absolute_path(path)
         forms: tuple[str, ...]
         try:
-            forms = (lexical, canonical_path(lexical))
+            forms = (lexical, canonical_path(lexical, resolved))
         except (OSError, ValueError):
             forms = (lexical,)  # cannot be resolved: blocked under the name it has
         for form in forms:

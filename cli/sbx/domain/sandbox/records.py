@@ -155,9 +155,20 @@ class SandboxStore:
         return fd
 
 
+def kit_words(record: SandboxRecord) -> tuple[str, tuple[str, ...]]:
+    """The workload and mixins as they can be found from anywhere (absolute paths, registry
+    references), as recorded at creation; else as they were given."""
+    state = record.request.get("kits_state")
+    if isinstance(state, Mapping) and isinstance(state.get("workload"), str) \
+            and isinstance(state.get("mixins"), list):
+        return state["workload"], tuple(str(m) for m in state["mixins"])
+    return record.workload, tuple(record.kits)
+
+
 def record_summary(record: SandboxRecord) -> Mapping[str, Any]:
     return {"name": record.name, "workload": record.workload, "kits": record.kits,
             "workspace": record.workspace, "created": record.created}
 
 
-__all__ = ["NAME_PATTERN", "SandboxRecord", "SandboxStore", "check_name", "record_summary"]
+__all__ = ["NAME_PATTERN", "SandboxRecord", "SandboxStore", "check_name", "kit_words",
+           "record_summary"]

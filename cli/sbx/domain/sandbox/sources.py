@@ -30,7 +30,7 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -277,12 +277,35 @@ class Staging:
                                 "(e2fsprogs, util-linux).") from exc
         return str(point)
 
-    def remount_filesystem(self, image: Path) -> str:
+    def mounted_filesystems(self, log: Sequence[Mapping[str, Any]]) -> set[Path]:
+        """The points of a named sandbox's earlier start that still hold the file system the
+        log names there: the loop device mounted on the point is backed by the very file
+        (device and inode) that ``image`` is now. A start keeps them mounted."""
+        mounts = _host_mounts()
+        held: set[Path] = set()
+        for index, entry in enumerate(log):
+            point = self.directory / str(index)
+            if entry.get("kind") != "fs" or point not in self.points:
+                continue
+            try:
+                info = os.stat(str(entry["image"]))
+            except (OSError, KeyError, ValueError):
+                continue
+            if mounts.mounted_image(point) == (info.st_dev, info.st_ino):
+                held.add(point)
+        return held
+
+    def remount_filesystem(self, image: Path, *, held: bool = False) -> str:
         """A file system made by :meth:`stage_filesystem` before (a named sandbox's volume),
-        mounted again on the next point."""
+        mounted again on the next point; ``held``: that point still holds it (it was not
+        released, :meth:`mounted_filesystems`), so it stays as it is."""
         mounts = _host_mounts()
         self._ensure_directory()
         point = self.directory / str(len(self.points))
+        if held:
+            self.points.append(point)
+            self.log.append({"kind": "fs", "image": str(image)})
+            return str(point)
         point.mkdir(mode=0o700)
         self.points.append(point)
         self.log.append({"kind": "fs", "image": str(image)})
@@ -305,10 +328,10 @@ class Staging:
                 with contextlib.suppress(FileExistsError):
                     directory.mkdir(mode=0o700)
 
-    def release(self) -> list[str]:
-        """Unmount and remove every staging point (never a recursive delete: a point that is
-        still mounted is left alone and reported)."""
-        problems = release_points(self.points)
+    def release(self, keep: Collection[Path] = ()) -> list[str]:
+        """Unmount and remove every staging point but those in ``keep`` (never a recursive
+        delete: a point that is still mounted is left alone and reported)."""
+        problems = release_points([point for point in self.points if point not in keep])
         for directory in (self.directory, self.directory.parent):
             with contextlib.suppress(OSError):
                 directory.rmdir()

@@ -2,7 +2,7 @@
 --prompt|--resume|--continue` and `sbx sessions NAME` (sbx.usecases.named.start) run.
 
 The verbs and the launch argv are the ones recorded when the sandbox was created (the
-workload's own declaration, sbx.usecases.namedrecord.session_record); each runs as a process
+workload's own declaration, sbx.usecases.namedcreated.session_record); each runs as a process
 of the sandbox (as `sbx exec` does: its user, hardening and egress), which is created first
 when missing and started when stopped. The sandbox's own workload stays as it was created.
 """

@@ -28,14 +28,13 @@ from sbx.usecases.named.admit import admit_recorded
 from sbx.usecases.named.listing import load_named, owned_objects
 from sbx.usecases.named.session import attach, exec_in
 from sbx.usecases.named.sessions import SessionList, recorded_adapter, recorded_argv
-from sbx.usecases.namedkits import follow
+from sbx.usecases.namedfollow import follow
 from sbx.usecases.namedrecord import (
     CREATION_OPTIONS,
     creation_options,
     hold_creation,
     release_creation,
 )
-from sbx.usecases.recreate import recreate
 from sbx.usecases.run.request import NO_HOST_STREAMS, OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
@@ -69,6 +68,9 @@ def run_named(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
                            on_warning=on_warning, on_notice=on_notice,
                            confirm_kits=confirm_kits)
         if request.recreate:
+            # The kits decoded and composed again: only --recreate makes a container anew.
+            from sbx.usecases.recreate import recreate
+
             return recreate(ctx, record, request, on_output=on_output, progress=progress,
                             on_warning=on_warning, on_notice=on_notice,
                             confirm_kits=confirm_kits)
@@ -276,12 +278,14 @@ def _restage(ctx: AppContext, record: SandboxRecord,
     if not log or not staging_available():
         return [(pin.target, pin.source) for pin in pins]
     staging = Staging.for_named(ctx.home_hash, record.name)
-    problems = staging.release()
+    held = staging.mounted_filesystems(log)  # a volume still mounted from its file stays
+    problems = staging.release(keep=held)
     if problems:
         raise SbxError(Reason.CREATE_FAILED, "; ".join(problems))
-    for entry in log:
+    for index, entry in enumerate(log):
         if entry.get("kind") == "fs":
-            staging.remount_filesystem(Path(str(entry["image"])))
+            staging.remount_filesystem(Path(str(entry["image"])),
+                                       held=staging.directory / str(index) in held)
         else:
             staged = by_path.get(str(entry.get("path")))
             if staged is None:

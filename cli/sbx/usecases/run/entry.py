@@ -12,6 +12,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.sandbox.records import SandboxStore, check_name
 from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
+from sbx.usecases.named.start import run_named, run_verb_named
 from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
@@ -56,9 +57,6 @@ def run(ctx: AppContext, request: RunRequest, *, on_output: OutputSink,
     if request.session is not None and request.session.verb == "acp":
         request = acp_request(request)
     if request.name is not None:
-        # A named sandbox's start, kits followed again and recreation: not a one-shot run's.
-        from sbx.usecases.named.start import run_named, run_verb_named
-
         if request.session is not None:  # the verb as a process of the sandbox
             return _session_named(ctx, request, run_verb_named(
                 ctx, request, on_output=on_output, progress=progress, on_warning=on_warning,

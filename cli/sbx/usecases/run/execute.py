@@ -168,13 +168,10 @@ def _keep_named(ctx: AppContext, plan: RunPlan, request: RunRequest, created: Cr
     this run); True when it was started detached (nothing to attach to here)."""
     # Only a named sandbox records itself (with its kits' state) and has a keeper (whose proxy
     # start loads the egress plan and kit composition): not a one-shot run's path.
-    from sbx.usecases import keeper
-    from sbx.usecases.namedrecord import record_created  # as above: a named sandbox only
+    from sbx.usecases.namedcreated import keep_created
 
-    record_created(ctx, plan, created_ids(created, container_id), request)
+    keep_created(ctx, plan, created_ids(created, container_id), request)
     created.kept = True
-    keeper.ensure_idle_keeper(runrecord.run_dir(ctx.state_home, plan.run_id), plan.run_id,
-                              ctx.env)
     if not request.detach:
         return False
     _audit_started(ctx, plan)

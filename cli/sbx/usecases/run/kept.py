@@ -12,7 +12,6 @@ import os
 from collections.abc import Callable
 
 from sbx.base.errors import SbxError
-from sbx.domain.kits.reference import name_of
 from sbx.domain.sandbox.keep import keeps, kept_name
 from sbx.domain.sandbox.records import SandboxStore
 from sbx.usecases.context import AppContext
@@ -54,6 +53,9 @@ def kept_request(ctx: AppContext, request: RunRequest,
 
 
 def _short_name(ctx: AppContext, workload: str) -> bool:
+    # The kit resolver (the lock, the registry's names): only a run without --keep/--rm asks.
+    from sbx.domain.kits.reference import name_of
+
     try:
         return name_of(workload, cwd=ctx.cwd, lock_home=ctx.state_home).source == "bundled"
     except SbxError:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sbx.usecases.run.plan import RunPlan
+if TYPE_CHECKING:
+    from sbx.usecases.run.plan import RunPlan
 
 
 @dataclass
