@@ -463,6 +463,22 @@ def probed_path(ok: bool, header: str | None) -> tuple[int | None, int | None]:
     return unix_mode(go_mode), path_stat({**stat, "mode": go_mode}).mode
 
 
+def probed_paths(dirs: Sequence[str], paths: Sequence[str],
+                 head: Callable[[str], tuple[bool, str | None]],
+                 ) -> tuple[dict[str, int | None], dict[str, int | None]]:
+    """Directory modes of ``dirs`` and ``st_mode`` of ``paths``, one HEAD per path however
+    both ask for it: ``head(path)`` is a transport's (found, path-stat header)."""
+    modes: dict[str, int | None] = {}
+    stats: dict[str, int | None] = {}
+    for path in dict.fromkeys((*dirs, *paths)):
+        mode, st_mode = probed_path(*head(path))
+        if path in dirs:
+            modes[path] = mode
+        if path in paths:
+            stats[path] = st_mode
+    return modes, stats
+
+
 def unix_mode(go_mode: int) -> int | None:
     """A Go ``os.FileMode`` (as the engine reports it) → unix permission bits; None if it is
     not a directory."""

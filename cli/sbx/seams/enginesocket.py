@@ -36,7 +36,7 @@ from sbx.seams.engine import (
     image_info,
     named_entry,
     path_stat,
-    probed_path,
+    probed_paths,
     registry_chunk,
     sandbox_files,
     short_error,
@@ -327,8 +327,6 @@ class SocketEngine(SdkEngine):
                     labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         action = f"reading {', '.join((*files, *dirs, *paths))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
-        modes: dict[str, int | None] = {}
-        stats: dict[str, int | None] = {}
         with self._probe(image_id, labels, action) as cid:
             for path in files:
                 status, data, _response = self._call(
@@ -341,16 +339,14 @@ class SocketEngine(SdkEngine):
                                    data)
                 else:
                     found[path] = first_file_of_archive(data)
-            for path in dict.fromkeys((*dirs, *paths)):
+
+            def head(path: str) -> tuple[bool, str | None]:
                 status, _data, response = self._call(
                     "HEAD", f"/containers/{cid}/archive", action=action,
                     reason=Reason.CREATE_FAILED, params={"path": path})
-                mode, st_mode = probed_path(status == 200,
-                                            response.headers.get(PATH_STAT_HEADER))
-                if path in dirs:
-                    modes[path] = mode
-                if path in paths:
-                    stats[path] = st_mode
+                return status == 200, response.headers.get(PATH_STAT_HEADER)
+
+            modes, stats = probed_paths(dirs, paths, head)
         return ImageProbe(found, modes, stats)
 
     def container_state(self, container_id: str) -> str | None:

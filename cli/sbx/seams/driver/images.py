@@ -18,7 +18,7 @@ from sbx.seams.engine import (
     ImageProbe,
     first_file_of_archive,
     image_info,
-    probed_path,
+    probed_paths,
     short_error,
     situation_hint,
     split_tag,
@@ -104,8 +104,6 @@ class SdkImages(SdkContainers):
 
         action = f"reading {', '.join((*files, *dirs, *paths))} from image {image_id[:19]}"
         found: dict[str, bytes | None] = {}
-        modes: dict[str, int | None] = {}
-        stats: dict[str, int | None] = {}
         with self._probe_container(image_id, labels, action) as cid, \
                 self._engine_errors(action):
             for path in files:
@@ -115,15 +113,13 @@ class SdkImages(SdkContainers):
                     found[path] = None
                     continue
                 found[path] = first_file_of_archive(b"".join(chunks))
-            for path in dict.fromkeys((*dirs, *paths)):
+
+            def head(path: str) -> tuple[bool, str | None]:
                 response = self._api.head(self._api._url("/containers/{0}/archive", cid),
                                           params={"path": path})
-                mode, st_mode = probed_path(response.status_code == 200,
-                                            response.headers.get(PATH_STAT_HEADER))
-                if path in dirs:
-                    modes[path] = mode
-                if path in paths:
-                    stats[path] = st_mode
+                return response.status_code == 200, response.headers.get(PATH_STAT_HEADER)
+
+            modes, stats = probed_paths(dirs, paths, head)
         return ImageProbe(found, modes, stats)
 
     @contextmanager
