@@ -15,7 +15,7 @@ import pytest
 from sbx.domain.egress.kitregistry import HOST, OCI_MANIFEST
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from sbx.seams.kitstore import KitStore
+from sbx.usecases.kitstore import KitStore
 from tests.support.origin import Internet, ProxyProcess, Response
 
 BASE = f"http://{HOST}"

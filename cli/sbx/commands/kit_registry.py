@@ -9,7 +9,7 @@ import typer
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress.kitregistry import HOST, STORE_DIR, TAG_PATTERN, valid_name
-from sbx.seams.kitstore import KitStore, TagInfo
+from sbx.usecases.kitstore import KitStore, TagInfo
 from sbx.views import kit as kit_view
 
 

@@ -1,5 +1,5 @@
 """The kit registry, answered by the proxy itself for a sandbox granted ``kit-registry@1``: the
-OCI distribution API over the state home's kit store (:mod:`sbx.seams.kitstore`), scoped to
+OCI distribution API over the state home's kit store (:mod:`sbx.usecases.kitstore`), scoped to
 ``kits/`` (:mod:`sbx.domain.egress.kitregistry` decides every route). Nothing is dialled: the
 registry is this process, so the grant is reachability and nothing more."""
 
@@ -33,7 +33,7 @@ from sbx.proxy.context import ProxyContext
 from sbx.proxy.dialing import Site
 from sbx.proxy.recorder import Traffic, mark_start
 from sbx.proxy.streams import Stream, flush, next_event
-from sbx.seams.kitstore import CHUNK, KitStore, StoreFull
+from sbx.usecases.kitstore import CHUNK, KitStore, StoreFull
 
 API_VERSION = (b"docker-distribution-api-version", b"registry/2.0")
 JSON = (b"content-type", b"application/json")

@@ -27,7 +27,7 @@ from sbx.proxy.relay import Tunnel
 from sbx.proxy.sshrelay import SSHAgentRelay
 from sbx.proxy.streams import READ_SIZE
 from sbx.proxy.userrules import UserRules
-from sbx.seams.kitstore import KitStore
+from sbx.usecases.kitstore import KitStore
 
 
 def write_stderr(message: str) -> None:

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from sbx.domain.kits.reference import ShortName
     from sbx.domain.kits.surfacetypes import Widening
     from sbx.domain.sandbox.hostmounts import StoredMount
-    from sbx.seams.kitstore import TagInfo
     from sbx.usecases.kitinit import KitInitResult
     from sbx.usecases.kitpush import PushResult
+    from sbx.usecases.kitstore import TagInfo
     from sbx.usecases.kitvalidate import KitValidation
     from sbx.usecases.pull import PullResult
 

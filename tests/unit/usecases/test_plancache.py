@@ -339,7 +339,7 @@ def test_no_entry_carries_privilege(setup: dict[str, Any]) -> None:
     entry["request"]["allow_privileged"] = True
     path.write_text(json.dumps(entry), encoding="utf-8")
     hit = _lookup(setup)
-    assert hit is None or not hit.recipe.facts.privileged
+    assert hit is None or hit.recipe is None or not hit.recipe.facts.privileged
 
 
 @pytest.mark.parametrize("uid", [0, -1])
@@ -448,6 +448,7 @@ def test_limit_flags_come_back_with_the_request_and_bounds_with_the_recipe(
     assert hit is not None
     assert (hit.request.memory_bytes, hit.request.cpu_millis, hit.request.pids) == \
         (256 << 20, 500, 64)
+    assert hit.recipe is not None
     assert hit.recipe.bounds == {"memory_bytes": 1 << 32, "cpu_millis": 2000, "pids": 256}
 
 

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-HOST: Final = "kit-registry.sbx.internal"  # .internal: reserved for private use (ICANN, 2024)
-ENV_NAME: Final = "SBX_KIT_REGISTRY"  # what the sandbox reads: the registry's host name
+# The announced name and variable belong to the capability type, which plans them.
+from sbx.domain.kits.captypes.kit_registry import ENV_NAME, HOST
+
 STORE_DIR: Final = "kit-registry"  # under the state home
 NAMESPACE: Final = "kits"
 MAX_MANIFEST_BYTES: Final = 4 * 1024 * 1024

@@ -75,7 +75,8 @@ def _ecdsa(curve: ec.EllipticCurve, name: bytes, digest: hashes.HashAlgorithm
 def _rsa(bits: int = 2048, algorithm: bytes = b"rsa-sha2-256") -> tuple[bytes, Signer]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
     numbers = key.public_key().public_numbers()
-    digest = hashes.SHA512() if algorithm == b"rsa-sha2-512" else hashes.SHA256()
+    digest: hashes.HashAlgorithm = (hashes.SHA512() if algorithm == b"rsa-sha2-512"
+                                    else hashes.SHA256())
     if algorithm == b"ssh-rsa":
         digest = hashes.SHA1()  # noqa: S303 - the signature sbx must refuse
     return (_s(b"ssh-rsa") + _mpint(numbers.e) + _mpint(numbers.n),
@@ -224,7 +225,7 @@ def test_known_hosts_plain_hashed_wildcard_bracketed_and_revoked() -> None:
     assert len(entries) == 4
     names = known_names(hostkey, entries, ["git.test", "ci.test", "mirror.test", "a.wild.test",
                                            "bad.wild.test", "other.test", "git.tes"])
-    assert names == {"git.test", "ci.test", "mirror.test", "a.wild.test"}
+    assert names == frozenset({"git.test", "ci.test", "mirror.test", "a.wild.test"})
     assert known_names(other, entries, ["ci.test"]) == frozenset()
     revoked = [*entries, KnownHost(("*",), hostkey, revoked=True)]
     assert known_names(hostkey, revoked, ["git.test"]) is None

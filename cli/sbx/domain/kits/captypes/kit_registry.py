@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from sbx.domain.egress.kitregistry import ENV_NAME, HOST
 from sbx.domain.kits.captypes.base import Handler
 from sbx.domain.kits.types import KIT_REGISTRY
+
+HOST: Final = "kit-registry.sbx.internal"  # .internal: reserved for private use (ICANN, 2024)
+ENV_NAME: Final = "SBX_KIT_REGISTRY"  # what the sandbox reads: the registry's host name
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
@@ -33,4 +35,4 @@ class KitRegistryType(Handler):
 
 HANDLER: Final = KitRegistryType()
 
-__all__ = ["HANDLER", "KitRegistryType"]
+__all__ = ["ENV_NAME", "HANDLER", "HOST", "KitRegistryType"]

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from sbx.domain.egress.kitregistry import OCI_MANIFEST
-from sbx.seams.kitstore import PUSH_GRACE_S, STALE_UPLOAD_S, KitStore
+from sbx.usecases.kitstore import PUSH_GRACE_S, STALE_UPLOAD_S, KitStore
 
 
 def _blob(store: KitStore, name: str, data: bytes) -> str:
