@@ -77,8 +77,8 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
                            "push or build is bounded by its silence instead (30 min). Past "
                            "it, or past sbx's size bounds, sbx stops reading "
                            "(`docker_unreachable`, or `engine_lost` during a run)."),
-    ("SBX_FAST_PULL", "When 0, `sbx pull` is always read by the full command-line parser (by "
-                      "default a pull with only its plain flags is read without it)."),
+    ("SBX_FAST_PULL", "When 0, `sbx pull` is always read by the command-line parser (by "
+                      "default a pull with the same words as an earlier one reuses its parse)."),
     ("SBX_REGISTRY_HTTP", "When `requests`, every registry request goes through requests (by "
                           "default a manifest or token GET without a proxy or .netrc uses "
                           "sbx's small HTTP client)."),

@@ -101,7 +101,7 @@ def _command_name(args: Sequence[str]) -> str:
     if not words:
         return "sbx"
     if words[0] in ("run", "pull"):  # no group: known without importing the CLI (the paths
-        return words[0]              # that skip typer: a cached run, a pull read by hand)
+        return words[0]              # that skip typer: a cached run, a remembered pull)
     return " ".join(words) if words[0] in cli_app.GROUPS and len(words) == 2 else words[0]
 
 
@@ -166,7 +166,7 @@ def cli(argv: Sequence[str] | None = None, *, env: Mapping[str, str] | None = No
 
 def _invoke(launch: Launch, head: list[str]) -> Any:
     """A run whose plan is cached runs without the CLI parser (sbx.usecases.plancache), and so
-    do a pull with plain flags (sbx.commands.pull_fast) and `sbx --help` on a terminal of 80
+    does a pull typer parsed before (sbx.commands.pull_fast) and `sbx --help` on a terminal of 80
     columns or more (sbx.commands.help_fast); every other command line goes through typer."""
     page = help_fast.page(head)
     if page is not None:

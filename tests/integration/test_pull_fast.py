@@ -1,8 +1,8 @@
-"""`sbx pull` read by hand (sbx.commands.pull_fast) against a real registry and engine: the
-same stdout, stderr, exit status, lock and audit records as the typer path on the same pulls;
-no typer, requests or docker SDK imported; the small registry client and requests read the
-same manifests and refuse alike, with and without a bearer-token dance; the socket's engine
-pull lands the image the SDK's does."""
+"""`sbx pull` from typer's remembered parse (sbx.commands.pull_fast) against a real registry
+and engine: the same stdout, stderr, exit status, lock and audit records as the typer path on
+the same pulls; no typer, requests or docker SDK imported; the small registry client and
+requests read the same manifests and refuse alike, with and without a bearer-token dance; the
+socket's engine pull lands the image the SDK's does."""
 
 from __future__ import annotations
 
@@ -57,20 +57,33 @@ def sbx(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def both_paths(env: dict[str, str], state_home: Path, args: tuple[str, ...], *,
-               before: Callable[[], None] = lambda: None) -> subprocess.CompletedProcess[str]:
-    """Run ``sbx ARGS`` through typer and by hand from the same state (the state home is
-    restored in between, ``before`` readies the image store each time); assert the two agree
-    on stdout, stderr, exit status, the lock and the audit records' kinds and details."""
+               before: Callable[[], None] = lambda: None,
+               parsed: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``sbx ARGS`` through typer, then from typer's remembered parse, from the same state
+    (the state home is restored in between but for the parses, ``before`` readies the image
+    store each time); assert the two agree on stdout, stderr, exit status, the lock and the
+    audit records' kinds and details."""
     state_home.mkdir(parents=True, exist_ok=True)
     saved = state_home.parent / f"{state_home.name}.saved"
-    shutil.rmtree(saved, ignore_errors=True)
+    parses = state_home.parent / f"{state_home.name}.parses"
+    words = state_home / "cache" / "words"
+    for stale in (saved, parses):
+        shutil.rmtree(stale, ignore_errors=True)
     shutil.copytree(state_home, saved, symlinks=True)
     outcomes = []
     for extra in (TYPER, {}):
+        if words.is_dir():
+            shutil.copytree(words, parses, symlinks=True)
         shutil.rmtree(state_home)
         shutil.copytree(saved, state_home, symlinks=True)
+        if parses.is_dir():
+            shutil.rmtree(words, ignore_errors=True)
+            shutil.copytree(parses, words, symlinks=True)
+            shutil.rmtree(parses)
         before()
         done = sbx({**env, **extra}, *args)
+        if extra is TYPER:  # typer's parse is kept exactly when it parsed the words
+            assert (words.is_dir() and any(words.iterdir())) is parsed, args
         lock = state_home / "kits.lock.json"
         records = [(e["event_type"], e["details"]) for e in audit.read_events(state_home)]
         outcomes.append((done, lock.read_text(encoding="utf-8") if lock.exists() else None,
@@ -131,7 +144,7 @@ def test_both_parsers_answer_alike(env: dict[str, str], state_home: Path, tmp_pa
 def test_words_typer_must_read_still_reach_typer(env: dict[str, str], state_home: Path) -> None:
     for args in (("pull",), ("pull", "--help"), ("pull", "--acept", "x/y:1"),
                  ("pull", "--accept=yes", "x/y:1"), ("--json", "pull", "x/y:1")):
-        done = both_paths(env, state_home, args)
+        done = both_paths(env, state_home, args, parsed=False)
         assert done.returncode in (0, 2), done.stderr
 
 

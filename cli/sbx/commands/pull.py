@@ -31,6 +31,7 @@ def pull(
     --accept, else the pull is refused (permission_widened) and nothing changes; narrowing
     applies silently. Layers are pulled by digest, then the lock is written atomically.
     """
+    pull_fast.remember(ctx.obj, references, accept=accept)
     return pull_fast.run_pull(ctx.obj, references, accept=accept)
 
 

@@ -1,26 +1,22 @@
-"""`sbx pull [--accept] [--json] REF...` read by hand, without the CLI parser (issue 15).
-
-The common re-pull pays no typer: when the words are exactly sbx's global flags, ``pull``,
-its two flags and references, they are parsed here; any other word (``--help``, an unknown or
-misspelt option, ``--accept=…``, no reference, a ``--`` tail) returns None and typer parses the
-command line as before, with its usage errors (``SBX_FAST_PULL=0``: always). What happens
-next is
-:mod:`sbx.commands.pull`'s: the same core call, the same confirmation, the same rendering.
+"""`sbx pull` with the same words as an earlier pull runs without the CLI parser: typer's parse
+of those words was kept (:mod:`sbx.usecases.parsedwords`) and is used again. There is one
+parser; any words it has not read yet, ``--help`` and every usage error go to it
+(``SBX_FAST_PULL=0``: every pull). What happens next is the same for both: :func:`run_pull`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sbx.base.deferred import deferred
+from sbx.base.strictjson import as_bool, as_str
+from sbx.usecases import parsedwords
 from sbx.views import kit as kit_view
 
 if TYPE_CHECKING:
     from sbx.usecases import pull as pull_core
-else:  # imported on first use: a pull read by hand loads neither typer nor its parser
+else:  # imported on first use: `sbx pull --help` loads no registry client
     pull_core = deferred("sbx.usecases.pull")
 
 if TYPE_CHECKING:
@@ -28,57 +24,31 @@ if TYPE_CHECKING:
     from sbx.usecases.context import AppContext
 
 SWITCH_ENV: Final = "SBX_FAST_PULL"  # "0": every pull through typer
-_FLAGS: Final = frozenset({"--accept", "--json"})
-_SHORT_VERBOSE: Final = re.compile(r"^-v+$")
-
-
-@dataclass(frozen=True)
-class PullWords:
-    references: tuple[str, ...]
-    accept: bool
-    verbose: int
-    traceback: bool
-
-
-def parse(argv: Sequence[str], passthrough: tuple[str, ...] | None) -> PullWords | None:
-    """The request of ``[GLOBAL...] pull [--accept] [--json] REF...`` (global flags first, as
-    sbx.__main__ hoists them); None for anything else."""
-    if passthrough is not None:
-        return None
-    verbose, traceback, index = 0, False, 0
-    while index < len(argv) and argv[index] != "pull":
-        word = argv[index]
-        if word == "--verbose":
-            verbose += 1
-        elif _SHORT_VERBOSE.match(word):
-            verbose += len(word) - 1
-        elif word == "--traceback":
-            traceback = True
-        else:
-            return None
-        index += 1
-    rest = argv[index + 1:]
-    if index == len(argv) or any(w.startswith("-") and w not in _FLAGS for w in rest):
-        return None
-    references = tuple(w for w in rest if not w.startswith("-"))
-    if not references:
-        return None
-    return PullWords(references, "--accept" in rest, verbose, traceback)
+VERB: Final = "pull"
 
 
 def pull_by_hand(launch: Launch) -> int | None:
-    """The exit status of the pull; None when the words need typer."""
+    """The exit status of a pull whose words were parsed before; None when typer must read
+    them."""
     if launch.env.get(SWITCH_ENV) == "0":
         return None
-    words = parse(launch.argv, launch.passthrough)
-    if words is None:
+    parsed = parsedwords.recall(launch.env, VERB, launch.argv, launch.passthrough)
+    if parsed is None:
         return None
-    app = launch.context(verbose=words.verbose, traceback=words.traceback)
-    return run_pull(app, words.references, accept=words.accept)
+    try:
+        words = parsed.values["references"]
+        references = tuple(as_str(r) for r in words) if isinstance(words, list) else ()
+        accept = as_bool(parsed.values["accept"])
+    except (KeyError, TypeError):
+        return None  # not a pull's parse: typer reads the words again
+    if not references:
+        return None
+    app = launch.context(verbose=parsed.verbose, traceback=parsed.traceback)
+    return run_pull(app, references, accept=accept)
 
 
 def run_pull(app: AppContext, references: Sequence[str], *, accept: bool) -> int:
-    """The pull and its rendering, for both parsers: a confirmation on a terminal (else
+    """The pull and its rendering, for both entries: a confirmation on a terminal (else
     --accept or a refusal), the core call, the result (human or the JSON envelope)."""
     import functools
 
@@ -91,4 +61,9 @@ def run_pull(app: AppContext, references: Sequence[str], *, accept: bool) -> int
     return 0
 
 
-__all__ = ["SWITCH_ENV", "PullWords", "parse", "pull_by_hand", "run_pull"]
+def remember(app: AppContext, references: Sequence[str], *, accept: bool) -> None:
+    """Keep typer's parse of these words for the next pull of the same words."""
+    parsedwords.remember(app, VERB, {"references": list(references), "accept": accept})
+
+
+__all__ = ["SWITCH_ENV", "VERB", "pull_by_hand", "remember", "run_pull"]

@@ -29,6 +29,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxRecord, kit_words
 from sbx.seams import owned
 from sbx.usecases import plancache
+from sbx.usecases.codeprint import code_fingerprint
 from sbx.usecases.context import AppContext
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def inputs_digest(ctx: AppContext, record: SandboxRecord) -> str | None:
         kits.append([word, tree])
     run_dir = runrecord.run_dir(ctx.state_home, record.run_id)
     material = {
-        "format": FORMAT, "sbx": __version__, "code": plancache.code_fingerprint(),
+        "format": FORMAT, "sbx": __version__, "code": code_fingerprint(),
         "euid": os.geteuid(), "cwd": str(ctx.cwd),
         "env": sorted((k, v) for k, v in ctx.env.items() if k not in plancache.VOLATILE_ENV),
         "record": [record.name, record.run_id, record.workload, list(record.kits),

@@ -75,6 +75,7 @@ from sbx.base.strictjson import (
 )
 from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams import owned
+from sbx.usecases.codeprint import code_fingerprint
 from sbx.usecases.run.recipe import Recipe
 from sbx.usecases.run.request import RunRequest
 
@@ -122,27 +123,6 @@ def request_key(env: Mapping[str, str], cwd: Path, argv: Sequence[str],
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode("utf-8",
                                                                       "surrogatepass")).hexdigest()
-
-
-_CODE: list[str] = []
-
-
-def code_fingerprint() -> str:
-    """sbx's own modules (names, sizes, modification times): an edited checkout of the same
-    version does not reuse plans an older planner made."""
-    if _CODE:
-        return _CODE[0]
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                info = os.stat(os.path.join(directory, name))
-                digest.update(f"{directory}/{name}:{info.st_size}:{info.st_mtime_ns}\n".encode(
-                    "utf-8", "surrogatepass"))
-    _CODE.append(digest.hexdigest())
-    return _CODE[0]
 
 
 def file_digest(path: Path) -> str | None:
@@ -408,6 +388,6 @@ def _opt_int(value: object) -> int | None:
     return None if value is None else as_int(value)
 
 
-__all__ = ["FORMAT", "SWITCH_ENV", "VOLATILE_ENV", "Hit", "cacheable", "code_fingerprint",
+__all__ = ["FORMAT", "SWITCH_ENV", "VOLATILE_ENV", "Hit", "cacheable",
            "config_dependency", "file_digest", "forget", "lookup", "remember", "remember_start",
            "request_key", "store", "tree_digest"]

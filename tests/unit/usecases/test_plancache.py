@@ -16,7 +16,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits.sessions import SessionAsk
 from sbx.seams.engine import ImageInfo
 from sbx.seams.session.mode import HostStreams
-from sbx.usecases import plancache
+from sbx.usecases import codeprint, plancache
 from sbx.usecases.run.recipe import PlanFacts, Recipe
 from sbx.usecases.run.request import RunRequest
 
@@ -126,7 +126,7 @@ def test_shell_bookkeeping_variables_are_not_part_of_the_key(setup: dict[str, An
 def test_sbx_code_change_is_a_miss(setup: dict[str, Any],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     assert _store(setup)
-    monkeypatch.setattr(plancache, "_CODE", ["another planner"])
+    monkeypatch.setattr(codeprint, "_CODE", ["another planner"])
     assert _lookup(setup) is None
 
 
