@@ -304,6 +304,16 @@ def write_crash_report(env: Mapping[str, str], argv: Sequence[str]) -> Path | No
         return None
 
 
+def lost_helper(argv: Sequence[str]) -> int:
+    """The resident helper took the command and ended with it, neither saying how it ended."""
+    head, _tail = split_passthrough(list(argv))
+    renderer = Renderer(sys.stdout, sys.stderr, as_json="--json" in head, env=os.environ)
+    error = SbxError(Reason.RESIDENT_LOST, "the resident helper running this command ended "
+                     "without its exit status")
+    renderer.error(error, _command_name(hoist_global_options(head)))
+    return int(error.exit_status)
+
+
 def main() -> None:
     for signum in INTERRUPTING_SIGNALS:
         signal.signal(signum, interrupt)
@@ -330,5 +340,5 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["Launch", "cli", "hoist_global_options", "main", "split_passthrough",
+__all__ = ["Launch", "cli", "hoist_global_options", "lost_helper", "main", "split_passthrough",
            "write_crash_report"]

@@ -201,6 +201,15 @@ COMMANDS: Final[Mapping[str, Command | Group]] = {
         "serve": Command("sbx.commands.mcp:serve",
             'Serve MCP on stdin/stdout (JSON-RPC, one message a line) until stdin ends.'),
     }),
+    "resident": Group("This user's resident helper: commands served by a process with sbx "
+                      "loaded.", {
+        "start": Command("sbx.commands.resident:start",
+            'Start the resident helper (a socket only you can open; exits when idle).'),
+        "stop": Command("sbx.commands.resident:stop",
+            'Stop the resident helper once the commands it runs have ended.'),
+        "status": Command("sbx.commands.resident:status",
+            'Whether the resident helper runs, what it served and declined, its memory.'),
+    }),
 }
 
 

@@ -44,7 +44,8 @@ def test_the_listed_summary_is_the_first_paragraph_of_the_real_help(
 
 
 def test_the_groups_are_the_tables_groups() -> None:
-    assert {"secret", "kit", "skills", "config", "policy", "mcp", "template"} == GROUPS
+    assert {"secret", "kit", "skills", "config", "policy", "mcp", "template", "resident"} \
+        == GROUPS
     assert app.registered_commands == [] and app.registered_groups == []
 
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # decoding, a use case) off a path that never uses it: `sbx --help`, a command's `--help`, the
 # cached run. None holds an import circle together (test_import_cycles.py finds any); a light
 # module, or a shared piece that can move lower down, is imported at the top instead.
-BUDGET = 63
+BUDGET = 65
 
 
 @functools.cache

@@ -201,7 +201,7 @@ def test_distribution_metadata() -> None:
     assert project["license"] == "Apache-2.0"  # an SPDX expression (PEP 639)
     assert project["license-files"] == ["LICENSE"]
     assert "Apache License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
-    assert project["scripts"] == {"sbx": "sbx.__main__:main"}
+    assert project["scripts"] == {"sbx": "sbx.launcher:main"}
     assert set(project["urls"]) >= {"Homepage", "Documentation"}
     # PEP 639: no License :: classifier next to an SPDX expression.
     assert not [c for c in project["classifiers"] if c.startswith("License ::")]

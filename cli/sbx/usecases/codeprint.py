@@ -12,8 +12,13 @@ _CODE: list[str] = []
 
 def code_fingerprint() -> str:
     """Computed once per process: a walk of the package's ``.py`` files, no reading."""
-    if _CODE:
-        return _CODE[0]
+    if not _CODE:
+        _CODE.append(walk_fingerprint())
+    return _CODE[0]
+
+
+def walk_fingerprint() -> str:
+    """The fingerprint as the files are now (a long-lived process asks again)."""
     digest = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent
     for directory, dirs, files in os.walk(root):
@@ -23,8 +28,7 @@ def code_fingerprint() -> str:
                 info = os.stat(os.path.join(directory, name))
                 digest.update(f"{directory}/{name}:{info.st_size}:{info.st_mtime_ns}\n".encode(
                     "utf-8", "surrogatepass"))
-    _CODE.append(digest.hexdigest())
-    return _CODE[0]
+    return digest.hexdigest()
 
 
-__all__ = ["code_fingerprint"]
+__all__ = ["code_fingerprint", "walk_fingerprint"]

@@ -104,6 +104,8 @@ class Reason(enum.StrEnum):
     ENGINE_NOT_LOCAL = "engine_not_local"
     ENGINE_UNSUPPORTED = "engine_unsupported"
     ENGINE_UNKNOWN = "engine_unknown"
+    RESIDENT_UNAVAILABLE = "resident_unavailable"
+    RESIDENT_LOST = "resident_lost"
     LIMIT_OVER_BOUND = "limit_over_bound"
     COPY_REFUSED = "copy_refused"
     RUNTIME_MISSING = "runtime_missing"

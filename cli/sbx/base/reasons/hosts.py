@@ -65,6 +65,28 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "sandbox leave --engine out.",
         _E.REFUSED,
     ),
+    _R.RESIDENT_UNAVAILABLE: ReasonInfo(
+        "Resident helper could not start",
+        "`sbx resident start` could not start this user's resident helper: its directory "
+        "($XDG_RUNTIME_DIR/sbx, or /tmp/sbx-resident-UID without XDG_RUNTIME_DIR) is not a "
+        "directory of yours closed to everyone else (mode 0700, not a link), or the helper "
+        "exited before it served (its log, resident.log in that directory, says why). sbx "
+        "works without the helper: every command runs in its own process as before.",
+        "Make the directory yours and private (`chmod 700 DIR`, or remove it and let sbx make "
+        "it), read resident.log in it, then `sbx resident start` again; or go on without the "
+        "helper.",
+        _E.REFUSED,
+    ),
+    _R.RESIDENT_LOST: ReasonInfo(
+        "Resident helper lost during a command",
+        "The command was handed to this user's resident helper, and the helper and the "
+        "command both ended without reporting an exit status (killed, for example by the "
+        "out-of-memory killer or `kill -9`). Its sandbox, if it made one, is removed by its "
+        "own cleanup or by `sbx gc`.",
+        "Run the command again: with no helper listening it runs in its own process; "
+        "`sbx resident start` starts a new helper, `SBX_RESIDENT=0` bypasses it.",
+        _E.FAILED,
+    ),
     _R.ENGINE_NOT_LOCAL: ReasonInfo(
         "Needs an engine on this machine",
         "The engine is on another host (ssh://, or tcp:// to another address), and the run "

@@ -33,7 +33,7 @@ __sbx_node() {
     __sbx_variadic=0
     case "$1" in
         'sbx')
-            __sbx_subcommands='run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch save template completion secret kit skills config policy mcp'
+            __sbx_subcommands='run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch save template completion secret kit skills config policy mcp resident'
             __sbx_options='-v --verbose --traceback --version -h --help'
             ;;
         'sbx run')
@@ -263,6 +263,20 @@ __sbx_node() {
         'sbx mcp serve')
             __sbx_options='-h --help'
             ;;
+        'sbx resident')
+            __sbx_subcommands='start stop status'
+            __sbx_options='-h --help'
+            ;;
+        'sbx resident start')
+            __sbx_options='--idle --json -h --help'
+            __sbx_value_options='--idle'
+            ;;
+        'sbx resident stop')
+            __sbx_options='--json -h --help'
+            ;;
+        'sbx resident status')
+            __sbx_options='--json -h --help'
+            ;;
     esac
 }
 
@@ -278,7 +292,7 @@ __sbx_values() {
         'sbx run #1') __sbx_paths -d ;;
         'sbx explain -k' | 'sbx explain --kit') __sbx_paths -d ;;
         'sbx explain --phase') __sbx_words 'install runtime' ;;
-        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_not_found kit_set_digest kit_incoherent unsupported_capability publish_refused port_taken credential_unbound mount_blocked permission_widened permission_unapproved consent_required git_identity_missing ssh_agent_missing long_running_unnamed skill_no_destination skill_name_invalid skill_exists skill_not_found skill_source_invalid skill_source_unsafe skill_too_large host_services_exposed limit_over_bound sessions_unsupported acp_unavailable platform_unmet session_verb_missing session_id_invalid copy_refused workspace_copy_refused not_a_repository head_unborn not_a_clone branch_diverged git_missing not_a_template template_mismatch template_leak build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached stopped_idle engine_lost output_closed state_unwritable state_corrupt state_unsafe proxy_client_refused response_unmaskable credential_not_issued token_answer_unrewritable token_endpoint_ambiguous command_timeout login_failed engine_host_key engine_plain_tcp engine_unknown engine_not_local engine_unsupported runtime_missing' ;;
+        'sbx explain #0') __sbx_words 'docker_unreachable image_missing resource_limits_unenforced root_user unsupported_platform invalid_config invalid_kit kit_not_found kit_set_digest kit_incoherent unsupported_capability publish_refused port_taken credential_unbound mount_blocked permission_widened permission_unapproved consent_required git_identity_missing ssh_agent_missing long_running_unnamed skill_no_destination skill_name_invalid skill_exists skill_not_found skill_source_invalid skill_source_unsafe skill_too_large host_services_exposed limit_over_bound sessions_unsupported acp_unavailable platform_unmet session_verb_missing session_id_invalid copy_refused workspace_copy_refused not_a_repository head_unborn not_a_clone branch_diverged git_missing not_a_template template_mismatch template_leak build_failed hook_failed create_failed start_failed proxy_failed timeout egress_denied cleanup_failed invalid_argument interrupted internal_error secret_store_unsafe registry_unreachable workspace_unwritable detached stopped_idle engine_lost output_closed state_unwritable state_corrupt state_unsafe proxy_client_refused response_unmaskable credential_not_issued token_answer_unrewritable token_endpoint_ambiguous command_timeout login_failed engine_host_key engine_plain_tcp engine_unknown resident_unavailable resident_lost engine_not_local engine_unsupported runtime_missing' ;;
         'sbx doctor -k' | 'sbx doctor --kit') __sbx_paths -d ;;
         'sbx doctor #0') __sbx_paths -d ;;
         'sbx ports #0') __sbx_sandboxes ;;

@@ -62,7 +62,7 @@ end
 function __sbx_subcommands --argument-names node
     switch $node
         case 'sbx'
-            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch save template completion secret kit skills config policy mcp
+            printf '%s\n' run explain doctor pull gc version ls ports create start attach exec logs stop rm cp df sessions diff fetch save template completion secret kit skills config policy mcp resident
         case 'sbx template'
             printf '%s\n' ls rm
         case 'sbx secret'
@@ -77,6 +77,8 @@ function __sbx_subcommands --argument-names node
             printf '%s\n' log allow deny ls rm
         case 'sbx mcp'
             printf '%s\n' serve
+        case 'sbx resident'
+            printf '%s\n' start stop status
     end
 end
 
@@ -122,6 +124,8 @@ function __sbx_value_options --argument-names node
             printf '%s\n' --method --sandbox --phase --for
         case 'sbx policy deny'
             printf '%s\n' --method --sandbox --phase --for
+        case 'sbx resident start'
+            printf '%s\n' --idle
     end
 end
 
@@ -157,6 +161,7 @@ complete -c sbx -n '__sbx_arg "sbx" 0' -a skills -d 'List, add and remove the sk
 complete -c sbx -n '__sbx_arg "sbx" 0' -a config -d 'Show where the config file is and every setting in effect'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a policy -d 'See and steer egress: the request log, and your own allow and deny rules over...'
 complete -c sbx -n '__sbx_arg "sbx" 0' -a mcp -d 'Offer sbx\'s sandboxes to an orchestrating agent as MCP tools'
+complete -c sbx -n '__sbx_arg "sbx" 0' -a resident -d 'This user\'s resident helper: commands served by a process with sbx loaded'
 complete -c sbx -n '__sbx_in "sbx"' -s v -l verbose -d 'More detail on stderr: -v shows build and pull output and gc\'s reasons; -vv a...'
 complete -c sbx -n '__sbx_in "sbx"' -l traceback -d 'Re-raise unexpected errors with a traceback (accepted after the subcommand too)'
 complete -c sbx -n '__sbx_in "sbx"' -l version -d 'Print the version and exit'
@@ -289,6 +294,8 @@ complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'login_failed' -d 'Agent login
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_host_key' -d 'Engine host\'s key not trusted'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_plain_tcp' -d 'Unprotected engine connection'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_unknown' -d 'No such engine'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'resident_unavailable' -d 'Resident helper could not start'
+complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'resident_lost' -d 'Resident helper lost during a command'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_not_local' -d 'Needs an engine on this machine'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'engine_unsupported' -d 'Engine that sbx does not run sandboxes on'
 complete -c sbx -n '__sbx_arg "sbx explain" 0' -a 'runtime_missing' -d 'Runtime not on the engine'
@@ -596,3 +603,22 @@ complete -c sbx -n '__sbx_in "sbx mcp"' -s h -l help -d 'Show this message and e
 
 # sbx mcp serve
 complete -c sbx -n '__sbx_in "sbx mcp serve"' -s h -l help -d 'Show this message and exit'
+
+# sbx resident
+complete -c sbx -n '__sbx_arg "sbx resident" 0' -a start -d 'Start the resident helper (a socket only you can open; exits when idle)'
+complete -c sbx -n '__sbx_arg "sbx resident" 0' -a stop -d 'Stop the resident helper once the commands it runs have ended'
+complete -c sbx -n '__sbx_arg "sbx resident" 0' -a status -d 'Whether the resident helper runs, what it served and declined, its memory'
+complete -c sbx -n '__sbx_in "sbx resident"' -s h -l help -d 'Show this message and exit'
+
+# sbx resident start
+complete -c sbx -n '__sbx_in "sbx resident start"' -l idle -x -d 'Exit after this many seconds with no command to serve (1 to 604800)'
+complete -c sbx -n '__sbx_in "sbx resident start"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx resident start"' -s h -l help -d 'Show this message and exit'
+
+# sbx resident stop
+complete -c sbx -n '__sbx_in "sbx resident stop"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx resident stop"' -s h -l help -d 'Show this message and exit'
+
+# sbx resident status
+complete -c sbx -n '__sbx_in "sbx resident status"' -l json -d 'Print one JSON envelope'
+complete -c sbx -n '__sbx_in "sbx resident status"' -s h -l help -d 'Show this message and exit'

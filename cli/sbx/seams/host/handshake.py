@@ -19,9 +19,10 @@ class Handshake:
     ready_prefix: str
     ready_fields: int  # how many numbers the ready line carries
     former_modules: tuple[str, ...] = ()  # names earlier releases ran it under (still running)
+    interpreter_flags: tuple[str, ...] = ()
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", self.module, *args]
+        return [sys.executable, *self.interpreter_flags, "-m", self.module, *args]
 
     def ready_line(self, *numbers: int) -> str:
         if len(numbers) != self.ready_fields:
@@ -53,4 +54,8 @@ PROXY: Final = Handshake("sbx.proxy", "SBX-PROXY-READY", 1,
 KEEPER: Final = Handshake("sbx.keeper", "SBX-KEEPER-READY", 2,
                           former_modules=("sbx.usecases.keeper",))
 
-__all__ = ["KEEPER", "PROXY", "Handshake"]
+# This user's resident helper: ``python -P -m sbx.resident SOCKET IDLE_SECONDS`` (-P: the
+# directory it was started in is not on its module path); ready line: its pid.
+RESIDENT: Final = Handshake("sbx.resident", "SBX-RESIDENT-READY", 1, interpreter_flags=("-P",))
+
+__all__ = ["KEEPER", "PROXY", "RESIDENT", "Handshake"]
