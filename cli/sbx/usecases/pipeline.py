@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shlex
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -126,7 +127,7 @@ def selection(kit_set: KitSet, later: Sequence[SelectionRecord],
 
 
 def load(ctx: AppContext, request: WorkloadRequest) -> LoadedWorkload:
-    check_host()
+    check_host(os.name)
     config = ctx.load_config()
     if request.timeout_s is not None:
         config = config.with_sandbox_override("timeout_ms", timeout_ms(request.timeout_s),

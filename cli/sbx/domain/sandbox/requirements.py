@@ -6,7 +6,6 @@ doctor``'s host and engine checks, so the two can never disagree about what refu
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from sbx.base.errors import SbxError
@@ -19,11 +18,11 @@ if TYPE_CHECKING:
     from sbx.seams.engine import EngineInfo
 
 
-def check_host(os_name: str | None = None) -> None:
-    """sbx's isolation relies on unix semantics (uids, mount options, fd passing)."""
-    name = os.name if os_name is None else os_name
-    if name != "posix":
-        raise SbxError(Reason.UNSUPPORTED_PLATFORM, f"sbx runs on unix hosts, not {name}")
+def check_host(os_name: str) -> None:
+    """sbx's isolation relies on unix semantics (uids, mount options, fd passing); ``os_name``
+    is the host's ``os.name``."""
+    if os_name != "posix":
+        raise SbxError(Reason.UNSUPPORTED_PLATFORM, f"sbx runs on unix hosts, not {os_name}")
 
 
 def check_engine(info: EngineInfo) -> None:

@@ -14,6 +14,7 @@ the image build, the user from the image.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def prepare_cached(ctx: AppContext, request: RunRequest, run_id: str,
                    recipe: Recipe) -> RunPlan | None:
     """The plan of a cached recipe, with every check that depends on this moment made again;
     None when the full plan must be made instead."""
-    check_host()
+    check_host(os.name)
     if not recipe_approved(ctx.state_home, recipe):
         return None  # the full plan runs the kits' permission gate (it asks or refuses)
     return plan(ctx, request, run_id, FromCache(recipe))
