@@ -26,6 +26,7 @@ from sbx.base.render import Renderer
 from sbx.commands import help_fast
 from sbx.domain.sandbox import runargs
 from sbx.seams import state
+from sbx.seams.host import lookup
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.session.terminal import is_terminal
 from sbx.seams.signals import INTERRUPTING_SIGNALS, interrupt, interrupted
@@ -210,7 +211,9 @@ def _typer_outcome(launch: Launch, error: Exception, command: str,
 def _usage_hint(head: Sequence[str], usage: Exception) -> str | None:
     """A fix for the usage errors people coming from `docker run IMAGE CMD` make."""
     option = getattr(usage, "option_name", None)
-    return runargs.command_hint(head, option if isinstance(option, str) else None, Path.cwd())
+    cwd = Path.cwd()
+    return runargs.command_hint(head, option if isinstance(option, str) else None,
+                                lambda word: lookup.is_directory(cwd / word))
 
 
 def _dispatch(launch: Launch, head: list[str], environment: Mapping[str, str]) -> int:

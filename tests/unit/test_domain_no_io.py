@@ -58,7 +58,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/mounts",
     "sandbox/quarantine",
     "sandbox/records",
-    "sandbox/runargs",
     "sandbox/runrecord",
     "sandbox/skillstore",
     "sandbox/sources",

@@ -10,6 +10,7 @@ import typer
 from sbx.base.deferred import deferred
 from sbx.commands import engine_option, limit_options, publish_option, run_cached
 from sbx.domain.sandbox import durations, limitflags, runargs
+from sbx.seams.host import lookup
 from sbx.usecases import plancache
 from sbx.usecases.run import request as run_request
 from sbx.views import kit as kit_view
@@ -155,7 +156,8 @@ def run(
     workload_given = workload is not None  # else the record names it: read on every start
     workload, kits = entry.template_kits(app, template, workload, tuple(kit or ()))
     workload = entry.workload_of(app, workload, name)
-    runargs.check_workspace_word(workload, workspace, app.cwd, app.passthrough)
+    runargs.check_workspace_word(workload, workspace, app.passthrough,
+                                 is_directory=lambda word: lookup.is_directory(app.cwd / word))
     limits = limitflags.parse_flags(memory, cpus, pids)
     session = run_request.session_ask(prompt, resume, continue_=continue_, acp=acp)
     request = run_request.RunRequest(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sbx.base.deferred import deferred
 from sbx.base.render import Envelope
 from sbx.domain.sandbox import runargs
+from sbx.seams.host import lookup
 from sbx.usecases import plancache
 from sbx.views import kit as kit_view
 
@@ -56,7 +57,8 @@ def run_from_cache(launch: Launch) -> int | None:
         return None
     app = launch.context(verbose=hit.verbose, traceback=hit.traceback)
     request = hit.request
-    runargs.check_workspace_word(request.workload, request.workspace, app.cwd, app.passthrough)
+    runargs.check_workspace_word(request.workload, request.workspace, app.passthrough,
+                                 is_directory=lambda word: lookup.is_directory(app.cwd / word))
     renderer = app.renderer
     if hit.recipe is None:  # a named sandbox's start: the run's own entry, as typer calls it
         result = entry.run(app, request, on_output=renderer.workload_output,

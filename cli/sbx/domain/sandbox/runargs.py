@@ -7,22 +7,21 @@ not written as a path is far more likely a command, so the refusal shows the `--
 
 from __future__ import annotations
 
-import os
 import shlex
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.kits.pathcheck import looks_like_path
 
 
-def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
-                         command: Sequence[str] | None) -> None:
-    """Refuse a WORKSPACE that is no directory and reads as a command, hinting
-    ``sbx run WORKLOAD -- WORD``. Paths (``./x``, ``/x``, ``a/b``) are left to the mount
-    checks, which name the rule."""
-    if workspace is None or os.sep in workspace or os.path.isdir(cwd / workspace):
+def check_workspace_word(workload: str, workspace: str | None,
+                         command: Sequence[str] | None, *,
+                         is_directory: Callable[[str], bool]) -> None:
+    """Refuse a WORKSPACE that is no directory (``is_directory``: whether a word names one
+    here) and reads as a command, hinting ``sbx run WORKLOAD -- WORD``. Paths (``./x``, ``/x``,
+    ``a/b``) are left to the mount checks, which name the rule."""
+    if workspace is None or "/" in workspace or is_directory(workspace):
         return
     if looks_like_path(workspace):
         return
@@ -35,9 +34,11 @@ def check_workspace_word(workload: str, workspace: str | None, cwd: Path,
         details={"workspace": workspace})
 
 
-def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> str | None:
+def command_hint(argv: Sequence[str], unknown_option: str | None,
+                 is_directory: Callable[[str], bool]) -> str | None:
     """For ``sbx run ./kit ls -la`` (refused by the parser: ``-la`` is no option of sbx run), the
-    same line with ``--`` before the command word, or None when that is not what happened.
+    same line with ``--`` before the command word, or None when that is not what happened
+    (``is_directory``: whether a word names a directory here).
 
     The command word is the last positional word before the unknown option that names no
     directory and is not written as a path: the workload's own options belong after ``--``.
@@ -57,7 +58,7 @@ def command_hint(argv: Sequence[str], unknown_option: str | None, cwd: Path) -> 
         return None
     at = words[-1]
     word = argv[at]
-    if looks_like_path(word) or os.sep in word or os.path.isdir(cwd / word):
+    if looks_like_path(word) or "/" in word or is_directory(word):
         return None
     suggested = shlex.join(["sbx", *argv[:at], "--", *argv[at:]])
     return f"To run {shlex.join(argv[at:])!r} in the sandbox: {suggested}"

@@ -1,0 +1,54 @@
+"""What is at a host path as the kernel sees it now: its kind, where its links lead, its
+status, and the first bytes of a file the user names. What a path may be, and what a refusal
+says, is the domain's (:mod:`sbx.domain.sandbox.mounts`, :mod:`sbx.domain.sandbox.kitpins`...);
+these functions only look."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def absolute(path: str) -> str:
+    """``path`` made absolute against the current directory, lexically normalised."""
+    return os.path.abspath(path)
+
+
+def is_directory(path: str | Path) -> bool:
+    """Whether ``path`` is a directory (links followed); False when it cannot be looked up."""
+    return os.path.isdir(path)
+
+
+def is_file(path: str) -> bool:
+    """Whether ``path`` is a regular file (links followed); False when it cannot be looked up."""
+    return os.path.isfile(path)
+
+
+def is_link(path: str) -> bool:
+    """Whether ``path`` itself is a symbolic link."""
+    return os.path.islink(path)
+
+
+def lexists(path: str) -> bool:
+    """Whether anything is at ``path``, a dangling symbolic link included."""
+    return os.path.lexists(path)
+
+
+def real_path(path: str) -> str:
+    """``path`` with every symbolic link resolved (a missing tail kept as written)."""
+    return os.path.realpath(path)
+
+
+def status(path: str) -> os.stat_result:
+    """``stat`` of ``path``, links followed; raises OSError (ValueError for a NUL)."""
+    return os.stat(path)
+
+
+def read_head(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes from the start of the file at ``path``; raises OSError."""
+    with path.open("rb") as handle:
+        return handle.read(limit)
+
+
+__all__ = ["absolute", "is_directory", "is_file", "is_link", "lexists", "read_head",
+           "real_path", "status"]
