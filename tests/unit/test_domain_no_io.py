@@ -47,7 +47,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/statefile",
     "sandbox/copyin",
     "sandbox/copyout",
-    "sandbox/envflags",
     "sandbox/gitconfig",
     "sandbox/gitdirs",
     "sandbox/gitindex",

@@ -21,6 +21,7 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.host import lookup
 
 BOUNDARY_NAMES: Final = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY",
@@ -58,8 +59,7 @@ def parse_env(flags: Sequence[str], files: Sequence[str], *, host_env: Mapping[s
 def _file_entries(file: str, cwd: Path) -> list[tuple[str, str]]:
     path = Path(file) if Path(file).is_absolute() else cwd / file
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_ENV_FILE_BYTES + 1)
+        raw = lookup.read_head(path, MAX_ENV_FILE_BYTES + 1)
     except OSError as exc:
         raise SbxError(Reason.INVALID_ARGUMENT,
                        f"--env-file {file}: cannot be read ({exc.strerror or type(exc).__name__})"

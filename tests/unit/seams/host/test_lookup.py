@@ -1,0 +1,42 @@
+"""Path lookups (sbx.seams.host.lookup) on real files, links and directories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sbx.seams.host import lookup
+
+
+def test_each_kind_of_entry_is_told_apart(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    assert lookup.is_directory(tmp_path / "dir") and lookup.is_directory(str(tmp_path / "link"))
+    assert not lookup.is_directory(tmp_path / "file")
+    assert lookup.is_file(str(tmp_path / "file")) and not lookup.is_file(str(tmp_path / "dir"))
+    assert lookup.is_link(str(tmp_path / "link")) and not lookup.is_link(str(tmp_path / "dir"))
+    assert lookup.lexists(str(tmp_path / "dangling"))
+    assert not lookup.lexists(str(tmp_path / "missing"))
+    assert lookup.real_path(str(tmp_path / "link")) == os.path.realpath(tmp_path / "dir")
+
+
+def test_status_and_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert lookup.status(str(tmp_path / "file")).st_size == 1
+    with pytest.raises(FileNotFoundError):
+        lookup.status(str(tmp_path / "missing"))
+    monkeypatch.chdir(tmp_path)
+    assert lookup.absolute("a/../file") == str(Path.cwd() / "file")
+
+
+def test_a_bounded_read_stops_at_its_limit(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes(b"0123456789")
+    assert lookup.read_head(path, 4) == b"0123"
+    assert lookup.read_head(path, 100) == b"0123456789"
+    with pytest.raises(OSError):
+        lookup.read_head(tmp_path / "missing", 4)
