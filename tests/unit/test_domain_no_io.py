@@ -57,7 +57,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/mounts",
     "sandbox/quarantine",
     "sandbox/records",
-    "sandbox/runrecord",
     "sandbox/skillstore",
     "sandbox/sources",
     "sandbox/workspace_scan",

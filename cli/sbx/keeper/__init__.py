@@ -29,14 +29,13 @@ from typing import Any, Final
 from sbx.base.errors import SbxError
 from sbx.domain.credentials.secrets import decode_provided
 from sbx.domain.egress.plan import launch_proxy
-from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.idle import IdleWatch, Sample
 from sbx.seams import owned
 from sbx.seams.engine import Containers
 from sbx.seams.host.handshake import KEEPER
 from sbx.seams.ports import PortForwarder
 from sbx.seams.transports import open_engine
-from sbx.usecases import idlestop, publishedports
+from sbx.usecases import idlestop, publishedports, runstore
 from sbx.usecases.keeper import MAX_CONFIG_BYTES, MOVED_CONFIG, PID_FILE
 
 POLL_S: Final = 1.0
@@ -77,7 +76,7 @@ def _taken(host: str, port: int) -> bool:
 
 
 def _container_id(run_dir: Path) -> str | None:
-    return runrecord.container_id(run_dir)
+    return runstore.container_id(run_dir)
 
 
 class _Ports:

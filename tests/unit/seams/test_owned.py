@@ -22,6 +22,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams import audit, owned
 from sbx.seams.locks import name_lock
+from sbx.usecases import runstore
 
 OTHER_UID = 4321
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
@@ -308,8 +309,8 @@ def test_a_planted_kit_lock_and_run_and_sandbox_records_are_refused(home: Path) 
     _refused(lambda: store.load("dev"), f"owned by uid {OTHER_UID}")
     run = home / "runs" / ("a" * 32)
     _plant(run / runrecord.RUN_RECORD, json.dumps({"container_id": "c" * 64}).encode())
-    assert runrecord.read(run) is None  # gc and the keeper never trust it
-    assert runrecord.container_id(run) is None
+    assert runstore.read(run) is None  # gc and the keeper never trust it
+    assert runstore.container_id(run) is None
 
 
 @as_root

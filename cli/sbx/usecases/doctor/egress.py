@@ -4,6 +4,7 @@ the host services a sandbox could reach."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 import uuid
@@ -19,6 +20,7 @@ from sbx.domain.egress.ca import _load as load_ca  # read-only: no lock, no rota
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.sandbox import runrecord
 from sbx.seams import owned
+from sbx.usecases import runstore
 from sbx.usecases.doctor.model import DoctorState, Status, Verdict
 from sbx.usecases.doctor.probes import DoctorProxy
 
@@ -94,8 +96,8 @@ def check_egress_proxy(state: DoctorState) -> Verdict:
     run_id = uuid.uuid4().hex
     run_dir = runrecord.run_dir(state.ctx.state_home, run_id)
     try:
-        runrecord.create(state.ctx.state_home, runrecord.RunRecord(
-            run_id=run_id, workload=PROXY_RUN_KIT,
+        runstore.create(state.ctx.state_home, runrecord.RunRecord(
+            run_id=run_id, workload=PROXY_RUN_KIT, pid=os.getpid(),
             deadline=math.ceil(time.time() + PROXY_CHECK_TIMEOUT_S)))
     except SbxError as error:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -122,7 +124,7 @@ def check_egress_proxy(state: DoctorState) -> Verdict:
                            "Read the proxy's error above; it must be able to import "
                            "sbx.proxy with this Python and bind a port on 127.0.0.1.",
                            {**data, "stderr": tail[-2000:]})
-        runrecord.update(run_dir, proxy_pid=proxy.pid)
+        runstore.update(run_dir, proxy_pid=proxy.pid)
         port = proxy.port
         proxy.stop()
         if proxy.alive():

@@ -20,6 +20,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import DEFAULT_WORKSPACE, Limits, build_spec
 from sbx.domain.sandbox.identity import FALLBACK_HOME
 from sbx.domain.sandbox.requirements import sandbox_limits
+from sbx.usecases import runstore
 from sbx.usecases.doctor.model import PROBE_TIMEOUT_S, DoctorState, Status, Verdict
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def run_probe(ctx: AppContext, image_ref: str, limits: Limits, *,
     container_id: str | None = None
     try:
         container_id = driver.create(spec)
-        runrecord.update(run_dir, container_id=container_id)
+        runstore.update(run_dir, container_id=container_id)
         driver.start(container_id)
         if driver.wait(container_id, wait_s) is None:
             driver.kill(container_id)
@@ -173,8 +174,9 @@ def _write_probe_record(state_home: Path, run_id: str, deadline: int,
                         image_ref: str) -> tuple[Path, int | None]:
     """The probe's run directory, with its owner lock held (gc leaves a probe alone while
     doctor reads it, even once it has exited)."""
-    return runrecord.create(state_home, runrecord.RunRecord(
-        run_id=run_id, deadline=deadline, workload=PROBE_KIT, image=image_ref),
+    return runstore.create(state_home, runrecord.RunRecord(
+        run_id=run_id, deadline=deadline, workload=PROBE_KIT, pid=os.getpid(),
+        image=image_ref),
         owner_lock=True)
 
 

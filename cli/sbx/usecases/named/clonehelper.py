@@ -27,6 +27,7 @@ from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.hardening import Limits, build_spec, hardening_violations
 from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams.containerspec import BindMount
+from sbx.usecases import runstore
 from sbx.usecases.context import AppContext
 
 HELPER_LIFETIME_S: Final = 900  # the helper's keepalive ends on its own after this
@@ -84,13 +85,14 @@ def _helper(ctx: AppContext, record: SandboxRecord, image: str, volume: str,
         raise SbxError(Reason.CREATE_FAILED, "refusing an unhardened helper: "
                        + "; ".join(violations))
     # Its run directory, owner lock held, lets `sbx gc` remove it should sbx be killed.
-    run_dir, owner = runrecord.create(ctx.state_home, runrecord.RunRecord(
-        run_id=run_id, deadline=deadline, workload=record.workload, image=image),
+    run_dir, owner = runstore.create(ctx.state_home, runrecord.RunRecord(
+        run_id=run_id, deadline=deadline, workload=record.workload, pid=os.getpid(),
+        image=image),
         owner_lock=True)
     helper: str | None = None
     try:
         helper = ctx.driver.create(spec)
-        runrecord.update(run_dir, container_id=helper)
+        runstore.update(run_dir, container_id=helper)
         ctx.driver.start(helper)
         yield helper
     finally:

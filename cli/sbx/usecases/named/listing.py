@@ -12,6 +12,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore, check_name
+from sbx.usecases import runstore
 from sbx.usecases.context import AppContext
 from sbx.usecases.idlestop import IdleStopped, stopped_mark
 
@@ -187,6 +188,6 @@ def owned_objects(ctx: AppContext, name: str, *, recorded_only: bool = False) ->
 def _recorded_name(ctx: AppContext, run_id: str) -> str | None:
     if not runrecord.RUN_ID.fullmatch(run_id):
         return None
-    record = runrecord.read(runrecord.run_dir(ctx.state_home, run_id))
+    record = runstore.read(runrecord.run_dir(ctx.state_home, run_id))
     name = record.get("name") if record is not None else None
     return name if isinstance(name, str) else None

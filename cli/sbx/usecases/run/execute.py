@@ -31,7 +31,7 @@ from sbx.seams.host import procfs
 from sbx.seams.session.pump import Session, SessionEnd
 from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts, raise_if_interrupted
-from sbx.usecases import idlestop, workspace_check
+from sbx.usecases import idlestop, runstore, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.cleanup import Created, cleanup, created_ids
 from sbx.usecases.run.kitmounts import kit_mount_targets
@@ -395,7 +395,7 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
     with deferred_interrupts():
         container_id = driver.create(_final_spec(ctx, plan, boundary, created))
         created.container = container_id
-    runrecord.update(run_dir, container_id=container_id)
+    runstore.update(run_dir, container_id=container_id)
     # Attached before the start, so the stream holds every byte from the first.
     with deferred_interrupts():
         stream = driver.attach(container_id, stdin=plan.mode.stdin,

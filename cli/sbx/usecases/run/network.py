@@ -21,7 +21,7 @@ from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams.engine import Driver
 from sbx.seams.host import firewall
 from sbx.seams.signals import deferred_interrupts
-from sbx.usecases import publishedports
+from sbx.usecases import publishedports, runstore
 from sbx.usecases.context import AppContext
 from sbx.usecases.keeper import KeptProxy, start_kept_proxy, start_port_keeper
 from sbx.usecases.run.cleanup import Created
@@ -107,7 +107,7 @@ def _start_egress(ctx: AppContext, plan: RunPlan, gateway: str, bridge: str,
     else:
         proxy = egress_plan.start_proxy(config.to_json(), run_dir, plan.run_id, client_token=token,
                             secrets=plan.egress.provided)
-    runrecord.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
+    runstore.update(run_dir, proxy_pid=proxy.pid)  # gc stops an orphan by it
     return proxy, {**proxy_env(gateway, proxy.port, token), **credential_env(specs)}
 
 

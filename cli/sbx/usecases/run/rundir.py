@@ -13,7 +13,7 @@ from typing import Any
 
 from sbx.domain.sandbox import runrecord
 from sbx.seams import audit
-from sbx.usecases import workspace_check
+from sbx.usecases import runstore, workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.enginefit import refuse_local_only
 from sbx.usecases.run.plan import RunPlan
@@ -25,7 +25,7 @@ def claim(ctx: AppContext, run_id: str, *, again: bool = False) -> None:
     """The run's owner lock, taken before its plan creates anything (probe containers,
     images): ``sbx gc`` never touches what a live owner holds. ``again``: a recreated named
     sandbox's run directory, which exists and keeps its volumes."""
-    _path, lock_fd = runrecord.claim(ctx.state_home, run_id, again=again)
+    _path, lock_fd = runstore.claim(ctx.state_home, run_id, again=again)
     _OWNER_LOCKS[run_id] = lock_fd
 
 
@@ -62,8 +62,8 @@ def open_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
 def _write_run_dir(ctx: AppContext, plan: RunPlan) -> Path:
     """Per-run state under the state home: lets gc and explain find what a crash left."""
     claimed = plan.run_id in _OWNER_LOCKS
-    path, lock_fd = runrecord.create(ctx.state_home, runrecord.RunRecord(
-        run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload,
+    path, lock_fd = runstore.create(ctx.state_home, runrecord.RunRecord(
+        run_id=plan.run_id, deadline=plan.deadline, workload=plan.facts.workload, pid=os.getpid(),
         kits=tuple(plan.references), image=plan.image_tag, run_image=plan.run_image_tag,
         volumes=(*plan.volume_names, *((plan.workspace_volume,) if plan.workspace_volume
                                        else ())), name=plan.name), owner_lock=True, claimed=claimed)
