@@ -56,7 +56,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/mountpolicy",
     "sandbox/mounts",
     "sandbox/quarantine",
-    "sandbox/records",
     "sandbox/skillstore",
     "sandbox/sources",
     "sandbox/workspace_scan",

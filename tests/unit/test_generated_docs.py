@@ -320,7 +320,8 @@ def test_bash_completes_paths(tmp_path: Path) -> None:
 
 def test_bash_completes_sandbox_names_without_an_engine(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+    from sbx.domain.sandbox.records import SandboxRecord
+    from sbx.usecases.sandboxstore import SandboxStore
 
     state = tmp_path / "state"
     for name in ("dev", "docs-agent"):

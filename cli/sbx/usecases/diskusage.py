@@ -18,11 +18,11 @@ from typing import Any, Final
 
 from sbx.base import labels as label_keys
 from sbx.domain.sandbox.imagecache import marked_by
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.domain.sandbox.runrecord import RUNS_DIR
 from sbx.domain.sandbox.sources import NAMED_PREFIX, STAGING_ROOT
 from sbx.usecases.context import AppContext
 from sbx.usecases.gc.collect import survey
+from sbx.usecases.sandboxstore import SandboxStore
 
 MAX_WALK_ENTRIES: Final = 200_000  # a state home larger than this is sized in part
 

@@ -23,7 +23,7 @@ from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import overlay
 from sbx.domain.kits.compose import PHASES, Phase
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord
 from sbx.usecases import enginefit, explainrequest, explainsandbox, fleet, pipeline
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
@@ -31,6 +31,7 @@ from sbx.usecases.explainrequest import RequestExplanation, RunRefusal, judge_re
 from sbx.usecases.idlestop import IdleStopped, stopped_mark
 from sbx.usecases.named.ports import PortRow, sandbox_ports
 from sbx.usecases.policyrules import named_sandbox
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.usecases.pipeline import ProgressFactory, WorkloadRequest

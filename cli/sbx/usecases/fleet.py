@@ -19,10 +19,11 @@ from sbx.base.config import EngineEntry
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.placement import EngineLoad, place
-from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord
 from sbx.seams.enginehost import ENGINE_NAME_ENV
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.sandboxstore import SandboxStore
 
 # Every sbx sandbox container, whichever state home ran it, holds its engine's room.
 SANDBOXES: dict[str, str] = {label_keys.MANAGED: "true", label_keys.ROLE: label_keys.ROLE_SANDBOX}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.lifecycle import STARTUP_SCRIPT
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases import fleet, keeper
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
@@ -17,6 +17,7 @@ from sbx.usecases.namedkits import fingerprint
 from sbx.usecases.namedrecord import creation_options, release_creation
 from sbx.usecases.run.request import RunRequest
 from sbx.usecases.run.sessionverbs import acp_facts
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.usecases.run.plan import RunPlan

@@ -35,11 +35,12 @@ from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.kits.compose import PHASES, Network, NetworkPhase
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings, format_widenings, surface
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, kit_words
+from sbx.domain.sandbox.records import SandboxRecord, kit_words
 from sbx.seams import audit
 from sbx.usecases import explain as core
 from sbx.usecases.context import AppContext
 from sbx.usecases.pipeline import WorkloadRequest, kit_argument, load
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.domain.egress.proxyconfig import ProxyConfig

@@ -14,11 +14,12 @@ from typing import Any, Final
 
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases import workspace_check
 from sbx.usecases.context import AppContext
 from sbx.usecases.idlestop import STOP_TIMEOUT_S
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.sandboxstore import SandboxStore
 
 # Flags that shape a sandbox at its creation; given again for an existing one, they are
 # refused by name (RunRequest field -> the flag the user typed).

@@ -29,9 +29,10 @@ from sbx.domain.credentials.oauthparse import parse_login, tokens_from_response
 from sbx.domain.credentials.oauthstore import OAuthStore
 from sbx.domain.credentials.secrets import mask
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxStore, check_name
+from sbx.domain.sandbox.records import check_name
 from sbx.seams import oauth_http
 from sbx.usecases.explain import load, static_composition
+from sbx.usecases.sandboxstore import SandboxStore
 
 MAX_INPUT_BYTES: Final = 64 * 1024
 DEVICE_TIMEOUT_S: Final = 15 * 60.0  # Codex's own bound on a device code

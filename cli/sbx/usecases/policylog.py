@@ -22,8 +22,8 @@ from sbx.base.reasons import Reason
 from sbx.domain.egress import requestlog
 from sbx.domain.sandbox import runrecord
 from sbx.domain.sandbox.durations import parse_duration
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.usecases.context import AppContext
+from sbx.usecases.sandboxstore import SandboxStore
 
 _HEX: Final = re.compile(r"[0-9a-f]{8,32}")
 FOLLOW_POLL_S: Final = 0.2

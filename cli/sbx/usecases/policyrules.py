@@ -25,9 +25,10 @@ from sbx.domain.egress.userpolicy import UserRule
 from sbx.domain.kits.compose import Action, Network, Phase
 from sbx.domain.kits.surface import format_widenings
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.domain.sandbox.records import SandboxRecord, check_name
 from sbx.seams import audit, state
 from sbx.usecases.context import AppContext
+from sbx.usecases.sandboxstore import SandboxStore
 
 PROXY_CONFIG: Final = "proxy.json"
 Confirm = Callable[[UserRule, Sequence[Any], str], bool]

@@ -19,10 +19,10 @@ from sbx.base.reasons import Reason
 from sbx.domain.kits import lock as kit_lock
 from sbx.domain.kits.descriptor import parse_descriptor_file
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams import audit, owned
 from sbx.seams.locks import name_lock
 from sbx.usecases import runstore
+from sbx.usecases.sandboxstore import SandboxStore
 
 OTHER_UID = 4321
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")

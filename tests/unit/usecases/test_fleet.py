@@ -18,7 +18,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams.engine import EngineInfo
 from sbx.seams.enginehost import ENGINE_NAME_ENV
 from sbx.usecases import explainplan, fleet, mcptools, templates
@@ -27,6 +27,7 @@ from sbx.usecases.idlestop import mark_stopped
 from sbx.usecases.named import clone, copy
 from sbx.usecases.named.everywhere import list_everywhere
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.fakeengine import DEFAULT_INFO, FakeEngine
 
 GiB = 1024 ** 3

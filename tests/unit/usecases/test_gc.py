@@ -33,7 +33,7 @@ from sbx.domain.sandbox.imagecache import (
     removal_order,
     use_tag,
 )
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams import audit
 from sbx.seams.engine import CachedImage, ImageInfo
 from sbx.seams.host import firewall as fw
@@ -62,6 +62,7 @@ from sbx.usecases.gc.judging import (
 from sbx.usecases.gc.listing import ContainerEntry, ImageEntry, RunDir, RunDirState, SharedEntry
 from sbx.usecases.gc.result import GcRequest
 from sbx.usecases.gc.sweep import Firewall, Processes
+from sbx.usecases.sandboxstore import SandboxStore
 from sbx.views import gc as gc_view
 from tests.support.fakeengine import FakeEngine
 

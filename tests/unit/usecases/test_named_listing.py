@@ -13,9 +13,10 @@ from sbx.base import labels
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.listing import OneShotRun, find_sandbox, load_named, pick
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.fakeengine import FakeEngine
 
 NAMED_RUN = "ab" * 16

@@ -16,11 +16,12 @@ from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases import namedfollow, namedkits
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.pipeline import WorkloadRequest, load
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.kits import capabilities, network_policy, write_kit
 
 

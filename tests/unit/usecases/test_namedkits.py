@@ -18,12 +18,13 @@ from sbx.base.render import Renderer
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases import namedkits, recreate
 from sbx.usecases.context import AppContext
 from sbx.usecases.explain import static_composition
 from sbx.usecases.pipeline import WorkloadRequest, load
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.kits import api_key_credential, capabilities, network_policy, write_kit
 
 

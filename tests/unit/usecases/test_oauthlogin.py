@@ -154,7 +154,8 @@ def test_a_sandbox_login_is_listed_as_its_own_and_promoted_only_on_request(
         sbx_cli: Any, home: Path) -> None:
     from sbx.domain.credentials.oauth import Tokens
     from sbx.domain.sandbox import runrecord
-    from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+    from sbx.domain.sandbox.records import SandboxRecord
+    from sbx.usecases.sandboxstore import SandboxStore
 
     OAuthStore(home).set("github", Tokens("user-own-access-token", "user-own-refresh"))
     run_id = "a" * 32

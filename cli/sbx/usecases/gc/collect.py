@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.domain.sandbox.runrecord import RUNS_DIR
 from sbx.seams import audit, owned
 from sbx.usecases import fleet
@@ -24,6 +23,7 @@ from sbx.usecases.gc.collector import Collector
 from sbx.usecases.gc.result import GcFailure, GcItem, GcRequest, GcResult
 from sbx.usecases.gc.sweep import Firewall, Processes
 from sbx.usecases.named.removal import remove
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.usecases.context import AppContext

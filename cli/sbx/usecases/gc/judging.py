@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from sbx.base.errors import SbxError
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams.host.firewall import SbxRule
 from sbx.usecases.gc.listing import (
     RUN_IMAGE_REPOSITORY,
@@ -22,6 +21,7 @@ from sbx.usecases.gc.listing import (
     SharedEntry,
     clip,
 )
+from sbx.usecases.sandboxstore import SandboxStore
 
 # A run writes its run.json right after creating its directory; a record that cannot be read is
 # given at least this long (whatever --grace says) before the directory counts as abandoned.

@@ -19,13 +19,14 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.clonegit import branch_of, bundle_commit, start_commit
 from sbx.domain.sandbox.copyin import archive_of
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams.host.git import CommandTimeout, host_git
 from sbx.seams.host.processes import Finished
 from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.clonehelper import git_container
 from sbx.usecases.named.listing import load_named
+from sbx.usecases.sandboxstore import SandboxStore
 
 GIT_TIMEOUT_S = 120
 MAX_BUNDLE_BYTES = 4 << 30

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbx.base.errors import SbxError
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.listing import SandboxStatus, status_of, statuses
+from sbx.usecases.sandboxstore import SandboxStore
 
 UNREACHABLE = "unreachable"
 

@@ -11,10 +11,11 @@ from sbx.base import labels as label_keys
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, SandboxStore, check_name
+from sbx.domain.sandbox.records import NAME_PATTERN, SandboxRecord, check_name
 from sbx.usecases import runstore
 from sbx.usecases.context import AppContext
 from sbx.usecases.idlestop import IdleStopped, stopped_mark
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.seams.engine import OwnedObject

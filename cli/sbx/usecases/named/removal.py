@@ -11,7 +11,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.egress.policystore import PolicyStore
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import NAME_PATTERN, SandboxStore, check_name
+from sbx.domain.sandbox.records import NAME_PATTERN, check_name
 from sbx.domain.sandbox.sources import Staging
 from sbx.seams import audit
 from sbx.seams.host import firewall
@@ -24,6 +24,7 @@ from sbx.usecases.named.listing import (
     owned_objects,
 )
 from sbx.usecases.namedrecord import STOP_TIMEOUT_S, check_workspace
+from sbx.usecases.sandboxstore import SandboxStore
 
 
 def stop(ctx: AppContext, names: Sequence[str],

@@ -15,7 +15,7 @@ from sbx.base.reasons import Reason
 from sbx.domain.credentials.secrets import SecretStore, resolve_for_run
 from sbx.domain.kits.sessions import SessionAsk, parse_ids
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore, check_name
+from sbx.domain.sandbox.records import SandboxRecord, check_name
 from sbx.domain.sandbox.runtimes import RuntimeChoice, check_runtime
 from sbx.domain.sandbox.sources import Staging, mount_mismatches, staging_available
 from sbx.seams import owned, ports
@@ -38,6 +38,7 @@ from sbx.usecases.namedrecord import (
 from sbx.usecases.run.request import NO_HOST_STREAMS, OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.domain.sandbox.admission import Admission

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.records import SandboxStore, check_name
+from sbx.domain.sandbox.records import check_name
 from sbx.usecases import fleet
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.start import run_named, run_verb_named
@@ -17,6 +17,7 @@ from sbx.usecases.run.kept import kept_request
 from sbx.usecases.run.request import OutputSink, ProgressFactory, RunRequest
 from sbx.usecases.run.result import RunResult
 from sbx.usecases.run.start import run_new
+from sbx.usecases.sandboxstore import SandboxStore
 
 if TYPE_CHECKING:
     from sbx.usecases.kitgate import Confirm as ConfirmKits

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox.keep import keeps, kept_name
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.usecases.context import AppContext
 from sbx.usecases.run.request import RunRequest
+from sbx.usecases.sandboxstore import SandboxStore
 
 
 def kept_request(ctx: AppContext, request: RunRequest,

@@ -17,7 +17,6 @@ from sbx.domain.egress.proxyauth import new_token
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.proxycreds import CredentialSpec
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxStore
 from sbx.seams.engine import Driver
 from sbx.seams.host import firewall
 from sbx.seams.signals import deferred_interrupts
@@ -27,6 +26,7 @@ from sbx.usecases.keeper import KeptProxy, start_kept_proxy, start_port_keeper
 from sbx.usecases.run.cleanup import Created
 from sbx.usecases.run.kitmounts import relay_config
 from sbx.usecases.run.plan import RunPlan
+from sbx.usecases.sandboxstore import SandboxStore
 
 
 def setup_network(ctx: AppContext, plan: RunPlan, driver: Driver, created: Created,

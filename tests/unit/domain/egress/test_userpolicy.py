@@ -23,8 +23,9 @@ from sbx.domain.egress.policystore import PolicyStore, rules_path
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.egress.userpolicy import UserRule, overlay, parse_target
 from sbx.domain.kits.compose import Network, NetworkPhase, Rule
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.proxy.userrules import UserRules
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.conftest import run_cli
 
 

@@ -15,11 +15,12 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
 from sbx.domain.sandbox import runrecord
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams.containerspec import BindMount
 from sbx.seams.engine import ImageInfo, SandboxFiles
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.clonehelper import git_container
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.fakeengine import FakeEngine
 
 CID = "c" * 64

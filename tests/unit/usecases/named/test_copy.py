@@ -15,10 +15,11 @@ import pytest
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.base.render import Renderer
-from sbx.domain.sandbox.records import SandboxRecord, SandboxStore
+from sbx.domain.sandbox.records import SandboxRecord
 from sbx.seams.engine import PathStat, SandboxFiles, SandboxMount
 from sbx.usecases.context import AppContext
 from sbx.usecases.named.copy import copy
+from sbx.usecases.sandboxstore import SandboxStore
 from tests.support.fakeengine import FakeEngine
 
 CID = "c" * 64
