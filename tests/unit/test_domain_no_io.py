@@ -54,7 +54,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/kitpins",
     "sandbox/lifecycle",
     "sandbox/mountpolicy",
-    "sandbox/mounts",
     "sandbox/quarantine",
     "sandbox/skillstore",
     "sandbox/sources",

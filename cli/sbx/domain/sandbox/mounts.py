@@ -1,8 +1,9 @@
 """The mount policy (SPEC §6): which host paths may be bind-mounted into a sandbox, and where.
 
-Pure decision logic. It reads the file system (``lstat``/``realpath``) to canonicalise paths but
-never talks to Docker and never prints. Every refusal is a :class:`~sbx.base.errors.MountBlocked`
-whose ``rule`` is one of :data:`RULES`.
+Pure decision logic. It looks at the file system (``lstat``/``realpath``/``stat``, through
+:mod:`sbx.seams.host.lookup`) to canonicalise paths but never talks to Docker and never prints.
+Every refusal is a :class:`~sbx.base.errors.MountBlocked` whose ``rule`` is one of
+:data:`RULES`.
 
 Source checks, in this order (the first failing one is reported):
 
@@ -31,7 +32,6 @@ it is the path that was checked.
 from __future__ import annotations
 
 import errno
-import os
 import posixpath
 import stat
 from collections.abc import Collection
@@ -65,6 +65,7 @@ from sbx.domain.sandbox.mountrules import (
     UNSAFE_CHARACTERS,
     UNSAFE_PATH_CHARACTERS,
 )
+from sbx.seams.host import lookup
 
 # --- value objects --------------------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ def check_source(policy: MountPolicy, source: str) -> Path:
             )
 
     try:
-        status = os.stat(canonical)
+        status = lookup.status(canonical)
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
             raise MountBlocked(
