@@ -23,7 +23,7 @@ permission gate (sbx.usecases.kitgate) still shows any permission such a change 
 
 from __future__ import annotations
 
-import os
+import posixpath
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sbx.base.errors import MountBlocked
 from sbx.domain.sandbox.mountrules import KIT_WRITABLE
 from sbx.domain.sandbox.sources import OpenedSource, Pin, open_child
+from sbx.seams.host import lookup
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,16 +62,16 @@ class KitFiles:
 
 
 def kit_files(kit: LocalKit, cwd: Path) -> KitFiles:
-    directory = os.path.abspath(kit.directory)
-    files = [os.path.abspath(kit.descriptor_file)]
+    directory = lookup.absolute_from_cwd(kit.directory)
+    files = [lookup.absolute_from_cwd(kit.descriptor_file)]
     named = kit.descriptor.data.get("dockerfile")
     if isinstance(named, str):
-        files.append(os.path.join(directory, named))
+        files.append(posixpath.join(directory, named))
     elif kit.descriptor.data.get("build") is None:
-        companion = os.path.join(directory, f"{kit.stem}.dockerfile")
-        if os.path.lexists(companion):
+        companion = posixpath.join(directory, f"{kit.stem}.dockerfile")
+        if lookup.lexists(companion):
             files.append(companion)
-    return KitFiles(os.path.normpath(os.path.join(cwd, kit.reference)), directory,
+    return KitFiles(posixpath.normpath(posixpath.join(cwd, kit.reference)), directory,
                     tuple(files))
 
 
@@ -99,11 +100,11 @@ def kit_pins(kits: Sequence[KitFiles], writable: Sequence[Pin],
                         "outside the workspace), or make it read-only: --access ro / "
                         "--mount SRC:DST:ro.")
                 if _inside(path, root):
-                    _pin_inside(mount, os.path.relpath(path, root), pins)
+                    _pin_inside(mount, posixpath.relpath(path, root), pins)
             for kit in kits:
                 for file in kit.files:
-                    real = os.path.realpath(file)
-                    if os.path.isfile(real):
+                    real = lookup.real_path(file)
+                    if lookup.is_regular_file(real):
                         _refuse_hard_links(real, mount.source, kit)
     except BaseException:
         for pin in pins.values():
@@ -117,14 +118,14 @@ def _protected(kits: Sequence[KitFiles], files: Sequence[str]) -> list[tuple[str
     ``files`` that is a regular file; nothing inside another protected directory twice."""
     found: list[tuple[str, KitFiles]] = []
     for file in files:
-        real = os.path.realpath(file)
-        if os.path.isfile(real):
-            found.append((real, KitFiles(file, os.path.dirname(real), ())))
+        real = lookup.real_path(file)
+        if lookup.is_regular_file(real):
+            found.append((real, KitFiles(file, posixpath.dirname(real), ())))
     for kit in kits:
-        directory = os.path.realpath(kit.directory)
+        directory = lookup.real_path(kit.directory)
         found.append((directory, kit))
         for file in kit.files:
-            real = os.path.realpath(file)
+            real = lookup.real_path(file)
             if not _inside(real, directory):
                 found.append((real, kit))
     found.sort(key=lambda item: item[0])
@@ -167,10 +168,10 @@ def _refuse_links(kit: KitFiles, root: str, pinned: Sequence[str]) -> None:
         parts = [p for p in name.split("/") if p]
         for index in range(1, len(parts) + 1):
             prefix = "/" + "/".join(parts[:index])
-            if not os.path.islink(prefix):
+            if not lookup.is_link(prefix):
                 continue
-            where = os.path.join(os.path.realpath(os.path.dirname(prefix)),
-                                 os.path.basename(prefix))
+            where = posixpath.join(lookup.real_path(posixpath.dirname(prefix)),
+                                 posixpath.basename(prefix))
             if any(_inside(where, directory) for directory in pinned):
                 continue
             if where == root or _inside(where, root):
@@ -178,13 +179,13 @@ def _refuse_links(kit: KitFiles, root: str, pinned: Sequence[str]) -> None:
                     f"kit {kit.named} is reached through the symbolic link {prefix}, which "
                     f"lies inside the writable mount {root}: the sandbox could point it at "
                     "another kit", prefix,
-                    f"Name the kit by its real path ({os.path.realpath(name)}), or make the "
+                    f"Name the kit by its real path ({lookup.real_path(name)}), or make the "
                     "mount read-only.")
 
 
 def _refuse_hard_links(path: str, mount: OpenedSource, kit: KitFiles) -> None:
     try:
-        info = os.stat(path)
+        info = lookup.status(path)
     except OSError:
         return
     if stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and info.st_dev == mount.device:

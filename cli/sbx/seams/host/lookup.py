@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 
-def absolute(path: str) -> str:
+def absolute_from_cwd(path: str | Path) -> str:
     """``path`` made absolute against the current directory, lexically normalised."""
     return os.path.abspath(path)
 
@@ -19,7 +19,7 @@ def is_directory(path: str | Path) -> bool:
     return os.path.isdir(path)
 
 
-def is_file(path: str) -> bool:
+def is_regular_file(path: str) -> bool:
     """Whether ``path`` is a regular file (links followed); False when it cannot be looked up."""
     return os.path.isfile(path)
 
@@ -50,5 +50,5 @@ def read_head(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
-__all__ = ["absolute", "is_directory", "is_file", "is_link", "lexists", "read_head",
-           "real_path", "status"]
+__all__ = ["absolute_from_cwd", "is_directory", "is_link", "is_regular_file", "lexists",
+           "read_head", "real_path", "status"]

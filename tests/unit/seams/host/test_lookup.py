@@ -17,7 +17,8 @@ def test_each_kind_of_entry_is_told_apart(tmp_path: Path) -> None:
     (tmp_path / "dangling").symlink_to(tmp_path / "missing")
     assert lookup.is_directory(tmp_path / "dir") and lookup.is_directory(str(tmp_path / "link"))
     assert not lookup.is_directory(tmp_path / "file")
-    assert lookup.is_file(str(tmp_path / "file")) and not lookup.is_file(str(tmp_path / "dir"))
+    assert lookup.is_regular_file(str(tmp_path / "file"))
+    assert not lookup.is_regular_file(str(tmp_path / "dir"))
     assert lookup.is_link(str(tmp_path / "link")) and not lookup.is_link(str(tmp_path / "dir"))
     assert lookup.lexists(str(tmp_path / "dangling"))
     assert not lookup.lexists(str(tmp_path / "missing"))
@@ -30,7 +31,7 @@ def test_status_and_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(FileNotFoundError):
         lookup.status(str(tmp_path / "missing"))
     monkeypatch.chdir(tmp_path)
-    assert lookup.absolute("a/../file") == str(Path.cwd() / "file")
+    assert lookup.absolute_from_cwd("a/../file") == str(Path.cwd() / "file")
 
 
 def test_a_bounded_read_stops_at_its_limit(tmp_path: Path) -> None:
