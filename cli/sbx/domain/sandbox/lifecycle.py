@@ -78,7 +78,7 @@ class Accounts:
 
     homes: Mapping[str, str] = field(default_factory=dict)
 
-    def home(self, user: str) -> str:
+    def home_of(self, user: str) -> str:
         return self.homes.get(user.partition(":")[0], "/")
 
 
@@ -127,7 +127,7 @@ def startup_script(hooks: Sequence[Hook], *, container_env: Mapping[str, str],
     ]
     for hook in hooks:
         env = hook_environment(hook, container_env=container_env,
-                               home=home or accounts.home(sandbox_user), workdir=workdir,
+                               home=home or accounts.home_of(sandbox_user), workdir=workdir,
                                boundary_env=boundary_env)
         # HOSTNAME is the sandbox's own, read when the hook runs (baseline, never the host's).
         # stdin stays the workload's: a hook that reads it would swallow what the user pipes
@@ -277,7 +277,7 @@ def _seed_home(step: CreateStep, container_id: str, source: str, home: str) -> N
 def _run_install_hook(step: CreateStep, container_id: str, hook: Hook) -> None:
     user = hook.user or "root"  # install hooks default to root (lifecycle@1 SHOULD)
     env = hook_environment(hook, container_env=step.container_env,
-                           home=step.accounts.home(user), workdir=step.workdir,
+                           home=step.accounts.home_of(user), workdir=step.workdir,
                            boundary_env=step.boundary_env)
     output, status = step.driver.exec_stream(container_id, hook_argv(hook, env), user=user,
                                              workdir=step.workdir)

@@ -70,5 +70,5 @@ def test_startup_script_hook_sees_no_other_variable() -> None:
 
 def test_parse_accounts() -> None:
     accounts = parse_accounts("root:x:0:0::/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh")
-    assert accounts.home("agent") == accounts.home("1000") == "/home/agent"
-    assert accounts.home("root:root") == "/root" and accounts.home("nobody") == "/"
+    assert accounts.home_of("agent") == accounts.home_of("1000") == "/home/agent"
+    assert accounts.home_of("root:root") == "/root" and accounts.home_of("nobody") == "/"
