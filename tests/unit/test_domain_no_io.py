@@ -51,7 +51,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/gitdirs",
     "sandbox/gitindex",
     "sandbox/hostmounts",
-    "sandbox/mountpolicy",
     "sandbox/quarantine",
     "sandbox/skillstore",
     "sandbox/sources",

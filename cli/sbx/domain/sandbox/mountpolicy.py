@@ -8,9 +8,7 @@ Comparisons are component-wise: ``/etcetera`` is not inside ``/etc``.
 from __future__ import annotations
 
 import fnmatch
-import os
 import posixpath
-import pwd
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from sbx.domain.sandbox.mountrules import (
     SYSTEM_ROOT,
     SYSTEM_TREES,
 )
+from sbx.seams.host import accounts, lookup
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class MountPolicy:
         relative or ``/`` are skipped: ``/`` as a home (systemd service accounts) would block the
         whole file system as a "parent" and is covered by the system rules anyway.
         """
-        candidates = [env.get("HOME", "")] + [entry.pw_dir for entry in pwd.getpwall()]
+        candidates = [env.get("HOME", ""), *accounts.account_homes()]
         homes: list[Path] = []
         for candidate in candidates:
             if not posixpath.isabs(candidate):
@@ -102,7 +101,7 @@ def collapse_root(path: str) -> str:
 
 def absolute_path(path: str) -> str:
     """Absolute and lexically normalised (``..``, ``//``, trailing ``/``); no symlinks read."""
-    return collapse_root(os.path.abspath(path))
+    return collapse_root(lookup.absolute_from_cwd(path))
 
 
 def canonical_path(path: str, resolved: dict[str, str] | None = None) -> str:
@@ -115,17 +114,17 @@ def canonical_path(path: str, resolved: dict[str, str] | None = None) -> str:
     """
     head = path
     tail: list[str] = []
-    while not (resolved is not None and head in resolved) and not os.path.lexists(head):
-        parent = os.path.dirname(head)
+    while not (resolved is not None and head in resolved) and not lookup.lexists(head):
+        parent = posixpath.dirname(head)
         if parent == head:
             break
-        tail.append(os.path.basename(head))
+        tail.append(posixpath.basename(head))
         head = parent
     if resolved is None:
-        real = os.path.realpath(head)
+        real = lookup.real_path(head)
     else:
-        real = resolved.get(head) or resolved.setdefault(head, os.path.realpath(head))
-    return absolute_path(os.path.join(real, *reversed(tail)))
+        real = resolved.get(head) or resolved.setdefault(head, lookup.real_path(head))
+    return absolute_path(posixpath.join(real, *reversed(tail)))
 
 
 def within(path: str, root: str) -> bool:
@@ -298,12 +297,12 @@ def _expand_user(text: str, env: Mapping[str, str]) -> str:
         return text
     name, sep, rest = text[1:].partition("/")
     if name:
-        try:
-            home = pwd.getpwnam(name).pw_dir
-        except KeyError:
+        found = accounts.home_of_user(name)
+        if found is None:
             return text
+        home = found
     else:
-        home = env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir
+        home = env.get("HOME") or accounts.own_home()
     return home + sep + rest if rest or sep else home
 
 
