@@ -20,6 +20,8 @@ of the sides alternating from round to round:
 
     sbx      ``sbx pull --accept REF`` (manifest GET, descriptor revalidation, surface, gate,
              pull by digest, lock write) as a subprocess
+    resident the same ``sbx pull`` served by the resident helper (``sbx resident start`` in the
+             benchmark's own runtime directory); its CPU adds the forks' own per command
     docker   ``docker pull -q REPO@DIGEST`` as a subprocess
 
 Bytecode: an installed sbx runs from compiled bytecode (pip writes it at install time). When the
@@ -142,15 +144,17 @@ def python_env(work: Path) -> dict[str, str]:
 
 
 def report(times: dict[str, dict[str, list[float]]], cpu: dict[str, dict[str, list[float]]],
-           runs: int, *, as_json: bool) -> None:
+           runs: int, *, as_json: bool, fork_cpu_s: float) -> None:
     medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
                for scenario, by in times.items()}
     ratios = {scenario: m["sbx"] / m["docker"] for scenario, m in medians.items()}
+    resident = {scenario: m["resident"] / m["docker"] for scenario, m in medians.items()}
     cpu_medians = {scenario: {side: statistics.median(values) for side, values in by.items()}
                    for scenario, by in cpu.items()}
     load = os.getloadavg()[0]
     if as_json:
         print(json.dumps({"runs": runs, "median_s": medians, "ratio": ratios,
+                          "resident_ratio": resident, "resident_fork_cpu_s": fork_cpu_s,
                           "samples_s": times, "cpu_median_s": cpu_medians,
                           "cpu_samples_s": cpu, "load_average": load}, sort_keys=True))
     else:
@@ -161,7 +165,44 @@ def report(times: dict[str, dict[str, list[float]]], cpu: dict[str, dict[str, li
                   f"cpu sbx {cpu_medians[scenario]['sbx'] * 1000:6.1f} ms docker "
                   f"{cpu_medians[scenario]['docker'] * 1000:6.1f} ms   "
                   f"(median, n={runs})")
+            print(f"{'':8s} resident {m['resident'] * 1000:7.1f} ms   ratio "
+                  f"{resident[scenario]:5.2f}   cpu "
+                  f"{cpu_medians[scenario]['resident'] * 1000:6.1f} ms + the fork's")
+        print(f"the resident helper's forks: {fork_cpu_s * 1000:.1f} ms CPU per command "
+              "(mean)")
         print(f"load average {load:.2f} (1 min, at the end)")
+
+
+def measure(runs: int, envs: tuple[dict[str, str], dict[str, str]],
+            argvs: tuple[list[str], list[str]], host: str, built: set[str],
+            work: Path) -> tuple[dict[str, dict[str, list[float]]],
+                                 dict[str, dict[str, list[float]]]]:
+    """Wall and CPU times per scenario and side, the sides' order rotating each round."""
+    env, served = envs
+    sbx_argv, docker_argv = argvs
+    times: dict[str, dict[str, list[float]]] = {
+        scenario: {"sbx": [], "resident": [], "docker": []} for scenario in SCENARIOS}
+    cpu: dict[str, dict[str, list[float]]] = {
+        scenario: {"sbx": [], "resident": [], "docker": []} for scenario in SCENARIOS}
+    all_sides = ("sbx", "resident", "docker")
+    for round_ in range(runs):
+        sides = all_sides[round_ % 3:] + all_sides[:round_ % 3]
+        for scenario in SCENARIOS:
+            for side in sides:
+                side_env = served if side == "resident" else env
+                argv = docker_argv if side == "docker" else sbx_argv
+                if scenario == "start":
+                    argv = ["docker", "--version"] if side == "docker" else [SBX, "version"]
+                elif scenario == "present":
+                    run(docker_argv)  # untimed: make sure it is local
+                else:
+                    remove_local(host, built)
+                if scenario == "first" and side != "docker":
+                    side_env = {**side_env, "SBX_HOME": str(work / f"first-{round_}-{side}")}
+                wall, used = timed(argv, side_env)
+                times[scenario][side].append(wall)
+                cpu[scenario][side].append(used)
+    return times, cpu
 
 
 def main() -> int:
@@ -172,7 +213,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="sbx-bench-pull-"))
     process, host = start_registry(work / "registry")
     try:
-        env = {**python_env(work), "SBX_HOME": str(work / "state"), "SBX_CONFIG": os.devnull}
+        runtime = work / "runtime"
+        runtime.mkdir(mode=0o700)
+        env = {**python_env(work), "SBX_HOME": str(work / "state"), "SBX_CONFIG": os.devnull,
+               "XDG_RUNTIME_DIR": str(runtime), "SBX_RESIDENT": "0"}
+        served = {**env, "SBX_RESIDENT": "1"}
         kit = work / KIT
         kit.mkdir()
         (kit / f"{KIT}.yaml").write_text(DESCRIPTOR, encoding="utf-8")
@@ -184,31 +229,22 @@ def main() -> int:
         sbx_argv = [SBX, "pull", "--accept", ref]
         docker_argv = ["docker", "pull", "-q", pinned]
         run(sbx_argv, env)  # warm-up: the lock, the verdict cache and the bytecode
-        times: dict[str, dict[str, list[float]]] = {
-            scenario: {"sbx": [], "docker": []} for scenario in SCENARIOS}
-        cpu: dict[str, dict[str, list[float]]] = {
-            scenario: {"sbx": [], "docker": []} for scenario in SCENARIOS}
-        for round_ in range(options.runs):
-            sides = ("sbx", "docker") if round_ % 2 == 0 else ("docker", "sbx")
-            for scenario in SCENARIOS:
-                for side in sides:
-                    side_env = env
-                    argv = sbx_argv if side == "sbx" else docker_argv
-                    if scenario == "start":
-                        argv = [SBX, "version"] if side == "sbx" else ["docker", "--version"]
-                    elif scenario == "present":
-                        run(docker_argv)  # untimed: make sure it is local
-                    else:
-                        remove_local(host, built)
-                    if scenario == "first" and side == "sbx":
-                        side_env = {**env, "SBX_HOME": str(work / f"first-{round_}")}
-                    wall, used = timed(argv, side_env)
-                    times[scenario][side].append(wall)
-                    cpu[scenario][side].append(used)
+        run([SBX, "resident", "start", "--idle", "900"], served)
+        before = json.loads(run([SBX, "resident", "status", "--json"], served).stdout)["data"]
+        times, cpu = measure(options.runs, (env, served), (sbx_argv, docker_argv), host,
+                             built, work)
+        after = json.loads(run([SBX, "resident", "status", "--json"], served).stdout)["data"]
+        forks = after["served"] - before["served"]
+        if forks != options.runs * len(SCENARIOS):
+            raise SystemExit(f"bench: the resident helper served {forks} commands "
+                             f"(last declined: {after.get('last_declined')!r})")
         remove_local(host, built)
-        report(times, cpu, options.runs, as_json=options.json)
+        report(times, cpu, options.runs, as_json=options.json,
+               fork_cpu_s=(after["child_cpu_s"] - before["child_cpu_s"]) / forks)
         return 0
     finally:
+        subprocess.run([SBX, "resident", "stop"], env=served, capture_output=True, timeout=60,
+                       check=False)
         process.terminate()
         try:
             process.wait(timeout=10)

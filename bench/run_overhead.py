@@ -12,8 +12,10 @@ Part 1 runs one trivial workload (``true`` in a busybox image) four ways, interl
                   run of a new kit set pays once its image is built)
     sbx_first     the first run in a fresh state home (its image built beforehand): the full
                   plan, and the image probe (its accounts and mount points) its cache lacks
-    sbx_warm      the cached run inside this (warm) process: what a resident helper would pay
-                  at best (no interpreter start, no imports), without its IPC
+    sbx_warm      the cached run inside this (warm) process: no interpreter start, no imports
+    sbx_resident  ``sbx run <kit> -- true`` served by the resident helper (``sbx resident
+                  start``, in the benchmark's own runtime directory); its CPU adds the fork's
+                  own (the helper's ``child_cpu_s`` per command) to the client process's
     docker_cli    ``docker run --rm`` of the same image tag with the same hardening flags
     docker_sdk    the same container through the docker SDK, in this process, on a warm client
 
@@ -24,7 +26,8 @@ Each subprocess variant also reports the user + system CPU of its process and al
 for (``RUSAGE_CHILDREN`` deltas; for docker run that is the CLI, not the engine's work).
 
 Part 2 times process start: ``python -c pass`` vs ``sbx --help`` (same venv interpreter), with
-``import sbx.app`` and the ``sbx run`` import path as a breakdown.
+``import sbx.app`` and the ``sbx run`` import path as a breakdown, and ``sbx --help`` served by
+the resident helper.
 
 Everything sbx writes goes to a temporary SBX_HOME (and SBX_CONFIG points at an empty file,
 /dev/null, so the user's config cannot change the limits); nothing touches the user's state.
@@ -227,6 +230,10 @@ def make_setup(root: Path) -> Setup:
     # As installed, sbx's modules are byte-compiled: a shell that forbids writing bytecode
     # would make every timed process compile its sources again.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    runtime = root / "runtime"  # the resident helper's, this benchmark's own
+    runtime.mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(runtime)
+    env["SBX_RESIDENT"] = "0"  # every variant but the resident one runs in its own process
     return Setup(python=python, sbx=sbx, docker=docker, env=env, home=home, kit=kit,
                  token=uuid.uuid4().hex)
 
@@ -446,6 +453,17 @@ def clean_up(setup: Setup | None, run: Mapping[str, Any], *, keep_image: bool,
 # -- the two parts -------------------------------------------------------------------------
 
 
+def resident_env(setup: Setup) -> dict[str, str]:
+    return {**setup.env, "SBX_RESIDENT": "1"}
+
+
+def resident_status(setup: Setup) -> dict[str, Any]:
+    out = must_succeed([setup.sbx, "resident", "status", "--json"], resident_env(setup),
+                       "`sbx resident status`")
+    data: dict[str, Any] = json.loads(out)["data"]
+    return data
+
+
 def bench_run(setup: Setup, runs: int, homes: list[Path]) -> dict[str, Any]:
     data = warm_up_sbx(setup)
     image = str(data["image"])
@@ -465,15 +483,19 @@ def bench_run(setup: Setup, runs: int, homes: list[Path]) -> dict[str, Any]:
     sdk = SdkRunner(setup.env, spec)
     warm = WarmRunner(setup)
     first = FirstRunner(setup, sbx_argv)
+    served = resident_env(setup)
     try:
         sdk()
         warm()  # imports everything once and writes the in-process request's own plan
         first()
+        must_succeed(sbx_argv, served, "check `sbx run` through the resident helper")
+        before = resident_status(setup)
         series = [
             Series("sbx_run", "sbx run <kit> -- true (cached)", []),
             Series("sbx_run_full", "sbx run, SBX_PLAN_CACHE=0 (full)", []),
             Series("sbx_first", "sbx run, fresh state home (first)", []),
-            Series("sbx_warm", "sbx run, warm process (helper)", []),
+            Series("sbx_warm", "sbx run, warm process", []),
+            Series("sbx_resident", "sbx run, resident helper (cached)", []),
             Series("docker_cli", "docker run --rm (CLI)", []),
             Series("docker_sdk", "docker SDK in-process", []),
         ]
@@ -482,13 +504,21 @@ def bench_run(setup: Setup, runs: int, homes: list[Path]) -> dict[str, Any]:
             (series[1], timed_ok(sbx_argv, full_env, "`sbx run` (full plan)")),
             (series[2], first),
             (series[3], warm),
-            (series[4], timed_ok(docker_argv, setup.env, "`docker run`")),
-            (series[5], sdk),
+            (series[4], timed_ok(sbx_argv, served, "`sbx run` (resident helper)")),
+            (series[5], timed_ok(docker_argv, setup.env, "`docker run`")),
+            (series[6], sdk),
         ], runs, "sbx run vs docker run")
+        after = resident_status(setup)
     finally:
         sdk.close()
         homes.extend(first.homes)
-    sbx_s, full_s, first_s, warm_s, cli_s, sdk_s = series
+    sbx_s, full_s, first_s, warm_s, resident_s, cli_s, sdk_s = series
+    forks = after["served"] - before["served"]
+    if forks != runs:
+        raise BenchError(f"the resident helper served {forks} of {runs} runs "
+                         f"(last declined: {after.get('last_declined')!r})")
+    fork_cpu_s = (after["child_cpu_s"] - before["child_cpu_s"]) / forks
+    resident_cpu_s = statistics.median(resident_s.cpu_s) + fork_cpu_s
     ratio = sbx_s.median_ms / cli_s.median_ms
     full_ratio = full_s.median_ms / cli_s.median_ms
     first_ratio = first_s.median_ms / cli_s.median_ms
@@ -517,6 +547,11 @@ def bench_run(setup: Setup, runs: int, homes: list[Path]) -> dict[str, Any]:
         "cached_cpu_s": round(cached_cpu_s, 3),
         "cached_cpu_target_s": CACHED_CPU_TARGET_S,
         "cached_cpu_meets_target": cached_cpu_s <= CACHED_CPU_TARGET_S,
+        "ratio_resident_to_docker_cli": round(resident_s.median_ms / cli_s.median_ms, 3),
+        "resident_fork_cpu_s": round(fork_cpu_s, 4),
+        "resident_cpu_s": round(resident_cpu_s, 4),
+        "resident_cpu_meets_target": resident_cpu_s <= CACHED_CPU_TARGET_S,
+        "resident_rss_kib": after.get("rss_kib"),
     }
 
 
@@ -529,6 +564,7 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
     commands = {
         "python_pass": ("python -c pass", [setup.python, "-c", "pass"]),
         "sbx_help": ("sbx --help", [setup.sbx, "--help"]),
+        "sbx_help_resident": ("sbx --help (resident helper)", [setup.sbx, "--help"]),
         "import_sbx_app": ("python -c 'import sbx.app'", [setup.python, "-c", "import sbx.app"]),
         "import_run_path": ("python -c 'import <run path>'", [setup.python, "-c", RUN_IMPORTS]),
         "import_cached_run_path": ("python -c 'import <cached path>'",
@@ -537,8 +573,9 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
     for label, argv in commands.values():
         must_succeed(argv, setup.env, f"`{label.strip()}`")  # warm the page cache
     series = {name: Series(name, label, []) for name, (label, _) in commands.items()}
-    interleave([(series[name], timed_ok(argv, setup.env, f"`{label.strip()}`"))
-                for name, (label, argv) in commands.items()], runs, "cold start")
+    interleave([(series[name], timed_ok(
+        argv, resident_env(setup) if name.endswith("_resident") else setup.env,
+        f"`{label.strip()}`")) for name, (label, argv) in commands.items()], runs, "cold start")
     help_ms = series["sbx_help"].median_ms
     return {
         "variants": {name: s.as_dict() for name, s in series.items()},
@@ -547,6 +584,7 @@ def bench_startup(setup: Setup, runs: int) -> dict[str, Any]:
             series["import_sbx_app"].median_ms - series["python_pass"].median_ms, 2),
         "target_ms": HELP_TARGET_MS,
         "meets_target": help_ms < HELP_TARGET_MS,
+        "resident_meets_target": series["sbx_help_resident"].median_ms < HELP_TARGET_MS,
     }
 
 
@@ -584,8 +622,14 @@ def render_table(result: Mapping[str, Any]) -> str:
         f"  client CPU of a cached sbx run (median): {run['cached_cpu_s'] * 1000:.0f} ms "
         f"(target <= {run['cached_cpu_target_s'] * 1000:.0f} ms: "
         f"{_verdict(run['cached_cpu_meets_target'])})",
-        f"  a resident helper could save at most {run['cached_minus_warm_ms']:+.1f} ms "
+        f"  a warm process saves {run['cached_minus_warm_ms']:+.1f} ms "
         f"(warm process / docker run: {run['ratio_warm_to_docker_cli']:.2f}x)",
+        f"  resident helper / docker run median: {run['ratio_resident_to_docker_cli']:.2f}x; "
+        f"CPU per run {run['resident_cpu_s'] * 1000:.0f} ms (the fork's "
+        f"{run['resident_fork_cpu_s'] * 1000:.0f} ms; target <= "
+        f"{run['cached_cpu_target_s'] * 1000:.0f} ms: "
+        f"{_verdict(run['resident_cpu_meets_target'])}); helper RSS "
+        f"{(run['resident_rss_kib'] or 0) // 1024} MiB",
         f"  docker CLI process vs in-process SDK: {run['docker_cli_minus_sdk_ms']:+.1f} ms; "
         f"sbx / SDK median: {run['ratio_sbx_to_docker_sdk']:.2f}x",
         "",
@@ -633,12 +677,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             setup = make_setup(Path(tmp))
             engine = check_engine(setup)
+            must_succeed([setup.sbx, "resident", "start", "--idle", "900"], resident_env(setup),
+                         "`sbx resident start`")
             run = bench_run(setup, args.runs, homes)
             startup = bench_startup(setup, args.startup_runs)
         except BenchError as error:
             print(f"bench: setup failed: {error}", file=sys.stderr)
             return 1
         finally:
+            if setup is not None:
+                call([setup.sbx, "resident", "stop"], resident_env(setup), "stopping the helper")
             found = clean_up(setup, run, keep_image=args.keep_image, homes=homes)
     result = {
         "sbx_version": __version__,

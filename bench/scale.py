@@ -14,7 +14,10 @@ once) and timed from that release until the last one ends:
     ``--rounds`` times, the order flipping each round. Reported per side: wall time of the
     batch, failures (exit status not 0, or no exit within the timeout), p50/p90 of each run's
     own duration, and the CPU time (user + system) of the batch's client processes and all
-    they waited for (for sbx: its proxies and helpers; not the engine's own work) per run.
+    they waited for (for sbx: its proxies and helpers; not the engine's own work) per run. A
+    third side runs the same ``sbx run`` served by the resident helper (``sbx resident
+    start`` in the benchmark's own runtime directory); its forks' CPU per run is reported
+    beside the client processes'.
 (b) **Concurrent networked runs.** ``--networked`` (default 10) ``sbx run`` of a kit with a
     network policy (``runtime.allow: [example.com]``); each fetches ``http://example.com/scale/N``
     with busybox ``wget`` through its own egress proxy and stays up ``--hold-s`` seconds. The
@@ -348,18 +351,35 @@ def concurrent_runs(setup: ro.Setup, count: int, rounds: int) -> dict[str, Any]:
     docker_argv = ro.docker_run_argv(setup.docker, spec)
     ro.must_succeed(docker_argv, setup.env, "one `docker run` of the same container")
     sbx_argv = [setup.sbx, "run", str(setup.kit), "--", *ro.WORKLOAD]
-    batches: dict[str, list[Batch]] = {"sbx_run": [], "docker_run": []}
-    for round_ in range(rounds):
-        order = ["sbx_run", "docker_run"] if round_ % 2 == 0 else ["docker_run", "sbx_run"]
-        for name in order:
-            argv = sbx_argv if name == "sbx_run" else docker_argv
-            ro.progress(f"round {round_ + 1}/{rounds}: {count} x {name}")
-            batches[name].append(run_batch(name, [argv] * count, setup.env, exited_zero))
+    served = ro.resident_env(setup)
+    ro.must_succeed([setup.sbx, "resident", "start", "--idle", "900"], served,
+                    "`sbx resident start`")
+    batches: dict[str, list[Batch]] = {"sbx_run": [], "sbx_resident": [], "docker_run": []}
+    sides = {"sbx_run": (sbx_argv, setup.env), "sbx_resident": (sbx_argv, served),
+             "docker_run": (docker_argv, setup.env)}
+    fork_cpu_s = 0.0
+    try:
+        ro.must_succeed(sbx_argv, served, "one `sbx run` through the resident helper")
+        before = ro.resident_status(setup)
+        for round_ in range(rounds):
+            order = list(sides)[round_ % 3:] + list(sides)[:round_ % 3]
+            for name in order:
+                argv, env = sides[name]
+                ro.progress(f"round {round_ + 1}/{rounds}: {count} x {name}")
+                batches[name].append(run_batch(name, [argv] * count, env, exited_zero))
+        after = ro.resident_status(setup)
+    finally:
+        ro.call([setup.sbx, "resident", "stop"], served, "stopping the resident helper")
+    forks = after["served"] - before["served"]
+    if forks:
+        fork_cpu_s = (after["child_cpu_s"] - before["child_cpu_s"]) / forks
     out = {name: [b.as_dict() for b in found] for name, found in batches.items()}
     walls = {name: statistics.median(b.wall_s for b in found) for name, found in batches.items()}
     return {"count": count, "rounds": rounds, "batches": out, "docker_argv": docker_argv,
             "median_wall_s": {k: round(v, 3) for k, v in walls.items()},
             "wall_ratio": round(walls["sbx_run"] / walls["docker_run"], 2),
+            "resident_wall_ratio": round(walls["sbx_resident"] / walls["docker_run"], 2),
+            "resident_served": forks, "resident_fork_cpu_s_per_run": round(fork_cpu_s, 4),
             "failures": {name: sum(b.failures for b in found)
                          for name, found in batches.items()},
             "image": data["image"], "image_built": bool(data.get("image_built")),
@@ -436,13 +456,16 @@ def render(result: Mapping[str, Any]) -> str:
     runs = result["concurrent"]
     lines.append(f"(a) {runs['count']} concurrent runs, {runs['rounds']} round(s), "
                  "per side: median batch wall, failures, per-run p50/p90 of the last round")
-    for name in ("sbx_run", "docker_run"):
+    for name in ("sbx_run", "sbx_resident", "docker_run"):
         last = runs["batches"][name][-1]
-        lines.append(f"    {name:10s} wall {runs['median_wall_s'][name]:6.2f} s  failures "
+        lines.append(f"    {name:12s} wall {runs['median_wall_s'][name]:6.2f} s  failures "
                      f"{runs['failures'][name]:3d}  p50 {last['p50_s']:5.2f} s  "
                      f"p90 {last['p90_s']:5.2f} s  client CPU "
                      f"{last['client_cpu_s_per_run']:5.2f} s/run")
-    lines.append(f"    wall ratio sbx/docker: {runs['wall_ratio']:.2f}")
+    lines.append(f"    wall ratio sbx/docker: {runs['wall_ratio']:.2f}; with the resident helper: "
+                 f"{runs['resident_wall_ratio']:.2f} ({runs['resident_served']} served, its "
+                 f"forks' CPU {runs['resident_fork_cpu_s_per_run']:.3f} s/run besides the "
+                 "client's)")
     lines.extend(f"    a failure said: {failed}" for failed in runs["failed_samples"])
     net = result["networked"]
     lines.append(f"(b) {net['count']} concurrent networked runs (each holds {net['hold_s']:g} s), "
@@ -511,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = ro.make_setup(work)
         setup = ro.Setup(python=base.python, sbx=base.sbx, docker=base.docker,
                          env={**python_env(work), "SBX_HOME": str(base.home),
-                              "SBX_CONFIG": os.devnull},
+                              "SBX_CONFIG": os.devnull, "SBX_RESIDENT": "0",
+                              "XDG_RUNTIME_DIR": base.env["XDG_RUNTIME_DIR"]},
                          home=base.home, kit=base.kit, token=base.token)
         result["engine"] = ro.check_engine(setup)
         result["concurrent"] = concurrent_runs(setup, options.concurrency, options.rounds)
