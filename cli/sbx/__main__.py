@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -317,7 +318,33 @@ def lost_helper(argv: Sequence[str]) -> int:
     return int(error.exit_status)
 
 
+def fill_closed_outputs() -> None:
+    """A process started with stdout or stderr closed (``sbx ls >&-``) gets them back as what
+    they mean: stdout a pipe whose reader is gone (writes fail as a closed pipe's do, exit 141),
+    stderr /dev/null. Left closed, the next file sbx opened would become descriptor 1 or 2 and
+    receive its output."""
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        if fd == 1:
+            reader, target = os.pipe()
+            os.close(reader)
+        else:
+            target = os.open(os.devnull, os.O_WRONLY)
+        if target != fd:
+            os.dup2(target, fd)
+            os.close(target)
+        if getattr(sys, stream) is None:
+            setattr(sys, stream, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                                  encoding="utf-8", errors="backslashreplace",
+                                                  line_buffering=True))
+
+
 def main() -> None:
+    fill_closed_outputs()
     for signum in INTERRUPTING_SIGNALS:
         signal.signal(signum, interrupt)
     # Nothing sbx creates is group or world writable (its own checks would refuse it).
@@ -343,5 +370,5 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["Launch", "cli", "hoist_global_options", "lost_helper", "main", "split_passthrough",
-           "write_crash_report"]
+__all__ = ["Launch", "cli", "fill_closed_outputs", "hoist_global_options", "lost_helper", "main",
+           "split_passthrough", "write_crash_report"]

@@ -43,7 +43,8 @@ class Group:
 
 
 def _interruptible(command: Callable[..., int]) -> Callable[..., int]:
-    """Turn Ctrl-C / SIGTERM into a reason-coded error at the command boundary.
+    """Turn Ctrl-C / SIGTERM and a closed stdout into reason-coded errors at the command
+    boundary.
 
     typer would otherwise swallow KeyboardInterrupt into a bare exit status 130, which is
     indistinguishable from a workload that exits 130 itself.
@@ -56,6 +57,10 @@ def _interruptible(command: Callable[..., int]) -> Callable[..., int]:
         except KeyboardInterrupt:
             raise SbxError(Reason.INTERRUPTED,
                            "interrupted; everything the run created was removed") from None
+        except BrokenPipeError:
+            # typer would end a closed stdout as exit 1; it ends as the cached run's does
+            raise SbxError(Reason.OUTPUT_CLOSED, "the reader of sbx's output went away") \
+                from None
 
     return wrapper
 

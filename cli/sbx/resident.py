@@ -264,11 +264,12 @@ def _accept(helper: Helper, poller: select.poll) -> None:
     if op != "run":
         for fd in fds:
             os.close(fd)
-        if op == "stop":
+        stale = codeprint.walk_fingerprint() != helper.code
+        if op == "stop" or stale:
             helper.stopping = True
             _unlisten(helper, poller)
         with suppress(OSError):
-            wire.send_frame(conn, helper.status() | {"op": op})
+            wire.send_frame(conn, helper.status() | {"op": op, "stale": stale})
         conn.close()
         return
     _run(helper, poller, conn, body, fds)

@@ -223,6 +223,23 @@ def test_changed_code_ends_the_helper(helper: dict[str, Any], env: dict[str, str
     assert not Path(helper["socket"]).exists()
 
 
+def test_start_replaces_a_helper_of_changed_code(helper: dict[str, Any],
+                                                  env: dict[str, str]) -> None:
+    module = Path(__file__).resolve().parents[2] / "cli" / "sbx" / "usecases" / "codeprint.py"
+    times = module.stat()
+    try:
+        os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns + 1_000_000_000))
+        again = run_sbx(["resident", "start", "--json"], env=env, timeout=120)
+        assert again.returncode == 0, again.stderr
+        data = json.loads(again.stdout)["data"]
+        assert data["started_now"] and data["pid"] != helper["pid"]
+        assert gone(helper["pid"])
+        helper["pid"] = data["pid"]  # stopped by the fixture
+        assert status(env)["running"]
+    finally:
+        os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
 def test_an_idle_helper_exits(env: dict[str, str]) -> None:
     started = run_sbx(["resident", "start", "--idle", "1", "--json"], env=env, timeout=120)
     assert started.returncode == 0, started.stderr
@@ -260,3 +277,18 @@ def test_a_terminal_session_through_the_helper(pane: tty.Pane, shell_kit: Path,
     finally:
         os.kill(pid, signal.SIGTERM)
         wait_until(lambda: gone(pid), "the pane's helper to exit")
+
+
+def test_a_directory_another_user_made_is_never_used(env: dict[str, str], runtime: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("making a directory of another user needs root")
+    directory = runtime / "sbx"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, TESTER_UID, TESTER_UID)
+    refused = run_sbx(["resident", "start"], env=env)
+    assert refused.returncode == 125
+    assert f"belongs to uid {TESTER_UID}".encode() in refused.stderr
+    assert b"export XDG_RUNTIME_DIR=" in refused.stderr
+    listed = run_sbx(["ls"], env=env)  # the command runs itself, never through that directory
+    assert listed.returncode == 0, listed.stderr
+    assert not list(directory.iterdir())

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +85,28 @@ def test_every_refusal_message_ends_with_its_code(sbx_cli: Any) -> None:
     assert result.exit_code == 2
     first_line = result.stderr.splitlines()[0]
     assert first_line.endswith("(invalid_argument)")
+
+
+def _with_closed(redirect: str, *args: str, home: Path) -> subprocess.CompletedProcess[bytes]:
+    """``python -m sbx ARGS`` started with a standard stream closed by the shell (``>&-``)."""
+    env = {**os.environ, "SBX_HOME": str(home), "SBX_CONFIG": os.devnull, "SBX_RESIDENT": "0"}
+    return subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-m", "sbx",
+                           *args], env=env, capture_output=True, timeout=60, check=False)
+
+
+def test_a_closed_stdout_ends_as_a_closed_pipe_never_a_crash(tmp_path: Path) -> None:
+    home = tmp_path / "state"
+    # an envelope that cannot be written is a closed pipe's 141; a message is dropped (0)
+    assert _with_closed(">&-", "ls", "--json", home=home).returncode == 141
+    for args in (["ls"], ["--version"], ["explain", "mount_blocked"]):
+        done = _with_closed(">&-", *args, home=home)
+        assert done.returncode in (0, 1, 141), (args, done.returncode, done.stderr)
+        assert b"Traceback" not in done.stderr and b"internal_error" not in done.stderr
+    assert not (home / "crash-reports").exists()
+
+
+def test_a_closed_stderr_drops_only_what_sbx_says_there(tmp_path: Path) -> None:
+    done = _with_closed("2>&-", "explain", "no_such_reason", home=tmp_path / "state")
+    assert done.returncode == 2 and done.stderr == b""
+    listed = _with_closed("2>&-", "ls", "--json", home=tmp_path / "state")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["status"] == "ok"

@@ -48,9 +48,10 @@ def socket_path(app: AppContext) -> Path:
 
 
 def status(app: AppContext) -> HelperState:
+    """A helper whose code on disk changed answers once, as stale, and stops serving."""
     path = socket_path(app)
     answer = wire.ask(str(path), "status")
-    return HelperState(path, answer is not None, answer or {})
+    return HelperState(path, answer is not None and not answer.get("stale"), answer or {})
 
 
 def start(app: AppContext, idle_s: int) -> HelperState:
@@ -61,8 +62,13 @@ def start(app: AppContext, idle_s: int) -> HelperState:
     path = socket_path(app)
     _private_dir(path.parent)
     answer = wire.ask(str(path), "status")
-    if answer is not None:
+    if answer is not None and not answer.get("stale"):
         return HelperState(path, True, answer)
+    if answer is not None and not _ended(answer.get("pid")):
+        raise SbxError(Reason.RESIDENT_UNAVAILABLE,
+                       f"the helper of sbx's previous code (pid {answer.get('pid')}) still runs "
+                       f"{answer.get('commands_running', 0)} of its commands; it exits when "
+                       "they end", hint="sbx resident start")
     log = path.parent / "resident.log"
     program = processes.start_program(
         RESIDENT, [str(path), str(idle_s)], owner_line=b"", log=log, env=app.env,
@@ -86,11 +92,18 @@ def stop(app: AppContext) -> HelperState:
     answer = wire.ask(str(path), "stop")
     if answer is None:
         return HelperState(path, False, {})
-    pid = answer.get("pid")
-    deadline = time.monotonic() + STOP_WAIT_S
-    while isinstance(pid, int) and processes.pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(_STOP_POLL_S)
+    _ended(answer.get("pid"))
     return HelperState(path, False, answer)
+
+
+def _ended(pid: object) -> bool:
+    """Whether the helper ``pid`` exited, waited for a while (it ends once its commands do)."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while isinstance(pid, int) and processes.pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_STOP_POLL_S)
+    return True
 
 
 def _private_dir(directory: Path) -> None:
@@ -106,9 +119,16 @@ def _private_dir(directory: Path) -> None:
                                f"{exc.strerror or exc}", hint=f"mkdir -m 700 {directory}") from exc
             raise
     if not wire.private_dir(directory, uid):
+        try:
+            owner = directory.lstat().st_uid
+        except OSError:
+            owner = uid
+        hint = f"chmod 700 {directory}" if owner == uid and directory.is_dir() \
+            and not directory.is_symlink() else \
+            "export XDG_RUNTIME_DIR=DIR  # a directory of yours, mode 0700"
         raise SbxError(Reason.RESIDENT_UNAVAILABLE,
-                       f"{directory} is not a directory of uid {uid} closed to everyone else",
-                       hint=f"chmod 700 {directory}")
+                       f"{directory} is not a directory of uid {uid} closed to everyone else"
+                       + (f" (it belongs to uid {owner})" if owner != uid else ""), hint=hint)
 
 
 __all__ = ["DEFAULT_IDLE_S", "HelperState", "socket_path", "start", "status", "stop"]

@@ -16,6 +16,12 @@ def state(renderer: Renderer, command: str, helper: Any) -> None:
     if command == "resident stop":
         renderer.message("stopped" if answer else "not running")
         return
+    if answer.get("stale"):
+        renderer.message("not running")
+        renderer.note(f"the helper of sbx's previous code (pid {answer.get('pid')}) stops once "
+                      f"its {answer.get('commands_running', 0)} commands end; "
+                      "`sbx resident start` starts one of this code")
+        return
     if not helper.running:
         renderer.message("not running")
         renderer.note("`sbx resident start` starts it; sbx works the same without it")
