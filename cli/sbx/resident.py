@@ -13,6 +13,7 @@ do, on SIGTERM, on ``sbx resident stop``, or when sbx's code on disk changes.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import importlib
 import io
@@ -419,11 +420,16 @@ def _streams(std: list[int], shapes: Any) -> None:
 
 
 def _run_main() -> int:
+    """sbx's main as the process's own: the exit handlers are the command's (the helper's are
+    dropped; the command's run at its end, as at an interpreter's exit: connections closed, an
+    ssh tunnel ended)."""
+    atexit._clear()
     try:
         entry.main()
         code: object = 0
     except SystemExit as done:
         code = done.code
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with suppress(Exception):
             if stream is not None:

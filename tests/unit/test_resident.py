@@ -125,3 +125,28 @@ def test_importing_all_of_sbx_touches_nothing_but_code() -> None:
     # DOCKER_HOST, ...) never keeps the helper from serving
     assert result["read"] is not None
     assert not [name for name in result["read"] if name.startswith(("SBX_", "DOCKER_"))]
+
+
+EXIT_HANDLERS = r"""
+import atexit, sys
+from pathlib import Path
+from sbx import resident
+marks = Path(sys.argv[1])
+atexit.register(lambda: (marks / "helper").write_text("ran"))
+def command():
+    atexit.register(lambda: (marks / "command").write_text("ran"))
+    sys.exit(3)
+resident.entry.main = command
+code = resident._run_main()
+(marks / "code").write_text(str(code))
+import os
+os._exit(0)
+"""
+
+
+def test_a_fork_runs_its_command_s_exit_handlers_not_the_helper_s(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-c", EXIT_HANDLERS, str(tmp_path)], timeout=60,
+                   check=True)
+    assert (tmp_path / "code").read_text() == "3"
+    assert (tmp_path / "command").read_text() == "ran"
+    assert not (tmp_path / "helper").exists()

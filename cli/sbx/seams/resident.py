@@ -131,6 +131,7 @@ def recv_frame(sock: _socket.socket) -> tuple[dict[str, Any], list[int]] | None:
             chunk, ancillary, _flags, _addr = sock.recvmsg(
                 4 - len(head), _socket.CMSG_SPACE(MAX_FDS * 4))
             fds.extend(_descriptors(ancillary))
+            _bounded(fds)
             if not chunk:
                 if head:
                     raise WireError("the frame's length was cut short")
@@ -144,6 +145,7 @@ def recv_frame(sock: _socket.socket) -> tuple[dict[str, Any], list[int]] | None:
             chunk, ancillary, _flags, _addr = sock.recvmsg(
                 length - len(data), _socket.CMSG_SPACE(MAX_FDS * 4))
             fds.extend(_descriptors(ancillary))
+            _bounded(fds)
             if not chunk:
                 raise WireError("the frame was cut short")
             data += chunk
@@ -155,6 +157,11 @@ def recv_frame(sock: _socket.socket) -> tuple[dict[str, Any], list[int]] | None:
         for fd in fds:
             _close(fd)
         raise
+
+
+def _bounded(fds: Sequence[int]) -> None:
+    if len(fds) > MAX_FDS:
+        raise WireError(f"more than {MAX_FDS} descriptors came with one frame")
 
 
 def _close(fd: int) -> None:

@@ -4,6 +4,7 @@ decisions of whether a helper may serve a caller."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -169,3 +170,28 @@ def test_without_a_helper_nothing_is_served(tmp_path: Path) -> None:
     (runtime / "sbx").mkdir(mode=0o700)
     assert wire.hand_over(["ls"], env, sys.path[1:]) is None  # no socket
     assert wire.ask(str(runtime / "sbx" / "none.sock"), "status") is None
+
+
+def test_descriptors_sent_piece_by_piece_are_bounded_per_frame(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = pair
+    before = open_fds()
+    body = b'{"op": "run"}'
+    payload = len(body).to_bytes(4, "big") + body
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, 0, 1))
+    for index in range(len(payload)):  # one byte per message, five descriptors with each
+        left.sendmsg([payload[index:index + 1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    with pytest.raises(wire.WireError):
+        wire.recv_frame(right)
+    right.settimeout(0.2)
+    unread = 0
+    with contextlib.suppress(OSError):  # drain what is left, closing what came with it
+        while True:
+            data, ancillary, _flags, _addr = right.recvmsg(64, socket.CMSG_SPACE(64))
+            for fd in wire._descriptors(ancillary):
+                os.close(fd)
+            unread += len(data)
+            if not data:
+                break
+    assert unread > 0  # refused as soon as the descriptors passed the bound, not at the end
+    assert open_fds() == before
