@@ -23,7 +23,7 @@ from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import SBX, run_sbx
 
 from . import test_session_tty as tty
-from .conftest import TESTER_UID, owned, user_owned
+from .conftest import TESTER_UID, FarHost, owned, user_owned
 
 pytestmark = pytest.mark.docker
 
@@ -292,3 +292,27 @@ def test_a_directory_another_user_made_is_never_used(env: dict[str, str], runtim
     listed = run_sbx(["ls"], env=env)  # the command runs itself, never through that directory
     assert listed.returncode == 0, listed.stderr
     assert not list(directory.iterdir())
+
+
+def test_a_run_on_a_far_engine_through_the_helper(far_host: FarHost, runtime: Path,
+                                                   state_home: Path,
+                                                   kit_factory: Callable[..., Path]) -> None:
+    kit = kit_factory("shell", tty.SHELL_KIT)
+    env = far_host.env(state_home, XDG_RUNTIME_DIR=str(runtime))
+    started = run_sbx(["resident", "start", "--idle", "300", "--json"], env=env, timeout=120)
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["data"]["pid"]
+    try:
+        done = run_sbx(["run", str(kit), "--", "sh", "-c", "echo out; echo err >&2; exit 7"],
+                       env=env, timeout=180)
+        assert (done.returncode, done.stdout) == (7, b"out\n"), done.stderr
+        assert done.stderr.endswith(b"err\n")
+        assert far_host.containers(state_home) == []
+        answer = status(env)
+        assert answer["served"] == 1 and answer["commands_running"] == 0
+        # the fork, its exit handlers run, left no process of its own behind the helper
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="utf-8").split()
+        assert children == []
+    finally:
+        run_sbx(["resident", "stop"], env=env)
+        wait_until(lambda: gone(pid), "the helper to exit")
