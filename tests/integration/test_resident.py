@@ -6,6 +6,7 @@ nothing; changed code and idleness end it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +49,18 @@ def gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
+
+
+@contextlib.contextmanager
+def sandboxed(words: list[str], kit: Path, env: dict[str, str], engine: SdkEngine,
+              state_home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``sbx run --rm KIT WORDS`` started, once its sandbox exists."""
+    with subprocess.Popen([str(SBX), "run", "--rm", str(kit), *words], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as client:
+        wait_until(lambda: [o for o in owned(engine, state_home) if o.kind == "container"],
+                   "the sandbox to exist", timeout=90)
+        yield client
 
 
 @pytest.fixture
@@ -135,11 +148,7 @@ def test_ctrl_c_reaches_the_command_and_everything_it_made_goes(
         helper: dict[str, Any], env: dict[str, str], kit_factory: Callable[..., Path],
         engine: SdkEngine, state_home: Path) -> None:
     kit = kit_factory("shell", tty.SHELL_KIT)
-    with subprocess.Popen([str(SBX), "run", "--rm", str(kit), "--", "sleep", "60"], env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as client:
-        wait_until(lambda: [o for o in owned(engine, state_home) if o.kind == "container"],
-                   "the sandbox to exist", timeout=90)
+    with sandboxed(["--", "sleep", "60"], kit, env, engine, state_home) as client:
         client.send_signal(signal.SIGINT)
         _out, err = client.communicate(timeout=WAIT_S)
     assert client.returncode == 130, err
@@ -151,11 +160,7 @@ def test_a_killed_caller_hangs_up_its_command(
         helper: dict[str, Any], env: dict[str, str], kit_factory: Callable[..., Path],
         engine: SdkEngine, state_home: Path) -> None:
     kit = kit_factory("shell", tty.SHELL_KIT)
-    with subprocess.Popen([str(SBX), "run", "--rm", str(kit), "--", "sleep", "60"], env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL) as client:
-        wait_until(lambda: [o for o in owned(engine, state_home) if o.kind == "container"],
-                   "the sandbox to exist", timeout=90)
+    with sandboxed(["--", "sleep", "60"], kit, env, engine, state_home) as client:
         client.kill()
         client.wait(WAIT_S)
     wait_until(lambda: not owned(engine, state_home), "the hung-up run's objects to go")
@@ -166,12 +171,8 @@ def test_a_killed_helper_loses_no_byte_and_is_replaced(
         helper: dict[str, Any], env: dict[str, str], kit_factory: Callable[..., Path],
         engine: SdkEngine, state_home: Path) -> None:
     kit = kit_factory("shell", tty.SHELL_KIT)
-    with subprocess.Popen([str(SBX), "run", "--rm", str(kit), "--", "sh", "-c",
-                           "echo started; sleep 3; echo done"], env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as client:
-        wait_until(lambda: [o for o in owned(engine, state_home) if o.kind == "container"],
-                   "the sandbox to exist", timeout=90)
+    with sandboxed(["--", "sh", "-c", "echo started; sleep 3; echo done"], kit, env, engine,
+                   state_home) as client:
         os.kill(helper["pid"], signal.SIGKILL)
         out, err = client.communicate(timeout=WAIT_S)
     # the fork outlives its helper and reports its own exit status
