@@ -161,7 +161,7 @@ class Helper:
         if verb in wire.NOT_SERVED:
             return f"command {verb}"
         path = body.get("path")
-        if body.get("executable") != sys.executable or not isinstance(path, list) \
+        if body.get("executable") != wire.interpreter() or not isinstance(path, list) \
                 or path[1:] != self.search_path:
             return "another interpreter or module path"
         env = body.get("env")

@@ -32,7 +32,7 @@ def helper(**changes: Any) -> resident.Helper:
 def request(**changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"op": "run", "argv": ["ls"], "env": {"HOME": "/root", "SBX_HOME": "/b"},
                             "facts": wire.process_facts(), "path": list(sys.path),
-                            "executable": sys.executable, "std": [0, 1, 2]}
+                            "executable": wire.interpreter(), "std": [0, 1, 2]}
     body.update(changes)
     return body
 

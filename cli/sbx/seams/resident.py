@@ -80,10 +80,16 @@ def helper_key(env: Mapping[str, str], search_path: Sequence[str]) -> str:
     search path (a console script's own directory, ``sys.path[0]``, left out: the helper runs
     with ``-P``), and the same interpreter variables (PYTHON*). A checksum, not a digest: the
     helper compares all of these again for every command, so a collision only declines."""
-    parts = [sys.executable, package_dir(), *search_path,
+    parts = [interpreter(), package_dir(), *search_path,
              *(f"{name}={env[name]}" for name in sorted(env) if name.startswith("PYTHON"))]
     data = "\0".join(parts).encode("utf-8", "surrogateescape")
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def interpreter() -> str:
+    """The interpreter's real file: a venv's ``python`` and ``python3`` are one interpreter
+    (which venv it runs in is the module path's to say, and that is compared too)."""
+    return os.path.realpath(sys.executable)
 
 
 def package_dir() -> str:
@@ -342,7 +348,7 @@ def hand_over(argv: Sequence[str], env: Mapping[str, str],
         send_frame(sock, {"op": "run", "argv": list(argv), "env": dict(env),
                           "argv0": sys.argv[0] if sys.argv else "sbx",
                           "std": std, "streams": stream_shapes(), "facts": process_facts(),
-                          "path": list(sys.path), "executable": sys.executable},
+                          "path": list(sys.path), "executable": interpreter()},
                    [*std, cwd])
         reply = recv_frame(sock)
         if reply is None:
@@ -394,6 +400,6 @@ def ask(path: str, op: str) -> dict[str, Any] | None:
 
 
 __all__ = ["FORWARDED", "MAX_FRAME", "Served", "WireError", "ask", "env_differs", "facts_differ",
-           "hand_over", "package_dir", "verb",
+           "hand_over", "interpreter", "package_dir", "verb",
            "helper_key", "peer_uid", "private_dir", "process_facts", "recv_frame", "send_frame",
            "socket_dir", "socket_path", "stream_shapes"]
