@@ -79,6 +79,11 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
                            "(`docker_unreachable`, or `engine_lost` during a run)."),
     ("SBX_FAST_PULL", "When 0, `sbx pull` is always read by the command-line parser (by "
                       "default a pull with the same words as an earlier one reuses its parse)."),
+    ("SBX_RESIDENT", "When 0, the command runs in its own process even when `sbx resident start` "
+                     "started a helper (by default a helper of this user and installation that "
+                     "may serve it does)."),
+    ("XDG_RUNTIME_DIR", "The resident helper's socket is in $XDG_RUNTIME_DIR/sbx (mode 0700); "
+                        "/tmp/sbx-resident-UID when unset or relative."),
     ("SBX_REGISTRY_HTTP", "When `requests`, every registry request goes through requests (by "
                           "default a manifest or token GET without a proxy or .netrc uses "
                           "sbx's small HTTP client)."),
