@@ -251,7 +251,7 @@ def test_an_idle_helper_exits(env: dict[str, str]) -> None:
 
 
 def test_a_terminal_session_through_the_helper(pane: tty.Pane, shell_kit: Path,
-                                               runtime: Path) -> None:
+                                               runtime: Path, state_home: Path) -> None:
     pane.type(f"export XDG_RUNTIME_DIR={runtime}; sbx resident start --idle 300 && "
               "echo helper-started")
     pane.wait(r"^helper-started$", timeout=120)
@@ -274,6 +274,13 @@ def test_a_terminal_session_through_the_helper(pane: tty.Pane, shell_kit: Path,
         assert pane.status("a") == 7
         saved, restored = pane.settings("a")
         assert saved == restored
+        assert status(env)["served"] == before + 1
+        # a background job on the terminal runs itself: job control applies to it, and
+        # would not to a fork outside the terminal's session
+        pane.type(f"SBX_HOME={state_home} SBX_CONFIG=/dev/null sbx ls > listed.txt & wait $!; "
+                  "echo bg-rc=$?")
+        pane.wait(r"^bg-rc=0$")
+        assert (pane.workdir / "listed.txt").read_text(encoding="utf-8").startswith("NAME")
         assert status(env)["served"] == before + 1
     finally:
         os.kill(pid, signal.SIGTERM)

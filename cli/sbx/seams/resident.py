@@ -37,7 +37,7 @@ READ_AT_START: Final = frozenset({"LANG", "LANGUAGE", "TZ", "OPENSSL_CONF", "OPE
                                   "MALLOC_ARENA_MAX", "HOME"})
 READ_PREFIXES: Final = ("PYTHON", "LC_")
 FORWARDED: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-                    signal.SIGWINCH, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+                    signal.SIGWINCH, signal.SIGUSR1, signal.SIGUSR2)
 # Commands never handed over: managing the helper itself, and the long-lived servers (their own
 # process is what their users expect to see and signal).
 NOT_SERVED: Final = frozenset({"resident", "mcp"})
@@ -286,6 +286,16 @@ class Served:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(self.pidfd, signum)
 
+    def _continue(self, _signum: int, _frame: object) -> None:
+        """SIGCONT: a job sent to the background (``bg``) whose stdin is a terminal stops as a
+        background reader of a terminal does (SIGTTIN); the fork, outside the terminal's
+        session, would not be stopped by it. In the foreground the fork continues too."""
+        if in_background(0):
+            os.kill(os.getpid(), signal.SIGTTIN)
+            return
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)
+
     def _stop(self, _signum: int, _frame: object) -> None:
         """Ctrl-Z: stop the command, then this process, as a shell's job stops together."""
         with contextlib.suppress(OSError):
@@ -299,6 +309,8 @@ class Served:
         command both went away without one."""
         for signum in FORWARDED:
             self._previous[signum] = signal.signal(signum, self._forward)
+        self._previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._continue)
+        self._previous[signal.SIGTTIN] = signal.signal(signal.SIGTTIN, signal.SIG_DFL)
         self._previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._stop)
         try:
             self.sock.settimeout(None)
@@ -325,8 +337,10 @@ class Served:
 
 def hand_over(argv: Sequence[str], env: Mapping[str, str],
               search_path: Sequence[str]) -> Served | None:
-    """Give ``argv`` to this user's helper, if one that may serve it listens; None otherwise."""
-    if verb(argv) in NOT_SERVED:
+    """Give ``argv`` to this user's helper, if one that may serve it listens; None otherwise.
+    A background job on a terminal runs itself: the terminal's job control (SIGTTIN, SIGTTOU)
+    applies to it and would not to the fork."""
+    if verb(argv) in NOT_SERVED or any(in_background(fd) for fd in (0, 1, 2)):
         return None
     uid = os.getuid()
     directory = socket_dir(env, uid)
@@ -369,6 +383,14 @@ def hand_over(argv: Sequence[str], env: Mapping[str, str],
         os.close(cwd)
 
 
+def in_background(fd: int) -> bool:
+    """Whether ``fd`` is a terminal whose foreground process group is not this process's."""
+    try:
+        return os.isatty(fd) and os.tcgetpgrp(fd) != os.getpgrp()
+    except OSError:
+        return False
+
+
 def verb(argv: Sequence[str]) -> str | None:
     """The command word: the first that is not an option."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -400,6 +422,6 @@ def ask(path: str, op: str) -> dict[str, Any] | None:
 
 
 __all__ = ["FORWARDED", "MAX_FRAME", "Served", "WireError", "ask", "env_differs", "facts_differ",
-           "hand_over", "interpreter", "package_dir", "verb",
+           "hand_over", "in_background", "interpreter", "package_dir", "verb",
            "helper_key", "peer_uid", "private_dir", "process_facts", "recv_frame", "send_frame",
            "socket_dir", "socket_path", "stream_shapes"]
