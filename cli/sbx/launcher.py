@@ -16,7 +16,9 @@ def main() -> None:
         # sys.path[0] is this console script's directory; the helper runs without it (-P).
         served = resident.hand_over(sys.argv[1:], os.environ, sys.path[1:])
     status = served.wait() if served is not None else None
-    if served is not None and status is not None:
+    if status == resident.DECLINED:
+        served = None  # given back before any of it ran: run it here
+    elif served is not None and status is not None:
         sys.exit(status)
     # deferred: a command the helper serves never loads the CLI in this process
     from sbx import __main__ as entry

@@ -372,6 +372,21 @@ def _child(helper: Helper, conn: socket.socket, body: dict[str, Any], fds: list[
     if go is None or go[0].get("op") != "go":
         return 0
     conn.settimeout(None)
+    try:
+        _become_caller(body, fds)
+    except Exception as error:  # nothing of the command ran: the caller runs it itself
+        with suppress(OSError):
+            wire.send_frame(conn, {"op": "decline", "why": f"the fork could not take it: "
+                                                           f"{error}"})
+        return 0
+    code = _run_main()
+    with suppress(OSError):
+        wire.send_frame(conn, {"op": "exit", "code": code})
+    return code
+
+
+def _become_caller(body: dict[str, Any], fds: list[int]) -> None:
+    """The caller's descriptors, directory, umask, environment, module path and argv."""
     std: list[int] = body["std"]
     for target in (0, 1, 2):
         if target in std:
@@ -393,10 +408,6 @@ def _child(helper: Helper, conn: socket.socket, body: dict[str, Any], fds: list[
         sys.path[:] = path
     sys.argv = [str(body.get("argv0") or "sbx"), *body["argv"]]
     _streams(std, body.get("streams"))
-    code = _run_main()
-    with suppress(OSError):
-        wire.send_frame(conn, {"op": "exit", "code": code})
-    return code
 
 
 def _streams(std: list[int], shapes: Any) -> None:

@@ -11,7 +11,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from sbx.seams import resident as wire
 from sbx.seams.driver import SdkEngine
 from tests.support.sbxproc import SBX, run_sbx
 
@@ -324,3 +327,36 @@ def test_a_run_on_a_far_engine_through_the_helper(far_host: FarHost, runtime: Pa
     finally:
         run_sbx(["resident", "stop"], env=env)
         wait_until(lambda: gone(pid), "the helper to exit")
+
+
+def test_a_fork_that_cannot_take_the_command_gives_it_back(helper: dict[str, Any],
+                                                           env: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    """A request whose directory descriptor is a file (fchdir fails in the fork): the fork
+    declines after the accept, before anything of the command ran, and says so."""
+    helper_path = json.loads(subprocess.run(
+        [sys.executable, "-P", "-c", "import json, sys; print(json.dumps(sys.path))"],
+        env=env, capture_output=True, text=True, timeout=WAIT_S, check=True).stdout)
+    marker = tmp_path / "not-a-directory"
+    marker.write_text("x", encoding="utf-8")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(WAIT_S)
+        sock.connect(helper["socket"])
+        not_dir = os.open(marker, os.O_RDONLY)
+        try:
+            wire.send_frame(sock, {
+                "op": "run", "argv": ["ls"], "env": env, "argv0": str(SBX), "std": [1, 2],
+                "streams": wire.stream_shapes(), "facts": wire.process_facts(),
+                "path": [str(SBX.parent), *helper_path], "executable": wire.interpreter()},
+                [1, 2, not_dir])
+        finally:
+            os.close(not_dir)
+        accepted = wire.recv_frame(sock)
+        assert accepted is not None and accepted[0]["op"] == "accept", accepted
+        for fd in accepted[1]:
+            os.close(fd)
+        wire.send_frame(sock, {"op": "go"})
+        answer = wire.recv_frame(sock)
+    assert answer is not None and answer[0]["op"] == "decline"
+    assert "could not take it" in answer[0]["why"]
+    assert status(env)["served"] == 1  # accepted, then given back

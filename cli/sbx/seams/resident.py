@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 MAX_FRAME: Final = 1 << 20  # a request carries argv and the environment: far below this
 MAX_FDS: Final = 8
+DECLINED: Final = -1  # Served.wait: the fork gave the command back before running any of it
 REPLY_TIMEOUT_S: Final = 5.0  # the helper answers at once; a stopped or hung one is given up
 # What the interpreter and C libraries read while starting or loading (Python code's reads at
 # import are recorded by the helper itself): a caller whose values differ is not served.
@@ -305,8 +306,9 @@ class Served:
         signal.signal(signal.SIGTSTP, self._stop)
 
     def wait(self) -> int | None:
-        """The command's exit status (128 + N for a signal N); None when the helper and the
-        command both went away without one."""
+        """The command's exit status (128 + N for a signal N); :data:`DECLINED` when the fork
+        gave it back untouched; None when the helper and the command both went away without
+        a status."""
         for signum in FORWARDED:
             self._previous[signum] = signal.signal(signum, self._forward)
         self._previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._continue)
@@ -324,6 +326,8 @@ class Served:
                 body, fds = frame
                 for fd in fds:
                     _close(fd)
+                if body.get("op") == "decline":  # the fork took nothing of the command
+                    return DECLINED
                 if body.get("op") == "exit" and isinstance(body.get("code"), int):
                     return int(body["code"]) & 0xFF
                 if body.get("op") == "signal" and isinstance(body.get("signal"), int):
@@ -421,7 +425,7 @@ def ask(path: str, op: str) -> dict[str, Any] | None:
     return body
 
 
-__all__ = ["FORWARDED", "MAX_FRAME", "Served", "WireError", "ask", "env_differs", "facts_differ",
-           "hand_over", "in_background", "interpreter", "package_dir", "verb",
-           "helper_key", "peer_uid", "private_dir", "process_facts", "recv_frame", "send_frame",
-           "socket_dir", "socket_path", "stream_shapes"]
+__all__ = ["DECLINED", "FORWARDED", "MAX_FRAME", "Served", "WireError", "ask", "env_differs",
+           "facts_differ", "hand_over", "helper_key", "in_background", "interpreter",
+           "package_dir", "peer_uid", "private_dir", "process_facts", "recv_frame", "send_frame",
+           "socket_dir", "socket_path", "stream_shapes", "verb"]

@@ -195,3 +195,16 @@ def test_descriptors_sent_piece_by_piece_are_bounded_per_frame(
                 break
     assert unread > 0  # refused as soon as the descriptors passed the bound, not at the end
     assert open_fds() == before
+
+
+def test_waiting_reads_a_given_back_command_an_exit_and_a_signal() -> None:
+    for frame, expected in (({"op": "decline", "why": "x"}, wire.DECLINED),
+                            ({"op": "exit", "code": 7}, 7), ({"op": "signal", "signal": 9}, 137)):
+        left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pidfd = os.pidfd_open(os.getpid())
+        with left:
+            wire.send_frame(left, frame)
+            assert wire.Served(right, pidfd).wait() == expected  # closes right and the pidfd
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.close()  # the helper and the command went away without a word
+    assert wire.Served(right, os.pidfd_open(os.getpid())).wait() is None
