@@ -17,6 +17,7 @@ from sbx.seams import owned
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.state import check_home
 from sbx.seams.tracing import TracingDriver
+from sbx.usecases.configverdicts import ConfigVerdicts
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -74,7 +75,7 @@ class AppContext:
         # deferred: the config loader (jsonschema); `sbx --help` and a cached run load none
         from sbx.base.config import load_config
 
-        return load_config(self.env)
+        return load_config(self.env, verdicts=ConfigVerdicts(self.env))
 
 
 __all__ = ["NO_STREAMS", "AppContext"]

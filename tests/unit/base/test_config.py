@@ -167,6 +167,59 @@ def test_an_empty_file_takes_the_parse_and_validation_it_skips(tmp_path: Path) -
     assert done.stdout.strip() == "[]"
 
 
+class _Verdicts:
+    """A verdict store that knows what it is told and records what it is given."""
+
+    def __init__(self, known: bool) -> None:
+        self.known = known
+        self.recorded: list[bytes] = []
+
+    def known_valid(self, raw: bytes) -> bool:
+        return self.known
+
+    def record_valid(self, raw: bytes) -> None:
+        self.recorded.append(raw)
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_a_valid_file_is_checked_unless_known_valid(tmp_path: Path, known: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from sbx.base.config import load as load_module
+
+    text = "[sandbox]\npids = 7  # \u00e9\n"
+    path = write(tmp_path, text)
+    from sbx.base.config import check
+
+    checked: list[object] = []
+
+    def counted(*args: Any) -> Any:
+        checked.append(args)
+        return check.file_problems(*args)
+
+    monkeypatch.setattr("sbx.base.config.load.file_problems", counted)
+    verdicts = _Verdicts(known)
+    load_module._LOADED.clear()
+    config = load_config_file(path, verdicts=verdicts)
+    load_module._LOADED.clear()
+    assert config == load_config_file(path)
+    assert len(checked) == (1 if known else 2)
+    assert verdicts.recorded == ([] if known else [text.encode("utf-8")])
+
+
+def test_an_invalid_file_is_refused_as_before_and_never_recorded(tmp_path: Path) -> None:
+    from sbx.base.config import load as load_module
+
+    text = "[sandbox]\npids = 0\n"
+    before = refuse(tmp_path, text)
+    verdicts = _Verdicts(known=False)
+    load_module._LOADED.clear()
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(write(tmp_path, text), verdicts=verdicts)
+    assert (caught.value.reason, str(caught.value), caught.value.hint, caught.value.details) \
+        == (before.reason, str(before), before.hint, before.details)
+    assert verdicts.recorded == []
+
+
 def test_load_config_reads_the_path_from_env(tmp_path: Path) -> None:
     path = write(tmp_path, "[sandbox]\npids = 7\n")
     config = load_config({"SBX_CONFIG": str(path)})

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from sbx.base import paths
 from sbx.base.config.check import file_problems, invalid_file
@@ -26,7 +26,16 @@ from sbx.base.errors import ConfigError
 T = TypeVar("T")
 
 
-def load_config(env: Mapping[str, str]) -> Config:
+class ValidVerdicts(Protocol):
+    """Where "these exact bytes are a valid config" is remembered between processes
+    (:class:`sbx.usecases.configverdicts.ConfigVerdicts`): a file that passed once is parsed
+    for its values, never validated again under the same code. Only a pass is ever recorded."""
+
+    def known_valid(self, raw: bytes) -> bool: ...
+    def record_valid(self, raw: bytes) -> None: ...
+
+
+def load_config(env: Mapping[str, str], *, verdicts: ValidVerdicts | None = None) -> Config:
     """Load the config file that :func:`sbx.base.paths.config_path` picks from ``env``.
 
     A file named by ``$SBX_CONFIG`` must exist: the user asked for that file, so a typo or a
@@ -44,21 +53,22 @@ def load_config(env: Mapping[str, str]) -> Config:
             details={"file": str(path), "variable": paths.CONFIG_ENV,
                      "error": "missing"},
         )
-    return load_config_file(path)
+    return load_config_file(path, verdicts=verdicts)
 
 
-def load_config_file(path: Path) -> Config:
+def load_config_file(path: Path, *, verdicts: ValidVerdicts | None = None) -> Config:
     """Load and strictly validate ``path``; a missing file yields all defaults.
 
     Raises :class:`ConfigError` when the file exists but cannot be read, is not UTF-8 TOML, or
-    has any invalid section (all problems are listed, sorted by line).
+    has any invalid section (all problems are listed, sorted by line). With ``verdicts``, bytes
+    already known valid skip the schema (the TOML parse still gives the values and lines).
     """
     text = _read(path)
     key = (str(path), text)
     known = _LOADED.get(key)
     if known is not None:
         return known
-    config = _parse(path, text)
+    config = _parse(path, text, verdicts)
     if len(_LOADED) >= 8:  # a long-lived process that sees many edits keeps only a few
         _LOADED.clear()
     _LOADED[key] = config
@@ -70,7 +80,7 @@ def load_config_file(path: Path) -> Config:
 _LOADED: dict[tuple[str, str | None], Config] = {}
 
 
-def _parse(path: Path, text: str | None) -> Config:
+def _parse(path: Path, text: str | None, verdicts: ValidVerdicts | None) -> Config:
     if text is None:
         return _resolve(path, exists=False, data={}, lines={})
     if not text:
@@ -101,9 +111,13 @@ def _parse(path: Path, text: str | None) -> Config:
             details={"file": str(path), "line": line, "error": str(exc)},
         ) from exc
     lines = key_lines(text)
-    problems = file_problems(data, lines)
-    if problems:
-        raise invalid_file(path, problems)
+    raw = text.encode("utf-8")  # the file's own bytes: they decoded as UTF-8
+    if verdicts is None or not verdicts.known_valid(raw):
+        problems = file_problems(data, lines)
+        if problems:
+            raise invalid_file(path, problems)
+        if verdicts is not None:
+            verdicts.record_valid(raw)
     return _resolve(path, exists=True, data=data, lines=lines)
 
 
@@ -176,4 +190,4 @@ def _resolve(path: Path, *, exists: bool, data: Mapping[str, Any],
     )
 
 
-__all__ = ["load_config", "load_config_file"]
+__all__ = ["ValidVerdicts", "load_config", "load_config_file"]
