@@ -14,9 +14,11 @@ from typing import Final
 from sbx.seams import owned
 from sbx.seams.engine import ImageInfo, ImageProbe, Images
 
-# Asked of every image a run uses: the accounts (the sandbox user, the create step) and the
-# mount points (mountpoints.TMP_PATH, identity.FALLBACK_HOME; a test keeps them equal).
-EVERY_RUN_FILES: Final = ("/etc/passwd", "/etc/group")
+# Asked of every image a run uses: the password database (the sandbox user, the create step)
+# and the mount points (mountpoints.TMP_PATH, identity.FALLBACK_HOME; a test keeps them equal).
+# Not /etc/group: only a USER naming its group reads it, and each file read costs the engine
+# a process of its own (tens of milliseconds) where a directory's stat costs one or two.
+EVERY_RUN_FILES: Final = ("/etc/passwd",)
 EVERY_RUN_DIRS: Final = ("/tmp", "/home/sbx")  # noqa: S108 - paths in the image
 
 

@@ -26,8 +26,9 @@ def resolve_user(driver: Images, image: ImageInfo, *, fallback_uid: int, fallbac
                  cache_dir: Path, helper_labels: Mapping[str, str]) -> SandboxUser:
     """The image's USER when it is not uid/gid 0, else the configured fallback (SPEC §5).
 
-    A named USER is resolved through the image's own /etc/passwd and /etc/group (read once per
-    image id and cached), because a name can map to uid 0 and Docker would run it as root.
+    A named USER is resolved through the image's own /etc/passwd (and /etc/group when it
+    names its group), read once per image id and cached, because a name can map to uid 0 and
+    Docker would run it as root.
     """
     user = _resolve(image, fallback_uid, fallback_source,
                     lambda: _image_accounts(driver, image, cache_dir, helper_labels))
@@ -103,14 +104,21 @@ def _lookup_group(name: str, groups: Mapping[str, int], image: ImageInfo) -> int
 ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
 
 
+def _account_files(image: ImageInfo) -> tuple[str, ...]:
+    """What :func:`_resolve` looks names up in: /etc/group only for a USER that names its
+    group (``agent:staff``); ``agent`` takes its primary gid from /etc/passwd."""
+    group_part = image.user.strip().partition(":")[2]
+    return ACCOUNT_FILES if group_part and not group_part.isdigit() else ACCOUNT_FILES[:1]
+
+
 def _cached_accounts(image: ImageInfo, cache_dir: Path) -> Accounts | None:
-    found = imageprobe.cached(image, files=ACCOUNT_FILES, cache_dir=cache_dir)
+    found = imageprobe.cached(image, files=_account_files(image), cache_dir=cache_dir)
     return None if found is None else _accounts(found.files)
 
 
 def _image_accounts(driver: Images, image: ImageInfo, cache_dir: Path,
                     helper_labels: Mapping[str, str]) -> Accounts:
-    found = imageprobe.probed(driver, image, files=ACCOUNT_FILES, cache_dir=cache_dir,
+    found = imageprobe.probed(driver, image, files=_account_files(image), cache_dir=cache_dir,
                               helper_labels=helper_labels)
     return _accounts(found.files)
 

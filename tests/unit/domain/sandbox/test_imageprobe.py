@@ -46,10 +46,19 @@ def test_one_probe_answers_the_accounts_and_the_mount_points(tmp_path: Path) -> 
                       cache_dir=tmp_path, helper_labels={})
     points = probed(probes, IMAGE, dirs=EVERY_RUN_DIRS,  # type: ignore[arg-type]
                     cache_dir=tmp_path, helper_labels={})
-    assert accounts.files == {"/etc/passwd": b"root:x:0:0::/:/bin/sh\n", "/etc/group": None}
+    assert accounts.files == {"/etc/passwd": b"root:x:0:0::/:/bin/sh\n"}
     assert points.modes == {"/tmp": 0o1777, "/home/sbx": None}
     assert probes.asked == [(EVERY_RUN_FILES, EVERY_RUN_DIRS)]  # absent ones remembered too
     assert cached(IMAGE, files=EVERY_RUN_FILES, cache_dir=tmp_path) == accounts
+
+
+def test_the_group_database_is_not_prefetched(tmp_path: Path) -> None:
+    """Each file read costs the engine a process of its own: only a USER naming its group
+    reads /etc/group (sbx.domain.sandbox.images)."""
+    probes = _probes()
+    probed(probes, IMAGE, dirs=EVERY_RUN_DIRS,  # type: ignore[arg-type]
+           cache_dir=tmp_path, helper_labels={})
+    assert probes.asked == [(("/etc/passwd",), EVERY_RUN_DIRS)]
 
 
 def test_only_what_the_cache_lacks_is_probed(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.domain.sandbox.images import resolve_user
+from sbx.domain.sandbox.images import known_user, resolve_user
 from sbx.domain.sandbox.kitimages import base_images
 from sbx.seams.engine import ImageInfo, ImageProbe
 
@@ -39,10 +39,12 @@ class _Files:
     def __init__(self, passwd: str, group: str) -> None:
         self.files = {"/etc/passwd": passwd.encode(), "/etc/group": group.encode()}
         self.reads = 0
+        self.read_files: list[str] = []
 
     def probe_image(self, image_id: str, *, files: Sequence[str], dirs: Sequence[str],
                     labels: Mapping[str, str], paths: Sequence[str] = ()) -> ImageProbe:
         self.reads += 1  # one probe container, however many files
+        self.read_files.extend(files)
         return ImageProbe({path: self.files.get(path) for path in files},
                           dict.fromkeys(dirs), dict.fromkeys(paths))
 
@@ -96,3 +98,21 @@ def test_accounts_are_read_once_per_image(tmp_path: Path) -> None:
         resolve_user(files, _image("agent"), fallback_uid=4242,  # type: ignore[arg-type]
                      fallback_source="config", cache_dir=tmp_path, helper_labels={})
     assert files.reads == 1  # passwd and group in one probe, then the cache
+
+
+@pytest.mark.parametrize(("user", "read"), [
+    ("agent", ["/etc/passwd"]),
+    ("1000", ["/etc/passwd"]),
+    ("agent:1000", ["/etc/passwd"]),
+    ("agent:staff", ["/etc/passwd", "/etc/group"]),
+    ("1000:staff", ["/etc/passwd", "/etc/group"]),
+])
+def test_the_group_database_is_read_only_for_a_named_group(tmp_path: Path, user: str,
+                                                            read: list[str]) -> None:
+    files = _Files(ACCOUNTS, GROUP)
+    for _ in range(2):
+        resolve_user(files, _image(user), fallback_uid=4242,  # type: ignore[arg-type]
+                     fallback_source="config", cache_dir=tmp_path, helper_labels={})
+    assert (files.reads, files.read_files) == (1, read)
+    assert known_user(_image(user), fallback_uid=4242, fallback_source="config",
+                      cache_dir=tmp_path) is not None
