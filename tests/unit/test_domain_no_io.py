@@ -40,7 +40,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/kitset",
     "kits/local",
     "kits/lock",
-    "kits/pathcheck",
     "kits/publish",
     "kits/reference",
     "kits/schema",

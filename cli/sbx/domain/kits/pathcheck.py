@@ -4,12 +4,12 @@ descriptor, schema or archive module)."""
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.host import lookup
 
 
 def path_kind(path: Path, reference: str) -> str | None:
@@ -17,7 +17,7 @@ def path_kind(path: Path, reference: str) -> str | None:
     command line; a path the system cannot even look up (too long, a NUL, a symlink loop, no
     permission) is ``invalid_argument``, never an unexpected error."""
     try:
-        info = os.stat(path)
+        info = lookup.status(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except ValueError:

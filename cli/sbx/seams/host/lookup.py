@@ -39,7 +39,7 @@ def real_path(path: str) -> str:
     return os.path.realpath(path)
 
 
-def status(path: str) -> os.stat_result:
+def status(path: str | Path) -> os.stat_result:
     """``stat`` of ``path``, links followed; raises OSError (ValueError for a NUL)."""
     return os.stat(path)
 
