@@ -43,7 +43,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/publish",
     "kits/reference",
     "kits/schema",
-    "kits/statefile",
     "sandbox/copyin",
     "sandbox/copyout",
     "sandbox/gitconfig",

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sbx.domain.kits.statefile import read_state, write_atomic
 from sbx.domain.kits.surface import Surface, diff_widenings
 from sbx.seams.locks import name_lock
+from sbx.seams.statefile import read_state, write_atomic
 
 if TYPE_CHECKING:
     from sbx.domain.kits.localkit import LocalKit

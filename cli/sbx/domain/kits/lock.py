@@ -23,10 +23,10 @@ from sbx.domain.kits.descriptor import Descriptor, parse_descriptor_text
 from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.schema import validation_fingerprint
-from sbx.domain.kits.statefile import MAX_STATE_BYTES, read_state, write_atomic
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import owned, state
 from sbx.seams.registry import canonical_reference
+from sbx.seams.statefile import MAX_STATE_BYTES, read_state, write_atomic
 
 LOCK_FILE: Final = "kits.lock.json"
 MAX_LOCK_BYTES: Final = MAX_STATE_BYTES
@@ -296,4 +296,4 @@ def decide(granted: Surface | None, candidate: Surface, *, accept: bool,
 __all__ = ["LOCK_FILE", "LockDecision", "GateResult", "Lock", "LockEntry", "decide",
            "descriptor_path", "gate", "load_locked_kit", "lock_path", "parse_published",
            "published_cache_key", "published_surface", "read_lock", "store_descriptor",
-           "write_atomic", "write_lock"]
+           "write_lock"]

@@ -1,9 +1,9 @@
 """State files written and read back whole: atomically replaced, strictly parsed.
 
-The kit lock and the kit approvals are JSON files in the state home that the permission gates
-trust. A write replaces the file atomically (temp file in the same directory, fsync, rename),
-so a crash or a refusal never leaves a half-written file; a read of a damaged file is a
-refusal (``state_corrupt``), never an empty state, which would forget what was approved; a
+JSON files in the state home that the permission gates trust (the kit lock, the kit
+approvals). A write replaces the file atomically (temp file in the same directory, fsync,
+rename), so a crash or a refusal never leaves a half-written file; a read of a damaged file is
+a refusal (``state_corrupt``), never an empty state, which would forget what was approved; a
 file that is not this user's own is refused (``state_unsafe``).
 """
 
