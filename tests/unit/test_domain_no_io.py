@@ -35,7 +35,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/args",
     "kits/bundled",
     "kits/captypes/agent_context",
-    "kits/captypes/host_mount",
     "kits/descriptor",
     "kits/kitset",
     "kits/local",

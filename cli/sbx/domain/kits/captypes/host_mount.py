@@ -10,7 +10,6 @@ the directory itself is made and mounted through the mount policy by the run
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +32,7 @@ from sbx.domain.kits.captypes.volume import (
 )
 from sbx.domain.kits.composed import HostMount
 from sbx.domain.kits.types import HOST_MOUNT
+from sbx.seams.host import lookup
 
 
 def kit_identity(reference: str, directory: Path, stem: str, image: str | None) -> str:
@@ -41,7 +41,7 @@ def kit_identity(reference: str, directory: Path, stem: str, image: str | None) 
     says (its name, a ``source``) is part of it, so no kit can claim another's storage."""
     if image is not None:
         return "registry:" + image.partition("@")[0]
-    return f"local:{os.path.realpath(directory)}/{stem}"
+    return f"local:{lookup.real_path(str(directory))}/{stem}"
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import SandboxPlanner
