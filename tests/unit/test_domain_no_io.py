@@ -33,7 +33,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/requestlog",
     "kits/approvals",
     "kits/args",
-    "kits/bundled",
     "kits/captypes/agent_context",
     "kits/descriptor",
     "kits/kitset",

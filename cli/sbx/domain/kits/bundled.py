@@ -7,12 +7,12 @@ own names (claude-code, codex, gemini-cli), so the short name is a fixed table, 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.host import lookup
 
 # short name -> directory under sbx/data, in the order `sbx kit ls` shows them
 SHORT_NAMES: Final[dict[str, str]] = {
@@ -26,7 +26,7 @@ SHORT_NAMES: Final[dict[str, str]] = {
 
 def data_dir() -> Path:
     """Where the bundled kits are: in the package, so a wheel carries them."""
-    return Path(__file__).resolve().parents[2] / "data"
+    return lookup.resolved(Path(__file__)).parents[2] / "data"
 
 
 def agents_dir() -> Path:
@@ -80,20 +80,8 @@ def suggestions(word: str, cwd: Path) -> list[str]:
 
 
 def _local_directories(cwd: Path) -> list[str]:
-    names: list[str] = []
-    try:
-        with os.scandir(cwd) as entries:
-            for count, entry in enumerate(entries):
-                if count >= MAX_SCANNED:
-                    break
-                try:
-                    if entry.is_dir() and not entry.name.startswith("."):
-                        names.append(entry.name)
-                except OSError:
-                    continue
-    except OSError:
-        return []
-    return sorted(names)
+    return sorted(name for name in lookup.subdirectory_names(cwd, MAX_SCANNED)
+                  if not name.startswith("."))
 
 
 __all__ = ["MAX_SCANNED", "SHORT_NAMES", "agents_dir", "bundled_kit", "data_dir", "registry_shaped",

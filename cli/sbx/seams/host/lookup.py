@@ -39,6 +39,31 @@ def real_path(path: str) -> str:
     return os.path.realpath(path)
 
 
+def resolved(path: Path) -> Path:
+    """``path`` absolute with every link resolved, as pathlib resolves it (a missing tail kept
+    as written; a link loop raises RuntimeError)."""
+    return path.resolve()
+
+
+def subdirectory_names(directory: Path, limit: int) -> list[str]:
+    """The names of the directories (links followed) among the first ``limit`` entries of
+    ``directory``, in the order it lists them; [] when it cannot be listed."""
+    names: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count >= limit:
+                    break
+                try:
+                    if entry.is_dir():
+                        names.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        return []
+    return names
+
+
 def status(path: str | Path) -> os.stat_result:
     """``stat`` of ``path``, links followed; raises OSError (ValueError for a NUL)."""
     return os.stat(path)
@@ -51,4 +76,4 @@ def read_head(path: Path, limit: int) -> bytes:
 
 
 __all__ = ["absolute_from_cwd", "is_directory", "is_link", "is_regular_file", "lexists",
-           "read_head", "real_path", "status"]
+           "read_head", "real_path", "resolved", "status", "subdirectory_names"]

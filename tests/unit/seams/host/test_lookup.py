@@ -41,3 +41,22 @@ def test_a_bounded_read_stops_at_its_limit(tmp_path: Path) -> None:
     assert lookup.read_head(path, 100) == b"0123456789"
     with pytest.raises(OSError):
         lookup.read_head(tmp_path / "missing", 4)
+
+
+def test_resolved_follows_links_as_pathlib_does(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    expected = (tmp_path / "dir" / "missing").resolve()
+    assert lookup.resolved(tmp_path / "link" / "missing") == expected
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(RuntimeError):
+        lookup.resolved(tmp_path / "loop")
+
+
+def test_subdirectory_names_are_bounded_and_unlistable_is_empty(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "to-a").symlink_to(tmp_path / "a")
+    assert sorted(lookup.subdirectory_names(tmp_path, 10)) == ["a", "to-a"]
+    assert len(lookup.subdirectory_names(tmp_path, 1)) <= 1
+    assert lookup.subdirectory_names(tmp_path / "missing", 10) == []
