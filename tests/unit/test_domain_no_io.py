@@ -39,7 +39,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/local",
     "kits/lock",
     "kits/publish",
-    "kits/reference",
     "kits/schema",
     "sandbox/copyin",
     "sandbox/copyout",

@@ -10,7 +10,7 @@ all go through :func:`find_kit`.
 
 from __future__ import annotations
 
-import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from sbx.domain.kits.local import load_local_kit
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.lock import load_locked_kit, lock_path, read_lock
 from sbx.domain.kits.pathcheck import looks_like_path, path_kind
+from sbx.seams.host import lookup
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Named:
 def name_of(reference: str, *, cwd: Path, lock_home: Path | None) -> Named:
     """What ``reference`` names, in the resolution order; raises ``kit_not_found`` for a bare
     word that names nothing (and ``invalid_argument`` for a path that cannot be looked up)."""
-    path = Path(reference) if os.path.isabs(reference) else (cwd / reference).absolute()
+    path = Path(reference) if posixpath.isabs(reference) else lookup.joined_to_cwd(cwd / reference)
     if path_kind(path, reference) is not None or looks_like_path(reference):
         return Named(reference, "path", path)
     if lock_home is not None and _locked(reference, lock_home):

@@ -14,6 +14,12 @@ def absolute_from_cwd(path: str | Path) -> str:
     return os.path.abspath(path)
 
 
+def joined_to_cwd(path: Path) -> Path:
+    """``path`` made absolute as pathlib makes it: joined to the current directory when
+    relative, with nothing normalised and no link resolved."""
+    return path.absolute()
+
+
 def is_directory(path: str | Path) -> bool:
     """Whether ``path`` is a directory (links followed); False when it cannot be looked up."""
     return os.path.isdir(path)
@@ -75,5 +81,5 @@ def read_head(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
-__all__ = ["absolute_from_cwd", "is_directory", "is_link", "is_regular_file", "lexists",
-           "read_head", "real_path", "resolved", "status", "subdirectory_names"]
+__all__ = ["absolute_from_cwd", "is_directory", "is_link", "is_regular_file", "joined_to_cwd",
+           "lexists", "read_head", "real_path", "resolved", "status", "subdirectory_names"]

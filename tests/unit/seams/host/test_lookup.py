@@ -32,6 +32,8 @@ def test_status_and_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         lookup.status(str(tmp_path / "missing"))
     monkeypatch.chdir(tmp_path)
     assert lookup.absolute_from_cwd("a/../file") == str(Path.cwd() / "file")
+    assert lookup.joined_to_cwd(Path("a/../file")) == Path.cwd() / "a" / ".." / "file"
+    assert lookup.joined_to_cwd(Path("/x/../y")) == Path("/x/../y")
 
 
 def test_a_bounded_read_stops_at_its_limit(tmp_path: Path) -> None:
