@@ -34,7 +34,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/approvals",
     "kits/args",
     "kits/captypes/agent_context",
-    "kits/descriptor",
     "kits/kitset",
     "kits/local",
     "kits/lock",

@@ -14,8 +14,6 @@ caret. All independent problems are collected and reported together, in a determ
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from sbx.domain.kits.diagnostics import (
 from sbx.domain.kits.document import MAX_DESCRIPTOR_BYTES, load_document, too_large
 from sbx.domain.kits.schema import validate_document, validation_fingerprint
 from sbx.seams import owned
+from sbx.seams.host import lookup
 
 SYNTAX_LINE: Final = "# syntax=docker/sandbox-kit:3"
 
@@ -116,21 +115,14 @@ def read_descriptor_text(path: Path) -> str:
     FIFO or a device is refused (``invalid_kit``) without being read whole or blocking."""
     file = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        found = lookup.read_if_regular(path, MAX_DESCRIPTOR_BYTES)
     except (OSError, ValueError) as exc:
         fail([Diagnostic("", f"cannot read descriptor: {_os_reason(exc)}", file, 0, 0)])
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            fail([Diagnostic("", "the descriptor is not a regular file", file, 0, 0)])
-        if info.st_size > MAX_DESCRIPTOR_BYTES:
-            fail([too_large(file, info.st_size)])
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(MAX_DESCRIPTOR_BYTES + 1)
-    except OSError as exc:
-        fail([Diagnostic("", f"cannot read descriptor: {_os_reason(exc)}", file, 0, 0)])
-    finally:
-        os.close(fd)
+    if not found.regular:
+        fail([Diagnostic("", "the descriptor is not a regular file", file, 0, 0)])
+    if found.head is None:
+        fail([too_large(file, found.size)])
+    raw = found.head or b""  # never None here: fail raised
     if len(raw) > MAX_DESCRIPTOR_BYTES:
         fail([too_large(file, None)])
     try:

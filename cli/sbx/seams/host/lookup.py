@@ -1,11 +1,14 @@
 """What is at a host path as the kernel sees it now: its kind, where its links lead, its
-status, and the first bytes of a file the user names. What a path may be, and what a refusal
+status, and the first bytes of a file the user names (or of a kit's own file, read only when
+it is a regular file within a size limit). What a path may be, and what a refusal
 says, is the domain's (:mod:`sbx.domain.sandbox.mounts`, :mod:`sbx.domain.sandbox.kitpins`...);
 these functions only look."""
 
 from __future__ import annotations
 
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -81,5 +84,32 @@ def read_head(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
-__all__ = ["absolute_from_cwd", "is_directory", "is_link", "is_regular_file", "joined_to_cwd",
-           "lexists", "read_head", "real_path", "resolved", "status", "subdirectory_names"]
+@dataclass(frozen=True)
+class BoundedRead:
+    """What :func:`read_if_regular` found: whether the file was a regular one, its size when
+    opened, and its first bytes (None when it was no regular file or over the limit: unread)."""
+
+    regular: bool
+    size: int
+    head: bytes | None
+
+
+def read_if_regular(path: Path, limit: int) -> BoundedRead:
+    """Open ``path`` without waiting (a FIFO or a device never blocks) and read at most
+    ``limit`` + 1 bytes of it, but only when it is a regular file of at most ``limit`` bytes:
+    the byte over tells a file that grew since apart. Raises OSError (ValueError for a NUL)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        regular = stat.S_ISREG(info.st_mode)
+        if not regular or info.st_size > limit:
+            return BoundedRead(regular, info.st_size, None)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return BoundedRead(True, info.st_size, handle.read(limit + 1))
+    finally:
+        os.close(fd)
+
+
+__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_link", "is_regular_file",
+           "joined_to_cwd", "lexists", "read_head", "read_if_regular", "real_path", "resolved",
+           "status", "subdirectory_names"]

@@ -62,3 +62,16 @@ def test_subdirectory_names_are_bounded_and_unlistable_is_empty(tmp_path: Path) 
     assert sorted(lookup.subdirectory_names(tmp_path, 10)) == ["a", "to-a"]
     assert len(lookup.subdirectory_names(tmp_path, 1)) <= 1
     assert lookup.subdirectory_names(tmp_path / "missing", 10) == []
+
+
+def test_a_read_if_regular_reads_only_a_regular_file_within_its_limit(tmp_path: Path) -> None:
+    small, big, fifo = tmp_path / "small", tmp_path / "big", tmp_path / "fifo"
+    small.write_bytes(b"0123")
+    big.write_bytes(b"0123456789")
+    os.mkfifo(fifo)
+    assert lookup.read_if_regular(small, 4) == lookup.BoundedRead(True, 4, b"0123")
+    assert lookup.read_if_regular(big, 4) == lookup.BoundedRead(True, 10, None)
+    assert lookup.read_if_regular(fifo, 4).regular is False  # opened without waiting
+    assert lookup.read_if_regular(fifo, 4).head is None
+    with pytest.raises(FileNotFoundError):
+        lookup.read_if_regular(tmp_path / "missing", 4)
