@@ -31,7 +31,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/policystore",
     "egress/proxyconfig",
     "egress/requestlog",
-    "kits/approvals",
     "kits/args",
     "kits/captypes/agent_context",
     "kits/kitset",

@@ -17,7 +17,7 @@ forget every approval, and the next widening would be recorded as a first run).
 
 from __future__ import annotations
 
-import os
+import posixpath
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,7 +48,7 @@ def kit_identity(kit: LocalKit, cwd: Path) -> str:
     directory of that name made later here must not inherit what was approved for it."""
     if kit.bundled:
         return str(kit.directory)
-    return os.path.normpath(os.path.join(cwd, kit.reference))
+    return posixpath.normpath(posixpath.join(cwd, kit.reference))
 
 
 @dataclass(frozen=True)
