@@ -36,7 +36,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/kitset",
     "kits/local",
     "kits/lock",
-    "kits/publish",
     "kits/schema",
     "sandbox/copyin",
     "sandbox/copyout",

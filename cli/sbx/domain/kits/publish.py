@@ -32,6 +32,7 @@ from sbx.domain.kits.args import expand_build_phase
 from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.types import STAGE_ROOT
+from sbx.seams.host import files, lookup
 
 AGENT_CONTEXT: Final = "com.docker.sandbox/agent-context@1"
 # A staged context file is prose for the agent; a kit cannot make sbx publish a huge one.
@@ -122,13 +123,14 @@ def _stage_file(directory: Path, content_file: str) -> tuple[str, bytes, str | N
             ".", "kit.yaml", "kit.dockerfile"):
         return "", b"", (f"{content_file!r} must name a file inside the kit directory (and not "
                          "kit.yaml or kit.dockerfile, which the kit-sources layer holds)")
-    target = (directory / name).resolve()
-    if not target.is_relative_to(directory.resolve()) or not target.is_file():
+    target = lookup.resolved(directory / name)
+    if not target.is_relative_to(lookup.resolved(directory)) \
+            or not lookup.is_file_checked(target):
         return "", b"", f"{content_file!r} is not a file inside the kit directory"
-    size = target.stat().st_size
+    size = lookup.status(target).st_size
     if size > MAX_STAGED_BYTES:
         return "", b"", f"{content_file!r} is {size} bytes; at most {MAX_STAGED_BYTES}"
-    return name, target.read_bytes(), None
+    return name, files.file_bytes(target), None
 
 
 def staging_context(published: Published, base: str | None) -> tuple[bytes, str]:

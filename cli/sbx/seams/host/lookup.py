@@ -33,6 +33,13 @@ def is_regular_file(path: str) -> bool:
     return os.path.isfile(path)
 
 
+def is_file_checked(path: Path) -> bool:
+    """Whether ``path`` is a regular file (links followed), as pathlib's ``is_file`` tells:
+    False when nothing is there or a link loops; any other failure to look it up (no
+    permission on a directory on the way) raises OSError."""
+    return path.is_file()
+
+
 def is_link(path: str) -> bool:
     """Whether ``path`` itself is a symbolic link."""
     return os.path.islink(path)
@@ -110,6 +117,6 @@ def read_if_regular(path: Path, limit: int) -> BoundedRead:
         os.close(fd)
 
 
-__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_link", "is_regular_file",
-           "joined_to_cwd", "lexists", "read_head", "read_if_regular", "real_path", "resolved",
-           "status", "subdirectory_names"]
+__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_file_checked", "is_link",
+           "is_regular_file", "joined_to_cwd", "lexists", "read_head", "read_if_regular",
+           "real_path", "resolved", "status", "subdirectory_names"]

@@ -75,3 +75,12 @@ def test_a_read_if_regular_reads_only_a_regular_file_within_its_limit(tmp_path: 
     assert lookup.read_if_regular(fifo, 4).head is None
     with pytest.raises(FileNotFoundError):
         lookup.read_if_regular(tmp_path / "missing", 4)
+
+
+def test_is_file_checked_tells_as_pathlib(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert lookup.is_file_checked(tmp_path / "file")
+    assert not lookup.is_file_checked(tmp_path)
+    assert not lookup.is_file_checked(tmp_path / "missing")
+    assert not lookup.is_file_checked(tmp_path / "loop")
