@@ -34,7 +34,6 @@ LEFT: frozenset[str] = frozenset({
     "kits/args",
     "kits/captypes/agent_context",
     "kits/kitset",
-    "kits/local",
     "kits/lock",
     "kits/schema",
     "sandbox/copyin",

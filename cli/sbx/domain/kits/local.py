@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
+import posixpath
 import tarfile
 from pathlib import Path
 from typing import Final
@@ -21,6 +21,7 @@ from sbx.domain.kits.descriptor import SYNTAX_LINE, Descriptor, parse_descriptor
 from sbx.domain.kits.diagnostics import Diagnostic
 from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.pathcheck import looks_like_path, path_kind, shown
+from sbx.seams.host import files, lookup
 
 # The recipe travels inside the build context under this name, whatever its origin (companion
 # file, `dockerfile:` path or inline `build:` text), so the builder reads exactly what was hashed.
@@ -32,13 +33,12 @@ _SKIP_DIRS: Final = frozenset({".git", "__pycache__", ".venv", "node_modules"})
 def find_descriptor(directory: Path) -> Path:
     """``<dirname>.yaml`` first; else the one ``*.yaml`` whose first line is the v3 syntax line."""
     conventional = directory / f"{directory.name}.yaml"
-    if conventional.is_file():
+    if lookup.is_file_checked(conventional):
         return conventional
     candidates = []
-    for entry in sorted(directory.glob("*.yaml")):
+    for entry in sorted(files.matching(directory, "*.yaml")):
         try:
-            with entry.open(encoding="utf-8") as handle:
-                first = handle.readline().strip()
+            first = files.first_line(entry).strip()
         except (OSError, UnicodeDecodeError):
             continue
         if first == SYNTAX_LINE:
@@ -55,7 +55,8 @@ def find_descriptor(directory: Path) -> Path:
 
 
 def load_local_kit(reference: str, *, cwd: Path, cache_dir: Path | None = None) -> LocalKit:
-    path = (cwd / reference).absolute() if not os.path.isabs(reference) else Path(reference)
+    path = lookup.joined_to_cwd(cwd / reference) if not posixpath.isabs(reference) \
+        else Path(reference)
     kind = path_kind(path, reference)
     if kind == "file" and path.suffix == ".yaml":
         descriptor_path, directory = path, path.parent
@@ -98,15 +99,15 @@ def _recipe(descriptor: Descriptor, directory: Path, stem: str) -> str | None:
     if isinstance(build, str):
         return build
     if isinstance(named, str):
-        target = (directory / named).resolve()
-        if not target.is_relative_to(directory.resolve()):
+        target = lookup.resolved(directory / named)
+        if not target.is_relative_to(lookup.resolved(directory)):
             _refuse(descriptor, "dockerfile", f"{named!r} escapes the kit directory")
-        if not target.is_file():
+        if not lookup.is_file_checked(target):
             _refuse(descriptor, "dockerfile", f"{named!r} does not exist")
-        return target.read_text(encoding="utf-8")
+        return files.file_text(target)
     companion = directory / f"{stem}.dockerfile"
-    if companion.is_file():
-        return companion.read_text(encoding="utf-8")
+    if lookup.is_file_checked(companion):
+        return files.file_text(companion)
     return None
 
 
@@ -118,11 +119,7 @@ def _refuse(descriptor: Descriptor, field: str, message: str) -> None:
 
 
 def _context_files(kit: LocalKit) -> list[Path]:
-    files: list[Path] = []
-    for root, dirs, names in os.walk(kit.directory):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        files.extend(Path(root) / name for name in sorted(names))
-    return files
+    return files.tree_files(kit.directory, _SKIP_DIRS)
 
 
 def build_context(kit: LocalKit) -> bytes:
@@ -130,8 +127,7 @@ def build_context(kit: LocalKit) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for full in _context_files(kit):
-            archive.add(full, arcname=full.relative_to(kit.directory).as_posix(),
-                        recursive=False)
+            files.add_to_archive(archive, full, full.relative_to(kit.directory).as_posix())
         recipe = (kit.dockerfile_text or "").encode("utf-8")
         info = tarfile.TarInfo(RECIPE_NAME)
         info.size = len(recipe)
@@ -152,11 +148,10 @@ def content_hash(kit: LocalKit) -> str:
     for full in _context_files(kit):
         relative = full.relative_to(kit.directory).as_posix()
         try:
-            stat = full.lstat()
-            payload = os.readlink(full).encode() if full.is_symlink() else full.read_bytes()
+            mode, payload = files.entry_content(full)
         except OSError:
             continue
-        digest.update(f"{relative}\0{stat.st_mode:o}\0{len(payload)}\0".encode())
+        digest.update(f"{relative}\0{mode:o}\0{len(payload)}\0".encode())
         digest.update(payload)
     return digest.hexdigest()
 

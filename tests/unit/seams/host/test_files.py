@@ -1,7 +1,8 @@
-"""Whole-file reads (sbx.seams.host.files) on real files."""
+"""Whole files and trees of a directory (sbx.seams.host.files) on real files."""
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,37 @@ def test_whole_files_are_read_as_text_or_bytes(tmp_path: Path) -> None:
         files.file_text(tmp_path / "latin")
     with pytest.raises(FileNotFoundError):
         files.file_bytes(tmp_path / "missing")
+
+
+def test_first_line_keeps_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "kit.yaml"
+    path.write_text("# syntax=docker/sandbox-kit:3\nkind: workload\n", encoding="utf-8")
+    assert files.first_line(path) == "# syntax=docker/sandbox-kit:3\n"
+
+
+def test_a_tree_is_listed_in_order_without_the_skipped_directories(tmp_path: Path) -> None:
+    for name in ("b/2", "b/1", "a", ".git/config", "c/.git/HEAD"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name, encoding="utf-8")
+    found = [p.relative_to(tmp_path).as_posix() for p in files.tree_files(tmp_path, {".git"})]
+    assert found == ["a", "b/1", "b/2"]
+    assert sorted(p.name for p in files.matching(tmp_path / "b", "*")) == ["1", "2"]
+
+
+def test_an_entry_holds_a_files_bytes_or_a_links_target(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to("file")
+    mode, content = files.entry_content(tmp_path / "file")
+    assert content == b"abc" and mode == (tmp_path / "file").lstat().st_mode
+    assert files.entry_content(tmp_path / "link")[1] == b"file"
+    with pytest.raises(FileNotFoundError):
+        files.entry_content(tmp_path / "missing")
+
+
+def test_an_entry_is_added_to_an_archive_by_itself(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "inner").write_bytes(b"x")
+    with tarfile.open(tmp_path / "out.tar", mode="w") as archive:
+        files.add_to_archive(archive, tmp_path / "dir", "d")
+    with tarfile.open(tmp_path / "out.tar") as archive:
+        assert archive.getnames() == ["d"]
