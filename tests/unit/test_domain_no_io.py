@@ -32,7 +32,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/proxyconfig",
     "egress/requestlog",
     "kits/args",
-    "kits/captypes/agent_context",
     "kits/kitset",
     "kits/lock",
     "kits/schema",

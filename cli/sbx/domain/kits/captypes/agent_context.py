@@ -33,6 +33,7 @@ from sbx.domain.kits.captypes.base import (
 from sbx.domain.kits.markers import INDEX_END, INDEX_START, neutralise
 from sbx.domain.kits.placeholders import contains_placeholder
 from sbx.domain.kits.types import AGENT_CONTEXT, STAGE_ROOT
+from sbx.seams.host import files, lookup
 
 if TYPE_CHECKING:
     from sbx.domain.kits.captypes.base import KitContent, SandboxPlanner
@@ -163,12 +164,13 @@ def context_body(config: Mapping[str, Any], kit: KitContent | None) -> str:
         # which the sandbox's image contains, and the index points at it there (KIT-SPEC-V3
         # §2.1 agent-context: the runtime points the index at it, does not copy).
         return f"Read `{neutralise(content_file)}` (this kit's notes, inside the sandbox)."
-    target = (kit.directory / content_file).resolve()
-    if not target.is_relative_to(kit.directory.resolve()) or not target.is_file():
+    target = lookup.resolved(kit.directory / content_file)
+    if not target.is_relative_to(lookup.resolved(kit.directory)) \
+            or not lookup.is_file_checked(target):
         raise SbxError(Reason.INVALID_KIT,
                        f"{kit.reference}: agent-context contentFile {content_file!r} is not a "
                        "file inside the kit directory")
-    return neutralise(target.read_text(encoding="utf-8").strip())
+    return neutralise(files.file_text(target).strip())
 
 
 def kit_index(order: Sequence[str], bodies: Mapping[str, Sequence[str]]) -> str:
