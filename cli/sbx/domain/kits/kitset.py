@@ -35,6 +35,7 @@ from sbx.domain.kits.rules import check_selected, parse_path
 from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.selection import Selection, refuse_unsupported, select
 from sbx.seams import owned
+from sbx.seams.host import lookup
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def _validate_effective_cached(data: Mapping[str, Any], file: str,
         f"sbx-effective-v1\0{validation_fingerprint()}\0{payload}".encode(
             "utf-8", "surrogatepass")).hexdigest()
     marker = cache_dir / f"{key}.valid"
-    if owned.read_bytes(marker, max_bytes=0) is not None:  # this user's own marker only
+    if owned.read_file(marker, max_bytes=0) is not None:  # this user's own marker only
         return
     validate_effective(data, file)
     try:
@@ -188,7 +189,7 @@ def _validate_effective_cached(data: Mapping[str, Any], file: str,
 def _refuse_duplicates(kits: Sequence[LocalKit]) -> None:
     seen: dict[Path, str] = {}
     for kit in kits:
-        key = kit.descriptor_file.resolve()
+        key = lookup.resolved(kit.descriptor_file)
         if key in seen:
             raise SbxError(Reason.KIT_INCOHERENT,
                            f"{kit.reference} and {seen[key]} are the same kit; name it once")
