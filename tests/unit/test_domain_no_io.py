@@ -32,7 +32,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/proxyconfig",
     "egress/requestlog",
     "kits/args",
-    "kits/lock",
     "kits/schema",
     "sandbox/copyin",
     "sandbox/copyout",

@@ -25,6 +25,7 @@ from sbx.domain.kits.localkit import LocalKit
 from sbx.domain.kits.schema import validation_fingerprint
 from sbx.domain.kits.surface import Surface, Widening, diff_widenings
 from sbx.seams import owned, state
+from sbx.seams.host import lookup
 from sbx.seams.registry import canonical_reference
 from sbx.seams.statefile import MAX_STATE_BYTES, read_state, write_atomic
 
@@ -171,7 +172,7 @@ def _surface_cache_path(text: str, state_home: Path) -> Path:
     package = resources.files("sbx")
     digest = hashlib.sha256(f"sbx-published-surface-v1\0{published_cache_key(text)}".encode())
     for name in SURFACE_SOURCES:
-        digest.update(b"\0" + package.joinpath(*name.split("/")).read_bytes())
+        digest.update(b"\0" + lookup.resource_bytes(package.joinpath(*name.split("/"))))
     return state_home.joinpath(*VERDICTS_DIR, f"surface-{digest.hexdigest()}.json")
 
 

@@ -1,6 +1,7 @@
 """What is at a host path as the kernel sees it now: its kind, where its links lead, its
-status, and the first bytes of a file the user names (or of a kit's own file, read only when
-it is a regular file within a size limit). What a path may be, and what a refusal
+status, the first bytes of a file the user names (or of a kit's own file, read only when it
+is a regular file within a size limit), and the files sbx ships in its own package (located by
+the caller through ``importlib.resources``, read here). What a path may be, and what a refusal
 says, is the domain's (:mod:`sbx.domain.sandbox.mounts`, :mod:`sbx.domain.sandbox.kitpins`...);
 these functions only look."""
 
@@ -10,6 +11,10 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 def absolute_from_cwd(path: str | Path) -> str:
@@ -117,6 +122,22 @@ def read_if_regular(path: Path, limit: int) -> BoundedRead:
         os.close(fd)
 
 
+def resource_text(entry: Traversable) -> str:
+    """The text (UTF-8) of a file shipped in the package; raises OSError."""
+    return entry.read_text(encoding="utf-8")
+
+
+def resource_bytes(entry: Traversable) -> bytes:
+    """The bytes of a file shipped in the package; raises OSError."""
+    return entry.read_bytes()
+
+
+def resource_entries(directory: Traversable) -> list[Traversable]:
+    """The entries of a directory shipped in the package, in no particular order."""
+    return list(directory.iterdir())
+
+
 __all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_file_checked", "is_link",
            "is_regular_file", "joined_to_cwd", "lexists", "read_head", "read_if_regular",
-           "real_path", "resolved", "status", "subdirectory_names"]
+           "real_path", "resolved", "resource_bytes", "resource_entries", "resource_text",
+           "status", "subdirectory_names"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,12 @@ def test_is_file_checked_tells_as_pathlib(tmp_path: Path) -> None:
     assert not lookup.is_file_checked(tmp_path)
     assert not lookup.is_file_checked(tmp_path / "missing")
     assert not lookup.is_file_checked(tmp_path / "loop")
+
+
+def test_files_shipped_in_the_package_are_read_where_the_caller_found_them() -> None:
+    schema = resources.files("sbx").joinpath("schema")
+    text = lookup.resource_text(schema.joinpath("kit.schema.json"))
+    assert text.startswith("{")
+    assert lookup.resource_bytes(schema.joinpath("kit.schema.json")) == text.encode("utf-8")
+    names = {entry.name for entry in lookup.resource_entries(schema)}
+    assert {"kit.schema.json", "capabilities"} <= names
