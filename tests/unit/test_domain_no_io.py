@@ -32,7 +32,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/proxyconfig",
     "egress/requestlog",
     "kits/args",
-    "kits/schema",
     "sandbox/copyin",
     "sandbox/copyout",
     "sandbox/gitconfig",

@@ -23,6 +23,7 @@ from sbx.domain.kits.diagnostics import (
     to_plain,
     value_position,
 )
+from sbx.seams.host import lookup
 
 _SCHEMA_DIR: Final = "schema"
 _SCHEMA_BASE: Final = "https://sbx.dev/schema/"
@@ -39,11 +40,11 @@ _RULE_MODULES: Final = ("descriptor.py", "document.py", "schema.py", "diagnostic
 def _schema_files() -> list[tuple[str, str]]:
     """(relative name, text) of kit.schema.json and every capability config schema."""
     root = resources.files("sbx").joinpath(_SCHEMA_DIR)
-    out = [("kit.schema.json", root.joinpath("kit.schema.json").read_text(encoding="utf-8"))]
+    out = [("kit.schema.json", lookup.resource_text(root.joinpath("kit.schema.json")))]
     capabilities = root.joinpath("capabilities")
-    for entry in sorted(capabilities.iterdir(), key=lambda e: e.name):
+    for entry in sorted(lookup.resource_entries(capabilities), key=lambda e: e.name):
         if entry.name.endswith(".json"):
-            out.append((f"capabilities/{entry.name}", entry.read_text(encoding="utf-8")))
+            out.append((f"capabilities/{entry.name}", lookup.resource_text(entry)))
     return out
 
 
@@ -52,11 +53,12 @@ def _schema_text() -> str:
     parts = [f"{name}\0{text}" for name, text in _schema_files()]
     package = resources.files(__package__ or "sbx.domain.kits")
     handlers = package.joinpath("captypes")
-    modules = [*_RULE_MODULES, *sorted(f"captypes/{entry.name}" for entry in handlers.iterdir()
+    modules = [*_RULE_MODULES, *sorted(f"captypes/{entry.name}"
+                                       for entry in lookup.resource_entries(handlers)
                                        if entry.name.endswith(".py"))]
     for module in modules:
         try:
-            text = package.joinpath(*module.split("/")).read_text(encoding="utf-8")
+            text = lookup.resource_text(package.joinpath(*module.split("/")))
             parts.append(f"{module}\0{text}")
         except OSError:  # pragma: no cover - a zipped install without sources
             parts.append(module)
