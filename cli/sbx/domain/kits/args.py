@@ -49,6 +49,7 @@ from sbx.domain.kits.placeholders import (
     contains_placeholder,
     whole_arg_ref,
 )
+from sbx.seams.host import files
 
 # Config fields the schema types as strings although their values often look numeric: a whole
 # reference there keeps its spelling ("0755" or "755" must not become an int).
@@ -391,7 +392,7 @@ class _Expander:
         name = whole_arg_ref(value)
         if name is None:
             return self.text(value, parts)
-        resolved = self.resolve(name, parts)
+        resolved = self.value_of(name, parts)
         if resolved is None or not self.growth.allow(resolved, parts):
             return value
         return resolved if keep_text else typed_scalar(resolved)
@@ -401,14 +402,14 @@ class _Expander:
             return value
 
         def substitute(match: re.Match[str]) -> str:
-            resolved = self.resolve(match.group(1), parts, on_key=on_key)
+            resolved = self.value_of(match.group(1), parts, on_key=on_key)
             if resolved is None or not self.growth.allow(resolved, parts):
                 return match.group(0)
             return resolved
 
         return ARG_REF.sub(substitute, value)
 
-    def resolve(self, name: str, parts: Parts, *, on_key: bool = False) -> str | None:
+    def value_of(self, name: str, parts: Parts, *, on_key: bool = False) -> str | None:
         if self.phase == "build" and name in self.decls and self.decls[name].phase != "build":
             return None
         if name in self.values:
@@ -510,7 +511,7 @@ def _source_document(file: str, text: str | None) -> Any:
     """The ruamel document of the descriptor as written, for positions; None if unavailable."""
     if text is None:
         try:
-            text = Path(file).read_text(encoding="utf-8")
+            text = files.file_text(Path(file))
         except (OSError, UnicodeDecodeError, ValueError):
             return None
     try:
@@ -521,7 +522,7 @@ def _source_document(file: str, text: str | None) -> Any:
 
 def _read_lines(file: str) -> list[str]:
     try:
-        return Path(file).read_text(encoding="utf-8").splitlines()
+        return files.file_text(Path(file)).splitlines()
     except (OSError, UnicodeDecodeError, ValueError):
         return []
 
