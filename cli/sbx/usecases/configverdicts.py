@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 
 import sbx
+from sbx.base import config as config_loader
 from sbx.base import paths
 from sbx.base.errors import SbxError
 from sbx.seams import owned
@@ -88,4 +89,10 @@ class ConfigVerdicts:
             return
 
 
-__all__ = ["SCHEMA_FILE", "VERDICTS_DIR", "ConfigVerdicts", "verdict_key"]
+def load_config(env: Mapping[str, str]) -> config_loader.Config:
+    """The config file, validated by the schema once per content: a later process reads the
+    verdict this store remembered (the one way a command loads its config)."""
+    return config_loader.load_config(env, verdicts=ConfigVerdicts(env))
+
+
+__all__ = ["SCHEMA_FILE", "VERDICTS_DIR", "ConfigVerdicts", "load_config", "verdict_key"]

@@ -17,7 +17,6 @@ from sbx.seams import owned
 from sbx.seams.session.mode import HostStreams
 from sbx.seams.state import check_home
 from sbx.seams.tracing import TracingDriver
-from sbx.usecases.configverdicts import ConfigVerdicts
 
 if TYPE_CHECKING:
     from sbx.base.config import Config
@@ -72,10 +71,11 @@ class AppContext:
 
     def load_config(self) -> Config:
         # Read afresh by every command (no daemon), so an edit applies to the next run.
-        # deferred: the config loader (jsonschema); `sbx --help` and a cached run load none
-        from sbx.base.config import load_config
+        # deferred: the config loader (jsonschema) and its verdicts; `sbx --help` and a cached
+        # run load none
+        from sbx.usecases.configverdicts import load_config
 
-        return load_config(self.env, verdicts=ConfigVerdicts(self.env))
+        return load_config(self.env)
 
 
 __all__ = ["NO_STREAMS", "AppContext"]
