@@ -1,4 +1,5 @@
-"""bench/scale.py in a tiny mode (2 runs of each kind), so the script cannot rot unnoticed.
+"""bench/scale.py in a tiny mode (2 runs of each kind, the resident helper's side included),
+so the script cannot rot unnoticed.
 
 The benchmark asserts nothing about speed; this test checks that it still measures what it
 says: every batch ran and succeeded, the networked runs reached the local origin through their
@@ -30,11 +31,14 @@ def test_scale_bench_tiny_mode_measures_and_cleans_up(engine: SdkEngine) -> None
     result = json.loads(done.stdout)
 
     runs = result["concurrent"]
-    assert runs["failures"] == {"sbx_run": 0, "docker_run": 0}, runs["failed_samples"]
-    for name in ("sbx_run", "docker_run"):
+    assert runs["failures"] == {"sbx_run": 0, "sbx_resident": 0, "docker_run": 0}, \
+        runs["failed_samples"]
+    for name in ("sbx_run", "sbx_resident", "docker_run"):
         (batch,) = runs["batches"][name]
         assert batch["count"] == 2 and batch["failures"] == 0
         assert 0 < batch["p50_s"] <= batch["p90_s"] <= batch["wall_s"] + 0.01
+    # the resident side was served by the helper, every run of it, and its forks' CPU counted
+    assert runs["resident_served"] == 2 and runs["resident_fork_cpu_s_per_run"] > 0
     assert {"--read-only", "--init", "none"} <= set(runs["docker_argv"])  # sbx's flags
 
     net = result["networked"]
