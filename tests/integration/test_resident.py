@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,8 @@ WAIT_S = 30.0
 
 
 def wait_until(probe: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)
-    pytest.fail(f"not within {timeout:g}s: {what}")
+    """The session tests' bounded poll (tty.wait_for), for a probe whose false answer waits."""
+    return tty.wait_for(lambda: probe() or None, timeout=timeout, what=lambda: what)
 
 
 def gone(pid: int) -> bool:
