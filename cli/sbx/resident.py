@@ -141,6 +141,7 @@ class Helper:
     facts: dict[str, Any]
     code: str
     search_path: list[str]
+    interpreter: str = field(default_factory=wire.interpreter)  # its real file, read once
     bound_inode: int = 0  # the socket file this helper made (a successor's is left alone)
     wakeup_fd: int = -1  # readable when a signal arrived (signal.set_wakeup_fd)
     started: float = field(default_factory=time.time)
@@ -161,7 +162,7 @@ class Helper:
         if verb in wire.NOT_SERVED:
             return f"command {verb}"
         path = body.get("path")
-        if body.get("executable") != wire.interpreter() or not isinstance(path, list) \
+        if body.get("executable") != self.interpreter or not isinstance(path, list) \
                 or path[1:] != self.search_path:
             return "another interpreter or module path"
         env = body.get("env")
