@@ -73,8 +73,9 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "exited before it served (its log, resident.log in that directory, says why). sbx "
         "works without the helper: every command runs in its own process as before.",
         "Make the directory yours and private (`chmod 700 DIR`, or remove it and let sbx make "
-        "it), read resident.log in it, then `sbx resident start` again; or go on without the "
-        "helper.",
+        "it); if another user made it, point sbx at a directory of yours (`export "
+        "XDG_RUNTIME_DIR=DIR`, mode 0700); read resident.log in it, then `sbx resident start` "
+        "again; or go on without the helper.",
         _E.REFUSED,
     ),
     _R.RESIDENT_LOST: ReasonInfo(
