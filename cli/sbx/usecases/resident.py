@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -109,15 +108,14 @@ def _ended(pid: object) -> bool:
 def _private_dir(directory: Path) -> None:
     """The helper's directory, made 0700 when missing; one not private to this user refused."""
     uid = os.getuid()
-    with suppress(FileExistsError):
-        try:
-            directory.mkdir(mode=0o700)
-        except OSError as exc:
-            if not isinstance(exc, FileExistsError):
-                raise SbxError(Reason.RESIDENT_UNAVAILABLE,
-                               f"cannot make the resident helper's directory {directory}: "
-                               f"{exc.strerror or exc}", hint=f"mkdir -m 700 {directory}") from exc
-            raise
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass  # judged below, whoever made it
+    except OSError as exc:
+        raise SbxError(Reason.RESIDENT_UNAVAILABLE,
+                       f"cannot make the resident helper's directory {directory}: "
+                       f"{exc.strerror or exc}", hint=f"mkdir -m 700 {directory}") from exc
     if not wire.private_dir(directory, uid):
         try:
             owner = directory.lstat().st_uid
