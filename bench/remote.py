@@ -10,7 +10,12 @@ rotated order each round:
 
     sbx_ssh           ``sbx run <kit> -- true`` with DOCKER_HOST=ssh://… (plan cached by a warm-up)
     sbx_ssh_unshared  the same with ``SBX_ENGINE_SSH_SHARE=0``: a login of its own per connection
+    sbx_ssh_networked ``sbx run <kit with a network policy> -- true``: its egress proxy is a
+                      container beside the sandbox on the far engine
     docker_ssh        ``docker -H ssh://… run --rm --network none sbx-test/busybox:1 true``
+
+After the rounds, one networked run that sleeps is sampled for its proxy container's memory
+(``docker stats`` on the far engine): what each networked sandbox costs there today.
 
 Both clients use the same ``ssh`` (a wrapper on PATH adding the host's own config: key and
 known_hosts). Traffic goes only to the namespace's address. Prints medians and the ratios;
@@ -32,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.enginehost import EngineHost  # noqa: E402
-from tests.support.kits import write_kit  # noqa: E402
+from tests.support.kits import capabilities, network_policy, write_kit  # noqa: E402
 
 IMAGE = "sbx-test/busybox:1"
 SBX = Path(sys.executable).parent / "sbx"
@@ -49,6 +54,25 @@ def _timed(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
+def _proxy_memory(host: EngineHost, kit: Path, env: dict[str, str]) -> str:
+    """The far proxy container's memory while its sandbox sleeps (docker stats, 3 samples)."""
+    proc = subprocess.Popen([str(SBX), "run", str(kit), "--", "sleep", "20"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    samples: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(samples) < 3:
+            time.sleep(2)
+            listed = host.docker("ps", "-q", "--filter", "name=sbx-proxy-").stdout.split()
+            if listed:
+                shown = host.docker("stats", "--no-stream", "--format", "{{.MemUsage}}",
+                                    listed[0].decode())
+                samples.append(shown.stdout.decode().strip())
+    finally:
+        proc.wait(timeout=120)
+    return ", ".join(samples) or "not sampled"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
@@ -62,8 +86,10 @@ def main() -> int:
         bin_dir.mkdir()
         (bin_dir / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F "{host.ssh_config}" "$@"\n')
         (bin_dir / "ssh").chmod(0o755)
-        kit = write_kit(work / "kits", "bench", "",
-                        recipe=f'FROM {IMAGE}\nUSER agent\nWORKDIR /workspace\nCMD ["true"]\n')
+        recipe = f'FROM {IMAGE}\nUSER agent\nWORKDIR /workspace\nCMD ["true"]\n'
+        kit = write_kit(work / "kits", "bench", "", recipe=recipe)
+        networked = write_kit(work / "kits", "benchnet", capabilities(
+            network_policy(runtime=["example.com"])), recipe=recipe)
         runtime = work / "run"
         runtime.mkdir(mode=0o700)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "SBX_"))}
@@ -75,6 +101,7 @@ def main() -> int:
             "sbx_ssh": ([str(SBX), "run", str(kit), "--", "true"], env),
             "sbx_ssh_unshared": ([str(SBX), "run", str(kit), "--", "true"],
                                  {**env, "SBX_ENGINE_SSH_SHARE": "0"}),
+            "sbx_ssh_networked": ([str(SBX), "run", str(networked), "--", "true"], env),
             "docker_ssh": (["docker", "run", "--rm", "--network", "none", IMAGE, "true"], env),
         }
         for argv, variant_env in variants.values():  # warm-up: kit image, plan cache
@@ -94,6 +121,11 @@ def main() -> int:
             ratio = medians[name] / docker
             print(f"{name} / docker_ssh = {ratio:.2f}x  (goal <= {GOAL}x: "
                   f"{'met' if ratio <= GOAL else 'missed'})")
+        ratio = medians["sbx_ssh_networked"] / medians["sbx_ssh"]
+        print(f"sbx_ssh_networked / sbx_ssh = {ratio:.2f}x  (goal <= {GOAL}x: "
+              f"{'met' if ratio <= GOAL else 'missed'})")
+        memory = _proxy_memory(host, networked, env)
+        print(f"proxy container memory: {memory}")
         return 0
     finally:
         host.close()

@@ -204,9 +204,10 @@ def test_a_workspace_bind_is_refused_on_a_remote_engine(far_host: FarHost, kit: 
     assert explained.returncode == 0 and b"Needs an engine on this machine" in explained.stdout
 
 
-def test_explain_says_run_would_refuse_a_networked_kit_on_a_remote_engine(
+def test_a_networked_kit_runs_on_a_remote_engine_and_explain_agrees(
         far_host: FarHost, kit_factory: Callable[..., Path], state_home: Path) -> None:
-    """explain answers the policy question and names run's refusal; run refuses alike."""
+    """explain answers the policy question and predicts no refusal; the run runs there, its
+    proxy beside it (tests/integration/test_remote_egress.py goes through it)."""
     networked = kit_factory("remote-net", KIT, capabilities(
         network_policy(runtime=["allowed.example"])))
     env = far_host.env(state_home)
@@ -215,7 +216,9 @@ def test_explain_says_run_would_refuse_a_networked_kit_on_a_remote_engine(
     assert explained.returncode == 0, explained.stderr
     answer = json.loads(explained.stdout)
     assert answer["data"]["allowed"] is True, answer
-    assert answer["data"]["run_refusal"]["reason"] == "engine_not_local", answer
-    done = run_sbx(["run", str(networked), "--", "true"], env=env, timeout=180)
-    assert done.returncode == 125 and b"(engine_not_local)" in done.stderr, done.stderr
+    assert answer["data"].get("run_refusal") is None, answer
+    done = run_sbx(["run", str(networked), "--", "sh", "-c", 'echo "$HTTPS_PROXY"'], env=env,
+                   timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"http://sbx:") and b":3128" in done.stdout
     assert far_host.containers(state_home) == []

@@ -406,6 +406,9 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self._call("kill", container_id)
         self._set_state(container_id, "exited")
 
+    def send_signal(self, container_id: str, signal: str) -> None:
+        self._call("send_signal", container_id, signal)
+
     def stop(self, container_id: str, timeout_s: int) -> None:
         self._call("stop", container_id, timeout_s)
         self._set_state(container_id, "exited")
@@ -491,8 +494,8 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
 
     # -- networks and volumes --------------------------------------------------------------
 
-    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
-                       internal: bool) -> str:
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str | None,
+                       internal: bool, host_address: bool = True) -> str:
         self._call("create_network", name, bridge, internal)
         ident = self._new_id("network")
         self.networks.append({"Id": ident, "Name": name, "Labels": dict(labels)})
@@ -502,6 +505,13 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
     def network_gateway(self, network_id: str) -> str:
         self._call("network_gateway", network_id)
         return self.gateway
+
+    def network_subnet(self, network_id: str) -> str:
+        self._call("network_subnet", network_id)
+        return f"{self.gateway}/24"
+
+    def connect_network(self, network_id: str, container_id: str) -> None:
+        self._call("connect_network", network_id, container_id)
 
     def remove_network(self, network_id: str) -> bool:
         self._call("remove_network", network_id)

@@ -22,6 +22,8 @@ TEMPLATE: Final = f"{PREFIX}.template"  # "1" on a template `sbx save` made: use
 # doctor's limit probe) that are removed right after use.
 ROLE_SANDBOX: Final = "sandbox"
 ROLE_HELPER: Final = "helper"
+ROLE_PROXY: Final = "proxy"  # a run's egress proxy in a container beside its sandbox
+ROLE_RUNTIME: Final = "runtime"  # the image of sbx's own programs (sbx.usecases.runtimeimage)
 
 
 def home_selector(home_hash: str) -> dict[str, str]:
@@ -68,5 +70,5 @@ def deadline_of(labels: Mapping[str, str]) -> int | None:
 
 
 __all__ = ["DEADLINE", "HOME", "KITS", "MANAGED", "NAME", "PREFIX", "ROLE", "ROLE_HELPER",
-           "ROLE_SANDBOX", "RUN", "TEMPLATE", "VERSION", "deadline_of", "home_selector",
-           "object_labels", "own_labels", "value"]
+           "ROLE_PROXY", "ROLE_RUNTIME", "ROLE_SANDBOX", "RUN", "TEMPLATE", "VERSION",
+           "deadline_of", "home_selector", "object_labels", "own_labels", "value"]

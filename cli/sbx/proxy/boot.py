@@ -43,6 +43,7 @@ def read_state(fd: int, home: Path) -> str | None:
         if not chunk:
             return "stdin ended inside the state"
         data += chunk
+    os.umask(0o077)  # the data filter gives directories the default mode: this one's private
     try:
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as tar:
             tar.extractall(home, filter="data")  # no links out, no devices, no owners

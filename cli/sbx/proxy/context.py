@@ -18,6 +18,7 @@ from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.egress.requestlog import NullSink
 from sbx.domain.kits.compose import Network, Phase
 from sbx.proxy.recorder import Recorder
+from sbx.proxy.stdoutlines import StdoutLines
 from sbx.proxy.streams import Stream
 from sbx.proxy.userrules import UserRules
 
@@ -38,6 +39,8 @@ class ProxyContext:
     stderr: Callable[[str], None]
     conns: dict[asyncio.Task[Any], ConnState] = field(default_factory=dict)
     rules: UserRules | None = None  # the user policy overlay (None: the kits' rules alone)
+    # Where records, audit events and the phase go as lines (ProxyConfig.stream_records).
+    lines: StdoutLines | None = None
     recorder: Recorder = field(init=False)
 
     def __post_init__(self) -> None:

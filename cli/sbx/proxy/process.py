@@ -17,7 +17,7 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.domain.credentials.secrets import SecretStore, decode_provided
-from sbx.domain.egress import proxyauth
+from sbx.domain.egress import proxyauth, proxycontrol
 from sbx.domain.egress.ca import CertificateAuthority
 from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.proxy.credentials import redact
@@ -81,13 +81,17 @@ def startable(config: ProxyConfig, token: str | None) -> str | None:
     return None
 
 
-def _watch_owner(loop: asyncio.AbstractEventLoop, fd: int, stop: Callable[[], None]) -> None:
-    """Stop when the owner's pipe reaches EOF: the sbx process that started us is gone."""
+def _watch_owner(loop: asyncio.AbstractEventLoop, fd: int, stop: Callable[[], None],
+                 on_line: Callable[[bytes], None] | None = None) -> None:
+    """Stop when the owner's pipe reaches EOF: the sbx process that started us is gone. Whole
+    lines before that go to ``on_line`` (sbx.domain.egress.proxycontrol); without it, or
+    past the bound, they are dropped."""
     os.set_blocking(fd, False)
+    pending = bytearray()
 
     def readable() -> None:
         try:
-            data = os.read(fd, 4096)
+            data = os.read(fd, 65536)
         except BlockingIOError:
             return
         except OSError:
@@ -95,8 +99,46 @@ def _watch_owner(loop: asyncio.AbstractEventLoop, fd: int, stop: Callable[[], No
         if not data:
             loop.remove_reader(fd)
             stop()
+            return
+        if on_line is None:
+            return
+        pending.extend(data)
+        while (end := pending.find(b"\n")) >= 0:
+            line = bytes(pending[:end + 1])
+            del pending[:end + 1]
+            on_line(line)
+        if len(pending) > proxycontrol.MAX_LINE_BYTES:
+            pending.clear()
 
     loop.add_reader(fd, readable)
+
+
+def _policy_writer(config: ProxyConfig, report: Callable[[str], None],
+                   ) -> Callable[[bytes], None] | None:
+    """A proxy in a container keeps its owner's user policy in its own tmpfs: each new text
+    the owner sends replaces that file, which the proxy follows as it follows the host's."""
+    path = config.user_policy
+    if not config.stream_records or path is None:
+        return None
+
+    def write(line: bytes) -> None:
+        text = proxycontrol.decode_policy(line)
+        if text is None:
+            return
+        fresh = path.with_name(f".{path.name}.new")
+        try:
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(fresh, path)
+        except OSError as error:
+            report(f"cannot keep the new user policy: {error.strerror}")
+
+    return write
 
 
 def _owner_token(config: ProxyConfig, fd: int) -> tuple[str, dict[str, str]] | int:
@@ -183,7 +225,7 @@ def main(argv: Sequence[str] | None = None, *, owner_fd: int | None = None) -> i
         loop.add_signal_handler(signal.SIGINT, proxy.stop)
         loop.add_signal_handler(signal.SIGUSR1, proxy.switch_to_runtime)
         loop.add_signal_handler(signal.SIGHUP, reload)
-        _watch_owner(loop, fd, proxy.stop)
+        _watch_owner(loop, fd, proxy.stop, _policy_writer(config, report))
         await proxy.serve(ready)
 
     try:

@@ -12,7 +12,7 @@ import shlex
 from typing import Any, Final
 
 from sbx.base.reasons import DETAILS, EgressCode, Reason
-from sbx.domain.egress import fixes, proxyauth
+from sbx.domain.egress import fixes, proxyauth, proxystream
 from sbx.domain.egress.policy import Decision, describe_rule, rule_where
 from sbx.proxy.context import ProxyContext
 from sbx.proxy.refusal import EgressRefusal
@@ -229,9 +229,14 @@ class Refuser:
             details["last"] = "audit limit reached: later refusals are not recorded"
         config = self.ctx.config
         event = audit.EGRESS_FAILED if refusal.failed else audit.EGRESS_DENIED
+        redacted = self.ctx.recorder.redact(details)
+        if self.ctx.lines is not None:
+            self.ctx.lines.emit(proxystream.AUDIT, audit.entry(
+                event, run_id=config.run_id, severity="warning", details=redacted))
+            return
         try:
             audit.record_at(config.audit_log, event, run_id=config.run_id,
-                            severity="warning", details=self.ctx.recorder.redact(details))
+                            severity="warning", details=redacted)
         except OSError as error:
             self.ctx.stderr(f"cannot write the audit log: {error.strerror}")
 

@@ -11,6 +11,7 @@ import ssl
 import sys
 from collections.abc import Callable, Mapping
 
+from sbx.domain.egress import proxystream
 from sbx.domain.egress.proxyconfig import ProxyConfig, ProxyLimits
 from sbx.domain.egress.requestlog import JsonlSink, NullSink
 from sbx.domain.kits.compose import Network, Phase
@@ -25,6 +26,7 @@ from sbx.proxy.recorder import Recorder
 from sbx.proxy.refusals import Refuser
 from sbx.proxy.relay import Tunnel
 from sbx.proxy.sshrelay import SSHAgentRelay
+from sbx.proxy.stdoutlines import LineSink, StdoutLines
 from sbx.proxy.streams import READ_SIZE
 from sbx.proxy.userrules import UserRules
 from sbx.usecases.kitstore import KitStore
@@ -58,9 +60,15 @@ class EgressProxy:
         if config.user_policy is not None:
             ctx.rules = UserRules(config.user_policy, config.network, config.sandbox,
                                   ctx.stderr)
-        sink = NullSink() if config.request_log is None else JsonlSink(
-            config.request_log, segment_bytes=config.limits.log_segment_bytes,
-            segments=config.limits.log_segments, report=ctx.stderr)
+        sink: JsonlSink | NullSink | LineSink
+        if config.stream_records:
+            ctx.lines = StdoutLines()
+            sink = LineSink(ctx.lines)
+        elif config.request_log is not None:
+            sink = JsonlSink(config.request_log, segment_bytes=config.limits.log_segment_bytes,
+                             segments=config.limits.log_segments, report=ctx.stderr)
+        else:
+            sink = NullSink()
         self._client_token = client_token
         ctx.recorder = Recorder(ctx, sink, self._never_logged)
         refuser = Refuser(ctx)
@@ -163,6 +171,8 @@ class EgressProxy:
         self.ctx.recorder.sink.close()
 
     def _write_phase_file(self) -> None:
+        if self.ctx.lines is not None:
+            self.ctx.lines.emit(proxystream.PHASE, self.ctx.phase)
         path = self.config.phase_file
         if path is None:
             return

@@ -51,29 +51,34 @@ def audit_path(state_home: Path) -> Path:
     return state_home / AUDIT_FILE
 
 
-def record(state_home: Path, event_type: str, *, run_id: str | None, severity: str,
-           details: Mapping[str, Any]) -> None:
-    entry = {
+def entry(event_type: str, *, run_id: str | None, severity: str,
+          details: Mapping[str, Any]) -> dict[str, Any]:
+    """One event as it is written, stamped now."""
+    return {
         "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "event_type": event_type,
         "run_id": run_id,
         "severity": severity,
         "details": dict(details),
     }
+
+
+def record(state_home: Path, event_type: str, *, run_id: str | None, severity: str,
+           details: Mapping[str, Any]) -> None:
     state_home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _append(audit_path(state_home), entry)
+    _append(audit_path(state_home), entry(event_type, run_id=run_id, severity=severity,
+                                          details=details))
 
 
 def record_at(path: Path, event_type: str, *, run_id: str | None, severity: str,
               details: Mapping[str, Any]) -> None:
     """:func:`record` into an explicit audit file (the egress proxy is handed its path)."""
-    entry = {
-        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        "event_type": event_type,
-        "run_id": run_id,
-        "severity": severity,
-        "details": dict(details),
-    }
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _append(path, entry(event_type, run_id=run_id, severity=severity, details=details))
+
+
+def append_entry(path: Path, entry: Mapping[str, Any]) -> None:
+    """An event another process stamped (a proxy in a container), into ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     _append(path, entry)
 

@@ -5,6 +5,7 @@ workspace or without its egress boundary."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sbx.base.errors import SbxError
@@ -23,9 +24,15 @@ def local_needs(plan: RunPlan) -> list[str]:
     mounted = sorted({pin.source.path for pin in plan.host_mounts.pins
                       if workspace is None or not _below(pin.source.path, workspace)})
     volumes = plan.capabilities.volumes if plan.capabilities is not None else ()
+    capabilities = plan.capabilities
     return _needs(workspace=workspace, host_paths=mounted,
                   sized=[v.path for v in volumes if v.size is not None],
-                  egress=plan.egress is not None, ports=plan.network is not None)
+                  egress=_egress_needs(named=plan.name is not None and plan.egress is not None,
+                                       modes=plan.egress.modes if plan.egress else {},
+                                       ssh_agent=bool(capabilities and capabilities.ssh_agent),
+                                       kit_registry=bool(capabilities
+                                                         and capabilities.kit_registry)),
+                  ports=bool(capabilities and (capabilities.ports or capabilities.published)))
 
 
 def planned_needs(planned: WorkloadPlan) -> list[str]:
@@ -35,11 +42,33 @@ def planned_needs(planned: WorkloadPlan) -> list[str]:
     return _needs(workspace=None,
                   host_paths=[f"host-mount@1 at {m.path}" for m in capabilities.host_mounts],
                   sized=[v.path for v in capabilities.volumes if v.size is not None],
-                  egress=planned.egress is not None, ports=bool(capabilities.ports))
+                  egress=_egress_needs(named=False,
+                                       modes=planned.egress.modes if planned.egress else {},
+                                       ssh_agent=bool(capabilities.ssh_agent),
+                                       kit_registry=capabilities.kit_registry),
+                  ports=bool(capabilities.ports))
 
 
-def _needs(*, workspace: str | None, host_paths: list[str], sized: list[str], egress: bool,
-           ports: bool) -> list[str]:
+def _egress_needs(*, named: bool, modes: Mapping[str, str], ssh_agent: bool,
+                  kit_registry: bool) -> list[str]:
+    """What of a run's egress only this machine can serve: the proxy itself runs beside any
+    engine (sbx.usecases.run.engineproxy), these parts of it not yet."""
+    needs: list[str] = []
+    if named:
+        needs.append("a named sandbox's egress, whose proxy a keeper on this machine owns")
+    oauth = sorted(service for service, mode in modes.items() if mode == "oauth")
+    if oauth:
+        needs.append("OAuth credentials (" + ", ".join(oauth) + "), which the proxy refreshes "
+                     "in this machine's store")
+    if ssh_agent:
+        needs.append("the SSH agent relay (ssh-agent@1), whose agent is on this machine")
+    if kit_registry:
+        needs.append("the kit registry (kit-registry@1), served from this machine's kit store")
+    return needs
+
+
+def _needs(*, workspace: str | None, host_paths: list[str], sized: list[str],
+           egress: list[str], ports: bool) -> list[str]:
     needs: list[str] = []
     if workspace is not None:
         needs.append(f"the workspace {workspace} is bound from this machine's disk")
@@ -47,10 +76,8 @@ def _needs(*, workspace: str | None, host_paths: list[str], sized: list[str], eg
         needs.append("host paths (" + ", ".join(host_paths) + ") bound from this machine's disk")
     if sized:
         needs.append("sized volumes (" + ", ".join(sized) + ") staged on this machine")
-    if egress:
-        needs.append("network access, whose egress proxy and firewall sbx runs on this "
-                     "machine's bridge")
-    elif ports:
+    needs.extend(egress)
+    if ports:
         needs.append("published ports, forwarded from this machine")
     return needs
 
@@ -62,8 +89,8 @@ def _hint(needs: list[str], workload: str, workspace: str | None) -> str:
         command = shlex.join(["sbx", "run", workload, workspace, "--workspace-mode", "copy"])
         return (f"Copy the workspace in instead of binding it: add `--workspace-mode copy`, "
                 f"e.g. `{command}` (`sbx cp NAME:PATH DEST` brings results back), or {local}.")
-    return (f"Over that engine only offline runs without mounts work today (`sbx run WORKLOAD "
-            f"-- CMD`, a kit with no network; a workspace with `--workspace-mode copy`); for "
+    return (f"Over that engine, one-shot runs work with kits' network and API-key "
+            f"credentials, without mounts (a workspace with `--workspace-mode copy`); for "
             f"this one {local}.")
 
 

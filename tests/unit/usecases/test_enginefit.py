@@ -1,5 +1,6 @@
 """A run on an engine of another host is refused when it needs this machine (a bound workspace,
-host paths, sized volumes, network), and goes ahead when it needs none of it."""
+host paths, sized volumes, published ports, the parts of egress only this machine serves), and
+goes ahead when it needs none of it (a one-shot run's egress: its proxy runs beside the engine)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,18 @@ HERE = EngineLocation("unix:///var/run/docker.sock", local=True)
 
 def _plan(**fields: Any) -> Any:
     base: dict[str, Any] = {"workspace_host": None, "host_mounts": SimpleNamespace(pins=[]),
-                            "capabilities": SimpleNamespace(volumes=()), "egress": None,
+                            "capabilities": _caps(), "egress": None, "name": None,
                             "network": None, "facts": SimpleNamespace(workload="./kit")}
     return SimpleNamespace(**{**base, **fields})
+
+
+def _caps(**fields: Any) -> Any:
+    return SimpleNamespace(**{"volumes": (), "ssh_agent": (), "kit_registry": False,
+                              "ports": (), "published": (), **fields})
+
+
+def _egress(**modes: str) -> Any:
+    return SimpleNamespace(modes=modes)
 
 
 def _pin(path: str) -> Any:
@@ -37,10 +47,16 @@ def test_an_offline_run_without_host_paths_runs_anywhere() -> None:
     ({"workspace_host": "/src/p", "host_mounts": SimpleNamespace(
         pins=[_pin("/src/p"), _pin("/src/p/.git")])}, "the workspace /src/p"),
     ({"host_mounts": SimpleNamespace(pins=[_pin("/data")])}, "host paths (/data)"),
-    ({"capabilities": SimpleNamespace(volumes=(SimpleNamespace(path="/cache", size=1),))},
+    ({"capabilities": _caps(volumes=(SimpleNamespace(path="/cache", size=1),))},
      "sized volumes (/cache)"),
-    ({"egress": object(), "network": "n"}, "egress proxy"),
-    ({"network": "n"}, "published ports"),
+    ({"egress": _egress(), "network": "n", "name": "dev"}, "named sandbox's egress"),
+    ({"egress": _egress(gh="apikey", claude="oauth"), "network": "n"},
+     "OAuth credentials (claude)"),
+    ({"egress": _egress(), "network": "n", "capabilities": _caps(ssh_agent=(("g",),))},
+     "SSH agent relay"),
+    ({"egress": _egress(), "network": "n", "capabilities": _caps(kit_registry=True)},
+     "kit registry"),
+    ({"network": "n", "capabilities": _caps(ports=(8080,))}, "published ports"),
 ])
 def test_what_needs_this_machine_is_refused_on_a_far_engine(fields: dict[str, Any],
                                                             said: str) -> None:
@@ -54,14 +70,22 @@ def test_what_needs_this_machine_is_refused_on_a_far_engine(fields: dict[str, An
     assert len(local_needs(plan)) == 1  # the workspace's own pins are not listed twice
 
 
+def test_a_one_shot_runs_egress_runs_beside_any_engine() -> None:
+    plan = _plan(egress=_egress(gh="apikey"), network="n")
+    refuse_local_only(FAR, plan)
+    assert local_needs(plan) == []
+
+
 def _planned(**fields: Any) -> Any:
-    capabilities = {"host_mounts": (), "volumes": (), "ports": (), **fields.pop("caps", {})}
+    capabilities = {"host_mounts": (), "volumes": (), "ports": (), "ssh_agent": (),
+                    "kit_registry": False, **fields.pop("caps", {})}
     return SimpleNamespace(capabilities=SimpleNamespace(**capabilities),
                            **{"egress": None, **fields})
 
 
 @pytest.mark.parametrize(("planned", "said"), [
-    (_planned(egress=object()), "egress proxy"),
+    (_planned(egress=_egress(claude="oauth")), "OAuth credentials"),
+    (_planned(caps={"kit_registry": True}), "kit registry"),
     (_planned(caps={"ports": (8080,)}), "published ports"),
     (_planned(caps={"host_mounts": (SimpleNamespace(path="/data"),)}), "host-mount@1 at /data"),
     (_planned(caps={"volumes": (SimpleNamespace(path="/cache", size=1),)}), "sized volumes"),

@@ -61,6 +61,13 @@ def read_int(data: Mapping[str, Any], key: str, default: Any = _MISSING) -> int:
     return value
 
 
+def read_bool(data: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ProxyConfigError(f"{key} must be true or false")
+    return value
+
+
 def read_strs(data: Mapping[str, Any], key: str) -> Sequence[str]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

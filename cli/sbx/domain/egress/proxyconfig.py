@@ -36,6 +36,7 @@ from sbx.domain.egress.configfields import (
     ProxyConfigError,
     as_map,
     check_keys,
+    read_bool,
     read_int,
     read_opt_str,
     read_phase,
@@ -175,6 +176,9 @@ class ProxyConfig:
     ssh_agent: RelayConfig | None = None
     # The kit store this proxy answers as the kit registry (kit-registry@1; None: refused).
     kit_registry: Path | None = None
+    # Records, audit events and the phase as tagged lines on stdout instead of files (a proxy
+    # in a container, whose owner keeps them: sbx.domain.egress.proxystream).
+    stream_records: bool = False
 
     def __post_init__(self) -> None:
         if self.sandbox is not None and (not self.sandbox
@@ -238,6 +242,7 @@ class ProxyConfig:
             "kit_files": dict(self.kit_files),
             "ssh_agent": None if self.ssh_agent is None else self.ssh_agent.as_dict(),
             "kit_registry": None if self.kit_registry is None else str(self.kit_registry),
+            "stream_records": self.stream_records,
         }
 
     def to_json(self) -> str:
@@ -249,7 +254,7 @@ class ProxyConfig:
                      "credentials", "listen_host", "listen_port", "upstream_proxy",
                      "upstream_ca_file", "explain_command", "phase_file", "limits",
                      "peer_network", "login_dir", "sandbox", "request_log", "user_policy",
-                     "kit_files", "ssh_agent", "kit_registry"}, "config")
+                     "kit_files", "ssh_agent", "kit_registry", "stream_records"}, "config")
         if data.get("format") != CONFIG_FORMAT:
             raise ProxyConfigError(f"format {data.get('format')!r} is not {CONFIG_FORMAT}")
         network = data.get("network")
@@ -295,6 +300,7 @@ class ProxyConfig:
             kit_files=dict(kit_files),
             ssh_agent=ssh_agent,
             kit_registry=None if kit_registry is None else Path(kit_registry),
+            stream_records=read_bool(data, "stream_records"),
         )
 
     @classmethod

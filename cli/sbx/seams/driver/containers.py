@@ -89,6 +89,11 @@ class SdkContainers(SdkClient):
                 if exc.status_code not in (404, 409):
                     raise
 
+    def send_signal(self, container_id: str, signal: str) -> None:
+        """``signal`` (a name, e.g. ``SIGUSR1``) to the container's main process."""
+        with self._engine_errors(f"signalling {container_id[:12]}", Reason.PROXY_FAILED):
+            self._api.kill(container_id, signal=signal)
+
     def remove_container(self, container_id: str) -> bool:
         """Force-remove; True when it is gone (including when it was already gone)."""
         import docker

@@ -19,26 +19,45 @@ from sbx.seams.driver.client import SdkClient
 class SdkNetworks(SdkClient):
     """Networks and volumes (:class:`sbx.seams.engine.Networks`)."""
 
-    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str,
-                       internal: bool) -> str:
-        """A per-run bridge network with a known bridge name (for the host firewall rules)."""
+    def create_network(self, name: str, labels: Mapping[str, str], *, bridge: str | None,
+                       internal: bool, host_address: bool = True) -> str:
+        """A per-run bridge network, with a known bridge name when ``bridge`` is given (for the
+        host firewall rules); without ``host_address`` the engine's host has no address on it,
+        so nothing of that host answers there."""
+        # A sandbox's network routes nowhere; a proxy's egress network is an ordinary one.
+        options = {"com.docker.network.bridge.enable_ip_masquerade": "false"} if internal else {}
+        if bridge is not None:
+            options["com.docker.network.bridge.name"] = bridge
+        if not host_address:
+            options["com.docker.network.bridge.inhibit_ipv4"] = "true"
         with self._engine_errors(f"creating network {name}", Reason.CREATE_FAILED):
             created = self._api.create_network(
                 name, driver="bridge", internal=internal, labels=dict(labels),
-                check_duplicate=True,
-                options={"com.docker.network.bridge.name": bridge,
-                         "com.docker.network.bridge.enable_ip_masquerade": "false"})
+                check_duplicate=True, options=options)
         return str(created["Id"])
 
     def network_gateway(self, network_id: str) -> str:
         """The host's address on a network (where the egress proxy listens)."""
+        return self._ipam_value(network_id, "Gateway").split("/")[0]
+
+    def network_subnet(self, network_id: str) -> str:
+        """A network's address range (CIDR): where a proxy's only clients live."""
+        return self._ipam_value(network_id, "Subnet")
+
+    def _ipam_value(self, network_id: str, key: str) -> str:
         with self._engine_errors("reading the sandbox network", Reason.CREATE_FAILED):
             attrs = self._api.inspect_network(network_id)
         for entry in (attrs.get("IPAM") or {}).get("Config") or []:
-            gateway = str(entry.get("Gateway") or "").split("/")[0]
-            if gateway:
-                return gateway
-        raise SbxError(Reason.CREATE_FAILED, f"network {network_id[:12]} has no gateway address")
+            value = str(entry.get(key) or "")
+            if value:
+                return value
+        raise SbxError(Reason.CREATE_FAILED,
+                       f"network {network_id[:12]} has no {key.lower()} address")
+
+    def connect_network(self, network_id: str, container_id: str) -> None:
+        with self._engine_errors(f"connecting {container_id[:12]} to network {network_id[:12]}",
+                                 Reason.CREATE_FAILED):
+            self._api.connect_container_to_network(container_id, network_id)
 
     def remove_network(self, network_id: str) -> bool:
         """Remove a network; True when it is gone (including when it was already gone)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sbx.seams.host.firewall import BridgeGuard
     from sbx.seams.ports import PortForwarder
     from sbx.usecases.keeper import KeptProxy
+    from sbx.usecases.run.engineproxy import EngineProxy
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Created:
     network: str | None = None
     guard: BridgeGuard | None = None
     forwarder: PortForwarder | None = None
-    proxy: ProxyProcess | KeptProxy | None = None
+    proxy: ProxyProcess | KeptProxy | EngineProxy | None = None
     port_keeper: KeptProxy | None = None  # a named sandbox's ports without egress (keeper)
     proxy_url: str | None = None  # the sandbox's HTTPS_PROXY (the browser observer's key)
     stream: AttachedStream | None = None

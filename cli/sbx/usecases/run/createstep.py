@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sbx import __version__
 from sbx.base import labels as label_keys
@@ -48,9 +49,13 @@ from sbx.usecases.run.kitmounts import relay_binds
 from sbx.usecases.run.plan import RunPlan, volume_binds
 from sbx.usecases.run.request import OutputSink
 
+if TYPE_CHECKING:
+    from sbx.usecases.run.engineproxy import EngineProxy
+
 
 def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: OutputSink,
-                 boundary: Mapping[str, str], proxy: ProxyProcess | KeptProxy | None,
+                 boundary: Mapping[str, str],
+                 proxy: ProxyProcess | KeptProxy | EngineProxy | None,
                  created_sized: Mapping[str, str],
                  kit_mounts: Sequence[BindMount] = ()) -> None:
     """Kit files, profiles, CA, startup script and install hooks → the per-run image."""
