@@ -82,3 +82,38 @@ def test_a_containers_state_reads_as_the_sdks(drivers: tuple[SdkEngine, SdkEngin
         subprocess.run(["docker", "rm", "-f", made], capture_output=True, timeout=60,
                        check=False)
     assert socket.container_state(made) is None and sdk.container_state(made) is None
+
+
+def test_a_proxys_network_calls_answer_as_the_sdks(drivers: tuple[SdkEngine, SdkEngine]) -> None:
+    """find_network, connect_network, network_endpoint and send_signal: what the proxy beside
+    the engine needs, the same through both transports."""
+    socket, sdk = drivers
+    tag = uuid.uuid4().hex[:10]
+    names = [f"sbx-test-a-{tag}", f"sbx-test-b-{tag}"]
+    made: list[str] = []
+    try:
+        for name in names:
+            subprocess.run(["docker", "network", "create", name], capture_output=True,
+                           check=True, timeout=60)
+        assert socket.find_network(names[0]) == sdk.find_network(names[0]) is not None
+        assert socket.find_network(f"sbx-absent-{tag}") is None
+        assert sdk.find_network(f"sbx-absent-{tag}") is None
+        container = subprocess.run(
+            ["docker", "run", "-d", "--network", names[0], BUSYBOX, "sleep", "60"],
+            capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        made.append(container)
+        socket.connect_network(sdk.find_network(names[1]) or "", container)
+        for name in names:
+            found = socket.network_endpoint(container, name)
+            assert found is not None and found == sdk.network_endpoint(container, name)
+            assert 8 <= found[1] <= 30 and found[0].count(".") == 3
+        assert socket.network_endpoint(container, f"sbx-absent-{tag}") is None
+        socket.send_signal(container, "SIGKILL")
+        assert sdk.wait(container, 30) == 137
+    finally:
+        for ident in made:
+            subprocess.run(["docker", "rm", "-f", ident], capture_output=True, timeout=60,
+                           check=False)
+        for name in names:
+            subprocess.run(["docker", "network", "rm", name], capture_output=True, timeout=60,
+                           check=False)

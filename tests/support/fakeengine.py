@@ -430,6 +430,10 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self._call("container_ip", container_id, network)
         return self.container_address
 
+    def network_endpoint(self, container_id: str, network: str) -> tuple[str, int] | None:
+        self._call("network_endpoint", container_id, network)
+        return None if self.container_address is None else (self.container_address, 24)
+
     def container_pid(self, container_id: str) -> int | None:
         self._call("container_pid", container_id)
         return None
@@ -506,9 +510,10 @@ class FakeEngine(Images, Distribution, Containers, Files, Sessions, Networks, In
         self._call("network_gateway", network_id)
         return self.gateway
 
-    def network_subnet(self, network_id: str) -> str:
-        self._call("network_subnet", network_id)
-        return f"{self.gateway}/24"
+    def find_network(self, name: str) -> str | None:
+        self._call("find_network", name)
+        found = [n["Id"] for n in self.networks if n["Name"] == name]
+        return str(found[0]) if found else None
 
     def connect_network(self, network_id: str, container_id: str) -> None:
         self._call("connect_network", network_id, container_id)

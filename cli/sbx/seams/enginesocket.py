@@ -38,7 +38,6 @@ from sbx.seams.engine import (
     path_stat,
     probed_paths,
     registry_chunk,
-    sandbox_files,
     short_error,
     situation_hint,
     split_tag,
@@ -58,6 +57,7 @@ from sbx.seams.enginebounds import (
 )
 from sbx.seams.enginehttp import EngineConnections, Response, body_of, is_chunked, read_head
 from sbx.seams.http11 import parse_head
+from sbx.seams.inspected import network_address, sandbox_files
 from sbx.seams.session.stream import AttachedStream
 from sbx.seams.signals import deferred_interrupts
 
@@ -368,6 +368,32 @@ class SocketEngine(SdkEngine):
         state = (attrs or {}).get("State") if isinstance(attrs, dict) else None
         pid = int((state or {}).get("Pid") or 0)
         return pid or None
+
+    def network_endpoint(self, container_id: str, network: str) -> tuple[str, int] | None:
+        _status, attrs = self._json("GET", f"/containers/{container_id}/json",
+                                    action="reading a container's address",
+                                    reason=Reason.START_FAILED)
+        return network_address(attrs if isinstance(attrs, dict) else {}, network)
+
+    def send_signal(self, container_id: str, signal: str) -> None:
+        self._json("POST", f"/containers/{container_id}/kill", params={"signal": signal},
+                   action=f"signalling {container_id[:12]}", reason=Reason.PROXY_FAILED,
+                   ok=(204,))
+
+    # -- networks a run's proxy joins ----------------------------------------------------------
+
+    def find_network(self, name: str) -> str | None:
+        status, attrs = self._json("GET", f"/networks/{urllib.parse.quote(name, safe='')}",
+                                   action=f"reading network {name}",
+                                   reason=Reason.CREATE_FAILED, ok=(200, 404))
+        if status == 404 or not isinstance(attrs, dict):
+            return None
+        return str(attrs.get("Id") or "") or None
+
+    def connect_network(self, network_id: str, container_id: str) -> None:
+        self._json("POST", f"/networks/{network_id}/connect", body={"Container": container_id},
+                   action=f"connecting {container_id[:12]} to network {network_id[:12]}",
+                   reason=Reason.CREATE_FAILED, ok=(200,))
 
     # -- files and disk usage: the files role and `sbx df`, as the SDK's ------------------------
 

@@ -79,6 +79,10 @@ class KeptProxy:
     def pid(self) -> int:
         return self.keeper.proxy_pid
 
+    def wait_ready(self) -> None:
+        """Started ready: its keeper answers once the proxy listens."""
+        return
+
     def switch_to_runtime(self) -> None:
         """Close the install phase (SIGUSR1 to the proxy) and wait for its ack, bounded."""
         import signal

@@ -215,6 +215,10 @@ class ProxyProcess:
     def alive(self) -> bool:
         return self.program.alive()
 
+    def wait_ready(self) -> None:
+        """Started ready: :func:`launch_proxy` returns once it listens."""
+        return
+
     def switch_to_runtime(self) -> None:
         """Close the install phase before the workload starts; wait for the proxy's ack."""
         self.program.send_signal(signal.SIGUSR1)

@@ -35,8 +35,9 @@ def container_name(run_id: str) -> str:
     return f"sbx-proxy-{run_id}"
 
 
-def egress_network_name(run_id: str) -> str:
-    return f"sbx-egress-{run_id}"
+def egress_network_name(home_hash: str) -> str:
+    """One per state home and engine, shared by its runs' proxies."""
+    return f"sbx-egress-{home_hash[:16]}"
 
 
 def proxy_spec(image: str, *, run_id: str, network: str, labels: Mapping[str, str],

@@ -16,6 +16,7 @@ from sbx.seams.enginebounds import (
     quick,
     waiting,
 )
+from sbx.seams.inspected import network_address
 
 if TYPE_CHECKING:
 
@@ -202,6 +203,12 @@ class SdkContainers(SdkClient):
             attrs = self._api.inspect_container(container_id)
         networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
         return str((networks.get(network) or {}).get("IPAddress") or "") or None
+
+    def network_endpoint(self, container_id: str, network: str) -> tuple[str, int] | None:
+        """The container's address and prefix length on ``network`` (None: it has none)."""
+        with self._engine_errors("reading a container's address", Reason.START_FAILED):
+            attrs = self._api.inspect_container(container_id)
+        return network_address(attrs, network)
 
     def put_archive(self, container_id: str, path: str, tar: bytes) -> None:
         with self._engine_errors(f"writing files into the sandbox at {path}"):

@@ -15,11 +15,11 @@ from sbx.seams.engine import (
     SandboxFiles,
     header_path_stat,
     path_stat,
-    sandbox_files,
     short_error,
     situation_hint,
 )
 from sbx.seams.enginebounds import transfer
+from sbx.seams.inspected import sandbox_files
 
 CHUNK = 1024 * 1024
 

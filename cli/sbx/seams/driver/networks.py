@@ -40,9 +40,16 @@ class SdkNetworks(SdkClient):
         """The host's address on a network (where the egress proxy listens)."""
         return self._ipam_value(network_id, "Gateway").split("/")[0]
 
-    def network_subnet(self, network_id: str) -> str:
-        """A network's address range (CIDR): where a proxy's only clients live."""
-        return self._ipam_value(network_id, "Subnet")
+    def find_network(self, name: str) -> str | None:
+        """The id of the network called ``name``; None when there is none."""
+        import docker
+
+        with self._engine_errors(f"reading network {name}", Reason.CREATE_FAILED):
+            try:
+                attrs = self._api.inspect_network(name)
+            except docker.errors.NotFound:
+                return None
+        return str(attrs.get("Id") or "") or None
 
     def _ipam_value(self, network_id: str, key: str) -> str:
         with self._engine_errors("reading the sandbox network", Reason.CREATE_FAILED):

@@ -114,6 +114,8 @@ def create_step(ctx: AppContext, plan: RunPlan, driver: Driver, on_output: Outpu
         after_install=(proxy.switch_to_runtime
                        if proxy is not None and plan.egress is not None
                        and plan.egress.initial_phase == "install" else None))
+    if lifecycle.install and proxy is not None:
+        proxy.wait_ready()  # install hooks go out through it
     try:
         committed = run_create_step(step, lifecycle,
                                     [(v.path, v.mode) for v in capabilities.volumes])

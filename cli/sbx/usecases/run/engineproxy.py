@@ -12,6 +12,7 @@ itself (:mod:`sbx.domain.egress.proxystream`); its stderr goes to the run's ``pr
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import threading
@@ -214,7 +215,7 @@ class EngineProxy:
     run_id: str
     client_token: str | None = field(default=None, repr=False)
     container: str | None = None
-    egress_network: str | None = None
+    log: Path | None = None
     stream: AttachedStream | None = None
     output: ProxyOutput | None = None
     follower: PolicyFollower | None = None
@@ -225,8 +226,21 @@ class EngineProxy:
     def alive(self) -> bool:
         return self.output is not None and not self.output.ended.is_set()
 
+    def wait_ready(self) -> None:
+        """Return once the proxy listens; ``proxy_failed`` when it ended or never did."""
+        output = self.output
+        if output is None or not output.ready.wait(READY_TIMEOUT_S) or output.port is None:
+            log = self.log
+            raise SbxError(Reason.PROXY_FAILED,
+                           "the egress proxy's container did not start; the sandbox does not "
+                           "start without it",
+                           hint=f"See the proxy's log: {log}." if log else None,
+                           details={"stderr": _tail(log) if log else ""})
+        self.port = output.port
+
     def switch_to_runtime(self) -> None:
         """Close the install phase before the workload starts; wait for the proxy's ack."""
+        self.wait_ready()
         output = self.output
         if output is None or self.container is None:
             raise SbxError(Reason.PROXY_FAILED, "the egress proxy is not running")
@@ -239,7 +253,7 @@ class EngineProxy:
                            "the egress proxy did not confirm closing the install phase")
 
     def stop(self) -> None:
-        """End its stdin (the proxy stops), then remove its container and egress network."""
+        """End its stdin (the proxy stops), then remove its container."""
         if self.follower is not None:
             self.follower.stop()
         if self.stream is not None:
@@ -250,35 +264,39 @@ class EngineProxy:
         if self.container is not None:
             self.driver.remove_container(self.container)
             self.container = None
-        if self.egress_network is not None:
-            self.driver.remove_network(self.egress_network)
-            self.egress_network = None
 
 
 def start_engine_proxy(proxy: EngineProxy, config: ProxyConfig, *, state_home: Path,
-                       image: str, network: str, run_labels: Mapping[str, str],
-                       runtime: str | None, secrets: Mapping[str, str], run_dir: Path,
+                       home_hash: str, image: str, network: str,
+                       run_labels: Mapping[str, str], runtime: str | None,
+                       secrets: Mapping[str, str], run_dir: Path,
                        request_log: Path | None) -> None:
-    """Create and start ``proxy``'s container on the run's internal ``network`` and an egress
-    network of its own; return once it listens. Each object is kept on ``proxy`` as it is
+    """Create and start ``proxy``'s container on the run's internal ``network`` and the state
+    home's egress network, and hand it its state; :meth:`EngineProxy.wait_ready` waits for it
+    to listen, so its start overlaps the sandbox's. Each object is kept on ``proxy`` as it is
     made, so the run's cleanup (:meth:`EngineProxy.stop`) removes exactly what exists."""
     driver = proxy.driver
-    made = {**run_labels, labels.ROLE: labels.ROLE_PROXY}
-    with deferred_interrupts():
-        proxy.egress_network = driver.create_network(
-            proxycontainer.egress_network_name(proxy.run_id), made, bridge=None, internal=False)
-    peer = driver.network_subnet(network)
-    spec = proxycontainer.proxy_spec(image, run_id=proxy.run_id, network=network, labels=made,
+    egress = _egress_network(driver, home_hash)
+    spec = proxycontainer.proxy_spec(image, run_id=proxy.run_id, network=network,
+                                     labels={**run_labels, labels.ROLE: labels.ROLE_PROXY},
                                      runtime=runtime)
     with deferred_interrupts():
         proxy.container = driver.create(spec)
-    driver.connect_network(proxy.egress_network, proxy.container)
+    driver.connect_network(egress, proxy.container)
     with deferred_interrupts():
         proxy.stream = driver.attach(proxy.container, stdin=True)
     proxy.output = ProxyOutput(proxy.stream, log=run_dir / "proxy.log", request_log=request_log,
                                audit_log=audit.audit_path(state_home), run_id=proxy.run_id)
     proxy.output.start()
+    proxy.log = run_dir / "proxy.log"
     driver.start(proxy.container)
+    endpoint = driver.network_endpoint(proxy.container, network)
+    if endpoint is None:
+        raise SbxError(Reason.PROXY_FAILED,
+                       "the egress proxy's container has no address on the sandbox network")
+    proxy.address, prefix = endpoint
+    # The sandbox's network, read off the proxy's own address there: its only clients.
+    peer = str(ipaddress.ip_network(f"{proxy.address}/{prefix}", strict=False))
     inside = proxycontainer.in_container(config, peer_network=peer,
                                          upstream_ca=config.upstream_ca_file is not None)
     files = _state_files(config, state_home)
@@ -292,19 +310,23 @@ def start_engine_proxy(proxy: EngineProxy, config: ProxyConfig, *, state_home: P
         inside, files, owner_line(proxy.client_token, secrets)))
     if proxy.follower is not None:
         proxy.follower.start()
-    output = proxy.output
-    if not output.ready.wait(READY_TIMEOUT_S) or output.port is None:
-        raise SbxError(Reason.PROXY_FAILED,
-                       "the egress proxy's container did not start; the sandbox does not "
-                       "start without it",
-                       hint=f"See the proxy's log: {run_dir / 'proxy.log'}.",
-                       details={"stderr": _tail(run_dir / "proxy.log")})
-    proxy.port = output.port
-    address = driver.container_ip(proxy.container, network)
-    if not address:
-        raise SbxError(Reason.PROXY_FAILED,
-                       "the egress proxy's container has no address on the sandbox network")
-    proxy.address = address
+
+
+def _egress_network(driver: Driver, home_hash: str) -> str:
+    """The state home's egress network on this engine, made by its first run: an ordinary
+    bridge where only proxies live (each sandbox has a network of its own)."""
+    name = proxycontainer.egress_network_name(home_hash)
+    found = driver.find_network(name)
+    if found is not None:
+        return found
+    made = {labels.MANAGED: "true", labels.HOME: home_hash, labels.ROLE: labels.ROLE_PROXY}
+    try:
+        return driver.create_network(name, made, bridge=None, internal=False)
+    except SbxError:
+        found = driver.find_network(name)  # another run made it at the same moment
+        if found is None:
+            raise
+        return found
 
 
 def _state_files(config: ProxyConfig, state_home: Path) -> dict[str, bytes]:

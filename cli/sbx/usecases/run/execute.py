@@ -401,6 +401,8 @@ def _create_sandbox(ctx: AppContext, plan: RunPlan, driver: Driver, created: Cre
         stream = driver.attach(container_id, stdin=plan.mode.stdin,
                                detach_keys=plan.detach_keys if plan.mode.tty else None)
         created.stream = stream
+    if created.proxy is not None:
+        created.proxy.wait_ready()  # a proxy beside the engine booted meanwhile
     return container_id, stream
 
 

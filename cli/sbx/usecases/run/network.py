@@ -91,7 +91,8 @@ def _beside_the_engine(ctx: AppContext, plan: RunPlan, driver: Driver, created: 
     image = runtime_image(ctx.state_home, driver)
     proxy = EngineProxy(driver, plan.run_id, client_token=new_token())
     created.proxy = proxy
-    start_engine_proxy(proxy, config, state_home=ctx.state_home, image=image,
+    start_engine_proxy(proxy, config, state_home=ctx.state_home, home_hash=ctx.home_hash,
+                       image=image,
                        network=plan.network, run_labels=plan.labels,
                        runtime=plan.spec.runtime, secrets=secrets, run_dir=run_dir,
                        request_log=config.request_log)
