@@ -247,3 +247,18 @@ def test_what_only_this_machine_serves_is_refused_on_a_far_engine(
     done = run_sbx(["run", str(published), "--", "true"], env=env, timeout=180)
     assert done.returncode == 125 and b"(engine_not_local)" in done.stderr, done.stderr
     assert _far_objects(far, state_home, "container") == []
+
+
+def test_doctor_probes_the_far_hosts_services_from_a_network_like_a_sandboxs(
+        far: FarHost, kit: Path, env: dict[str, str], state_home: Path) -> None:
+    """Once the runtime image is on the far engine (a networked run built it), doctor runs a
+    probe there that finds nothing of that host at a sandbox network's gateway."""
+    assert run_sbx(["run", str(kit), "--", "true"], env=env, timeout=300).returncode == 0
+    done = run_sbx(["doctor", "--json"], env=env, timeout=300)
+    checks = {c["id"]: c for c in json.loads(done.stdout)["data"]["checks"]}
+    proxy, services = checks["egress-proxy"], checks["egress-host-services"]
+    assert proxy["status"] == "ok" and proxy["data"]["image"].startswith("sbx-runtime/")
+    assert services["status"] == "ok", services
+    assert services["data"]["probed"] is True and services["data"]["closed"] is True
+    assert services["data"]["answer"].startswith("silent")
+    assert _far_objects(far, state_home, "container") == []  # the probe went

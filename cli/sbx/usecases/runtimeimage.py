@@ -49,15 +49,22 @@ def install_key() -> str:
     return digest.hexdigest()[:32]
 
 
+def cached_tag(state_home: Path, driver: Driver) -> str | None:
+    """This install's runtime image when the engine has it (None: not there, or unknown)."""
+    try:
+        cached = owned.read_cache(_entry(state_home))
+    except SbxError:
+        return None
+    if isinstance(cached, str) and driver.image(cached) is not None:
+        return cached
+    return None
+
+
 def runtime_image(state_home: Path, driver: Driver,
                   on_progress: Callable[[str], None] = lambda _line: None) -> str:
     """The runtime image's tag on ``driver``'s engine, built there when it is missing."""
-    entry = state_home.joinpath(*CACHE_DIR, install_key())
-    try:
-        cached = owned.read_cache(entry)
-    except SbxError:
-        cached = None
-    if isinstance(cached, str) and driver.image(cached) is not None:
+    cached = cached_tag(state_home, driver)
+    if cached is not None:
         return cached
     on_progress("building sbx's runtime image on the engine (once per install)")
     try:
@@ -72,8 +79,12 @@ def runtime_image(state_home: Path, driver: Driver,
         driver.build(context, "Dockerfile", pack.tag,
                      {labels.MANAGED: "true", labels.ROLE: labels.ROLE_RUNTIME},
                      on_line=lambda _line: None)
-    owned.write_cache(entry, pack.tag)
+    owned.write_cache(_entry(state_home), pack.tag)
     return pack.tag
 
 
-__all__ = ["CACHE_DIR", "install_key", "runtime_image"]
+def _entry(state_home: Path) -> Path:
+    return state_home.joinpath(*CACHE_DIR, install_key())
+
+
+__all__ = ["CACHE_DIR", "cached_tag", "install_key", "runtime_image"]

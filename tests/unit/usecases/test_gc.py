@@ -1478,3 +1478,26 @@ def test_a_template_is_never_a_candidate_whatever_its_run_labels_say() -> None:
     # untagged, its run over and its deadline long past: still user data
     entry = ImageEntry("sha256:" + hex64(), (), RID, str(int(NOW) - 9999), template=True)
     assert judge_image(entry, {RID: _run(RID, 2)}, CLOCK)[:2] == (False, "template")
+
+
+def test_the_state_homes_egress_network_is_kept_without_a_warning() -> None:
+    """A proxy's egress network beside the engine names no run: kept as shared, not reported
+    as a missing deadline; a run's own network of the proxy role is judged as any other."""
+    from sbx.base import labels as label_keys
+    from sbx.seams.engine import RawListing
+    from sbx.usecases.gc.listing import parse_listing
+    from sbx.usecases.gc.result import REPORTED_KEPT
+
+    home = "a" * 32
+    base = {label_keys.MANAGED: "true", label_keys.HOME: home,
+            label_keys.ROLE: label_keys.ROLE_PROXY}
+    rid = run_id()
+    listing = parse_listing(RawListing((), (
+        {"Id": hex64(), "Labels": base},
+        {"Id": hex64(), "Labels": {**base, label_keys.RUN: rid}},
+    ), ()), home)
+    shared, owned = listing.shared
+    assert shared.shared and not owned.shared
+    keep, why, _detail = judge_shared(shared, {}, CLOCK)
+    assert (keep, why) == (False, "shared") and why not in REPORTED_KEPT
+    assert judge_shared(owned, {rid: _run(rid, 2)}, CLOCK)[:2] == (False, "deadline_missing")

@@ -21,6 +21,7 @@ from sbx.domain.egress.proxyconfig import ProxyConfig
 from sbx.domain.sandbox import runrecord
 from sbx.seams import owned
 from sbx.usecases import runstore
+from sbx.usecases.doctor import farplane
 from sbx.usecases.doctor.model import DoctorState, Status, Verdict
 from sbx.usecases.doctor.probes import DoctorProxy
 
@@ -93,6 +94,8 @@ def check_egress_proxy(state: DoctorState) -> Verdict:
     killed in between; its CA is a throwaway one in that directory (the real one is the CA
     check's business, and doctor never rotates it).
     """
+    if not state.ctx.driver.location().local:
+        return farplane.proxy_beside_engine(state)
     run_id = uuid.uuid4().hex
     run_dir = runrecord.run_dir(state.ctx.state_home, run_id)
     try:
@@ -159,6 +162,8 @@ def listening_ports(texts: Sequence[str]) -> list[int]:
 
 def check_egress_host_services(state: DoctorState) -> Verdict:
     """Whether a sandbox network could reach host services on the gateway (SPEC §8)."""
+    if not state.ctx.driver.location().local:
+        return farplane.host_services_beside_engine(state)
     iptables = state.egress.iptables()
     euid = state.host.euid
     if euid == 0 and iptables is not None:

@@ -123,6 +123,9 @@ def judge_shared(entry: SharedEntry, runs: Mapping[str, RunDir],
     no container still uses it."""
     if entry.named:
         return False, *_NAMED
+    if entry.shared:
+        return False, "shared", ("the state home's egress network for proxies beside the "
+                                 "engine (no run's): kept for the next runs")
     if _owner_holds(entry.run_id, runs):
         return False, *LIVE
     deadline = _deadline(entry.deadline_raw)

@@ -56,6 +56,8 @@ class SharedEntry:
     deadline_raw: str | None
     named: bool = False
     name: str | None = None
+    # The state home's egress network for proxies beside the engine: no run's, kept.
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,11 @@ def _parse_network(entry: object, home_hash: str) -> SharedEntry:
     if not isinstance(ident, str) or not FULL_ID.match(ident):
         raise ListingInvalid(f"a network entry has no valid id ({clip(ident)})")
     labels = _labels(entry, f"network {ident[:12]}", home_hash)
-    return SharedEntry("network", ident, _run_label(labels), labels.get(label_keys.DEADLINE),
-                       name=label_keys.value(labels, label_keys.NAME))
+    run_id = _run_label(labels)
+    return SharedEntry("network", ident, run_id, labels.get(label_keys.DEADLINE),
+                       name=label_keys.value(labels, label_keys.NAME),
+                       shared=run_id is None
+                       and labels.get(label_keys.ROLE) == label_keys.ROLE_PROXY)
 
 
 def parse_images(raw: Sequence[Any], home_hash: str) -> tuple[ImageEntry, ...]:
