@@ -34,7 +34,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/copyin",
     "sandbox/copyout",
     "sandbox/gitconfig",
-    "sandbox/gitdirs",
     "sandbox/gitindex",
     "sandbox/hostmounts",
     "sandbox/quarantine",
