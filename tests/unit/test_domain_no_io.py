@@ -39,7 +39,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/quarantine",
     "sandbox/skillstore",
     "sandbox/sources",
-    "sandbox/workspace_trust",
 })
 
 

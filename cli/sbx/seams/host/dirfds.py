@@ -139,6 +139,41 @@ def create_owned_empty(dir_fd: int, name: str, mode: int, uid: int, gid: int) ->
     return True
 
 
+def write_new_at(dir_fd: int, name: str, data: bytes, mode: int) -> bool:
+    """Write ``data`` to the new file ``name`` in ``dir_fd`` (never through a link, never over
+    anything there) with ``mode``, owned like the directory when that is allowed, and sync it;
+    False when it cannot be created or written (what was written is removed again)."""
+    owner = os.fstat(dir_fd)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+        os.write(fd, data)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        return False
+    os.close(fd)
+    return True
+
+
+def rename_at(dir_fd: int, old: str, new: str) -> None:
+    """Rename ``old`` to ``new``, both in the directory ``dir_fd``; raises OSError."""
+    os.rename(old, new, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def unlink_at(dir_fd: int, name: str) -> None:
+    """Remove the file (or link) ``name`` from the directory ``dir_fd``; raises OSError."""
+    os.unlink(name, dir_fd=dir_fd)
+
+
 __all__ = ["Entry", "Status", "close", "create_owned_empty", "duplicate", "exists_at",
            "is_directory", "is_link", "listing", "make_owned_directory", "open_directory_at",
-           "open_directory_if", "own_status", "own_status_at", "sorted_names", "status_of"]
+           "open_directory_if", "own_status", "own_status_at", "rename_at", "sorted_names",
+           "status_of", "unlink_at", "write_new_at"]

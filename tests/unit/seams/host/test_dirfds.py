@@ -73,3 +73,20 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_new_file_is_written_only_where_nothing_is(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_bytes(b"old")
+    (tmp_path / "link").symlink_to("elsewhere")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert dirfds.write_new_at(fd, "new", b"data", 0o644)
+        assert not dirfds.write_new_at(fd, "taken", b"data", 0o644)
+        assert not dirfds.write_new_at(fd, "link", b"data", 0o644)
+        dirfds.rename_at(fd, "new", "renamed")
+        dirfds.unlink_at(fd, "taken")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "renamed").read_bytes() == b"data"
+    assert stat.S_IMODE((tmp_path / "renamed").stat().st_mode) == 0o644 & ~_umask()
+    assert not (tmp_path / "taken").exists() and not (tmp_path / "elsewhere").exists()
