@@ -37,7 +37,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/gitindex",
     "sandbox/hostmounts",
     "sandbox/quarantine",
-    "sandbox/skillstore",
     "sandbox/sources",
 })
 

@@ -1,14 +1,17 @@
 """A host tree looked at and changed through directory descriptors: each call names one entry
 of a directory already open (``dir_fd``) and never follows a link at that entry, so a tree the
-sandbox could write cannot steer a look or a write elsewhere by swapping a name for a link.
-Which entries to look at, and what they mean, is the domain's
+sandbox (or whoever made a directory sbx copies) could write cannot steer a look or a write
+elsewhere by swapping a name for a link; what is written goes to a path only inside a
+directory sbx itself made. Which entries to look at, and what they mean, is the domain's
 (:mod:`sbx.domain.sandbox.workspace_scan`, :mod:`sbx.domain.sandbox.gitdirs`,
-:mod:`sbx.domain.sandbox.workspace_trust`); these functions only do."""
+:mod:`sbx.domain.sandbox.workspace_trust`, :mod:`sbx.domain.sandbox.skillstore`); these
+functions only do."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Final
 
 # A listing's entry (its name and type as the directory gave them; its status looked up once,
@@ -173,7 +176,59 @@ def unlink_at(dir_fd: int, name: str) -> None:
     os.unlink(name, dir_fd=dir_fd)
 
 
-__all__ = ["Entry", "Status", "close", "create_owned_empty", "duplicate", "exists_at",
-           "is_directory", "is_link", "listing", "make_owned_directory", "open_directory_at",
-           "open_directory_if", "own_status", "own_status_at", "rename_at", "sorted_names",
-           "status_of", "unlink_at", "write_new_at"]
+def open_directory(name: str | Path, dir_fd: int | None = None) -> int:
+    """A readable descriptor of the directory at ``name`` (in ``dir_fd``, when given), never
+    through a link at its last component; raises OSError (NotADirectoryError for a file)."""
+    return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
+
+
+def open_file_at(dir_fd: int, name: str) -> int:
+    """A readable descriptor of ``name`` in ``dir_fd``, never through a link and never waiting
+    (a FIFO or a device opens at once: the caller checks the kind); raises OSError."""
+    return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                   dir_fd=dir_fd)
+
+
+def names_at(fd: int) -> list[str]:
+    """The names in the directory open (readable) at ``fd``, as it lists them; raises
+    OSError."""
+    return os.listdir(fd)
+
+
+def link_text_at(dir_fd: int, name: str) -> str:
+    """What the link ``name`` in ``dir_fd`` says, as written; raises OSError."""
+    return os.readlink(name, dir_fd=dir_fd)
+
+
+def read_once(fd: int, limit: int) -> bytes:
+    """One read of at most ``limit`` bytes from ``fd``; raises OSError."""
+    return os.read(fd, limit)
+
+
+def copy_to_new_file(source: int, target: Path, mode: int, limit: int) -> int | None:
+    """Copy the rest of ``source`` into the new file ``target`` (made ``0600``, never through a
+    link, never over anything), then give it ``mode``: the bytes copied, or None as soon as more
+    than ``limit`` were read (the copy stops there, short, its mode still ``0600``). Raises
+    OSError."""
+    copied = 0
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600)
+    try:
+        while chunk := os.read(source, 1 << 20):
+            copied += len(chunk)
+            if copied > limit:
+                return None
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+        os.fchmod(out, mode)
+    finally:
+        os.close(out)
+    return copied
+
+
+__all__ = ["Entry", "Status", "close", "copy_to_new_file", "create_owned_empty", "duplicate",
+           "exists_at", "is_directory", "is_link", "link_text_at", "listing",
+           "make_owned_directory", "names_at", "open_directory", "open_directory_at",
+           "open_directory_if", "open_file_at", "own_status", "own_status_at", "read_once",
+           "rename_at", "sorted_names", "status_of", "unlink_at", "write_new_at"]

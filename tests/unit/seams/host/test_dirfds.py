@@ -90,3 +90,33 @@ def test_a_new_file_is_written_only_where_nothing_is(tmp_path: Path) -> None:
     assert (tmp_path / "renamed").read_bytes() == b"data"
     assert stat.S_IMODE((tmp_path / "renamed").stat().st_mode) == 0o644 & ~_umask()
     assert not (tmp_path / "taken").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_copy_stops_as_soon_as_it_is_over_its_limit(tmp_path: Path) -> None:
+    (tmp_path / "source").write_bytes(b"x" * 10)
+    (tmp_path / "link").symlink_to("source")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError):
+            dirfds.open_file_at(fd, "link")
+        source = dirfds.open_file_at(fd, "source")
+        try:
+            assert dirfds.copy_to_new_file(source, tmp_path / "copy", 0o755, 10) == 10
+        finally:
+            dirfds.close(source)
+        source = dirfds.open_file_at(fd, "source")
+        try:
+            assert dirfds.copy_to_new_file(source, tmp_path / "short", 0o755, 9) is None
+            with pytest.raises(FileExistsError):
+                dirfds.copy_to_new_file(source, tmp_path / "link", 0o644, 10)
+        finally:
+            dirfds.close(source)
+        assert dirfds.link_text_at(fd, "link") == "source"
+        assert sorted(dirfds.names_at(fd)) == ["copy", "link", "short", "source"]
+    finally:
+        os.close(fd)
+    assert (tmp_path / "copy").read_bytes() == b"x" * 10
+    assert stat.S_IMODE((tmp_path / "copy").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "short").stat().st_mode) == 0o600
+    with pytest.raises(OSError):
+        dirfds.open_directory(tmp_path / "link")
