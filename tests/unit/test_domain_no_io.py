@@ -34,14 +34,10 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/copyin",
     "sandbox/copyout",
     "sandbox/gitconfig",
-    "sandbox/gitdirs",
     "sandbox/gitindex",
     "sandbox/hostmounts",
     "sandbox/quarantine",
-    "sandbox/skillstore",
     "sandbox/sources",
-    "sandbox/workspace_scan",
-    "sandbox/workspace_trust",
 })
 
 

@@ -41,7 +41,7 @@ def add(
     app = ctx.obj
     store = SkillStore(skills_home(app.env))
     chosen = check_name(name if name is not None else Path(os.path.abspath(path)).name, path)
-    replaced = store.exists(chosen)
+    replaced = store.holds(chosen)
     skill = store.add(path, chosen, force=force)
     skills_view.skill_added(app.renderer, skill, replaced)
     return 0

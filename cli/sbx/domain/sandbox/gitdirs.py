@@ -21,7 +21,6 @@ sbx could not pin — a config with keys that run programs, and hooks.
 from __future__ import annotations
 
 import contextlib
-import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from typing import Final
 
 from sbx.domain.sandbox import gitconfig, gitindex
 from sbx.domain.sandbox.sources import OpenedSource, Pin, open_child
+from sbx.seams.host import dirfds
+from sbx.seams.host.dirfds import Status
 
 QUARANTINE_DIR: Final = "sbx-quarantine"
 GIT_READ_ONLY: Final = ("config", "config.worktree", "hooks", "info", "commondir",
@@ -55,7 +56,7 @@ MAX_SUBMODULES: Final = 256
 Stat = tuple[str, int, int, int, int]
 
 
-def stat_of(status: os.stat_result) -> Stat:
+def stat_of(status: Status) -> Stat:
     mode = status.st_mode
     kind = ("d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode)
             else "f" if stat.S_ISREG(mode) else "o")
@@ -97,18 +98,8 @@ def create_missing(git: OpenedSource) -> None:
     """Empty ``hooks``, ``info``, ``modules``, ``worktrees`` and ``config`` where missing,
     owned like the git directory: what exists can be pinned, what does not could be created."""
     for name in GIT_CREATED_DIRS:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=git.fd)
-            with contextlib.suppress(OSError):
-                os.chown(name, git.uid, git.gid, dir_fd=git.fd, follow_symlinks=False)
-    try:
-        fd = os.open("config", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
-                     dir_fd=git.fd)
-    except FileExistsError:
-        return
-    with contextlib.suppress(OSError):
-        os.fchown(fd, git.uid, git.gid)
-    os.close(fd)
+        dirfds.make_owned_directory(git.fd, name, 0o755, git.uid, git.gid)
+    dirfds.create_owned_empty(git.fd, "config", 0o644, git.uid, git.gid)
 
 
 def _submodule_pins(modules: OpenedSource, base: str, budget: list[int]) -> list[Pin]:
@@ -119,7 +110,7 @@ def _submodule_pins(modules: OpenedSource, base: str, budget: list[int]) -> list
     seen = 0
     while pending and seen < MAX_SUBMODULES and budget[0] > 0:
         directory, where = pending.pop()
-        for name in listdir(directory.fd):
+        for name in dirfds.sorted_names(directory.fd):
             child = open_child(directory, name)
             if child is None or not stat.S_ISDIR(child.mode):
                 if child is not None:
@@ -127,7 +118,7 @@ def _submodule_pins(modules: OpenedSource, base: str, budget: list[int]) -> list
                 continue
             seen += 1
             path = f"{where}/{name}"
-            if not _has(child.fd, "HEAD"):
+            if not dirfds.exists_at(child.fd, "HEAD"):
                 pending.append((child, path))
                 continue
             pins.append(Pin(child, path, False))
@@ -138,27 +129,6 @@ def _submodule_pins(modules: OpenedSource, base: str, budget: list[int]) -> list
         if directory is not modules:
             directory.close()
     return pins
-
-
-def _has(fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
-
-
-def listdir(fd: int) -> list[str]:
-    try:
-        opened = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
-    except OSError:
-        return []
-    try:
-        return sorted(os.listdir(opened))
-    except OSError:
-        return []
-    finally:
-        os.close(opened)
 
 
 # -- state before and after ----------------------------------------------------------------
@@ -204,7 +174,7 @@ def state(fd: int, *, quarantine_known: bool = True) -> GitDirState:
     budget = [GITDIR_ENTRIES]
     # (directory fd, its path, how to look at it, the git directory it belongs to)
     pending: list[tuple[int, str, str, str]] = []
-    top = _open_dir(fd, ".")
+    top = dirfds.open_directory_at(fd, ".")
     if top is None:
         found.complete = False
         return found
@@ -213,15 +183,15 @@ def state(fd: int, *, quarantine_known: bool = True) -> GitDirState:
         while pending:
             directory, where, mode, owner = pending.pop()
             if mode == "quarantine" and (quarantine_known or owner):
-                os.close(directory)
+                dirfds.close(directory)
                 continue
             try:
                 _look(directory, where, mode, owner, found, pending, budget)
             finally:
-                os.close(directory)
+                dirfds.close(directory)
     finally:
         for directory, *_rest in pending:
-            os.close(directory)
+            dirfds.close(directory)
     summary = gitindex.read_index(fd)
     found.gitlinks = sorted(set(summary.gitlinks))
     return found
@@ -230,7 +200,7 @@ def state(fd: int, *, quarantine_known: bool = True) -> GitDirState:
 def _look(directory: int, where: str, mode: str, owner: str, found: GitDirState,
           pending: list[tuple[int, str, str, str]], budget: list[int]) -> None:
     try:
-        scan = list(os.scandir(directory))
+        scan = dirfds.listing(directory)
     except OSError:
         found.complete = False
         return
@@ -241,15 +211,15 @@ def _look(directory: int, where: str, mode: str, owner: str, found: GitDirState,
             return
         name = entry.name
         path = f"{where}/{name}" if where else name
-        link = entry.is_symlink()
-        is_dir = not link and entry.is_dir(follow_symlinks=False)
+        link = dirfds.is_link(entry)
+        is_dir = not link and dirfds.is_directory(entry)
         record, descend = _classify(name, mode, link, is_dir, directory)
         if record or link or name == ".git":
             with contextlib.suppress(OSError):
-                found.entries[path] = stat_of(entry.stat(follow_symlinks=False))
+                found.entries[path] = stat_of(dirfds.own_status(entry))
         if not is_dir or descend is None:
             continue
-        child = _open_dir(directory, name)
+        child = dirfds.open_directory_at(directory, name)
         if child is None:
             found.complete = False
             continue
@@ -274,10 +244,10 @@ def _classify(name: str, mode: str, link: bool, is_dir: bool,
     if mode == "modules":
         if not is_dir:
             return False, None
-        child = _open_dir(directory, name)
-        is_gitdir = child is not None and _has(child, "HEAD")
+        child = dirfds.open_directory_at(directory, name)
+        is_gitdir = child is not None and dirfds.exists_at(child, "HEAD")
         if child is not None:
-            os.close(child)
+            dirfds.close(child)
         return is_gitdir, "gitdir" if is_gitdir else "modules"
     if mode == "worktrees":
         return is_dir, "gitdir" if is_dir else None
@@ -295,14 +265,6 @@ def _classify(name: str, mode: str, link: bool, is_dir: bool,
     if name == "lfs":
         return False, "lfs"
     return False, "links"
-
-
-def _open_dir(fd: int, name: str) -> int | None:
-    try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       dir_fd=fd)
-    except OSError:
-        return None
 
 
 # -- the comparison ----------------------------------------------------------------------------
@@ -403,13 +365,13 @@ def gitindex_changes(before: GitDirState | None, after: GitDirState, fd: int,
         now = after.entries.get(name)
         if now is None or not changed(name, now):
             continue
-        directory = open_relative(fd, owner) if owner else os.dup(fd)
+        directory = open_relative(fd, owner) if owner else dirfds.duplicate(fd)
         if directory is None:
             continue
         try:
             summary = gitindex.read_index(directory)
         finally:
-            os.close(directory)
+            dirfds.close(directory)
         if summary.unsafe:
             out.append(name)
     return out
@@ -435,10 +397,10 @@ def _reads(fd: int, path: str) -> str:
 def open_relative(fd: int, relative: str) -> int | None:
     """The directory at ``relative`` below ``fd``, opened one component at a time without
     following a symbolic link (None when that is not possible)."""
-    current = os.dup(fd)
+    current = dirfds.duplicate(fd)
     for part in [p for p in relative.split("/") if p]:
-        child = _open_dir(current, part)
-        os.close(current)
+        child = dirfds.open_directory_at(current, part)
+        dirfds.close(current)
         if child is None:
             return None
         current = child
@@ -454,7 +416,7 @@ def read_relative(fd: int, relative: str) -> str | None:
     try:
         return gitconfig.read_limited(name, dir_fd=directory, follow=False)
     finally:
-        os.close(directory)
+        dirfds.close(directory)
 
 
 def config_files(state_: GitDirState) -> Iterable[str]:
@@ -468,6 +430,5 @@ def config_files(state_: GitDirState) -> Iterable[str]:
 
 __all__ = ["ALTERNATES", "CLEAN_INDEX", "GIT_CREATED_DIRS", "GIT_READ_ONLY", "OPERATION_STATE",
            "QUARANTINE", "QUARANTINE_DIR", "REPORT", "GitDirState", "GitFinding", "Stat",
-           "compare", "config_files", "create_missing", "gitdir_pins", "listdir",
-           "new_gitlinks", "open_relative", "read_relative", "stat_from_json", "stat_of",
-           "state"]
+           "compare", "config_files", "create_missing", "gitdir_pins", "new_gitlinks",
+           "open_relative", "read_relative", "stat_from_json", "stat_of", "state"]

@@ -13,12 +13,10 @@ into place, so a sandbox sees the whole skill or none of it.
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 import shlex
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.document import load_document
 from sbx.domain.kits.types import SKILL_NAME
+from sbx.seams.host import dirfds, dirs, lookup
 
 SKILL_FILE: Final = "SKILL.md"
 MAX_BYTES: Final = 64 * 1024 * 1024  # a skill is instructions and a few scripts, not a dataset
@@ -37,8 +36,6 @@ MAX_FRONT_MATTER: Final = 64 * 1024  # read of SKILL.md for its description
 MAX_DESCRIPTION: Final = 1024
 TEMP_PREFIX: Final = ".sbx-"
 _CONTROLS: Final = re.compile("[\x00-\x1f\x7f-\x9f]+")
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(frozen=True)
@@ -124,7 +121,7 @@ class SkillStore:
 
     def listing(self) -> list[StoredSkill]:
         try:
-            names = sorted(n for n in os.listdir(self.root) if not n.startswith("."))
+            names = sorted(n for n in dirs.names(self.root) if not n.startswith("."))
         except FileNotFoundError:
             return []
         except OSError as error:
@@ -133,25 +130,26 @@ class SkillStore:
         for name in names:
             directory = self.root / name
             try:
-                fd = os.open(directory, _DIR_FLAGS)
+                fd = dirfds.open_directory(directory)
             except OSError:
                 continue  # a file or a link someone put there: not a skill sbx shows
             try:
                 out.append(StoredSkill(clean_text(name), _read_description(fd),
                                        _size(fd, 0), directory))
             finally:
-                os.close(fd)
+                dirfds.close(fd)
         return out
 
-    def exists(self, name: str) -> bool:
-        return os.path.lexists(self.root / name)
+    def holds(self, name: str) -> bool:
+        """Whether anything (a skill, a file, a link) has the name ``name`` in the store."""
+        return lookup.lexists(str(self.root / name))
 
     # -- add -----------------------------------------------------------------------------------
 
     def add(self, source: Path, name: str, *, force: bool) -> StoredSkill:
         """Copy the skill at ``source`` into the store as ``name`` (see the module's rules)."""
         check_name(name, source)
-        if self.exists(name) and not force:
+        if self.holds(name) and not force:
             where = shlex.quote(str(source))
             raise SbxError(Reason.SKILL_EXISTS,
                            f"the skills store already has a skill named {name!r}",
@@ -160,58 +158,58 @@ class SkillStore:
                            details={"name": name, "store": str(self.root)})
         root_fd = _open_source(source)
         try:
-            real = os.path.realpath(source)
-            store = os.path.realpath(self.root)
-            if os.path.commonpath([real, store]) == real:
+            real = lookup.real_path(str(source))
+            store = lookup.real_path(str(self.root))
+            if posixpath.commonpath([real, store]) == real:
                 raise _invalid(source, f"it holds the skills store itself ({self.root})")
             _require_skill_file(root_fd, source)
             try:
-                self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
-                temp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}add-", dir=self.root))
+                dirs.make_directories(self.root, 0o755)
+                temp = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}add-")
             except OSError as error:
                 raise _store_error(self.root, "write", error) from None
             try:
                 _Copy(source).directory(root_fd, temp, 0)
-                os.chmod(temp, 0o755)  # noqa: S103 -- the sandbox user reads it
+                dirs.set_mode(temp, 0o755)  # the sandbox user reads it
                 self._install(temp, name)
             except BaseException:
-                shutil.rmtree(temp, ignore_errors=True)
+                dirs.remove_tree(temp)
                 raise
         finally:
-            os.close(root_fd)
+            dirfds.close(root_fd)
         return next(s for s in self.listing() if s.name == name)
 
     def _install(self, temp: Path, name: str) -> None:
         target = self.root / name
         old: Path | None = None
         try:
-            if os.path.lexists(target):
-                old = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}old-", dir=self.root))
-                os.rename(target, old / "skill")
-            os.rename(temp, target)
+            if lookup.lexists(str(target)):
+                old = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}old-")
+                dirs.rename(target, old / "skill")
+            dirs.rename(temp, target)
         except OSError as error:
             raise _store_error(self.root, "write", error) from None
         finally:
             if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+                dirs.remove_tree(old)
 
     # -- rm ------------------------------------------------------------------------------------
 
     def remove(self, name: str) -> Path:
         check_name(name)
         target = self.root / name
-        if not os.path.lexists(target):
+        if not lookup.lexists(str(target)):
             raise SbxError(Reason.SKILL_NOT_FOUND,
                            f"the skills store ({self.root}) has no skill named {name!r}",
                            hint="See the store's skills with: sbx skills ls",
                            details={"name": name, "store": str(self.root)})
         try:
             # Renamed away first: a sandbox starting now sees the skill whole or not at all.
-            trash = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rm-", dir=self.root))
-            os.rename(target, trash / "skill")
+            trash = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}rm-")
+            dirs.rename(target, trash / "skill")
         except OSError as error:
             raise _store_error(self.root, "write", error) from None
-        shutil.rmtree(trash, ignore_errors=True)
+        dirs.remove_tree(trash)
         return target
 
 
@@ -238,7 +236,7 @@ def _open_source(source: Path) -> int:
     # The path the user names may itself go through links (their choice); inside it none are
     # followed.
     try:
-        return os.open(os.path.realpath(source), _DIR_FLAGS)
+        return dirfds.open_directory(lookup.real_path(str(source)))
     except FileNotFoundError:
         raise _invalid(source, "it does not exist") from None
     except NotADirectoryError:
@@ -249,7 +247,7 @@ def _open_source(source: Path) -> int:
 
 def _require_skill_file(root_fd: int, source: Path) -> None:
     try:
-        info = os.stat(SKILL_FILE, dir_fd=root_fd, follow_symlinks=False)
+        info = dirfds.own_status_at(root_fd, SKILL_FILE)
     except FileNotFoundError:
         raise _invalid(source, f"it has no {SKILL_FILE}") from None
     except OSError as error:
@@ -263,30 +261,30 @@ class _Copy:
 
     def __init__(self, source: Path) -> None:
         self.source = source
-        self.real = os.path.realpath(source)
+        self.real = lookup.real_path(str(source))
         self.bytes = 0
         self.entries = 0
 
     def directory(self, fd: int, target: Path, depth: int, relative: str = "") -> None:
         if depth > MAX_DEPTH:
             raise _too_large(self.source, f"it nests deeper than {MAX_DEPTH} directories")
-        for name in sorted(os.listdir(fd)):
+        for name in sorted(dirfds.names_at(fd)):
             self.entries += 1
             if self.entries > MAX_ENTRIES:
                 raise _too_large(self.source, f"it has more than {MAX_ENTRIES} entries")
             rel = f"{relative}{name}"
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            info = dirfds.own_status_at(fd, name)
             mode = info.st_mode
             if stat.S_ISLNK(mode):
                 self._link(fd, name, rel, target / name)
             elif stat.S_ISDIR(mode):
-                child = _open_at(fd, name, _DIR_FLAGS, self.source, rel)
+                child = _open_at(fd, name, self.source, rel, directory=True)
                 try:
-                    os.mkdir(target / name, 0o700)
+                    dirs.make_directory(target / name, 0o700)
                     self.directory(child, target / name, depth + 1, f"{rel}/")
-                    os.chmod(target / name, 0o755)  # noqa: S103 -- as above
+                    dirs.set_mode(target / name, 0o755)  # as above
                 finally:
-                    os.close(child)
+                    dirfds.close(child)
             elif stat.S_ISREG(mode):
                 self._file(fd, name, rel, target / name)
             else:
@@ -294,44 +292,36 @@ class _Copy:
                                                 "files, directories and links inside it")
 
     def _link(self, fd: int, name: str, rel: str, target: Path) -> None:
-        text = os.readlink(name, dir_fd=fd)
-        if os.path.isabs(text):
+        text = dirfds.link_text_at(fd, name)
+        if posixpath.isabs(text):
             raise _unsafe(self.source, rel, f"is a symlink to the absolute path {text!r}")
-        resolved = os.path.realpath(os.path.join(self.real, os.path.dirname(rel), text))
-        if os.path.commonpath([resolved, self.real]) != self.real or not os.path.lexists(
+        resolved = lookup.real_path(posixpath.join(self.real, posixpath.dirname(rel), text))
+        if posixpath.commonpath([resolved, self.real]) != self.real or not lookup.lexists(
                 resolved):
             raise _unsafe(self.source, rel, f"is a symlink to {text!r}, outside the skill (or "
                                             "to nothing)")
-        os.symlink(text, target)  # copied as a link, never followed
+        dirs.make_link(text, target)  # copied as a link, never followed
 
     def _file(self, fd: int, name: str, rel: str, target: Path) -> None:
-        src = _open_at(fd, name, _FILE_FLAGS, self.source, rel)
+        src = _open_at(fd, name, self.source, rel, directory=False)
         try:
-            info = os.fstat(src)
+            info = dirfds.status_of(src)
             if not stat.S_ISREG(info.st_mode):  # swapped since the listing
                 raise _unsafe(self.source, rel, f"is a {_kind(info.st_mode)}")
             mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
-            try:
-                while chunk := os.read(src, 1 << 20):
-                    self.bytes += len(chunk)
-                    if self.bytes > MAX_BYTES:
-                        raise _too_large(self.source,
-                                         f"it holds more than {MAX_BYTES // (1024 * 1024)} MiB")
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view):]
-                os.fchmod(out, mode)  # setuid, setgid and sticky bits never survive
-            finally:
-                os.close(out)
+            # setuid, setgid and sticky bits never survive
+            copied = dirfds.copy_to_new_file(src, target, mode, MAX_BYTES - self.bytes)
+            if copied is None:
+                raise _too_large(self.source,
+                                 f"it holds more than {MAX_BYTES // (1024 * 1024)} MiB")
+            self.bytes += copied
         finally:
-            os.close(src)
+            dirfds.close(src)
 
 
-def _open_at(fd: int, name: str, flags: int, source: Path, rel: str) -> int:
+def _open_at(fd: int, name: str, source: Path, rel: str, *, directory: bool) -> int:
     try:
-        return os.open(name, flags, dir_fd=fd)
+        return dirfds.open_directory(name, fd) if directory else dirfds.open_file_at(fd, name)
     except OSError as error:
         raise _unsafe(source, rel, f"could not be opened without following a link "
                                    f"({error.strerror})") from None
@@ -354,17 +344,17 @@ def _kind(mode: int) -> str:
 
 def _read_description(fd: int) -> str:
     try:
-        skill = os.open(SKILL_FILE, _FILE_FLAGS, dir_fd=fd)
+        skill = dirfds.open_file_at(fd, SKILL_FILE)
     except OSError:
         return ""
     try:
-        if not stat.S_ISREG(os.fstat(skill).st_mode):
+        if not stat.S_ISREG(dirfds.status_of(skill).st_mode):
             return ""
-        data = os.read(skill, MAX_FRONT_MATTER)
+        data = dirfds.read_once(skill, MAX_FRONT_MATTER)
     except OSError:
         return ""
     finally:
-        os.close(skill)
+        dirfds.close(skill)
     return description_of(data.decode("utf-8", "replace"))
 
 
@@ -372,24 +362,24 @@ def _size(fd: int, depth: int) -> int:
     """The bytes of the regular files under ``fd``, no link followed (bounded in depth)."""
     total = 0
     for entry in _entries(fd):
-        info = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+        info = dirfds.own_status_at(fd, entry)
         if stat.S_ISREG(info.st_mode):
             total += info.st_size
         elif stat.S_ISDIR(info.st_mode) and depth < MAX_DEPTH:
             try:
-                child = os.open(entry, _DIR_FLAGS, dir_fd=fd)
+                child = dirfds.open_directory(entry, fd)
             except OSError:
                 continue
             try:
                 total += _size(child, depth + 1)
             finally:
-                os.close(child)
+                dirfds.close(child)
     return total
 
 
 def _entries(fd: int) -> Iterator[str]:
     try:
-        yield from os.listdir(fd)
+        yield from dirfds.names_at(fd)
     except OSError:
         return
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import stat
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from typing import Final
 
 from sbx.domain.sandbox import hostfiles
 from sbx.domain.sandbox.gitdirs import Stat, stat_from_json, stat_of
+from sbx.seams.host import dirfds
+from sbx.seams.host.dirfds import Entry
 
 SCAN_ENTRIES: Final = 200_000  # before the run: each run pays for it
 SCAN_SECONDS: Final = 3.0
@@ -100,14 +101,15 @@ def scan(root_fd: int, *, entries: int = SCAN_ENTRIES, seconds: float = SCAN_SEC
     found = TreeScan(skip_quarantine=quarantine_known)
     deadline = time.monotonic() + seconds
     try:
-        root_inode = os.fstat(root_fd).st_ino
+        root_inode = dirfds.status_of(root_fd).st_ino
     except OSError:
         found.complete = False
         return found
     pending = collections.deque([_Pending("", root_inode, None, False)])
     while pending:
         item = pending.popleft()
-        fd = _open(root_fd, item)
+        # the listed directory, or None when the path now names another (never walk a swap)
+        fd = dirfds.open_directory_if(root_fd, item.path or ".", item.inode)
         if fd is None:
             found.complete = False
             continue
@@ -116,24 +118,8 @@ def scan(root_fd: int, *, entries: int = SCAN_ENTRIES, seconds: float = SCAN_SEC
                 found.complete = False
                 return found
         finally:
-            os.close(fd)
+            dirfds.close(fd)
     return found
-
-
-def _open(root_fd: int, item: _Pending) -> int | None:
-    """The listed directory, or None when the path now names another (never walk a swap)."""
-    try:
-        fd = os.open(item.path or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, dir_fd=root_fd)
-    except OSError:
-        return None
-    try:
-        if os.fstat(fd).st_ino == item.inode:
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
 
 
 def _take_directory(fd: int, item: _Pending, found: TreeScan,
@@ -141,8 +127,7 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
                     deadline: float) -> bool:
     """Look at one directory's entries; False when the bound was reached."""
     try:
-        with os.scandir(fd) as scan_:
-            listing = list(scan_)
+        listing = dirfds.listing(fd)
     except OSError:
         found.complete = False
         return True
@@ -160,28 +145,29 @@ def _take_directory(fd: int, item: _Pending, found: TreeScan,
     interesting = hostfiles.may_matter
     root = not item.path
     watched = item.tool is not None
+    is_directory = dirfds.is_directory
     for entry in listing:
-        if watched or entry.is_dir(follow_symlinks=False) or interesting(entry.name, root=root):
+        if watched or is_directory(entry) or interesting(entry.name, root=root):
             _take(fd, entry, item, found, pending)
     return within
 
 
-def _is_gitdir(names: set[str], listing: list[os.DirEntry[str]]) -> bool:
+def _is_gitdir(names: set[str], listing: list[Entry]) -> bool:
     """What git takes for a git directory when run inside it: a ``HEAD`` (a file, or a link
     into refs/) beside ``objects`` and ``refs``, or beside a ``commondir`` that has them."""
     if "HEAD" not in names or not (names >= BARE_MARKERS or "commondir" in names):
         return False
     head = next(e for e in listing if e.name == "HEAD")
     with contextlib.suppress(OSError):
-        return not head.is_dir(follow_symlinks=False)
+        return not dirfds.is_directory(head)
     return False
 
 
-def _take(fd: int, entry: os.DirEntry[str], item: _Pending, found: TreeScan,
+def _take(fd: int, entry: Entry, item: _Pending, found: TreeScan,
           pending: collections.deque[_Pending]) -> None:
     name = entry.name
-    link = entry.is_symlink()
-    is_dir = not link and entry.is_dir(follow_symlinks=False)
+    link = dirfds.is_link(entry)
+    is_dir = not link and dirfds.is_directory(entry)
     path = f"{item.path}/{name}" if item.path else name
     if name == ".git":
         if is_dir:
@@ -214,16 +200,16 @@ def _take(fd: int, entry: os.DirEntry[str], item: _Pending, found: TreeScan,
         found.tools[path] = tool
 
 
-def _record(into: dict[str, Stat], path: str, entry: os.DirEntry[str]) -> None:
+def _record(into: dict[str, Stat], path: str, entry: Entry) -> None:
     with contextlib.suppress(OSError):
-        into[path] = stat_of(entry.stat(follow_symlinks=False))
+        into[path] = stat_of(dirfds.own_status(entry))
 
 
 def _hg_files(fd: int, path: str, found: TreeScan) -> None:
     """``.hg``'s own files, looked at from its parent's descriptor (``fd``)."""
     for name in HG_FILES:
         with contextlib.suppress(OSError):
-            status = os.stat(f".hg/{name}", dir_fd=fd, follow_symlinks=False)
+            status = dirfds.own_status_at(fd, f".hg/{name}")
             if not stat.S_ISDIR(status.st_mode):
                 found.hg[f"{path}/{name}"] = stat_of(status)
 

@@ -22,7 +22,6 @@ workspace (``--trust-workspace``), for the workspace and every read-write direct
 from __future__ import annotations
 
 import contextlib
-import os
 import posixpath
 import stat
 import time
@@ -33,8 +32,10 @@ from typing import Any, Final
 from sbx.base.errors import SbxError
 from sbx.domain.sandbox import gitconfig, gitdirs, gitindex, quarantine, workspace_scan
 from sbx.domain.sandbox.gitdirs import GitDirState, Stat, stat_of
+from sbx.domain.sandbox.gitindex import read_bytes as read_index_bytes
 from sbx.domain.sandbox.sources import OpenedSource, Pin, open_checked, open_child
 from sbx.domain.sandbox.workspace_scan import TreeScan
+from sbx.seams.host import dirfds
 
 MAX_PINNED_REPOSITORIES: Final = 32  # nested repositories pinned (all are checked after)
 MAX_PINS: Final = 400
@@ -142,11 +143,10 @@ def baseline_of(root: OpenedSource, *, trusted: bool, env: Mapping[str, str],
             try:
                 baseline.gitdirs[relative] = gitdirs.state(fd)
             finally:
-                os.close(fd)
+                dirfds.close(fd)
     for relative in named:
         with contextlib.suppress(OSError):
-            baseline.named_stats[relative] = stat_of(
-                os.stat(relative, dir_fd=root.fd, follow_symlinks=False))
+            baseline.named_stats[relative] = stat_of(dirfds.own_status_at(root.fd, relative))
     return baseline
 
 
@@ -382,7 +382,7 @@ def _repository(check: _Check, relative: str, kind: str,
                     unreached.append(nested)
         return unreached
     finally:
-        os.close(fd)
+        dirfds.close(fd)
 
 
 def _clean_index(check: _Check, path: str, what: str) -> None:
@@ -398,51 +398,30 @@ def _clean_index(check: _Check, path: str, what: str) -> None:
         return
     temporary = f"{name}.sbx-cleaned"
     try:
-        data = gitindex.read_bytes(directory, name)
+        data = read_index_bytes(directory, name)
         cleaned = gitindex.without_unsafe(data) if isinstance(data, bytes) else None
-        if cleaned is None or not _write_new(directory, temporary, cleaned):
+        if cleaned is None or not dirfds.write_new_at(directory, temporary, cleaned, 0o644):
             check.act(path, f"{what}; `git reset` rebuilds the index from HEAD", "git",
                       move=True)
             return
         moved = check.jail.move(path, what)
         if moved.action == quarantine.QUARANTINED:
-            os.rename(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+            dirfds.rename_at(directory, temporary, name)
             moved = quarantine.Moved(moved.action, moved.moved_to,
                                      "the index was rewritten without those entries")
         else:
-            os.unlink(temporary, dir_fd=directory)
+            dirfds.unlink_at(directory, temporary)
         check.record(path, what, "git", moved)
     except OSError as error:
         check.record(path, what, "git", quarantine.Moved(quarantine.LEFT,
                                                          problem=error.strerror))
     finally:
-        os.close(directory)
-
-
-def _write_new(directory: int, name: str, data: bytes) -> bool:
-    owner = os.fstat(directory)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=directory)
-    except OSError:
-        return False
-    try:
-        with contextlib.suppress(OSError):
-            os.fchown(fd, owner.st_uid, owner.st_gid)
-        os.write(fd, data)
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=directory)
-        return False
-    os.close(fd)
-    return True
+        dirfds.close(directory)
 
 
 def _stat_at(fd: int) -> Stat | None:
     try:
-        return stat_of(os.fstat(fd))
+        return stat_of(dirfds.status_of(fd))
     except OSError:
         return None
 
@@ -453,12 +432,11 @@ def _lstat_at(fd: int, relative: str) -> Stat | None:
     if parent is None:
         return None
     try:
-        return stat_of(os.stat(posixpath.basename(relative), dir_fd=parent,
-                               follow_symlinks=False))
+        return stat_of(dirfds.own_status_at(parent, posixpath.basename(relative)))
     except OSError:
         return None
     finally:
-        os.close(parent)
+        dirfds.close(parent)
 
 
 def _mercurial(check: _Check, tree: TreeScan) -> None:
@@ -506,7 +484,7 @@ def _named(check: _Check) -> None:
     baseline = check.baseline
     for relative, role in sorted(baseline.named.items()):
         try:
-            now = stat_of(os.stat(relative, dir_fd=check.root.fd, follow_symlinks=False))
+            now = stat_of(dirfds.own_status_at(check.root.fd, relative))
         except OSError:
             continue
         before = baseline.named_stats.get(relative)
