@@ -129,6 +129,9 @@ def test_egress_over_ssh_goes_through_the_proxy_beside_the_far_engine(
                    .stdout.decode().strip() == labels.ROLE_PROXY]
         assert len(proxies) == 1
         inspected = json.loads(far.host.docker("inspect", proxies[0]).stdout)[0]
+        forwarding = far.host.docker(
+            "exec", proxies[0], inspected["Config"]["Entrypoint"][0], "-c",
+            "print(open('/proc/sys/net/ipv4/ip_forward').read().strip())").stdout
         # While the proxy holds the secret: nothing of it on the far host's disk.
         found = subprocess.run(["grep", "-rlsF", SECRET, str(far.host.root / "data")],
                                capture_output=True, timeout=300, check=False)
@@ -153,6 +156,7 @@ def test_egress_over_ssh_goes_through_the_proxy_beside_the_far_engine(
     assert host_config["ReadonlyRootfs"] is True and host_config["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in " ".join(host_config["SecurityOpt"] or [])
     assert config["User"] == "65534:65534"
+    assert forwarding == b"0\n"  # on two networks, it routes nothing between them
     shown = json.dumps([config["Env"], config["Labels"], config["Cmd"], inspected["Args"]])
     assert SECRET not in shown and said["proxy"] in json.dumps(inspected["NetworkSettings"])
     assert found.returncode == 1 and found.stdout == b"", found.stdout

@@ -57,6 +57,7 @@ class ContainerSpec:
     name: str | None = None  # the engine's container name (named sandboxes)
     stdin_once: bool = True  # the engine closes stdin when the attached client's ends
     runtime: str | None = None  # the engine's OCI runtime (HostConfig.Runtime); None: default
+    sysctls: Mapping[str, str] = field(default_factory=dict)  # the container's own namespaces'
     extra: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -384,6 +384,8 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
     if options["nano_cpus"]:
         host["NanoCpus"] = options["nano_cpus"]
     host["Mounts"] = list(options["mounts"])
+    if options.get("sysctls"):
+        host["Sysctls"] = dict(options["sysctls"])
     stdin_open = bool(kwargs["stdin_open"])
     healthcheck = kwargs["healthcheck"]
     body: dict[str, Any] = {
@@ -536,6 +538,8 @@ def create_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "init": spec.init,
         "log_config": {"type": spec.log_driver, "config": dict(spec.log_options)},
     }
+    if spec.sysctls:
+        host_config["sysctls"] = dict(spec.sysctls)
     healthcheck = None
     if spec.healthcheck is not None:
         test, interval = spec.healthcheck

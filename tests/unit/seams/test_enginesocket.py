@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sbx.domain.egress.proxycontainer import proxy_spec
 from sbx.domain.sandbox.hardening import (
     BindMount,
     ContainerSpec,
@@ -67,6 +68,8 @@ SPECS = {
     "privileged": _spec(privileged=True),
     "network": _spec(network_mode="sbx-net"),
     "runtime": _spec(runtime="runsc"),
+    "proxy beside the engine": proxy_spec("sbx-runtime/x:1", run_id="r1", network="sbx-net",
+                                          labels={"dev.sbx.run": "r1"}, runtime=None),
 }
 
 

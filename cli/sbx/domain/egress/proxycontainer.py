@@ -52,7 +52,9 @@ def proxy_spec(image: str, *, run_id: str, network: str, labels: Mapping[str, st
                           "uid=65534,gid=65534"},
         network_mode=network, stdin_open=True, stdin_once=True,
         log_driver=NO_ENGINE_LOG[0], log_options=NO_ENGINE_LOG[1],
-        name=container_name(run_id), runtime=runtime)
+        name=container_name(run_id), runtime=runtime,
+        # On two networks, it must never route between them: only its listening port joins them.
+        sysctls={"net.ipv4.ip_forward": "0", "net.ipv4.conf.all.forwarding": "0"})
 
 
 def in_container(config: ProxyConfig, *, peer_network: str, upstream_ca: bool,

@@ -36,6 +36,7 @@ def test_the_proxy_container_is_locked_as_a_sandbox_is() -> None:
     assert spec.log_driver == "none"  # what it says goes to its owner only
     assert "noexec" in spec.tmpfs[str(proxycontainer.HOME)]
     assert spec.memory_bytes > 0 and spec.pids_limit > 0
+    assert spec.sysctls["net.ipv4.ip_forward"] == "0"  # on two networks, it routes nothing
 
 
 def test_inside_its_container_every_path_is_under_the_tmpfs_and_records_stream() -> None:
