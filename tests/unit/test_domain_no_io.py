@@ -36,7 +36,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/gitconfig",
     "sandbox/gitdirs",
     "sandbox/gitindex",
-    "sandbox/hostmounts",
     "sandbox/quarantine",
     "sandbox/skillstore",
     "sandbox/sources",

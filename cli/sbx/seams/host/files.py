@@ -1,10 +1,13 @@
 """Whole files of a directory the user named (a kit's recipe, the context files it stages),
-read as they are, and the files of its tree. Which of them may be read, and what a refusal
-says, is the domain's (:mod:`sbx.domain.kits.local`, :mod:`sbx.domain.kits.publish`...)."""
+read as they are, and the files of its tree; the directories sbx keeps for the user (the
+kits' host-mount directories), made, listed, indexed and removed. Which of them may be read or
+changed, and what a refusal says, is the domain's (:mod:`sbx.domain.kits.local`,
+:mod:`sbx.domain.kits.publish`, :mod:`sbx.domain.sandbox.hostmounts`...)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,5 +62,43 @@ def add_to_archive(archive: tarfile.TarFile, path: Path, name: str) -> None:
     archive.add(path, arcname=name, recursive=False)
 
 
-__all__ = ["add_to_archive", "entry_content", "file_bytes", "file_text", "first_line", "matching",
-           "tree_files"]
+def make_directory(path: Path, mode: int, *, parents: bool = False,
+                   exist_ok: bool = False) -> None:
+    """A directory at ``path`` made with ``mode`` (under the umask), as pathlib's ``mkdir``;
+    raises FileExistsError when one is there (unless ``exist_ok``), or another OSError."""
+    path.mkdir(mode=mode, parents=parents, exist_ok=exist_ok)
+
+
+def set_mode(path: Path, mode: int) -> None:
+    """Give the entry at ``path`` (links followed) ``mode``; raises OSError."""
+    os.chmod(path, mode)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``.NAME.PID`` beside ``path``, then rename it over ``path``:
+    a reader sees the old file or the new one, never half of it. Raises OSError."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def real_subdirectories(directory: Path) -> list[Path]:
+    """The directories in ``directory`` that are not symbolic links, sorted; raises OSError
+    when it cannot be listed."""
+    return sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def holds_a_directory(directory: Path) -> bool:
+    """Whether any entry of ``directory`` is a directory (links followed); raises OSError."""
+    return any(p.is_dir() for p in directory.iterdir())
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the directory at ``path`` and everything in it (links removed, not followed
+    into); raises OSError."""
+    shutil.rmtree(path)
+
+
+__all__ = ["add_to_archive", "entry_content", "file_bytes", "file_text", "first_line",
+           "holds_a_directory", "make_directory", "matching", "real_subdirectories",
+           "remove_tree", "replace_text", "set_mode", "tree_files"]

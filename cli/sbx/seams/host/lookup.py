@@ -45,6 +45,12 @@ def is_file_checked(path: Path) -> bool:
     return path.is_file()
 
 
+def is_directory_checked(path: Path) -> bool:
+    """Whether ``path`` is a directory (links followed), as pathlib's ``is_dir`` tells: False
+    when nothing is there or a link loops; any other failure to look it up raises OSError."""
+    return path.is_dir()
+
+
 def is_link(path: str) -> bool:
     """Whether ``path`` itself is a symbolic link."""
     return os.path.islink(path)
@@ -137,7 +143,8 @@ def resource_entries(directory: Traversable) -> list[Traversable]:
     return list(directory.iterdir())
 
 
-__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_file_checked", "is_link",
+__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_directory_checked",
+           "is_file_checked", "is_link",
            "is_regular_file", "joined_to_cwd", "lexists", "read_head", "read_if_regular",
            "real_path", "resolved", "resource_bytes", "resource_entries", "resource_text",
            "status", "subdirectory_names"]

@@ -54,3 +54,30 @@ def test_an_entry_is_added_to_an_archive_by_itself(tmp_path: Path) -> None:
         files.add_to_archive(archive, tmp_path / "dir", "d")
     with tarfile.open(tmp_path / "out.tar") as archive:
         assert archive.getnames() == ["d"]
+
+
+def test_kept_directories_are_made_listed_and_removed(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b"
+    files.make_directory(root, 0o755, parents=True, exist_ok=True)
+    files.make_directory(root, 0o755, exist_ok=True)
+    with pytest.raises(FileExistsError):
+        files.make_directory(root, 0o700)
+    files.make_directory(root / "kit", 0o700)
+    files.set_mode(root / "kit", 0o750)
+    assert (root / "kit").stat().st_mode & 0o777 == 0o750
+    (root / "link").symlink_to(root / "kit")
+    (root / "file").write_text("x", encoding="utf-8")
+    assert files.real_subdirectories(root) == [root / "kit"]
+    assert files.holds_a_directory(root)
+    files.remove_tree(root / "kit")
+    assert not files.holds_a_directory(root)  # the link's target is gone
+    with pytest.raises(FileNotFoundError):
+        files.real_subdirectories(tmp_path / "missing")
+
+
+def test_replaced_text_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    index = tmp_path / "kit.json"
+    index.write_text("old", encoding="utf-8")
+    files.replace_text(index, "caf\u00e9\n")
+    assert index.read_bytes() == "caf\u00e9\n".encode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kit.json"]

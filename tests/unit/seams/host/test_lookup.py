@@ -94,3 +94,13 @@ def test_files_shipped_in_the_package_are_read_where_the_caller_found_them() -> 
     assert lookup.resource_bytes(schema.joinpath("kit.schema.json")) == text.encode("utf-8")
     names = {entry.name for entry in lookup.resource_entries(schema)}
     assert {"kit.schema.json", "capabilities"} <= names
+
+
+def test_is_directory_checked_tells_as_pathlib(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert lookup.is_directory_checked(tmp_path / "dir")
+    assert not lookup.is_directory_checked(tmp_path / "file")
+    assert not lookup.is_directory_checked(tmp_path / "missing")
+    assert not lookup.is_directory_checked(tmp_path / "loop")
