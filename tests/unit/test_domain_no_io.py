@@ -36,7 +36,6 @@ LEFT: frozenset[str] = frozenset({
     "sandbox/gitconfig",
     "sandbox/gitdirs",
     "sandbox/gitindex",
-    "sandbox/quarantine",
     "sandbox/skillstore",
     "sandbox/sources",
     "sandbox/workspace_scan",

@@ -1,0 +1,92 @@
+"""Entries reached by name below a directory held open as a descriptor (a workspace, its
+quarantine, a copy's destination), each call the one system call it names and none of them
+through a symbolic link: the path from the open directory to the entry cannot be swapped under
+it. Which entries are touched, and what a failure means, is the domain's
+(:mod:`sbx.domain.sandbox.quarantine`...)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Final
+
+DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def entry_status(name: str, parent: int) -> os.stat_result:
+    """``lstat`` of ``name`` in ``parent`` (a link is itself); raises OSError."""
+    return os.stat(name, dir_fd=parent, follow_symlinks=False)
+
+
+def descriptor_status(fd: int) -> os.stat_result:
+    """``fstat`` of what ``fd`` holds open; raises OSError."""
+    return os.fstat(fd)
+
+
+def rename_entry(name: str, parent: int, new_name: str, new_parent: int) -> None:
+    """Rename ``name`` in ``parent`` to ``new_name`` in ``new_parent`` (one rename, never a
+    copy: another file system raises EXDEV); raises OSError."""
+    os.rename(name, new_name, src_dir_fd=parent, dst_dir_fd=new_parent)
+
+
+def link_target(name: str, parent: int) -> str:
+    """What the symbolic link ``name`` in ``parent`` points to, as written; raises OSError."""
+    return os.readlink(name, dir_fd=parent)
+
+
+def remove_entry(name: str, parent: int) -> None:
+    """Unlink ``name`` in ``parent`` (a link itself, never its target); raises OSError."""
+    os.unlink(name, dir_fd=parent)
+
+
+def set_entry_mode(name: str, mode: int, parent: int) -> None:
+    """Give ``name`` in ``parent`` (not followed when it is a link) ``mode``; raises OSError."""
+    os.chmod(name, mode, dir_fd=parent, follow_symlinks=False)
+
+
+def set_descriptor_mode(fd: int, mode: int) -> None:
+    """Give what ``fd`` holds open ``mode``; raises OSError."""
+    os.fchmod(fd, mode)
+
+
+def make_directory(name: str, mode: int, parent: int) -> None:
+    """A directory ``name`` in ``parent`` made with ``mode`` (under the umask); raises
+    FileExistsError when anything is there, or another OSError."""
+    os.mkdir(name, mode, dir_fd=parent)
+
+
+def give_entry(name: str, uid: int, gid: int, parent: int) -> None:
+    """Give ``name`` in ``parent`` (not followed when it is a link) to ``uid:gid``; raises
+    OSError."""
+    os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
+
+
+def open_directory(name: str, parent: int) -> int:
+    """The directory ``name`` in ``parent`` opened (never through a link: ELOOP); the caller
+    closes it. Raises OSError."""
+    return os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
+
+
+def write_owned_file(name: str, parent: int, data: bytes, *, mode: int, uid: int,
+                     gid: int) -> None:
+    """``data`` written in one write to ``name`` in ``parent``, created with ``mode`` or
+    emptied first (never through a link), and given to ``uid:gid`` where this user may (a
+    refusal of that is ignored). Raises OSError."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=parent)
+    try:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, uid, gid)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def close(fd: int) -> None:
+    """Close ``fd``; raises OSError."""
+    os.close(fd)
+
+
+__all__ = ["DIRECTORY_FLAGS", "close", "descriptor_status", "entry_status", "give_entry",
+           "link_target", "make_directory", "open_directory", "remove_entry", "rename_entry",
+           "set_descriptor_mode", "set_entry_mode", "write_owned_file"]
