@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     import tarfile
+
+EntryStatus: TypeAlias = os.stat_result
 
 
 def file_text(path: Path) -> str:
@@ -55,6 +58,39 @@ def entry_content(path: Path) -> tuple[int, bytes]:
     link's target as written, a file's bytes; raises OSError."""
     mode = path.lstat().st_mode
     return mode, os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+
+
+def tree_entries(directory: str | Path) -> list[tuple[str, EntryStatus]]:
+    """Every entry below ``directory`` with its ``lstat`` (links not followed into): by
+    directory, each one's subdirectories (a link to one among them) then its other names, each
+    in sorted order; raises OSError when an entry cannot be looked up (one that cannot be
+    listed is skipped)."""
+    found: list[tuple[str, EntryStatus]] = []
+    for root, dirs, names in os.walk(directory):
+        for entry in sorted(dirs) + sorted(names):
+            path = os.path.join(root, entry)
+            found.append((path, os.lstat(path)))
+        dirs.sort()
+    return found
+
+
+def open_unfollowed(path: str) -> tuple[IO[bytes], EntryStatus]:
+    """The file at ``path`` opened to read (refused with ELOOP when it is a link now) and the
+    status of what was opened, for the caller to hold against what it looked up before and
+    to close; raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    data = os.fdopen(fd, "rb")
+    try:
+        return data, os.fstat(data.fileno())
+    except BaseException:
+        data.close()
+        raise
+
+
+def spooled_buffer(max_size: int) -> IO[bytes]:
+    """A buffer held in memory until it passes ``max_size`` bytes, then in an unnamed temporary
+    file; gone when closed."""
+    return tempfile.SpooledTemporaryFile(max_size=max_size)
 
 
 def add_to_archive(archive: tarfile.TarFile, path: Path, name: str) -> None:
@@ -99,6 +135,7 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-__all__ = ["add_to_archive", "entry_content", "file_bytes", "file_text", "first_line",
-           "holds_a_directory", "make_directory", "matching", "real_subdirectories",
-           "remove_tree", "replace_text", "set_mode", "tree_files"]
+__all__ = ["EntryStatus", "add_to_archive", "entry_content", "file_bytes", "file_text",
+           "first_line", "holds_a_directory", "make_directory", "matching", "open_unfollowed",
+           "real_subdirectories", "remove_tree", "replace_text", "set_mode", "spooled_buffer",
+           "tree_entries", "tree_files"]

@@ -56,6 +56,16 @@ def is_link(path: str) -> bool:
     return os.path.islink(path)
 
 
+def link_status(path: str | Path) -> os.stat_result:
+    """``lstat`` of ``path``: a link itself, not what it points to; raises OSError."""
+    return os.lstat(path)
+
+
+def link_target(path: str) -> str:
+    """What the symbolic link at ``path`` points to, as written; raises OSError."""
+    return os.readlink(path)
+
+
 def lexists(path: str) -> bool:
     """Whether anything is at ``path``, a dangling symbolic link included."""
     return os.path.lexists(path)
@@ -144,7 +154,6 @@ def resource_entries(directory: Traversable) -> list[Traversable]:
 
 
 __all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_directory_checked",
-           "is_file_checked", "is_link",
-           "is_regular_file", "joined_to_cwd", "lexists", "read_head", "read_if_regular",
-           "real_path", "resolved", "resource_bytes", "resource_entries", "resource_text",
-           "status", "subdirectory_names"]
+           "is_file_checked", "is_link", "is_regular_file", "joined_to_cwd", "lexists",
+           "link_status", "link_target", "read_head", "read_if_regular", "real_path", "resolved",
+           "resource_bytes", "resource_entries", "resource_text", "status", "subdirectory_names"]

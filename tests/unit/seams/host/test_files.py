@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import stat
 import tarfile
 from pathlib import Path
 
@@ -81,3 +83,35 @@ def test_replaced_text_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
     files.replace_text(index, "caf\u00e9\n")
     assert index.read_bytes() == "caf\u00e9\n".encode()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kit.json"]
+
+
+def test_tree_entries_are_looked_up_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "z").write_text("z", encoding="utf-8")
+    (tmp_path / "a").write_text("a", encoding="utf-8")
+    (tmp_path / "c").symlink_to(tmp_path / "b")
+    found = files.tree_entries(tmp_path)
+    # a link to a directory is listed among the directories, and not walked into
+    assert [path for path, _info in found] == [
+        f"{tmp_path}/b", f"{tmp_path}/c", f"{tmp_path}/a", f"{tmp_path}/b/z"]
+    assert stat.S_ISLNK(found[1][1].st_mode)
+
+
+def test_a_file_is_opened_only_when_it_is_no_link(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"data")
+    (tmp_path / "l").symlink_to(tmp_path / "f")
+    data, opened = files.open_unfollowed(str(tmp_path / "f"))
+    with data:
+        assert opened.st_size == 4
+        assert data.read() == b"data"
+    with pytest.raises(OSError) as refused:
+        files.open_unfollowed(str(tmp_path / "l"))
+    assert refused.value.errno == errno.ELOOP
+
+
+def test_a_spooled_buffer_reads_back_what_was_written() -> None:
+    with files.spooled_buffer(4) as buffer:
+        buffer.write(b"more than four")
+        buffer.seek(0)
+        assert buffer.read() == b"more than four"
+

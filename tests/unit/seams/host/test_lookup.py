@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -104,3 +105,10 @@ def test_is_directory_checked_tells_as_pathlib(tmp_path: Path) -> None:
     assert not lookup.is_directory_checked(tmp_path / "file")
     assert not lookup.is_directory_checked(tmp_path / "missing")
     assert not lookup.is_directory_checked(tmp_path / "loop")
+
+
+def test_a_link_is_looked_up_as_itself(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to("nowhere")
+    assert stat.S_ISLNK(lookup.link_status(tmp_path / "link").st_mode)
+    assert lookup.link_target(str(tmp_path / "link")) == "nowhere"
+
