@@ -31,7 +31,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/policystore",
     "egress/proxyconfig",
     "egress/requestlog",
-    "sandbox/copyout",
     "sandbox/gitconfig",
     "sandbox/gitdirs",
     "sandbox/gitindex",

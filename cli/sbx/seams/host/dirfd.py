@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Final
+from pathlib import Path
+from typing import IO, Final
 
 DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_top(path: Path) -> int:
+    """The directory at ``path`` opened as a descriptor to work below (refused when ``path``
+    itself is a link); the caller closes it. Raises OSError."""
+    return os.open(path, DIRECTORY_FLAGS)
 
 
 def entry_status(name: str, parent: int) -> os.stat_result:
@@ -67,6 +75,18 @@ def open_directory(name: str, parent: int) -> int:
     return os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
 
 
+def make_link(target: str, name: str, parent: int) -> None:
+    """A symbolic link ``name`` in ``parent`` pointing at ``target`` (as written); raises
+    FileExistsError when anything is there, or another OSError."""
+    os.symlink(target, name, dir_fd=parent)
+
+
+def create_file(name: str, parent: int, mode: int) -> IO[bytes]:
+    """A new file ``name`` in ``parent`` with ``mode`` (under the umask), open to write; raises
+    FileExistsError when anything is there (a link included), or another OSError."""
+    return os.fdopen(os.open(name, _NEW_FILE_FLAGS, mode, dir_fd=parent), "wb")
+
+
 def write_owned_file(name: str, parent: int, data: bytes, *, mode: int, uid: int,
                      gid: int) -> None:
     """``data`` written in one write to ``name`` in ``parent``, created with ``mode`` or
@@ -87,6 +107,7 @@ def close(fd: int) -> None:
     os.close(fd)
 
 
-__all__ = ["DIRECTORY_FLAGS", "close", "descriptor_status", "entry_status", "give_entry",
-           "link_target", "make_directory", "open_directory", "remove_entry", "rename_entry",
-           "set_descriptor_mode", "set_entry_mode", "write_owned_file"]
+__all__ = ["DIRECTORY_FLAGS", "close", "create_file", "descriptor_status", "entry_status",
+           "give_entry", "link_target", "make_directory", "make_link", "open_directory",
+           "open_top", "remove_entry", "rename_entry", "set_descriptor_mode",
+           "set_entry_mode", "write_owned_file"]

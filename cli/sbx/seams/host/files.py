@@ -129,13 +129,37 @@ def holds_a_directory(directory: Path) -> bool:
     return any(p.is_dir() for p in directory.iterdir())
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path, *, ignore_errors: bool = False) -> None:
     """Remove the directory at ``path`` and everything in it (links removed, not followed
-    into); raises OSError."""
-    shutil.rmtree(path)
+    into); raises OSError, unless ``ignore_errors`` (then what cannot be removed stays)."""
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+
+
+def private_directory(parent: Path, prefix: str) -> str:
+    """A new directory in ``parent`` named ``prefix`` and a random tail, mode 0700; raises
+    OSError."""
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+
+
+def rename_over(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target`` in one step, replacing a file there; raises OSError."""
+    os.replace(source, target)
+
+
+def links_below(top: Path) -> list[tuple[str, str]]:
+    """Every symbolic link below ``top`` (links not followed into) and where it resolves,
+    through whatever other links it meets: by directory, in the order it lists them."""
+    found = []
+    for directory, dirs, names in os.walk(top):
+        for name in (*dirs, *names):
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                found.append((path, os.path.realpath(path)))
+    return found
 
 
 __all__ = ["EntryStatus", "add_to_archive", "entry_content", "file_bytes", "file_text",
-           "first_line", "holds_a_directory", "make_directory", "matching", "open_unfollowed",
-           "real_subdirectories", "remove_tree", "replace_text", "set_mode", "spooled_buffer",
-           "tree_entries", "tree_files"]
+           "first_line", "holds_a_directory", "links_below", "make_directory", "matching",
+           "open_unfollowed", "private_directory", "real_subdirectories", "remove_tree",
+           "rename_over", "replace_text", "set_mode", "spooled_buffer", "tree_entries",
+           "tree_files"]

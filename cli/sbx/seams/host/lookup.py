@@ -51,6 +51,18 @@ def is_directory_checked(path: Path) -> bool:
     return path.is_dir()
 
 
+def is_link_checked(path: Path) -> bool:
+    """Whether ``path`` itself is a symbolic link, as pathlib's ``is_symlink`` tells: False
+    when nothing is there; any other failure to look it up raises OSError."""
+    return path.is_symlink()
+
+
+def exists_checked(path: Path) -> bool:
+    """Whether anything is at ``path`` (links followed), as pathlib's ``exists`` tells: False
+    when nothing is there or a link dangles or loops; any other failure raises OSError."""
+    return path.exists()
+
+
 def is_link(path: str) -> bool:
     """Whether ``path`` itself is a symbolic link."""
     return os.path.islink(path)
@@ -153,7 +165,8 @@ def resource_entries(directory: Traversable) -> list[Traversable]:
     return list(directory.iterdir())
 
 
-__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_directory_checked",
-           "is_file_checked", "is_link", "is_regular_file", "joined_to_cwd", "lexists",
-           "link_status", "link_target", "read_head", "read_if_regular", "real_path", "resolved",
-           "resource_bytes", "resource_entries", "resource_text", "status", "subdirectory_names"]
+__all__ = ["BoundedRead", "absolute_from_cwd", "exists_checked", "is_directory",
+           "is_directory_checked", "is_file_checked", "is_link", "is_link_checked",
+           "is_regular_file", "joined_to_cwd", "lexists", "link_status", "link_target",
+           "read_head", "read_if_regular", "real_path", "resolved", "resource_bytes",
+           "resource_entries", "resource_text", "status", "subdirectory_names"]

@@ -73,3 +73,25 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_new_files_and_links_are_made_only_where_nothing_is(tmp_path: Path) -> None:
+    (tmp_path / "top").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "top")
+    with pytest.raises(OSError):
+        dirfd.open_top(tmp_path / "alias")
+    top = dirfd.open_top(tmp_path / "top")
+    try:
+        with dirfd.create_file("f", top, 0o600) as out:
+            out.write(b"data")
+        with pytest.raises(FileExistsError):
+            dirfd.create_file("f", top, 0o600)
+        dirfd.make_link("f", "l", top)
+        with pytest.raises(FileExistsError):
+            dirfd.make_link("f", "l", top)
+        with pytest.raises(FileExistsError):
+            dirfd.create_file("l", top, 0o600)  # a link is not written through
+    finally:
+        dirfd.close(top)
+    assert (tmp_path / "top" / "f").read_bytes() == b"data"
+    assert os.readlink(tmp_path / "top" / "l") == "f"

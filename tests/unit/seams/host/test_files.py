@@ -115,3 +115,24 @@ def test_a_spooled_buffer_reads_back_what_was_written() -> None:
         buffer.seek(0)
         assert buffer.read() == b"more than four"
 
+
+def test_a_private_directory_is_renamed_into_place_and_removed(tmp_path: Path) -> None:
+    staging = Path(files.private_directory(tmp_path, ".sbx-cp-"))
+    assert staging.parent == tmp_path and staging.name.startswith(".sbx-cp-")
+    assert staging.stat().st_mode & 0o777 == 0o700
+    (staging / "out").write_text("x", encoding="utf-8")
+    (tmp_path / "target").write_text("old", encoding="utf-8")
+    files.rename_over(staging / "out", tmp_path / "target")
+    assert (tmp_path / "target").read_text(encoding="utf-8") == "x"
+    files.remove_tree(staging, ignore_errors=True)
+    files.remove_tree(staging, ignore_errors=True)  # gone already: nothing raised
+    assert not staging.exists()
+
+
+def test_links_below_are_resolved_through_other_links(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "up").symlink_to("..")
+    (tmp_path / "out").symlink_to("d/up/..")
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert sorted(files.links_below(tmp_path)) == [
+        (f"{tmp_path}/d/up", str(tmp_path)), (f"{tmp_path}/out", str(tmp_path.parent))]

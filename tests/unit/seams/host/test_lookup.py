@@ -112,3 +112,13 @@ def test_a_link_is_looked_up_as_itself(tmp_path: Path) -> None:
     assert stat.S_ISLNK(lookup.link_status(tmp_path / "link").st_mode)
     assert lookup.link_target(str(tmp_path / "link")) == "nowhere"
 
+
+def test_links_and_existence_are_told_as_pathlib(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    assert lookup.is_link_checked(tmp_path / "dangling")
+    assert not lookup.is_link_checked(tmp_path / "file")
+    assert not lookup.is_link_checked(tmp_path / "missing")
+    assert lookup.exists_checked(tmp_path / "file")
+    assert not lookup.exists_checked(tmp_path / "dangling")
+    assert not lookup.exists_checked(tmp_path / "missing")
