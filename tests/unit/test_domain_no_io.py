@@ -33,7 +33,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/requestlog",
     "sandbox/gitconfig",
     "sandbox/gitdirs",
-    "sandbox/gitindex",
     "sandbox/skillstore",
     "sandbox/sources",
     "sandbox/workspace_scan",

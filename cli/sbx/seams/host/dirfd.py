@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 from typing import IO, Final
 
 DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_CHUNK: Final = 1 << 20
 
 
 def open_top(path: Path) -> int:
@@ -75,6 +78,24 @@ def open_directory(name: str, parent: int) -> int:
     return os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
 
 
+def read_regular(name: str, parent: int, max_bytes: int) -> bytes | None:
+    """The whole of the file ``name`` in ``parent``, opened without waiting (a FIFO never
+    blocks) and never through a link; None when it is no regular file or larger than
+    ``max_bytes`` (unread). Raises FileNotFoundError when nothing is there, another OSError
+    when it cannot be opened or read."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > max_bytes:
+            return None
+        chunks = []
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def make_link(target: str, name: str, parent: int) -> None:
     """A symbolic link ``name`` in ``parent`` pointing at ``target`` (as written); raises
     FileExistsError when anything is there, or another OSError."""
@@ -109,5 +130,5 @@ def close(fd: int) -> None:
 
 __all__ = ["DIRECTORY_FLAGS", "close", "create_file", "descriptor_status", "entry_status",
            "give_entry", "link_target", "make_directory", "make_link", "open_directory",
-           "open_top", "remove_entry", "rename_entry", "set_descriptor_mode",
+           "open_top", "read_regular", "remove_entry", "rename_entry", "set_descriptor_mode",
            "set_entry_mode", "write_owned_file"]

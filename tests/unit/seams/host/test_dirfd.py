@@ -95,3 +95,17 @@ def test_new_files_and_links_are_made_only_where_nothing_is(tmp_path: Path) -> N
         dirfd.close(top)
     assert (tmp_path / "top" / "f").read_bytes() == b"data"
     assert os.readlink(tmp_path / "top" / "l") == "f"
+
+
+def test_a_regular_file_is_read_whole_within_its_limit(tmp_path: Path, root: int) -> None:
+    (tmp_path / "index").write_bytes(b"DIRC")
+    (tmp_path / "linked").symlink_to(tmp_path / "index")
+    os.mkfifo(tmp_path / "fifo")
+    assert dirfd.read_regular("index", root, 4) == b"DIRC"
+    assert dirfd.read_regular("index", root, 3) is None  # over the limit: unread
+    assert dirfd.read_regular("fifo", root, 4) is None  # and opening it did not block
+    with pytest.raises(FileNotFoundError):
+        dirfd.read_regular("missing", root, 4)
+    with pytest.raises(OSError) as refused:
+        dirfd.read_regular("linked", root, 4)
+    assert refused.value.errno == errno.ELOOP
