@@ -31,7 +31,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/policystore",
     "egress/proxyconfig",
     "egress/requestlog",
-    "sandbox/gitconfig",
     "sandbox/gitdirs",
     "sandbox/skillstore",
     "sandbox/sources",

@@ -124,6 +124,22 @@ def read_head(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
+def read_start_if_regular(path: str, limit: int, *, parent: int | None = None,
+                          follow: bool = True) -> bytes | None:
+    """What one read of at most ``limit`` bytes gives from the start of the file at ``path``
+    (a relative one below the open directory ``parent``, when given; a link at its end refused
+    unless ``follow``), opened without waiting (a FIFO never blocks); None when it is no
+    regular file. Raises OSError."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=parent)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class BoundedRead:
     """What :func:`read_if_regular` found: whether the file was a regular one, its size when
@@ -168,5 +184,6 @@ def resource_entries(directory: Traversable) -> list[Traversable]:
 __all__ = ["BoundedRead", "absolute_from_cwd", "exists_checked", "is_directory",
            "is_directory_checked", "is_file_checked", "is_link", "is_link_checked",
            "is_regular_file", "joined_to_cwd", "lexists", "link_status", "link_target",
-           "read_head", "read_if_regular", "real_path", "resolved", "resource_bytes",
-           "resource_entries", "resource_text", "status", "subdirectory_names"]
+           "read_head", "read_if_regular", "read_start_if_regular", "real_path", "resolved",
+           "resource_bytes", "resource_entries", "resource_text", "status",
+           "subdirectory_names"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from importlib import resources
@@ -122,3 +123,23 @@ def test_links_and_existence_are_told_as_pathlib(tmp_path: Path) -> None:
     assert lookup.exists_checked(tmp_path / "file")
     assert not lookup.exists_checked(tmp_path / "dangling")
     assert not lookup.exists_checked(tmp_path / "missing")
+
+
+def test_the_start_of_a_regular_file_is_read_in_one_bounded_read(tmp_path: Path) -> None:
+    (tmp_path / "config").write_bytes(b"[core]\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "config")
+    os.mkfifo(tmp_path / "fifo")
+    assert lookup.read_start_if_regular(str(tmp_path / "config"), 3) == b"[co"
+    assert lookup.read_start_if_regular(str(tmp_path / "linked"), 64) == b"[core]\n"
+    assert lookup.read_start_if_regular(str(tmp_path / "fifo"), 64) is None  # did not block
+    with pytest.raises(FileNotFoundError):
+        lookup.read_start_if_regular(str(tmp_path / "missing"), 64)
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert lookup.read_start_if_regular("config", 64, parent=parent, follow=False) \
+            == b"[core]\n"
+        with pytest.raises(OSError) as refused:
+            lookup.read_start_if_regular("linked", 64, parent=parent, follow=False)
+        assert refused.value.errno == errno.ELOOP
+    finally:
+        os.close(parent)
