@@ -31,12 +31,6 @@ LEFT: frozenset[str] = frozenset({
     "egress/policystore",
     "egress/proxyconfig",
     "egress/requestlog",
-    "sandbox/copyin",
-    "sandbox/copyout",
-    "sandbox/gitconfig",
-    "sandbox/gitindex",
-    "sandbox/hostmounts",
-    "sandbox/quarantine",
     "sandbox/sources",
 })
 

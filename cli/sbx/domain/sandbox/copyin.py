@@ -17,12 +17,10 @@ sandbox's user, and is held to the copy's size bound before anything is sent.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import stat
 import tarfile
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,8 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
 from sbx.domain.sandbox.copyout import MAX_ENTRIES, refuse
 from sbx.seams.engine import SandboxMount
+from sbx.seams.host import files, lookup
+from sbx.seams.host.files import EntryStatus
 
 _SANDBOX_ARG: Final = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$")
 SPOOL_BYTES: Final = 8 * 1024 * 1024  # an archive larger than this is spooled to disk
@@ -107,7 +107,7 @@ def archive_of(source: Path, name: str, *, uid: int, gid: int,
     if total > max_bytes:
         raise refuse("too_large", f"{source} holds {total} bytes, more than the copy's bound "
                      f"of {max_bytes}", bound=max_bytes, size=total)
-    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - returned
+    spool = files.spooled_buffer(SPOOL_BYTES)
     try:
         _fill(spool, entries, source, name, uid, gid)
     except BaseException:
@@ -117,11 +117,11 @@ def archive_of(source: Path, name: str, *, uid: int, gid: int,
     return spool, sum(1 for _path, info in entries if stat.S_ISREG(info.st_mode))
 
 
-def _fill(spool: IO[bytes], entries: Sequence[tuple[str, os.stat_result]], source: Path,
+def _fill(spool: IO[bytes], entries: Sequence[tuple[str, EntryStatus]], source: Path,
           name: str, uid: int, gid: int) -> None:
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for path, info in entries:
-            relative = os.path.relpath(path, source)
+            relative = posixpath.relpath(path, source)
             member = tarfile.TarInfo(name if relative == "." else f"{name}/{relative}")
             member.mode = info.st_mode & 0o777
             member.uid, member.gid = uid, gid
@@ -131,12 +131,11 @@ def _fill(spool: IO[bytes], entries: Sequence[tuple[str, os.stat_result]], sourc
                 archive.addfile(member)
             elif stat.S_ISLNK(info.st_mode):
                 member.type = tarfile.SYMTYPE
-                member.linkname = os.readlink(path)
+                member.linkname = lookup.link_target(path)
                 archive.addfile(member)
             elif stat.S_ISREG(info.st_mode):
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                with os.fdopen(fd, "rb") as data:
-                    opened = os.fstat(data.fileno())
+                data, opened = files.open_unfollowed(path)
+                with data:
                     if not stat.S_ISREG(opened.st_mode) or opened.st_size != info.st_size:
                         raise refuse("source_changed", f"{path} changed while it was copied",
                                      path=path)
@@ -144,18 +143,14 @@ def _fill(spool: IO[bytes], entries: Sequence[tuple[str, os.stat_result]], sourc
                     archive.addfile(member, data)
 
 
-def _walk(source: Path) -> list[tuple[str, os.stat_result]]:
+def _walk(source: Path) -> list[tuple[str, EntryStatus]]:
     try:
-        top = os.lstat(source)
+        top = lookup.link_status(source)
     except OSError as exc:
         raise SbxError(Reason.INVALID_ARGUMENT, f"cannot copy {source}: {exc.strerror}") from exc
     found = [(str(source), top)]
     if stat.S_ISDIR(top.st_mode):
-        for directory, dirs, names in os.walk(source):  # never into a link (followlinks)
-            for entry in sorted(dirs) + sorted(names):
-                path = os.path.join(directory, entry)
-                found.append((path, os.lstat(path)))
-            dirs.sort()
+        found += files.tree_entries(source)  # never into a link
     for path, info in found:
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
                 or stat.S_ISLNK(info.st_mode)):

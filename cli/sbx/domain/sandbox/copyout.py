@@ -12,11 +12,9 @@ FIFO or setuid/setgid file (refused), and not more than the copy's size bound.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
+import posixpath
 import stat
 import tarfile
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,13 +22,12 @@ from typing import IO, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.host import dirfd, files, lookup
 
 DEFAULT_MAX_BYTES: Final = 1024 * 1024 * 1024  # --max-size default: 1 GiB of file data
 MAX_ENTRIES: Final = 100_000
 CHUNK: Final = 1024 * 1024
 HEADER_SLACK: Final = 1024 * 1024
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -97,15 +94,11 @@ def link_stays_inside(parts: tuple[str, ...], target: str) -> bool:
 def links_escaping(top: Path) -> list[str]:
     """Every link under ``top`` (a private tree only this copy wrote) whose resolution,
     through whatever other links it meets, leaves ``top``."""
-    root = os.path.realpath(top)
+    root = lookup.real_path(str(top))
     found = []
-    for directory, dirs, names in os.walk(top):
-        for name in (*dirs, *names):
-            path = os.path.join(directory, name)
-            if os.path.islink(path):
-                resolved = os.path.realpath(path)
-                if resolved != root and not resolved.startswith(root + os.sep):
-                    found.append(os.path.relpath(path, top))
+    for path, resolved in files.links_below(top):
+        if resolved != root and not resolved.startswith(root + "/"):
+            found.append(posixpath.relpath(path, top))
     return found
 
 
@@ -147,33 +140,35 @@ def extract(chunks: Iterable[bytes], destination: Path, *, max_bytes: int = DEFA
     """Extract the engine's archive of ``source_name`` as ``destination`` (Docker's `cp`: a
     missing destination becomes the copy; an existing directory receives it under the source's
     name; an existing file is replaced by a file)."""
-    target = destination / source_name if destination.is_dir() else destination
-    if target.is_symlink() or (target.exists() and not target.is_file()):
+    target = destination / source_name if lookup.is_directory_checked(destination) \
+        else destination
+    if lookup.is_link_checked(target) or (lookup.exists_checked(target)
+                                          and not lookup.is_file_checked(target)):
         raise refuse("destination_exists", f"{target} exists and is not a regular file",
                      path=str(target))
     parent = target.parent
-    if not parent.is_dir():
+    if not lookup.is_directory_checked(parent):
         raise SbxError(Reason.INVALID_ARGUMENT, f"{parent} is not a directory",
                        hint="Create the destination's directory first.")
     staging = Path(_private_dir(parent))
     try:
         copied = _extract_into(staging, chunks, max_bytes)
         top = staging / copied.path
-        escaping = links_escaping(top) if top.is_dir() else []
+        escaping = links_escaping(top) if lookup.is_directory_checked(top) else []
         if escaping:
             raise refuse("link_escapes", f"the archive's links lead out of the copy: "
                          f"{', '.join(sorted(escaping)[:5])}", entries=sorted(escaping))
-        if top.is_dir() and target.exists():
+        if lookup.is_directory_checked(top) and lookup.exists_checked(target):
             raise refuse("destination_exists", f"{target} is a file; the copy is a directory",
                          path=str(target))
-        os.replace(top, target)
+        files.rename_over(top, target)
         return Copied(str(target), copied.files, copied.bytes)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        files.remove_tree(staging, ignore_errors=True)
 
 
 def _private_dir(parent: Path) -> str:
-    return tempfile.mkdtemp(prefix=".sbx-cp-", dir=parent)
+    return files.private_directory(parent, ".sbx-cp-")
 
 
 def _extract_into(root: Path, chunks: Iterable[bytes], max_bytes: int) -> Copied:
@@ -181,9 +176,9 @@ def _extract_into(root: Path, chunks: Iterable[bytes], max_bytes: int) -> Copied
     # the stream to that plus each entry's header as it comes, and a little slack.
     stream = _Stream(chunks, max_bytes + HEADER_SLACK)
     total = 0
-    files = 0
+    count_files = 0
     top: str | None = None
-    root_fd = os.open(root, _DIR_FLAGS)
+    root_fd = dirfd.open_top(root)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]
             for count, member in enumerate(archive, start=1):
@@ -203,17 +198,17 @@ def _extract_into(root: Path, chunks: Iterable[bytes], max_bytes: int) -> Copied
                     if total > max_bytes:
                         raise refuse("too_large", f"the copy holds more than its bound of "
                                      f"{max_bytes} bytes", bound=max_bytes)
-                    files += 1
+                    count_files += 1
                 _write(root_fd, parts, member, archive.extractfile(member)
                        if member.isfile() else None)
     except tarfile.TarError as exc:
         raise refuse("bad_archive", f"the archive from the sandbox does not read as tar "
                      f"({exc})") from exc
     finally:
-        os.close(root_fd)
+        dirfd.close(root_fd)
     if top is None:
         raise refuse("empty_archive", "the sandbox sent an empty archive")
-    return Copied(top, files, total)
+    return Copied(top, count_files, total)
 
 
 def _write(root_fd: int, parts: tuple[str, ...], member: tarfile.TarInfo,
@@ -224,26 +219,26 @@ def _write(root_fd: int, parts: tuple[str, ...], member: tarfile.TarInfo,
         name = parts[-1]
         if member.isdir():
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o700, dir_fd=parent_fd)
+                dirfd.make_directory(name, 0o700, parent_fd)
             fd = _open_dir(parent_fd, name, member.name)
             try:
-                os.fchmod(fd, (member.mode & 0o777) | 0o700)
+                dirfd.set_descriptor_mode(fd, (member.mode & 0o777) | 0o700)
             finally:
-                os.close(fd)
+                dirfd.close(fd)
         elif member.issym():
-            os.symlink(member.linkname, name, dir_fd=parent_fd)
+            dirfd.make_link(member.linkname, name, parent_fd)
         else:
             try:
-                fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=parent_fd)
+                created = dirfd.create_file(name, parent_fd, 0o600)
             except FileExistsError:
                 raise refuse("duplicate_entry", f"the archive holds {member.name!r} twice",
                              entry=member.name) from None
-            with os.fdopen(fd, "wb") as out:
+            with created as out:
                 left = member.size
                 while data is not None and left > 0 and (chunk := data.read(min(CHUNK, left))):
                     out.write(chunk)
                     left -= len(chunk)
-                os.fchmod(out.fileno(), member.mode & 0o777)
+                dirfd.set_descriptor_mode(out.fileno(), member.mode & 0o777)
 
 
 @contextlib.contextmanager
@@ -257,12 +252,12 @@ def _opened_parent(root_fd: int, parts: tuple[str, ...]) -> Iterator[int]:
         yield current
     finally:
         for fd in fds:
-            os.close(fd)
+            dirfd.close(fd)
 
 
 def _open_dir(parent_fd: int, name: str, shown: str) -> int:
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        return dirfd.open_directory(name, parent_fd)
     except (FileNotFoundError, NotADirectoryError, OSError) as exc:
         raise refuse("entry_through_link", f"the archive writes under {shown!r}, which is not "
                      "a directory it made", entry=shown) from exc

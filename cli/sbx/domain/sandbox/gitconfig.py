@@ -14,14 +14,14 @@ which callers treat as unsafe.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import shlex
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from sbx.seams.host import lookup
 
 MAX_CONFIG_BYTES: Final = 1024 * 1024
 MAX_INCLUDES: Final = 32
@@ -170,21 +170,12 @@ def is_harmless(entries: Sequence[Entry]) -> bool:
 
 def read_limited(path: str, *, dir_fd: int | None = None, follow: bool = True) -> str | None:
     """A config file's text (None when absent, unreadable or larger than git's own files)."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags, dir_fd=dir_fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
+        data = lookup.read_start_if_regular(path, MAX_CONFIG_BYTES + 1, parent=dir_fd,
+                                            follow=follow)
     except OSError:
         return None
-    try:
-        data = os.read(fd, MAX_CONFIG_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
+    if data is None or len(data) > MAX_CONFIG_BYTES:
         return None
     return data.decode("utf-8", "replace")
 

@@ -16,11 +16,11 @@ that cannot be read is reported as not checked.
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Final
+
+from sbx.seams.host import dirfd
 
 MAX_INDEX_BYTES: Final = 256 * 1024 * 1024
 _GITLINK: Final = 0o160000
@@ -66,24 +66,12 @@ def read_index(gitdir_fd: int, name: str = "index") -> IndexSummary:
 def read_bytes(gitdir_fd: int, name: str) -> bytes | bool | None:
     """The file's bytes; None when absent, False when it cannot be read as an index."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     dir_fd=gitdir_fd)
+        data = dirfd.read_regular(name, gitdir_fd, MAX_INDEX_BYTES)
     except FileNotFoundError:
         return None
     except OSError:
         return False
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_INDEX_BYTES:
-            return False
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return False if data is None else data
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
+from sbx.seams.host import files, lookup
 
 INDEX: Final = "kit.json"
 DEFAULT_MODE: Final = 0o755
@@ -56,15 +55,15 @@ class HostMountStore:
         """The directory of (kit, path), made with ``mode`` when it is new; (it, made now)."""
         kit_dir = self.kit_directory(identity)
         try:
-            self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
-            kit_dir.mkdir(mode=0o755, exist_ok=True)
+            files.make_directory(self.root, 0o755, parents=True, exist_ok=True)
+            files.make_directory(kit_dir, 0o755, exist_ok=True)
             self._index(kit_dir, identity, path)
             target = kit_dir / directory_name(path)
             try:
-                target.mkdir(mode=0o700)
+                files.make_directory(target, 0o700)
             except FileExistsError:
                 return target, False  # reopened: its permissions and contents are kept
-            os.chmod(target, DEFAULT_MODE if mode is None else mode)
+            files.set_mode(target, DEFAULT_MODE if mode is None else mode)
             return target, True
         except OSError as error:
             raise SbxError(Reason.CREATE_FAILED,
@@ -79,16 +78,13 @@ class HostMountStore:
         paths = sorted({*listed, path}) if known == identity else [path]
         if known == identity and paths == listed:
             return
-        tmp = kit_dir / f".{INDEX}.{os.getpid()}"
-        tmp.write_text(json.dumps({"kit": identity, "paths": paths}, indent=2) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, index)
+        files.replace_text(index, json.dumps({"kit": identity, "paths": paths}, indent=2) + "\n")
 
     @staticmethod
     def _read_index(index: Path) -> tuple[str | None, list[str]]:
         """(the kit's identity, its paths); (None, []) when the index is unreadable."""
         try:
-            data = json.loads(index.read_text(encoding="utf-8"))
+            data = json.loads(files.file_text(index))
         except (OSError, ValueError, UnicodeDecodeError):
             return None, []
         if not isinstance(data, dict) or not isinstance(data.get("kit"), str) or \
@@ -101,14 +97,14 @@ class HostMountStore:
         """Every directory a kit has here (a kit directory whose index is unreadable lists
         nothing; ``rm`` of its hash removes it)."""
         try:
-            kits = sorted(p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink())
+            kits = files.real_subdirectories(self.root)
         except OSError:
             return
         for kit_dir in kits:
             identity, paths = self._read_index(kit_dir / INDEX)
             for path in paths:
                 directory = kit_dir / directory_name(path)
-                if directory.is_dir():
+                if lookup.is_directory_checked(directory):
                     yield StoredMount(identity or "?", path, directory)
 
     def remove(self, kit: str, path: str | None = None) -> list[StoredMount]:
@@ -118,11 +114,11 @@ class HostMountStore:
                 if kit in (m.kit, m.directory.parent.name)
                 and (path is None or m.path == path)]
         for mount in gone:
-            shutil.rmtree(mount.directory)
+            files.remove_tree(mount.directory)
         parents = {m.directory.parent for m in gone}
         for parent in parents:
-            if not any(p.is_dir() for p in parent.iterdir()):
-                shutil.rmtree(parent)
+            if not files.holds_a_directory(parent):
+                files.remove_tree(parent)
         return gone
 
 

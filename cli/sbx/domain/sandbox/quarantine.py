@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
 import stat
 from dataclasses import dataclass, field
 from typing import Final
 
 from sbx.domain.sandbox.gitdirs import QUARANTINE_DIR, open_relative
 from sbx.domain.sandbox.workspace_scan import WORKSPACE_QUARANTINE
+from sbx.seams.host import dirfd
 
 QUARANTINED: Final = "quarantined"
 LOCKED: Final = "made unreadable"  # could not be moved: mode 000 where it is
@@ -59,14 +59,14 @@ class Quarantine:
             return Moved(LEFT, problem="its directory could not be opened without following "
                                        "a symbolic link")
         try:
-            status = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            status = dirfd.entry_status(name, parent_fd)
             run_fd = self._run_directory()
             target = f"{len(self.items) + 1}-{_flat(relative)}"
-            os.rename(name, target, src_dir_fd=parent_fd, dst_dir_fd=run_fd)
+            dirfd.rename_entry(name, parent_fd, target, run_fd)
         except OSError as exc:
             return self._fallback(parent_fd, name, relative, exc)
         finally:
-            os.close(parent_fd)
+            dirfd.close(parent_fd)
         self.items.append({"from": relative, "to": target, "why": why,
                            "kind": _kind(status.st_mode)})
         return Moved(QUARANTINED, moved_to=f"{self.directory}/{target}")
@@ -75,12 +75,12 @@ class Quarantine:
         if exc.errno == errno.ENOENT:
             return Moved(LEFT, problem="it was gone")
         try:
-            status = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+            status = dirfd.entry_status(name, parent_fd)
             if stat.S_ISLNK(status.st_mode):
-                target = os.readlink(name, dir_fd=parent_fd)
-                os.unlink(name, dir_fd=parent_fd)
+                target = dirfd.link_target(name, parent_fd)
+                dirfd.remove_entry(name, parent_fd)
                 return Moved(UNLINKED, problem=f"it pointed to {target}")
-            os.chmod(name, 0, dir_fd=parent_fd, follow_symlinks=False)
+            dirfd.set_entry_mode(name, 0, parent_fd)
         except OSError as second:
             return Moved(LEFT, problem=f"{exc.strerror}; {second.strerror}")
         return Moved(LOCKED, problem=f"it could not be moved ({exc.strerror})")
@@ -88,22 +88,20 @@ class Quarantine:
     def _run_directory(self) -> int:
         if self._run_fd is not None:
             return self._run_fd
-        owner = os.fstat(self.root_fd)
+        owner = dirfd.descriptor_status(self.root_fd)
         base = WORKSPACE_QUARANTINE
         with contextlib.suppress(OSError):
-            if stat.S_ISDIR(os.stat(".git", dir_fd=self.root_fd, follow_symlinks=False).st_mode):
+            if stat.S_ISDIR(dirfd.entry_status(".git", self.root_fd).st_mode):
                 base = f".git/{QUARANTINE_DIR}"
         directory = self.root_fd
         for part in [*base.split("/"), self.run_id]:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=directory)
+                dirfd.make_directory(part, 0o700, directory)
                 with contextlib.suppress(OSError):
-                    os.chown(part, owner.st_uid, owner.st_gid, dir_fd=directory,
-                             follow_symlinks=False)
-            opened = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=directory)
+                    dirfd.give_entry(part, owner.st_uid, owner.st_gid, directory)
+            opened = dirfd.open_directory(part, directory)
             if directory != self.root_fd:
-                os.close(directory)
+                dirfd.close(directory)
             directory = opened
         self._run_fd = directory
         self._base = base
@@ -122,26 +120,21 @@ class Quarantine:
         try:
             if parent is not None:
                 self._write_manifest(parent, manifest)
-            os.fchmod(self._run_fd, 0)
+            dirfd.set_descriptor_mode(self._run_fd, 0)
         except OSError:
             pass
         finally:
             if parent is not None:
-                os.close(parent)
-            os.close(self._run_fd)
+                dirfd.close(parent)
+            dirfd.close(self._run_fd)
             self._run_fd = None
         return directory
 
     def _write_manifest(self, parent: int, manifest: dict[str, object]) -> None:
-        owner = os.fstat(self.root_fd)
-        fd = os.open(f"{self.run_id}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
-        try:
-            with contextlib.suppress(OSError):
-                os.fchown(fd, owner.st_uid, owner.st_gid)
-            os.write(fd, (json.dumps(manifest, indent=2) + "\n").encode())
-        finally:
-            os.close(fd)
+        owner = dirfd.descriptor_status(self.root_fd)
+        dirfd.write_owned_file(f"{self.run_id}.json", parent,
+                               (json.dumps(manifest, indent=2) + "\n").encode(), mode=0o600,
+                               uid=owner.st_uid, gid=owner.st_gid)
 
 
 def _flat(relative: str) -> str:

@@ -45,9 +45,37 @@ def is_file_checked(path: Path) -> bool:
     return path.is_file()
 
 
+def is_directory_checked(path: Path) -> bool:
+    """Whether ``path`` is a directory (links followed), as pathlib's ``is_dir`` tells: False
+    when nothing is there or a link loops; any other failure to look it up raises OSError."""
+    return path.is_dir()
+
+
+def is_link_checked(path: Path) -> bool:
+    """Whether ``path`` itself is a symbolic link, as pathlib's ``is_symlink`` tells: False
+    when nothing is there; any other failure to look it up raises OSError."""
+    return path.is_symlink()
+
+
+def exists_checked(path: Path) -> bool:
+    """Whether anything is at ``path`` (links followed), as pathlib's ``exists`` tells: False
+    when nothing is there or a link dangles or loops; any other failure raises OSError."""
+    return path.exists()
+
+
 def is_link(path: str) -> bool:
     """Whether ``path`` itself is a symbolic link."""
     return os.path.islink(path)
+
+
+def link_status(path: str | Path) -> os.stat_result:
+    """``lstat`` of ``path``: a link itself, not what it points to; raises OSError."""
+    return os.lstat(path)
+
+
+def link_target(path: str) -> str:
+    """What the symbolic link at ``path`` points to, as written; raises OSError."""
+    return os.readlink(path)
 
 
 def lexists(path: str) -> bool:
@@ -96,6 +124,22 @@ def read_head(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
+def read_start_if_regular(path: str, limit: int, *, parent: int | None = None,
+                          follow: bool = True) -> bytes | None:
+    """What one read of at most ``limit`` bytes gives from the start of the file at ``path``
+    (a relative one below the open directory ``parent``, when given; a link at its end refused
+    unless ``follow``), opened without waiting (a FIFO never blocks); None when it is no
+    regular file. Raises OSError."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=parent)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class BoundedRead:
     """What :func:`read_if_regular` found: whether the file was a regular one, its size when
@@ -137,7 +181,9 @@ def resource_entries(directory: Traversable) -> list[Traversable]:
     return list(directory.iterdir())
 
 
-__all__ = ["BoundedRead", "absolute_from_cwd", "is_directory", "is_file_checked", "is_link",
-           "is_regular_file", "joined_to_cwd", "lexists", "read_head", "read_if_regular",
-           "real_path", "resolved", "resource_bytes", "resource_entries", "resource_text",
-           "status", "subdirectory_names"]
+__all__ = ["BoundedRead", "absolute_from_cwd", "exists_checked", "is_directory",
+           "is_directory_checked", "is_file_checked", "is_link", "is_link_checked",
+           "is_regular_file", "joined_to_cwd", "lexists", "link_status", "link_target",
+           "read_head", "read_if_regular", "read_start_if_regular", "real_path", "resolved",
+           "resource_bytes", "resource_entries", "resource_text", "status",
+           "subdirectory_names"]

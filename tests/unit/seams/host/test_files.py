@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import stat
 import tarfile
 from pathlib import Path
 
@@ -54,3 +56,83 @@ def test_an_entry_is_added_to_an_archive_by_itself(tmp_path: Path) -> None:
         files.add_to_archive(archive, tmp_path / "dir", "d")
     with tarfile.open(tmp_path / "out.tar") as archive:
         assert archive.getnames() == ["d"]
+
+
+def test_kept_directories_are_made_listed_and_removed(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b"
+    files.make_directory(root, 0o755, parents=True, exist_ok=True)
+    files.make_directory(root, 0o755, exist_ok=True)
+    with pytest.raises(FileExistsError):
+        files.make_directory(root, 0o700)
+    files.make_directory(root / "kit", 0o700)
+    files.set_mode(root / "kit", 0o750)
+    assert (root / "kit").stat().st_mode & 0o777 == 0o750
+    (root / "link").symlink_to(root / "kit")
+    (root / "file").write_text("x", encoding="utf-8")
+    assert files.real_subdirectories(root) == [root / "kit"]
+    assert files.holds_a_directory(root)
+    files.remove_tree(root / "kit")
+    assert not files.holds_a_directory(root)  # the link's target is gone
+    with pytest.raises(FileNotFoundError):
+        files.real_subdirectories(tmp_path / "missing")
+
+
+def test_replaced_text_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    index = tmp_path / "kit.json"
+    index.write_text("old", encoding="utf-8")
+    files.replace_text(index, "caf\u00e9\n")
+    assert index.read_bytes() == "caf\u00e9\n".encode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kit.json"]
+
+
+def test_tree_entries_are_looked_up_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "z").write_text("z", encoding="utf-8")
+    (tmp_path / "a").write_text("a", encoding="utf-8")
+    (tmp_path / "c").symlink_to(tmp_path / "b")
+    found = files.tree_entries(tmp_path)
+    # a link to a directory is listed among the directories, and not walked into
+    assert [path for path, _info in found] == [
+        f"{tmp_path}/b", f"{tmp_path}/c", f"{tmp_path}/a", f"{tmp_path}/b/z"]
+    assert stat.S_ISLNK(found[1][1].st_mode)
+
+
+def test_a_file_is_opened_only_when_it_is_no_link(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"data")
+    (tmp_path / "l").symlink_to(tmp_path / "f")
+    data, opened = files.open_unfollowed(str(tmp_path / "f"))
+    with data:
+        assert opened.st_size == 4
+        assert data.read() == b"data"
+    with pytest.raises(OSError) as refused:
+        files.open_unfollowed(str(tmp_path / "l"))
+    assert refused.value.errno == errno.ELOOP
+
+
+def test_a_spooled_buffer_reads_back_what_was_written() -> None:
+    with files.spooled_buffer(4) as buffer:
+        buffer.write(b"more than four")
+        buffer.seek(0)
+        assert buffer.read() == b"more than four"
+
+
+def test_a_private_directory_is_renamed_into_place_and_removed(tmp_path: Path) -> None:
+    staging = Path(files.private_directory(tmp_path, ".sbx-cp-"))
+    assert staging.parent == tmp_path and staging.name.startswith(".sbx-cp-")
+    assert staging.stat().st_mode & 0o777 == 0o700
+    (staging / "out").write_text("x", encoding="utf-8")
+    (tmp_path / "target").write_text("old", encoding="utf-8")
+    files.rename_over(staging / "out", tmp_path / "target")
+    assert (tmp_path / "target").read_text(encoding="utf-8") == "x"
+    files.remove_tree(staging, ignore_errors=True)
+    files.remove_tree(staging, ignore_errors=True)  # gone already: nothing raised
+    assert not staging.exists()
+
+
+def test_links_below_are_resolved_through_other_links(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "up").symlink_to("..")
+    (tmp_path / "out").symlink_to("d/up/..")
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert sorted(files.links_below(tmp_path)) == [
+        (f"{tmp_path}/d/up", str(tmp_path)), (f"{tmp_path}/out", str(tmp_path.parent))]

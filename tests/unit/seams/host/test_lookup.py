@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -94,3 +96,50 @@ def test_files_shipped_in_the_package_are_read_where_the_caller_found_them() -> 
     assert lookup.resource_bytes(schema.joinpath("kit.schema.json")) == text.encode("utf-8")
     names = {entry.name for entry in lookup.resource_entries(schema)}
     assert {"kit.schema.json", "capabilities"} <= names
+
+
+def test_is_directory_checked_tells_as_pathlib(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert lookup.is_directory_checked(tmp_path / "dir")
+    assert not lookup.is_directory_checked(tmp_path / "file")
+    assert not lookup.is_directory_checked(tmp_path / "missing")
+    assert not lookup.is_directory_checked(tmp_path / "loop")
+
+
+def test_a_link_is_looked_up_as_itself(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to("nowhere")
+    assert stat.S_ISLNK(lookup.link_status(tmp_path / "link").st_mode)
+    assert lookup.link_target(str(tmp_path / "link")) == "nowhere"
+
+
+def test_links_and_existence_are_told_as_pathlib(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    assert lookup.is_link_checked(tmp_path / "dangling")
+    assert not lookup.is_link_checked(tmp_path / "file")
+    assert not lookup.is_link_checked(tmp_path / "missing")
+    assert lookup.exists_checked(tmp_path / "file")
+    assert not lookup.exists_checked(tmp_path / "dangling")
+    assert not lookup.exists_checked(tmp_path / "missing")
+
+
+def test_the_start_of_a_regular_file_is_read_in_one_bounded_read(tmp_path: Path) -> None:
+    (tmp_path / "config").write_bytes(b"[core]\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "config")
+    os.mkfifo(tmp_path / "fifo")
+    assert lookup.read_start_if_regular(str(tmp_path / "config"), 3) == b"[co"
+    assert lookup.read_start_if_regular(str(tmp_path / "linked"), 64) == b"[core]\n"
+    assert lookup.read_start_if_regular(str(tmp_path / "fifo"), 64) is None  # did not block
+    with pytest.raises(FileNotFoundError):
+        lookup.read_start_if_regular(str(tmp_path / "missing"), 64)
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert lookup.read_start_if_regular("config", 64, parent=parent, follow=False) \
+            == b"[core]\n"
+        with pytest.raises(OSError) as refused:
+            lookup.read_start_if_regular("linked", 64, parent=parent, follow=False)
+        assert refused.value.errno == errno.ELOOP
+    finally:
+        os.close(parent)
