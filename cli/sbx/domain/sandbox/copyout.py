@@ -22,7 +22,7 @@ from typing import IO, Final
 
 from sbx.base.errors import SbxError
 from sbx.base.reasons import Reason
-from sbx.seams.host import dirfd, files, lookup
+from sbx.seams.host import dirfds, files, lookup
 
 DEFAULT_MAX_BYTES: Final = 1024 * 1024 * 1024  # --max-size default: 1 GiB of file data
 MAX_ENTRIES: Final = 100_000
@@ -178,7 +178,7 @@ def _extract_into(root: Path, chunks: Iterable[bytes], max_bytes: int) -> Copied
     total = 0
     count_files = 0
     top: str | None = None
-    root_fd = dirfd.open_top(root)
+    root_fd = dirfds.open_top(root)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]
             for count, member in enumerate(archive, start=1):
@@ -205,7 +205,7 @@ def _extract_into(root: Path, chunks: Iterable[bytes], max_bytes: int) -> Copied
         raise refuse("bad_archive", f"the archive from the sandbox does not read as tar "
                      f"({exc})") from exc
     finally:
-        dirfd.close(root_fd)
+        dirfds.close(root_fd)
     if top is None:
         raise refuse("empty_archive", "the sandbox sent an empty archive")
     return Copied(top, count_files, total)
@@ -219,17 +219,17 @@ def _write(root_fd: int, parts: tuple[str, ...], member: tarfile.TarInfo,
         name = parts[-1]
         if member.isdir():
             with contextlib.suppress(FileExistsError):
-                dirfd.make_directory(name, 0o700, parent_fd)
+                dirfds.make_directory_at(parent_fd, name, 0o700)
             fd = _open_dir(parent_fd, name, member.name)
             try:
-                dirfd.set_descriptor_mode(fd, (member.mode & 0o777) | 0o700)
+                dirfds.set_descriptor_mode(fd, (member.mode & 0o777) | 0o700)
             finally:
-                dirfd.close(fd)
+                dirfds.close(fd)
         elif member.issym():
-            dirfd.make_link(member.linkname, name, parent_fd)
+            dirfds.make_link_at(parent_fd, name, member.linkname)
         else:
             try:
-                created = dirfd.create_file(name, parent_fd, 0o600)
+                created = dirfds.create_file_at(parent_fd, name, 0o600)
             except FileExistsError:
                 raise refuse("duplicate_entry", f"the archive holds {member.name!r} twice",
                              entry=member.name) from None
@@ -238,7 +238,7 @@ def _write(root_fd: int, parts: tuple[str, ...], member: tarfile.TarInfo,
                 while data is not None and left > 0 and (chunk := data.read(min(CHUNK, left))):
                     out.write(chunk)
                     left -= len(chunk)
-                dirfd.set_descriptor_mode(out.fileno(), member.mode & 0o777)
+                dirfds.set_descriptor_mode(out.fileno(), member.mode & 0o777)
 
 
 @contextlib.contextmanager
@@ -252,12 +252,12 @@ def _opened_parent(root_fd: int, parts: tuple[str, ...]) -> Iterator[int]:
         yield current
     finally:
         for fd in fds:
-            dirfd.close(fd)
+            dirfds.close(fd)
 
 
 def _open_dir(parent_fd: int, name: str, shown: str) -> int:
     try:
-        return dirfd.open_directory(name, parent_fd)
+        return dirfds.open_directory_in(parent_fd, name)
     except (FileNotFoundError, NotADirectoryError, OSError) as exc:
         raise refuse("entry_through_link", f"the archive writes under {shown!r}, which is not "
                      "a directory it made", entry=shown) from exc

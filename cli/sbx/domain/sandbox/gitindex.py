@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final
 
-from sbx.seams.host import dirfd
+from sbx.seams.host import dirfds
 
 MAX_INDEX_BYTES: Final = 256 * 1024 * 1024
 _GITLINK: Final = 0o160000
@@ -66,7 +66,7 @@ def read_index(gitdir_fd: int, name: str = "index") -> IndexSummary:
 def read_bytes(gitdir_fd: int, name: str) -> bytes | bool | None:
     """The file's bytes; None when absent, False when it cannot be read as an index."""
     try:
-        data = dirfd.read_regular(name, gitdir_fd, MAX_INDEX_BYTES)
+        data = dirfds.read_regular_at(gitdir_fd, name, MAX_INDEX_BYTES)
     except FileNotFoundError:
         return None
     except OSError:

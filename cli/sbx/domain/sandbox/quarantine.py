@@ -20,7 +20,7 @@ from typing import Final
 
 from sbx.domain.sandbox.gitdirs import QUARANTINE_DIR, open_relative
 from sbx.domain.sandbox.workspace_scan import WORKSPACE_QUARANTINE
-from sbx.seams.host import dirfd
+from sbx.seams.host import dirfds
 
 QUARANTINED: Final = "quarantined"
 LOCKED: Final = "made unreadable"  # could not be moved: mode 000 where it is
@@ -59,14 +59,14 @@ class Quarantine:
             return Moved(LEFT, problem="its directory could not be opened without following "
                                        "a symbolic link")
         try:
-            status = dirfd.entry_status(name, parent_fd)
+            status = dirfds.own_status_at(parent_fd, name)
             run_fd = self._run_directory()
             target = f"{len(self.items) + 1}-{_flat(relative)}"
-            dirfd.rename_entry(name, parent_fd, target, run_fd)
+            dirfds.rename_between(parent_fd, name, run_fd, target)
         except OSError as exc:
             return self._fallback(parent_fd, name, relative, exc)
         finally:
-            dirfd.close(parent_fd)
+            dirfds.close(parent_fd)
         self.items.append({"from": relative, "to": target, "why": why,
                            "kind": _kind(status.st_mode)})
         return Moved(QUARANTINED, moved_to=f"{self.directory}/{target}")
@@ -75,12 +75,12 @@ class Quarantine:
         if exc.errno == errno.ENOENT:
             return Moved(LEFT, problem="it was gone")
         try:
-            status = dirfd.entry_status(name, parent_fd)
+            status = dirfds.own_status_at(parent_fd, name)
             if stat.S_ISLNK(status.st_mode):
-                target = dirfd.link_target(name, parent_fd)
-                dirfd.remove_entry(name, parent_fd)
+                target = dirfds.link_text_at(parent_fd, name)
+                dirfds.unlink_at(parent_fd, name)
                 return Moved(UNLINKED, problem=f"it pointed to {target}")
-            dirfd.set_entry_mode(name, 0, parent_fd)
+            dirfds.set_mode_at(parent_fd, name, 0)
         except OSError as second:
             return Moved(LEFT, problem=f"{exc.strerror}; {second.strerror}")
         return Moved(LOCKED, problem=f"it could not be moved ({exc.strerror})")
@@ -88,20 +88,20 @@ class Quarantine:
     def _run_directory(self) -> int:
         if self._run_fd is not None:
             return self._run_fd
-        owner = dirfd.descriptor_status(self.root_fd)
+        owner = dirfds.status_of(self.root_fd)
         base = WORKSPACE_QUARANTINE
         with contextlib.suppress(OSError):
-            if stat.S_ISDIR(dirfd.entry_status(".git", self.root_fd).st_mode):
+            if stat.S_ISDIR(dirfds.own_status_at(self.root_fd, ".git").st_mode):
                 base = f".git/{QUARANTINE_DIR}"
         directory = self.root_fd
         for part in [*base.split("/"), self.run_id]:
             with contextlib.suppress(FileExistsError):
-                dirfd.make_directory(part, 0o700, directory)
+                dirfds.make_directory_at(directory, part, 0o700)
                 with contextlib.suppress(OSError):
-                    dirfd.give_entry(part, owner.st_uid, owner.st_gid, directory)
-            opened = dirfd.open_directory(part, directory)
+                    dirfds.give_at(directory, part, owner.st_uid, owner.st_gid)
+            opened = dirfds.open_directory_in(directory, part)
             if directory != self.root_fd:
-                dirfd.close(directory)
+                dirfds.close(directory)
             directory = opened
         self._run_fd = directory
         self._base = base
@@ -120,19 +120,19 @@ class Quarantine:
         try:
             if parent is not None:
                 self._write_manifest(parent, manifest)
-            dirfd.set_descriptor_mode(self._run_fd, 0)
+            dirfds.set_descriptor_mode(self._run_fd, 0)
         except OSError:
             pass
         finally:
             if parent is not None:
-                dirfd.close(parent)
-            dirfd.close(self._run_fd)
+                dirfds.close(parent)
+            dirfds.close(self._run_fd)
             self._run_fd = None
         return directory
 
     def _write_manifest(self, parent: int, manifest: dict[str, object]) -> None:
-        owner = dirfd.descriptor_status(self.root_fd)
-        dirfd.write_owned_file(f"{self.run_id}.json", parent,
+        owner = dirfds.status_of(self.root_fd)
+        dirfds.write_owned_at(parent, f"{self.run_id}.json",
                                (json.dumps(manifest, indent=2) + "\n").encode(), mode=0o600,
                                uid=owner.st_uid, gid=owner.st_gid)
 

@@ -26,7 +26,7 @@ from sbx.base.errors import SbxError
 from sbx.base.reasons import REGISTRY, Reason
 from sbx.domain.kits.document import load_document
 from sbx.domain.kits.types import SKILL_NAME
-from sbx.seams.host import dirfds, dirs, lookup
+from sbx.seams.host import dirfds, files, lookup
 
 SKILL_FILE: Final = "SKILL.md"
 MAX_BYTES: Final = 64 * 1024 * 1024  # a skill is instructions and a few scripts, not a dataset
@@ -121,7 +121,7 @@ class SkillStore:
 
     def listing(self) -> list[StoredSkill]:
         try:
-            names = sorted(n for n in dirs.names(self.root) if not n.startswith("."))
+            names = sorted(n for n in files.names(self.root) if not n.startswith("."))
         except FileNotFoundError:
             return []
         except OSError as error:
@@ -164,16 +164,16 @@ class SkillStore:
                 raise _invalid(source, f"it holds the skills store itself ({self.root})")
             _require_skill_file(root_fd, source)
             try:
-                dirs.make_directories(self.root, 0o755)
-                temp = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}add-")
+                files.make_directory(self.root, 0o755, parents=True, exist_ok=True)
+                temp = Path(files.private_directory(self.root, f"{TEMP_PREFIX}add-"))
             except OSError as error:
                 raise _store_error(self.root, "write", error) from None
             try:
                 _Copy(source).directory(root_fd, temp, 0)
-                dirs.set_mode(temp, 0o755)  # the sandbox user reads it
+                files.set_mode(temp, 0o755)  # the sandbox user reads it
                 self._install(temp, name)
             except BaseException:
-                dirs.remove_tree(temp)
+                files.remove_tree(temp, ignore_errors=True)
                 raise
         finally:
             dirfds.close(root_fd)
@@ -184,14 +184,14 @@ class SkillStore:
         old: Path | None = None
         try:
             if lookup.lexists(str(target)):
-                old = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}old-")
-                dirs.rename(target, old / "skill")
-            dirs.rename(temp, target)
+                old = Path(files.private_directory(self.root, f"{TEMP_PREFIX}old-"))
+                files.rename_over(target, old / "skill")
+            files.rename_over(temp, target)
         except OSError as error:
             raise _store_error(self.root, "write", error) from None
         finally:
             if old is not None:
-                dirs.remove_tree(old)
+                files.remove_tree(old, ignore_errors=True)
 
     # -- rm ------------------------------------------------------------------------------------
 
@@ -205,11 +205,11 @@ class SkillStore:
                            details={"name": name, "store": str(self.root)})
         try:
             # Renamed away first: a sandbox starting now sees the skill whole or not at all.
-            trash = dirs.temporary_directory(self.root, f"{TEMP_PREFIX}rm-")
-            dirs.rename(target, trash / "skill")
+            trash = Path(files.private_directory(self.root, f"{TEMP_PREFIX}rm-"))
+            files.rename_over(target, trash / "skill")
         except OSError as error:
             raise _store_error(self.root, "write", error) from None
-        dirs.remove_tree(trash)
+        files.remove_tree(trash, ignore_errors=True)
         return target
 
 
@@ -280,9 +280,9 @@ class _Copy:
             elif stat.S_ISDIR(mode):
                 child = _open_at(fd, name, self.source, rel, directory=True)
                 try:
-                    dirs.make_directory(target / name, 0o700)
+                    files.make_directory(target / name, 0o700)
                     self.directory(child, target / name, depth + 1, f"{rel}/")
-                    dirs.set_mode(target / name, 0o755)  # as above
+                    files.set_mode(target / name, 0o755)  # as above
                 finally:
                     dirfds.close(child)
             elif stat.S_ISREG(mode):
@@ -300,7 +300,7 @@ class _Copy:
                 resolved):
             raise _unsafe(self.source, rel, f"is a symlink to {text!r}, outside the skill (or "
                                             "to nothing)")
-        dirs.make_link(text, target)  # copied as a link, never followed
+        files.make_link(text, target)  # copied as a link, never followed
 
     def _file(self, fd: int, name: str, rel: str, target: Path) -> None:
         src = _open_at(fd, name, self.source, rel, directory=False)

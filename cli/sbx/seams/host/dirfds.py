@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 # A listing's entry (its name and type as the directory gave them; its status looked up once,
 # when first asked) and a status, as the callers hold them.
@@ -227,8 +228,103 @@ def copy_to_new_file(source: int, target: Path, mode: int, limit: int) -> int | 
     return copied
 
 
-__all__ = ["Entry", "Status", "close", "copy_to_new_file", "create_owned_empty", "duplicate",
-           "exists_at", "is_directory", "is_link", "link_text_at", "listing",
+# -- moving, locking and writing entries (the quarantine, a copy's destination, git's index) --
+
+_NEW_FILE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_CHUNK: Final = 1 << 20
+
+
+def open_top(path: Path) -> int:
+    """The directory at ``path`` opened as a descriptor to work below (refused when ``path``
+    itself is a link); the caller closes it. Raises OSError."""
+    return os.open(path, _DIRECTORY_FLAGS)
+
+
+def open_directory_in(dir_fd: int, name: str) -> int:
+    """The directory ``name`` in ``dir_fd`` opened (never through a link: ELOOP); the caller
+    closes it. Raises OSError."""
+    return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
+
+
+def rename_between(dir_fd: int, name: str, new_dir_fd: int, new_name: str) -> None:
+    """Rename ``name`` in ``dir_fd`` to ``new_name`` in ``new_dir_fd`` (one rename, never a
+    copy: another file system raises EXDEV); raises OSError."""
+    os.rename(name, new_name, src_dir_fd=dir_fd, dst_dir_fd=new_dir_fd)
+
+
+def set_mode_at(dir_fd: int, name: str, mode: int) -> None:
+    """Give ``name`` in ``dir_fd`` (not followed when it is a link) ``mode``; raises OSError."""
+    os.chmod(name, mode, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def set_descriptor_mode(fd: int, mode: int) -> None:
+    """Give what ``fd`` holds open ``mode``; raises OSError."""
+    os.fchmod(fd, mode)
+
+
+def make_directory_at(dir_fd: int, name: str, mode: int) -> None:
+    """A directory ``name`` in ``dir_fd`` made with ``mode`` (under the umask); raises
+    FileExistsError when anything is there, or another OSError."""
+    os.mkdir(name, mode, dir_fd=dir_fd)
+
+
+def give_at(dir_fd: int, name: str, uid: int, gid: int) -> None:
+    """Give ``name`` in ``dir_fd`` (not followed when it is a link) to ``uid:gid``; raises
+    OSError."""
+    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def read_regular_at(dir_fd: int, name: str, max_bytes: int) -> bytes | None:
+    """The whole of the file ``name`` in ``dir_fd``, opened without waiting (a FIFO never
+    blocks) and never through a link; None when it is no regular file or larger than
+    ``max_bytes`` (unread). Raises FileNotFoundError when nothing is there, another OSError
+    when it cannot be opened or read."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > max_bytes:
+            return None
+        chunks = []
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def make_link_at(dir_fd: int, name: str, target: str) -> None:
+    """A symbolic link ``name`` in ``dir_fd`` pointing at ``target`` (as written); raises
+    FileExistsError when anything is there, or another OSError."""
+    os.symlink(target, name, dir_fd=dir_fd)
+
+
+def create_file_at(dir_fd: int, name: str, mode: int) -> IO[bytes]:
+    """A new file ``name`` in ``dir_fd`` with ``mode`` (under the umask), open to write; raises
+    FileExistsError when anything is there (a link included), or another OSError."""
+    return os.fdopen(os.open(name, _NEW_FILE_FLAGS, mode, dir_fd=dir_fd), "wb")
+
+
+def write_owned_at(dir_fd: int, name: str, data: bytes, *, mode: int, uid: int,
+                   gid: int) -> None:
+    """``data`` written in one write to ``name`` in ``dir_fd``, created with ``mode`` or
+    emptied first (never through a link), and given to ``uid:gid`` where this user may (a
+    refusal of that is ignored). Raises OSError."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=dir_fd)
+    try:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, uid, gid)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["Entry", "Status", "close", "copy_to_new_file", "create_file_at",
+           "create_owned_empty", "duplicate", "exists_at", "give_at", "is_directory",
+           "is_link", "link_text_at", "listing", "make_directory_at", "make_link_at",
            "make_owned_directory", "names_at", "open_directory", "open_directory_at",
-           "open_directory_if", "open_file_at", "own_status", "own_status_at", "read_once",
-           "rename_at", "sorted_names", "status_of", "unlink_at", "write_new_at"]
+           "open_directory_if", "open_directory_in", "open_file_at", "open_top", "own_status",
+           "own_status_at", "read_once", "read_regular_at", "rename_at", "rename_between",
+           "set_descriptor_mode", "set_mode_at", "sorted_names", "status_of", "unlink_at",
+           "write_new_at", "write_owned_at"]

@@ -141,6 +141,16 @@ def private_directory(parent: Path, prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=parent)
 
 
+def names(directory: Path) -> list[str]:
+    """The names in ``directory``, as it lists them; raises OSError."""
+    return os.listdir(directory)
+
+
+def make_link(text: str, path: Path) -> None:
+    """The new symbolic link ``path``, saying ``text``; raises OSError."""
+    os.symlink(text, path)
+
+
 def rename_over(source: Path, target: Path) -> None:
     """Rename ``source`` to ``target`` in one step, replacing a file there; raises OSError."""
     os.replace(source, target)
@@ -159,7 +169,8 @@ def links_below(top: Path) -> list[tuple[str, str]]:
 
 
 __all__ = ["EntryStatus", "add_to_archive", "entry_content", "file_bytes", "file_text",
-           "first_line", "holds_a_directory", "links_below", "make_directory", "matching",
+           "first_line", "holds_a_directory", "links_below", "make_directory", "make_link",
+           "matching", "names",
            "open_unfollowed", "private_directory", "real_subdirectories", "remove_tree",
            "rename_over", "replace_text", "set_mode", "spooled_buffer", "tree_entries",
            "tree_files"]

@@ -136,3 +136,28 @@ def test_links_below_are_resolved_through_other_links(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x", encoding="utf-8")
     assert sorted(files.links_below(tmp_path)) == [
         (f"{tmp_path}/d/up", str(tmp_path)), (f"{tmp_path}/out", str(tmp_path.parent))]
+
+
+def test_a_store_directory_is_made_set_aside_renamed_and_removed(tmp_path: Path) -> None:
+    """What the skills store does by path: made, set aside under a private name, filled,
+    renamed into place, listed, removed whole without following a link out."""
+    import stat
+
+    from sbx.seams.host import files
+
+    store = tmp_path / "a" / "store"
+    files.make_directory(store, 0o755, parents=True, exist_ok=True)
+    files.make_directory(store, 0o755, parents=True, exist_ok=True)  # already there: nothing
+    temp = Path(files.private_directory(store, ".sbx-add-"))
+    assert temp.parent == store and temp.name.startswith(".sbx-add-")
+    assert stat.S_IMODE(temp.stat().st_mode) == 0o700
+    files.make_directory(temp / "sub", 0o700)
+    files.make_link("sub", temp / "link")
+    files.set_mode(temp, 0o755)
+    files.rename_over(temp, store / "skill")
+    assert sorted(files.names(store / "skill")) == ["link", "sub"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    files.make_link(str(outside), store / "skill" / "away")
+    files.remove_tree(store / "skill", ignore_errors=True)
+    assert files.names(store) == [] and outside.is_dir()

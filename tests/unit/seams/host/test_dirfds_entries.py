@@ -1,4 +1,5 @@
-"""Entries below an open directory (sbx.seams.host.dirfd) on real files: never through a link."""
+"""Moving, locking and writing entries below an open directory (sbx.seams.host.dirfds) on
+real files: never through a link."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx.seams.host import dirfd
+from sbx.seams.host import dirfds
 
 
 @pytest.fixture
@@ -21,33 +22,33 @@ def root(tmp_path: Path) -> Iterator[int]:
 
 
 def test_entries_are_made_opened_renamed_and_removed(tmp_path: Path, root: int) -> None:
-    dirfd.make_directory("a", 0o700, root)
+    dirfds.make_directory_at(root, "a", 0o700)
     with pytest.raises(FileExistsError):
-        dirfd.make_directory("a", 0o700, root)
-    inner = dirfd.open_directory("a", root)
+        dirfds.make_directory_at(root, "a", 0o700)
+    inner = dirfds.open_directory_in(root, "a")
     try:
-        assert stat.S_ISDIR(dirfd.descriptor_status(inner).st_mode)
+        assert stat.S_ISDIR(dirfds.status_of(inner).st_mode)
         (tmp_path / "f").write_text("x", encoding="utf-8")
-        dirfd.rename_entry("f", root, "g", inner)
+        dirfds.rename_between(root, "f", inner, "g")
         assert (tmp_path / "a" / "g").read_text(encoding="utf-8") == "x"
-        dirfd.set_descriptor_mode(inner, 0o750)
+        dirfds.set_descriptor_mode(inner, 0o750)
     finally:
-        dirfd.close(inner)
+        dirfds.close(inner)
     assert (tmp_path / "a").stat().st_mode & 0o777 == 0o750
-    dirfd.set_entry_mode("a", 0o700, root)
-    dirfd.give_entry("a", os.getuid(), os.getgid(), root)
+    dirfds.set_mode_at(root, "a", 0o700)
+    dirfds.give_at(root, "a", os.getuid(), os.getgid())
     assert (tmp_path / "a").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_link_is_itself_and_is_never_opened_as_a_directory(tmp_path: Path, root: int) -> None:
     (tmp_path / "dir").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "dir")
-    assert stat.S_ISLNK(dirfd.entry_status("link", root).st_mode)
-    assert dirfd.link_target("link", root) == str(tmp_path / "dir")
+    assert stat.S_ISLNK(dirfds.own_status_at(root, "link").st_mode)
+    assert dirfds.link_text_at(root, "link") == str(tmp_path / "dir")
     with pytest.raises(OSError) as refused:
-        dirfd.open_directory("link", root)
+        dirfds.open_directory_in(root, "link")
     assert refused.value.errno in (errno.ELOOP, errno.ENOTDIR)
-    dirfd.remove_entry("link", root)
+    dirfds.unlink_at(root, "link")
     assert (tmp_path / "dir").is_dir()
     assert not (tmp_path / "link").exists()
 
@@ -55,16 +56,16 @@ def test_a_link_is_itself_and_is_never_opened_as_a_directory(tmp_path: Path, roo
 def test_an_owned_file_is_written_whole_and_never_through_a_link(tmp_path: Path,
                                                                   root: int) -> None:
     (tmp_path / "m.json").write_text("longer old content", encoding="utf-8")
-    dirfd.write_owned_file("m.json", root, b"{}\n", mode=0o600, uid=os.getuid(),
+    dirfds.write_owned_at(root, "m.json", b"{}\n", mode=0o600, uid=os.getuid(),
                            gid=os.getgid())
     assert (tmp_path / "m.json").read_bytes() == b"{}\n"
-    dirfd.write_owned_file("new.json", root, b"x", mode=0o600, uid=os.getuid(),
+    dirfds.write_owned_at(root, "new.json", b"x", mode=0o600, uid=os.getuid(),
                            gid=os.getgid())
     assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o600 & ~_umask()
     (tmp_path / "elsewhere").write_text("kept", encoding="utf-8")
     (tmp_path / "planted.json").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):
-        dirfd.write_owned_file("planted.json", root, b"x", mode=0o600, uid=os.getuid(),
+        dirfds.write_owned_at(root, "planted.json", b"x", mode=0o600, uid=os.getuid(),
                                gid=os.getgid())
     assert (tmp_path / "elsewhere").read_text(encoding="utf-8") == "kept"
 
@@ -79,20 +80,20 @@ def test_new_files_and_links_are_made_only_where_nothing_is(tmp_path: Path) -> N
     (tmp_path / "top").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "top")
     with pytest.raises(OSError):
-        dirfd.open_top(tmp_path / "alias")
-    top = dirfd.open_top(tmp_path / "top")
+        dirfds.open_top(tmp_path / "alias")
+    top = dirfds.open_top(tmp_path / "top")
     try:
-        with dirfd.create_file("f", top, 0o600) as out:
+        with dirfds.create_file_at(top, "f", 0o600) as out:
             out.write(b"data")
         with pytest.raises(FileExistsError):
-            dirfd.create_file("f", top, 0o600)
-        dirfd.make_link("f", "l", top)
+            dirfds.create_file_at(top, "f", 0o600)
+        dirfds.make_link_at(top, "l", "f")
         with pytest.raises(FileExistsError):
-            dirfd.make_link("f", "l", top)
+            dirfds.make_link_at(top, "l", "f")
         with pytest.raises(FileExistsError):
-            dirfd.create_file("l", top, 0o600)  # a link is not written through
+            dirfds.create_file_at(top, "l", 0o600)  # a link is not written through
     finally:
-        dirfd.close(top)
+        dirfds.close(top)
     assert (tmp_path / "top" / "f").read_bytes() == b"data"
     assert os.readlink(tmp_path / "top" / "l") == "f"
 
@@ -101,11 +102,11 @@ def test_a_regular_file_is_read_whole_within_its_limit(tmp_path: Path, root: int
     (tmp_path / "index").write_bytes(b"DIRC")
     (tmp_path / "linked").symlink_to(tmp_path / "index")
     os.mkfifo(tmp_path / "fifo")
-    assert dirfd.read_regular("index", root, 4) == b"DIRC"
-    assert dirfd.read_regular("index", root, 3) is None  # over the limit: unread
-    assert dirfd.read_regular("fifo", root, 4) is None  # and opening it did not block
+    assert dirfds.read_regular_at(root, "index", 4) == b"DIRC"
+    assert dirfds.read_regular_at(root, "index", 3) is None  # over the limit: unread
+    assert dirfds.read_regular_at(root, "fifo", 4) is None  # and opening it did not block
     with pytest.raises(FileNotFoundError):
-        dirfd.read_regular("missing", root, 4)
+        dirfds.read_regular_at(root, "missing", 4)
     with pytest.raises(OSError) as refused:
-        dirfd.read_regular("linked", root, 4)
+        dirfds.read_regular_at(root, "linked", 4)
     assert refused.value.errno == errno.ELOOP
