@@ -92,13 +92,15 @@ ENTRIES: Final[dict[Reason, ReasonInfo]] = {
         "Needs an engine on this machine",
         "The engine is on another host (ssh://, or tcp:// to another address), and the run "
         "needs something that only exists where sbx runs: a workspace or --mount bound from "
-        "this machine's disk, a sized volume staged here, or a network whose egress proxy and "
-        "firewall sbx puts on this machine's bridge. sbx refuses instead of starting it with an "
-        "empty workspace or without its egress boundary.",
+        "this machine's disk, a sized volume staged here, a published port, or a part of "
+        "egress only this machine serves today (a named sandbox's proxy, OAuth credentials, "
+        "the SSH agent relay, the kit registry). A one-shot run's egress itself works there: "
+        "its proxy runs beside the sandbox. sbx refuses instead of starting it with an empty "
+        "workspace or without its egress boundary.",
         "Copy the workspace in instead of binding it (`sbx run WORKLOAD WORKSPACE "
-        "--workspace-mode copy`; `sbx cp NAME:PATH DEST` brings results back), run offline "
-        "(`sbx run WORKLOAD -- CMD` with a kit that needs no network), or use the local engine "
-        "(`unset DOCKER_HOST DOCKER_CONTEXT`).",
+        "--workspace-mode copy`; `sbx cp NAME:PATH DEST` brings results back), run it as a "
+        "one-shot run (`sbx run --rm WORKLOAD`) with API-key credentials, or use the local "
+        "engine (`unset DOCKER_HOST DOCKER_CONTEXT`).",
         _E.REFUSED,
     ),
     _R.ENGINE_UNSUPPORTED: ReasonInfo(
