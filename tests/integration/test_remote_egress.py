@@ -266,3 +266,22 @@ def test_doctor_probes_the_far_hosts_services_from_a_network_like_a_sandboxs(
     assert services["data"]["probed"] is True and services["data"]["closed"] is True
     assert services["data"]["answer"].startswith("silent")
     assert _far_objects(far, state_home, "container") == []  # the probe went
+
+
+def test_egress_over_tcp_with_tls_goes_through_the_proxy_beside_the_far_engine(
+        far: FarHost, kit: Path, env: dict[str, str], state_home: Path,
+        internet: Internet) -> None:
+    """The same data plane over the other transport: the secret injected there, a host
+    outside the policy refused by the proxy, nothing left but the shared egress network."""
+    tls = far.host.tls
+    assert tls is not None
+    over_tcp = {**env, "DOCKER_HOST": far.host.tcp_host, "DOCKER_TLS_VERIFY": "1",
+                "DOCKER_CERT_PATH": str(tls.directory)}
+    done = run_sbx(["run", str(kit), "--", "bash", "-c", SCRIPT, "x"], env=over_tcp,
+                   timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = dict(line.split("=", 1) for line in done.stdout.decode().splitlines() if "=" in line)
+    assert said["allowed"] == "200" and said["denied"] == "403", done.stdout
+    seen = [s for s in internet.origin.requests() if s.sni == "api.github.com"]
+    assert seen and seen[-1].header("Authorization") == f"Bearer {SECRET}"
+    assert _far_objects(far, state_home, "container") == []
