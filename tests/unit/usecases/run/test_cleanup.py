@@ -78,6 +78,9 @@ class FakeProxy:
     def switch_to_runtime(self) -> None:
         self.host.record("proxy.switch_to_runtime")
 
+    def wait_ready(self) -> None:
+        return  # started ready, as a host's proxy is
+
 
 def install_host(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> Host:
     host = Host(engine)
