@@ -43,4 +43,33 @@ def name_lock(lock_dir: Path | None, name: str) -> Iterator[None]:
             os.close(fd)  # closing releases the lock
 
 
-__all__ = ["name_lock"]
+def open_lock_file(path: Path) -> int:
+    """A private lock file's descriptor: 0600, created when missing, never opened through a link."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+@contextlib.contextmanager
+def holding(fd: int) -> Iterator[None]:
+    """An exclusive lock on ``fd`` while inside; closing the descriptor after releases it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def try_lock(fd: int) -> bool:
+    """Take the exclusive lock on ``fd`` if it is free; never waits (for callers that poll)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def release(fd: int) -> None:
+    """Close a lock's descriptor, which releases the lock."""
+    os.close(fd)
+
+
+__all__ = ["holding", "name_lock", "open_lock_file", "release", "try_lock"]
